@@ -1,0 +1,1 @@
+// HaulOperations: the asynchronous Operation done right. Sources arrive with the Foundation issue.
