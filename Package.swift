@@ -23,6 +23,7 @@ let package = Package(
     targets: [
         // The asynchronous Operation done right. Foundation only: no networking.
         .target(name: "HaulOperations"),
+        .testTarget(name: "HaulOperationsTests", dependencies: ["HaulOperations"]),
 
         .executableTarget(
             name: "haul",

@@ -1,1 +1,0 @@
-// HaulOperations: the asynchronous Operation done right. Sources arrive with the Foundation issue.

@@ -1,0 +1,121 @@
+public import Foundation
+import Synchronization
+
+/// What a group does when one of its members fails.
+public enum FailurePolicy: Sendable, Hashable {
+    /// Let the other members run to the end (the default).
+    case continueOthers
+    /// Cancel every other member at the first failure (a cancellation is not a failure).
+    case cancelOthers
+}
+
+/// A set of operations treated as one: a completion operation after all of them, a count of finished
+/// members, awaiting them from async code, and a failure policy.
+///
+/// ```swift
+/// let group = OperationGroup(downloads, failurePolicy: .cancelOthers)
+/// group.onMemberFinished = { done, total in print("\(done) / \(total) files downloaded") }
+/// let allDone = group.completionOperation { print("all finished") }
+/// queue.addOperations(downloads + [allDone], waitUntilFinished: false)
+/// try await group.finished()
+/// ```
+///
+/// Failures are seen on members that are ``ResultOperation``s; other `Operation`s count as finished members.
+public final class OperationGroup: Sendable {
+    /// The members, in the order given.
+    public let operations: [Operation]
+    /// What happens to the other members when one fails.
+    public let failurePolicy: FailurePolicy
+
+    private struct State {
+        var finishedCount = 0
+        var onMemberFinished: (@Sendable (_ finished: Int, _ total: Int) -> Void)?
+        var firstFailure: (any Error)?
+    }
+
+    private let state = Mutex(State())
+    private let allFinished = OneShot<Void>()
+
+    /// Creates a group over `operations`; it starts watching them at once (add them to a queue as usual).
+    public init(_ operations: [Operation], failurePolicy: FailurePolicy = .continueOthers) {
+        self.operations = operations
+        self.failurePolicy = failurePolicy
+        if operations.isEmpty { allFinished.resolve(()) }
+        for operation in operations {
+            FinishNotifier.whenAllFinished([operation]) { [self] in memberFinished(operation) }
+        }
+    }
+
+    /// Called after each member finishes, with the number finished so far and the total, on the finishing
+    /// member's thread. Set it before the members start to see every step.
+    public var onMemberFinished: (@Sendable (_ finished: Int, _ total: Int) -> Void)? {
+        get { state.withLock { $0.onMemberFinished } }
+        set { state.withLock { $0.onMemberFinished = newValue } }
+    }
+
+    /// How many members have finished.
+    public var finishedCount: Int { state.withLock { $0.finishedCount } }
+
+    /// The first member failure seen (not counting cancellations), if any.
+    public var firstFailure: (any Error)? { state.withLock { $0.firstFailure } }
+
+    /// An operation that runs `block` after every member has finished (the "completion operation" of the
+    /// classic OperationQueue recipes). Add it to any queue, with or after the members.
+    public func completionOperation(_ block: @escaping @Sendable () -> Void) -> BlockOperation {
+        let completion = BlockOperation(block: block)
+        for operation in operations { completion.addDependency(operation) }
+        return completion
+    }
+
+    /// Cancels every member.
+    public func cancelAll() {
+        for operation in operations { operation.cancel() }
+    }
+
+    /// Waits, without blocking a thread, until every member has finished.
+    ///
+    /// If the awaiting task is cancelled, the members are cancelled, and this still waits for them to
+    /// finish (so no member's work outlives the call) before throwing `CancellationError`.
+    public func finished() async throws {
+        await withTaskCancellationHandler {
+            await allFinished.wait()
+        } onCancel: {
+            cancelAll()
+        }
+        try Task.checkCancellation()
+    }
+
+    private func memberFinished(_ operation: Operation) {
+        var failure: (any Error)?
+        if case .failure(let error)? = (operation as? any ResultReporting)?.failureIfAny,
+            (error as? OperationError)?.isCancellation != true
+        {
+            failure = error
+        }
+        let (count, callback, cancelOthers) = state.withLock { state in
+            state.finishedCount += 1
+            var cancelOthers = false
+            if let failure, state.firstFailure == nil {
+                state.firstFailure = failure
+                cancelOthers = failurePolicy == .cancelOthers
+            }
+            return (state.finishedCount, state.onMemberFinished, cancelOthers)
+        }
+        if cancelOthers {
+            for other in operations where other !== operation { other.cancel() }
+        }
+        callback?(count, operations.count)
+        if count == operations.count { allFinished.resolve(()) }
+    }
+}
+
+/// Lets a group read a member's failure without knowing its output type.
+protocol ResultReporting {
+    var failureIfAny: Result<Void, any Error>? { get }
+}
+
+extension ResultOperation: ResultReporting {
+    var failureIfAny: Result<Void, any Error>? {
+        result.map { $0.map { _ in () } }
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+import Synchronization
+
+/// An ``AsyncOperation`` that produces a typed result, which dependent operations and async code can read.
+///
+/// Subclass it, do the work in ``AsyncOperation/execute()`` and end with ``finish(with:)`` (or
+/// ``finish(returning:)`` / ``finish(throwing:)``). Cancelled before it runs, its result is
+/// ``OperationError/Code/cancelled``. Read the result with ``result`` once finished, with ``value`` from async
+/// code, or hand it to the next operation with ``AsyncBlockOperation/init(name:consuming:_:)``.
+open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendable {
+    // unchecked Sendable: the only state added here is `storage`, a Mutex.
+
+    private let storage = Mutex<Result<Output, any Error>?>(nil)
+
+    /// The outcome, or `nil` while the operation has not finished.
+    ///
+    /// Set exactly once: the first of ``finish(with:)``, a cancellation before start, or a plain
+    /// ``AsyncOperation/finish()`` (which records ``OperationError/Code/missingResult``) wins.
+    public var result: Result<Output, any Error>? {
+        storage.withLock { $0 }
+    }
+
+    /// Finishes the operation with `result`; ignored if the operation already has one.
+    public final func finish(with result: Result<Output, any Error>) {
+        storage.withLock { stored in
+            if stored == nil { stored = result }
+        }
+        finish()
+    }
+
+    /// Finishes the operation successfully with `value`.
+    public final func finish(returning value: Output) {
+        finish(with: .success(value))
+    }
+
+    /// Finishes the operation with `error`.
+    public final func finish(throwing error: any Error) {
+        finish(with: .failure(error))
+    }
+
+    override func prepareToFinish(executed: Bool) {
+        let missing: any Error =
+            isCancelled
+            ? OperationError(.cancelled, operationName: name)
+            : OperationError(.missingResult, operationName: name)
+        storage.withLock { stored in
+            if stored == nil { stored = .failure(missing) }
+        }
+    }
+
+    /// The output of this operation, as a consumer reads it: the value on success, otherwise an
+    /// ``OperationError`` saying this dependency failed (``OperationError/Code/dependencyFailed``, wrapping
+    /// its error), was cancelled, or has not finished (``OperationError/Code/missingResult``).
+    public func outputForConsumer() throws(OperationError) -> Output {
+        switch result {
+        case .success(let value):
+            return value
+        case .failure(let error as OperationError) where error.isCancellation:
+            throw OperationError(.dependencyCancelled, operationName: name, underlying: error)
+        case .failure(let error):
+            throw OperationError(.dependencyFailed, operationName: name, underlying: error)
+        case nil:
+            throw OperationError(.missingResult, operationName: name)
+        }
+    }
+
+    /// Waits, without blocking a thread, until the operation has finished, and returns its value or throws
+    /// its error.
+    ///
+    /// Cancellation travels both ways: if the awaiting task is cancelled, the operation is cancelled (and
+    /// this throws ``OperationError/Code/cancelled`` unless the work completed anyway); if the operation is
+    /// cancelled, this throws. The operation must be in a queue (or started) for this to return.
+    public var value: Output {
+        get async throws {
+            try await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    addFinishObserver { continuation.resume() }
+                }
+                guard let result else { throw OperationError(.missingResult, operationName: name) }
+                return try result.get()
+            } onCancel: {
+                self.cancel()
+            }
+        }
+    }
+}
