@@ -1,5 +1,4 @@
 public import Foundation
-import Synchronization
 
 /// An `Operation` that is finished only when its work says so.
 ///
@@ -36,7 +35,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         var finishObservers: [@Sendable () -> Void] = []
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Creates an operation; give it a `name` to make errors and logs say which one it was.
     public init(name: String? = nil) {

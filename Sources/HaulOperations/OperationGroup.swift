@@ -1,5 +1,4 @@
 public import Foundation
-import Synchronization
 
 /// What a group does when one of its members fails.
 public enum FailurePolicy: Sendable, Hashable {
@@ -33,7 +32,7 @@ public final class OperationGroup: Sendable {
         var firstFailure: (any Error)?
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let allFinished = OneShot<Void>()
 
     /// Creates a group over `operations`; it starts watching them at once (add them to a queue as usual).

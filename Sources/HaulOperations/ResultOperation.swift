@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// An ``AsyncOperation`` that produces a typed result, which dependent operations and async code can read.
 ///
@@ -8,9 +7,9 @@ import Synchronization
 /// ``OperationError/Code/cancelled``. Read the result with ``result`` once finished, with ``value`` from async
 /// code, or hand it to the next operation with ``AsyncBlockOperation/init(name:consuming:_:)``.
 open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendable {
-    // unchecked Sendable: the only state added here is `storage`, a Mutex.
+    // unchecked Sendable: the only state added here is `storage`, a Locked.
 
-    private let storage = Mutex<Result<Output, any Error>?>(nil)
+    private let storage = Locked<Result<Output, any Error>?>(nil)
 
     /// The outcome, or `nil` while the operation has not finished.
     ///

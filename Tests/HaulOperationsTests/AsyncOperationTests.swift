@@ -1,6 +1,5 @@
 import Dispatch
 import Foundation
-import Synchronization
 import Testing
 
 @testable import HaulOperations
@@ -116,7 +115,7 @@ struct AsyncOperationTests {
     @Test("onCancel registered after cancel runs at once; never after finish")
     func onCancelTiming() {
         let operation = AsyncOperation()
-        let runs = Mutex(0)
+        let runs = Locked(0)
         operation.cancel()
         operation.onCancel { runs.withLock { $0 += 1 } }
         #expect(runs.withLock { $0 } == 1)
@@ -134,9 +133,9 @@ struct AsyncOperationTests {
         let iterations = 10_000
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 8
-        let observerRuns = Mutex(0)
-        let completionRuns = Mutex(0)
-        let dependentRuns = Mutex(0)
+        let observerRuns = Locked(0)
+        let completionRuns = Locked(0)
+        let dependentRuns = Locked(0)
         var all: [Operation] = []
         for _ in 0..<iterations {
             let operation = RacingFinishOperation()
@@ -209,7 +208,7 @@ private final class RacingFinishOperation: AsyncOperation, @unchecked Sendable {
 private final class CancellableWorkOperation: AsyncOperation, @unchecked Sendable {
     // unchecked Sendable: immutable lets of Sendable types only.
     let started: Gate
-    let cancelHandlerRuns = Mutex(0)
+    let cancelHandlerRuns = Locked(0)
 
     init(started: Gate) {
         self.started = started

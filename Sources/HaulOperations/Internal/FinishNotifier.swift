@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// Calls back when `Operation`s finish, without KVO (which `Operation` lacks on Linux) and without taking
 /// the operation's `completionBlock`, which belongs to the user.
@@ -21,7 +20,7 @@ enum FinishNotifier {
     ) -> @Sendable () -> Void {
         // An AsyncOperation tells us directly: no hop through the waiter queue.
         if operations.count == 1, let operation = operations[0] as? AsyncOperation {
-            let stopped = Mutex(false)
+            let stopped = Locked(false)
             operation.addFinishObserver {
                 if !stopped.withLock({ $0 }) { body() }
             }

@@ -1,4 +1,3 @@
-import Synchronization
 
 /// A continuation that may be resumed from several racing places (completion, cancellation); only the
 /// first resume counts, and one that comes before the continuation is installed is kept for it.
@@ -10,7 +9,7 @@ final class OneShot<Value: Sendable>: Sendable {
         case done
     }
 
-    private let state = Mutex(State.idle)
+    private let state = Locked(State.idle)
 
     /// Waits for the first ``resolve(_:)``.
     func wait() async -> Value {

@@ -1,8 +1,8 @@
-import Synchronization
+@testable import HaulOperations
 
 /// A latch the test opens: work parked here waits (without blocking a thread) until `open()`.
 final class Gate: Sendable {
-    private let state = Mutex<(isOpen: Bool, waiting: [@Sendable () -> Void])>((false, []))
+    private let state = Locked<(isOpen: Bool, waiting: [@Sendable () -> Void])>((false, []))
 
     /// Calls `body` once the gate is open (at once if it already is).
     func whenOpen(_ body: @escaping @Sendable () -> Void) {

@@ -1,4 +1,4 @@
-import Synchronization
+@testable import HaulOperations
 
 /// Counts work in flight and remembers the highest count and the order of starts, so concurrency tests can
 /// measure instead of sleeping. `waitUntilStarted(_:)` suspends until that many starts have happened.
@@ -11,7 +11,7 @@ final class InFlightMeter: Sendable {
         var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     func enter(_ id: Int) {
         let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in

@@ -1,7 +1,6 @@
 import Dispatch
 import Foundation
 import HaulOperations
-import Synchronization
 
 /// An AsyncOperation whose work is held at a gate and recorded by a meter; it finishes from another queue,
 /// as network completions do.
@@ -10,7 +9,7 @@ final class GatedOperation: AsyncOperation, @unchecked Sendable {
     let id: Int
     let meter: InFlightMeter
     let gate: Gate
-    let executed = Mutex(false)
+    let executed = Locked(false)
 
     init(id: Int, meter: InFlightMeter, gate: Gate) {
         self.id = id
