@@ -31,7 +31,18 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // The seeds' Operation scenarios, written with HaulOperations. Built and run by .ci/run.
+        .executableTarget(
+            name: "example-one-at-a-time", dependencies: ["HaulOperations"], path: "Examples/OneAtATime"),
+        .executableTarget(
+            name: "example-dependencies", dependencies: ["HaulOperations"], path: "Examples/Dependencies"),
+        .executableTarget(
+            name: "example-completion", dependencies: ["HaulOperations"], path: "Examples/CompletionAfterAll"),
+        .executableTarget(
+            name: "example-pipeline", dependencies: ["HaulOperations"], path: "Examples/Pipeline"),
 
+        // Benchmarks, not tests: `swift run -c release bench-operations` (see bench/README.md).
+        .executableTarget(name: "bench-operations", dependencies: ["HaulOperations"], path: "bench/Operations"),
     ]
 )
 

@@ -62,14 +62,15 @@ public struct OperationError: Error, Sendable, CustomStringConvertible {
     /// A sentence saying what happened and to which operation.
     public var description: String {
         let subject = operationName.map { "operation '\($0)'" } ?? "an unnamed operation"
+        let dependency = operationName.map { "'\($0)'" } ?? "(unnamed)"
         switch code {
         case .cancelled:
             return "\(subject) was cancelled before it produced a value"
         case .dependencyFailed:
             let reason = underlying.map { String(describing: $0) } ?? "unknown error"
-            return "did not run because \(subject), whose output it needs, failed: \(reason)"
+            return "dependency \(dependency) failed: \(reason)"
         case .dependencyCancelled:
-            return "did not run because \(subject), whose output it needs, was cancelled"
+            return "dependency \(dependency) was cancelled"
         default:
             return "\(subject) has no result: it finished without one, or it is read before it finished "
                 + "(add it as a dependency of the operation that reads it)"
