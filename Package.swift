@@ -18,7 +18,7 @@ let package = Package(
         .executable(name: "haul", targets: ["haul"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
     ],
     targets: [
         // The asynchronous Operation done right. Foundation only: no networking.
@@ -28,7 +28,7 @@ let package = Package(
         .executableTarget(
             name: "haul",
             dependencies: [
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser")
             ]
         ),
         // The seeds' Operation scenarios, written with HaulOperations. Built and run by .ci/run.

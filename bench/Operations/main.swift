@@ -45,7 +45,9 @@ for width in [1, 8] {
     }
     let ratio = median(async) / median(block)
     allMet = allMet && ratio >= 0.8
-    print(String(format: "%5d | %20.0f | %20.0f | %.2fx %@", width, median(block), median(async), ratio,
-                 ratio >= 0.8 ? "met" : "MISSED"))
+    print(
+        String(
+            format: "%5d | %20.0f | %20.0f | %.2fx %@", width, median(block), median(async), ratio,
+            ratio >= 0.8 ? "met" : "MISSED"))
 }
 exit(allMet ? 0 : 1)

@@ -1,4 +1,3 @@
-
 /// A continuation that may be resumed from several racing places (completion, cancellation); only the
 /// first resume counts, and one that comes before the continuation is installed is kept for it.
 final class OneShot<Value: Sendable>: Sendable {
