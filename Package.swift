@@ -15,15 +15,44 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "HaulOperations", targets: ["HaulOperations"]),
+        .library(name: "Haul", targets: ["Haul"]),
+        .library(name: "HaulAsyncHTTPClient", targets: ["HaulAsyncHTTPClient"]),
         .executable(name: "haul", targets: ["haul"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // The asynchronous Operation done right. Foundation only: no networking.
         .target(name: "HaulOperations"),
         .testTarget(name: "HaulOperationsTests", dependencies: ["HaulOperations"]),
+
+        // The download engine: one download done right, the HTTPTransport protocol, URLSessionTransport.
+        .target(
+            name: "Haul",
+            dependencies: [
+                "HaulOperations",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The Linux default transport. Kept apart so that AsyncHTTPClient/NIO stay out of `Haul`.
+        .target(
+            name: "HaulAsyncHTTPClient",
+            dependencies: [
+                "Haul",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
 
         .executableTarget(
             name: "haul",

@@ -1,0 +1,95 @@
+public import Foundation
+
+/// Why a download failed.
+///
+/// A struct wrapping a private code, so cases can be added without breaking the API; match on ``code``
+/// (`error.code == .httpStatus`). Every error carries the URL and says what happened and what to do.
+public struct DownloadError: Error, Sendable, CustomStringConvertible, LocalizedError {
+    /// What kind of failure this is.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Value: String, Hashable, Sendable {
+            case httpStatus, tooManyRedirects, redirectLoop, redirectRefused, checksumMismatch, sizeLimitExceeded
+            case sizeMismatch, destinationExists, unsafeName, unsafePath, stalled, truncated, cancelled
+            case transport, fileSystem, invalidRequest
+        }
+        private let value: Value
+        private init(_ value: Value) { self.value = value }
+
+        /// The server answered with a status that is not a success (see ``DownloadError/status``).
+        public static let httpStatus = Code(.httpStatus)
+        /// More redirects than the limit (10 by default).
+        public static let tooManyRedirects = Code(.tooManyRedirects)
+        /// A redirect led back to a URL already visited.
+        public static let redirectLoop = Code(.redirectLoop)
+        /// A redirect to a scheme other than http/https, or without a usable `Location`.
+        public static let redirectRefused = Code(.redirectRefused)
+        /// The file's digest differs from the expected one.
+        public static let checksumMismatch = Code(.checksumMismatch)
+        /// The body is larger than the request's `maxSize`.
+        public static let sizeLimitExceeded = Code(.sizeLimitExceeded)
+        /// The file's size differs from the request's `expectedSize`.
+        public static let sizeMismatch = Code(.sizeMismatch)
+        /// The destination exists and the conflict policy is `fail`.
+        public static let destinationExists = Code(.destinationExists)
+        /// No safe file name could be made from the URL or `Content-Disposition`.
+        public static let unsafeName = Code(.unsafeName)
+        /// A symbolic link or other non-regular file sits where Haul would write; it is not followed.
+        public static let unsafePath = Code(.unsafePath)
+        /// No byte arrived for the stall timeout.
+        public static let stalled = Code(.stalled)
+        /// The connection closed before the announced `Content-Length` arrived.
+        public static let truncated = Code(.truncated)
+        /// The download was cancelled.
+        public static let cancelled = Code(.cancelled)
+        /// The transport failed (connection refused or reset, DNS, TLS…); see ``DownloadError/underlying``.
+        public static let transport = Code(.transport)
+        /// Reading or writing a file failed (full disk, permissions…); see ``DownloadError/underlying``.
+        public static let fileSystem = Code(.fileSystem)
+        /// The request itself is invalid (unsupported scheme, bad digest…).
+        public static let invalidRequest = Code(.invalidRequest)
+
+        /// The code's name.
+        public var description: String { value.rawValue }
+    }
+
+    /// What kind of failure this is.
+    public let code: Code
+    /// The URL the failure is about (the redirect target, where one was involved), if any.
+    public var url: URL?
+    /// The HTTP status, for ``Code/httpStatus``.
+    public var status: Int?
+    /// The file path involved, for file-system and destination errors.
+    public var path: String?
+    /// Body bytes received in the last attempt.
+    public var bytesReceived: Int64?
+    /// The error underneath, for ``Code/transport`` and ``Code/fileSystem``.
+    public var underlying: (any Error)?
+    /// What happened, in words.
+    public let message: String
+
+    /// Creates an error; `message` should say what happened and, where it helps, what to do.
+    public init(
+        _ code: Code, message: String, url: URL? = nil, status: Int? = nil, path: String? = nil,
+        bytesReceived: Int64? = nil, underlying: (any Error)? = nil
+    ) {
+        self.code = code
+        self.message = message
+        self.url = url
+        self.status = status
+        self.path = path
+        self.bytesReceived = bytesReceived
+        self.underlying = underlying
+    }
+
+    /// `true` for a cancellation.
+    public var isCancellation: Bool { code == .cancelled }
+
+    /// The message, prefixed with the URL.
+    public var description: String {
+        guard let url else { return message }
+        return "\(url.absoluteString): \(message)"
+    }
+
+    /// Same as ``description``.
+    public var errorDescription: String? { description }
+}

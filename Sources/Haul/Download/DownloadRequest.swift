@@ -1,0 +1,173 @@
+public import Foundation
+public import HTTPTypes
+
+/// One file to fetch: where from, where to, and what it must look like to be accepted.
+///
+/// ```swift
+/// var request = DownloadRequest(url: url, destination: .directory(downloads))
+/// request.expectedDigest = try Digest(algorithm: .sha256, hex: "9f86d0...")
+/// request.maxSize = 100 << 20
+/// let result = try await downloader.download(request)
+/// ```
+public struct DownloadRequest: Sendable {
+    /// The URL to fetch (`http` or `https`).
+    public var url: URL
+    /// Where the file goes.
+    public var destination: Destination
+    /// Extra request header fields. `Authorization`, `Cookie` and `Proxy-Authorization` are dropped when a
+    /// redirect leads to another origin.
+    public var headerFields: HTTPFields
+    /// The digest the file must have; checked before the file is published.
+    public var expectedDigest: Digest?
+    /// The exact size the file must have.
+    public var expectedSize: Int64?
+    /// The largest body accepted; checked against `Content-Length` before anything is written and against the
+    /// running count while writing.
+    public var maxSize: Int64?
+    /// What to do when the destination file already exists.
+    public var conflictPolicy: ConflictPolicy
+    /// Scheduling priority among queued downloads (higher first; used by `DownloadQueue`).
+    public var priority: Int
+
+    /// Creates a request with no checks beyond the HTTP status, failing if the destination exists.
+    public init(
+        url: URL,
+        destination: Destination,
+        headerFields: HTTPFields = [:],
+        expectedDigest: Digest? = nil,
+        expectedSize: Int64? = nil,
+        maxSize: Int64? = nil,
+        conflictPolicy: ConflictPolicy = .fail,
+        priority: Int = 0
+    ) {
+        self.url = url
+        self.destination = destination
+        self.headerFields = headerFields
+        self.expectedDigest = expectedDigest
+        self.expectedSize = expectedSize
+        self.maxSize = maxSize
+        self.conflictPolicy = conflictPolicy
+        self.priority = priority
+    }
+}
+
+/// Where a download is written.
+public enum Destination: Sendable, Hashable {
+    /// Exactly this file path.
+    case file(URL)
+    /// A file in this directory, named from the URL's last path component (percent-decoded, made safe;
+    /// `index.html` when the path ends in `/`), or from the server's `Content-Disposition` when
+    /// `useContentDisposition` is set and the header carries a usable name. A name can never leave the
+    /// directory: separators, `..`, NUL, control characters and leading dots are removed.
+    case directory(URL, useContentDisposition: Bool = false)
+}
+
+/// What to do when a file already exists at the destination.
+public enum ConflictPolicy: String, Sendable, Hashable, CaseIterable {
+    /// Fail with ``DownloadError/Code/destinationExists``, leaving the existing file untouched (the default).
+    case fail
+    /// Do not download; report the existing file as the result.
+    case skip
+    /// Replace the existing file atomically once the new one is complete and verified.
+    case overwrite
+    /// Keep the existing file and publish the new one as `name (1).ext`, `name (2).ext`, … (the first free
+    /// name; the suffix goes before the last extension, as browsers do).
+    case rename
+}
+
+/// An expected digest of a file's bytes.
+public struct Digest: Sendable, Hashable, CustomStringConvertible {
+    /// A digest algorithm.
+    public enum Algorithm: String, Sendable, Hashable, CaseIterable {
+        /// SHA-256 (32 bytes).
+        case sha256 = "sha-256"
+        /// SHA-384 (48 bytes).
+        case sha384 = "sha-384"
+        /// SHA-512 (64 bytes).
+        case sha512 = "sha-512"
+
+        var byteCount: Int {
+            switch self {
+            case .sha256: 32
+            case .sha384: 48
+            case .sha512: 64
+            }
+        }
+    }
+
+    /// The algorithm.
+    public let algorithm: Algorithm
+    /// The digest bytes.
+    public let bytes: [UInt8]
+
+    /// Creates a digest from its hexadecimal form.
+    /// - Throws: ``DownloadError`` with code ``DownloadError/Code/invalidRequest`` if `hex` is not a valid
+    ///   digest of that algorithm.
+    public init(algorithm: Algorithm, hex: String) throws(DownloadError) {
+        guard let bytes = [UInt8](hex: hex), bytes.count == algorithm.byteCount else {
+            throw DownloadError(
+                .invalidRequest,
+                message: "'\(hex)' is not a \(algorithm.rawValue) digest: expected \(algorithm.byteCount * 2) hex digits")
+        }
+        self.algorithm = algorithm
+        self.bytes = bytes
+    }
+
+    /// Parses `ALGO=HEX` (e.g. `sha-256=9f86d0…`; `sha256` is accepted too).
+    public init(parsing text: String) throws(DownloadError) {
+        let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
+        let name = parts.first?.lowercased().replacingOccurrences(of: "-", with: "") ?? ""
+        guard parts.count == 2, let algorithm = Algorithm.allCases.first(where: {
+            $0.rawValue.replacingOccurrences(of: "-", with: "") == name
+        }) else {
+            throw DownloadError(
+                .invalidRequest,
+                message: "'\(text)' is not ALGO=HEX with ALGO one of sha-256, sha-384, sha-512")
+        }
+        try self.init(algorithm: algorithm, hex: parts[1])
+    }
+
+    /// The digest in hexadecimal.
+    public var hex: String { bytes.hexString }
+
+    /// `ALGO=HEX`.
+    public var description: String { "\(algorithm.rawValue)=\(hex)" }
+}
+
+extension [UInt8] {
+    init?(hex: String) {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        var index = 0
+        while index < digits.count {
+            guard let high = digits[index].hexValue, let low = digits[index + 1].hexValue else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        self = bytes
+    }
+
+    var hexString: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(count * 2)
+        for byte in self {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+extension UInt8 {
+    fileprivate var hexValue: UInt8? {
+        switch self {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): self - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): self - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): self - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,253 @@
+import Foundation
+import HTTPTypes
+import HTTPTypesFoundation
+import Logging
+
+extension DownloadRun {
+    /// One attempt, watched: if neither a response head nor a body byte arrives for the stall timeout, the
+    /// transfer is cancelled and the attempt fails as `stalled` (transient).
+    func attemptWithWatchdog() async throws(AttemptFailure) {
+        lastActivity.touch()
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await self.attempt() }
+                group.addTask { try await self.watchStalls() }
+                try await group.next()
+                group.cancelAll()
+            }
+        } catch let failure as AttemptFailure {
+            throw failure
+        } catch {
+            if Task.isCancelled { throw .permanent(cancelledError()) }
+            throw transportFailure(error, url: finalURL)
+        }
+    }
+
+    private func watchStalls() async throws {
+        let timeout = configuration.stallTimeout
+        let tick = min(timeout / 4, .seconds(1))
+        while true {
+            try await Task.sleep(for: tick)
+            if lastActivity.idle >= timeout {
+                throw AttemptFailure.transient(DownloadError(
+                    .stalled, message: "no data for \(timeout) (stall timeout); the server or network stopped",
+                    url: finalURL, bytesReceived: partial?.size))
+            }
+        }
+    }
+
+    /// Requests the file (following redirects) and streams the body into the partial file.
+    private func attempt() async throws {
+        var url = request.url
+        var fields = request.headerFields
+        var visited: Set<String> = [url.absoluteString]
+        var redirects = 0
+        var mayResume = true
+        while true {
+            let resumeFrom = mayResume && validator != nil ? partial?.size ?? 0 : 0
+            let head = makeRequest(url: url, fields: fields, resumeFrom: resumeFrom)
+            logger.debug("request", metadata: ["url": "\(url.absoluteString)", "range-from": "\(resumeFrom)"])
+            let response: TransportResponse
+            do {
+                response = try await transport.send(head, connectTimeout: configuration.connectTimeout)
+            } catch {
+                if Task.isCancelled { throw CancellationError() }
+                throw transportFailure(error, url: url)
+            }
+            lastActivity.touch()
+            let status = response.head.status.code
+            logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.absoluteString)"])
+
+            if HTTPRules.redirectStatuses.contains(status) {
+                let target = try followRedirect(response.head, from: url, visited: &visited, count: &redirects)
+                if HTTPRules.origin(of: target) != HTTPRules.origin(of: url) {
+                    for name in HTTPRules.credentialFields { fields[name] = nil }
+                }
+                logger.info("redirect", metadata: ["from": "\(url.absoluteString)", "to": "\(target.absoluteString)"])
+                emit(.redirected(from: url, to: target, status: status))
+                url = target
+                continue
+            }
+            finalURL = url
+
+            if status == 416 && resumeFrom > 0 {
+                let complete = HTTPRules.unsatisfiedRangeLength(response.head.headerFields[.contentRange])
+                if complete == resumeFrom {
+                    totalBytes = complete  // every byte is already here
+                    return
+                }
+                try restartFromZero()
+                mayResume = false
+                continue
+            }
+            guard (200..<300).contains(status) else { throw statusFailure(response.head, url: url) }
+
+            if status == 206 {
+                guard resumeFrom > 0,
+                    let range = HTTPRules.contentRange(response.head.headerFields[.contentRange]),
+                    range.first == resumeFrom
+                else {
+                    if resumeFrom == 0 {
+                        throw AttemptFailure.permanent(DownloadError(
+                            .httpStatus, message: "server sent 206 Partial Content to a request without Range",
+                            url: url, status: status))
+                    }
+                    // A range that does not continue our bytes: start over without Range.
+                    try restartFromZero()
+                    mayResume = false
+                    continue
+                }
+                totalBytes = range.complete
+            } else {
+                // A 200 to a Range request means the whole file again: never append it.
+                if (partial?.size ?? 0) > 0 { try restartFromZero() }
+                totalBytes = Self.contentLength(response.head)
+            }
+            validator = HTTPRules.validator(of: response.head)
+            if let max = request.maxSize, let total = totalBytes, total > max {
+                throw AttemptFailure.permanent(DownloadError(
+                    .sizeLimitExceeded, message: "the file is \(total) bytes, over the limit of \(max)", url: url))
+            }
+            if destinationPath == nil {
+                try chooseDestinationName(from: response.head)
+                if skippedResult != nil { return }
+            }
+            try ensurePartial()
+            try await receive(response.body, length: Self.contentLength(response.head), url: url)
+            return
+        }
+    }
+
+    private func receive(_ body: ResponseBody, length: Int64?, url: URL) async throws {
+        guard let partial else { return }
+        var received: Int64 = 0
+        do {
+            for try await chunk in body {
+                lastActivity.touch()
+                let count = Int64(chunk.count)
+                if let max = request.maxSize, partial.size + count > max {
+                    throw AttemptFailure.permanent(DownloadError(
+                        .sizeLimitExceeded, message: "the body grew over the limit of \(max) bytes", url: url,
+                        bytesReceived: partial.size + count))
+                }
+                try partial.write(chunk, url: url)
+                chunk.withUnsafeBytes { digest.update($0) }
+                received += count
+                bytesTransferred += count
+                if meter.record(chunk.count, now: .now) { emitProgress() }
+            }
+        } catch let failure as AttemptFailure {
+            throw failure
+        } catch let error as DownloadError {
+            throw AttemptFailure.permanent(error)
+        } catch {
+            if Task.isCancelled { throw CancellationError() }
+            throw AttemptFailure.transient(DownloadError(
+                .truncated, message: "connection lost after \(received) body bytes: \(error)", url: url,
+                bytesReceived: received, underlying: error))
+        }
+        emitProgress()
+        if let length, received < length {
+            throw AttemptFailure.transient(DownloadError(
+                .truncated, message: "connection closed after \(received) of \(length) bytes", url: url,
+                bytesReceived: received))
+        }
+    }
+
+    private func emitProgress() {
+        emit(.progress(DownloadProgress(
+            bytesWritten: partial?.size ?? 0, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond)))
+    }
+
+    private func makeRequest(url: URL, fields: HTTPFields, resumeFrom: Int64) -> HTTPRequest {
+        var fields = fields
+        // Bodies are stored as sent, so Range offsets are offsets into the file (DESIGN.md invariant 7).
+        fields[.acceptEncoding] = "identity"
+        if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
+        fields[.range] = nil
+        fields[.ifRange] = nil
+        if resumeFrom > 0, let validator {
+            fields[.range] = "bytes=\(resumeFrom)-"
+            fields[.ifRange] = validator
+        }
+        var head = HTTPRequest(method: .get, url: url)
+        head.headerFields = fields
+        return head
+    }
+
+    private func followRedirect(
+        _ head: HTTPResponse, from url: URL, visited: inout Set<String>, count: inout Int
+    ) throws -> URL {
+        let target: URL
+        switch HTTPRules.redirectTarget(location: head.headerFields[.location], from: url) {
+        case .success(let resolved): target = resolved
+        case .failure(let error): throw AttemptFailure.permanent(error)
+        }
+        guard count < configuration.maxRedirects else {
+            throw AttemptFailure.permanent(DownloadError(
+                .tooManyRedirects, message: "more than \(configuration.maxRedirects) redirects", url: target))
+        }
+        guard visited.insert(target.absoluteString).inserted else {
+            throw AttemptFailure.permanent(DownloadError(
+                .redirectLoop, message: "redirect loop: '\(target.absoluteString)' was already visited", url: url))
+        }
+        count += 1
+        return target
+    }
+
+    private func statusFailure(_ head: HTTPResponse, url: URL) -> AttemptFailure {
+        let status = head.status.code
+        let error = DownloadError(
+            .httpStatus, message: "server answered \(status) \(head.status.reasonPhrase)", url: url, status: status)
+        guard configuration.retryPolicy.retryableStatuses.contains(status) else { return .permanent(error) }
+        return .transient(error, retryAfter: HTTPRules.retryAfter(head.headerFields[.retryAfter]))
+    }
+
+    func transportFailure(_ error: any Error, url: URL) -> AttemptFailure {
+        if let failure = error as? AttemptFailure { return failure }
+        return .transient(DownloadError(
+            .transport, message: "request failed: \(error)", url: url, bytesReceived: partial?.size,
+            underlying: error))
+    }
+
+    private func restartFromZero() throws {
+        do {
+            try partial?.truncate(url: finalURL)
+        } catch {
+            throw AttemptFailure.permanent(error)
+        }
+        digest = RunningDigest(also: request.expectedDigest?.algorithm)
+        validator = nil
+    }
+
+    private func chooseDestinationName(from head: HTTPResponse) throws {
+        guard case .directory(let directory, _) = request.destination else { return }
+        let suggested = head.headerFields[.contentDisposition].flatMap(FileNaming.name(fromContentDisposition:))
+        guard let name = suggested ?? FileNaming.name(for: request.url) else {
+            throw AttemptFailure.permanent(DownloadError(
+                .unsafeName, message: "no safe file name in the URL or Content-Disposition; give one explicitly",
+                url: request.url))
+        }
+        let path = (directory.path as NSString).appendingPathComponent(name)
+        do {
+            skippedResult = try checkDestination(path)
+        } catch {
+            throw AttemptFailure.permanent(error)
+        }
+        destinationPath = path
+    }
+
+    private func ensurePartial() throws {
+        guard partial == nil, let destinationPath else { return }
+        do {
+            partial = try PartialFile(
+                creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
+        } catch {
+            throw AttemptFailure.permanent(error)
+        }
+    }
+
+    static func contentLength(_ head: HTTPResponse) -> Int64? {
+        head.headerFields[.contentLength].flatMap { Int64($0) }
+    }
+}

@@ -1,0 +1,224 @@
+import Foundation
+import HTTPTypes
+import HaulOperations
+import Logging
+
+/// One download from request to published file: the attempt loop with retries and backoff, destination
+/// rules, verification and publishing. One instance per call to ``Downloader/download(_:onEvent:)``.
+final class DownloadRun: @unchecked Sendable {
+    // unchecked Sendable: the mutable state is used by one task at a time — the run's own task, or the
+    // transfer child of the current attempt while the run's task awaits that child.
+
+    let request: DownloadRequest
+    let configuration: Downloader.Configuration
+    let transport: any HTTPTransport
+    let emit: @Sendable (DownloadEvent) -> Void
+    var logger: Logger
+
+    /// The destination path once known (for `.directory(useContentDisposition: true)`, after the first head).
+    var destinationPath: String?
+    var partial: PartialFile?
+    var digest: RunningDigest
+    /// Validator of the bytes in `partial` (strong ETag or Last-Modified), needed to resume them.
+    var validator: String?
+    /// The full size of the file, once a response said it.
+    var totalBytes: Int64?
+    var bytesTransferred: Int64 = 0
+    var finalURL: URL
+    var attempts = 0
+    /// Set when the destination named by `Content-Disposition` exists and the policy is `skip`.
+    var skippedResult: DownloadResult?
+    var meter: ProgressMeter
+    let lastActivity = ActivityClock()
+
+    init(request: DownloadRequest, downloader: Downloader, emit: @escaping @Sendable (DownloadEvent) -> Void) {
+        self.request = request
+        configuration = downloader.configuration
+        transport = downloader.transport
+        self.emit = emit
+        logger = downloader.configuration.logger
+        logger[metadataKey: "url"] = "\(request.url.absoluteString)"
+        digest = RunningDigest(also: request.expectedDigest?.algorithm)
+        finalURL = request.url
+        meter = ProgressMeter(interval: downloader.configuration.progressInterval)
+    }
+
+    func execute() async throws(DownloadError) -> DownloadResult {
+        try validateRequest()
+        if case .file(let file) = request.destination {
+            destinationPath = file.path
+        } else if case .directory(let directory, false) = request.destination {
+            guard let name = FileNaming.name(for: request.url) else {
+                throw DownloadError(.unsafeName, message: "no safe file name in the URL; give one explicitly",
+                                    url: request.url)
+            }
+            destinationPath = (directory.path as NSString).appendingPathComponent(name)
+        }
+        if let destinationPath, let skipped = try checkDestination(destinationPath) { return skipped }
+
+        while true {
+            attempts += 1
+            emit(.started(attempt: attempts, resumingAt: partial?.size ?? 0))
+            do {
+                try await attemptWithWatchdog()
+                break
+            } catch {
+                try await prepareRetry(after: error)
+            }
+        }
+        if let skippedResult { return skippedResult }
+        return try await verifyAndPublish()
+    }
+
+    /// Decides whether `error` is worth another attempt; waits the backoff if so, rethrows if not.
+    private func prepareRetry(after failure: AttemptFailure) async throws(DownloadError) {
+        if Task.isCancelled { throw cancelledError() }
+        guard failure.isTransient, attempts <= configuration.retryPolicy.maxRetries else { throw failure.error }
+        let delay = configuration.retryPolicy.delay(
+            beforeRetry: attempts, retryAfter: failure.retryAfter, random: configuration.random)
+        logger.info("retrying", metadata: [
+            "attempt": "\(attempts + 1)", "delay": "\(delay)", "reason": "\(failure.error.message)",
+        ])
+        emit(.retrying(attempt: attempts + 1, after: delay, error: failure.error))
+        do {
+            try await configuration.backoffClock.sleep(for: delay)
+        } catch {
+            throw cancelledError()
+        }
+        if Task.isCancelled { throw cancelledError() }
+    }
+
+    private func validateRequest() throws(DownloadError) {
+        guard let scheme = request.url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+            request.url.host(percentEncoded: false)?.isEmpty == false
+        else {
+            throw DownloadError(
+                .invalidRequest, message: "unsupported URL: only http:// and https:// URLs with a host can be downloaded",
+                url: request.url)
+        }
+    }
+
+    /// Applies the conflict policy before any byte is fetched. Returns a result when the policy is `skip` and
+    /// the file exists.
+    func checkDestination(_ path: String) throws(DownloadError) -> DownloadResult? {
+        switch PathKind(at: path) {
+        case .missing:
+            return nil
+        case .other:
+            throw DownloadError(
+                .unsafePath, message: "refusing to write through a symbolic link or special file at '\(path)'",
+                url: request.url, path: path)
+        case .regularFile(let size):
+            switch request.conflictPolicy {
+            case .fail:
+                throw DownloadError(
+                    .destinationExists,
+                    message: "'\(path)' already exists; left untouched (choose skip, overwrite or rename)",
+                    url: request.url, path: path)
+            case .skip:
+                let sha: [UInt8]
+                do {
+                    sha = try RunningDigest.sha256(ofFileAt: path)
+                } catch {
+                    throw DownloadError(.fileSystem, message: "cannot read '\(path)': \(error)", url: request.url,
+                                        path: path, underlying: error)
+                }
+                return DownloadResult(
+                    fileURL: URL(fileURLWithPath: path), size: size, sha256: sha.hexString, finalURL: request.url,
+                    attempts: 0, bytesTransferred: 0, skipped: true)
+            case .overwrite, .rename:
+                return nil
+            }
+        }
+    }
+
+    private func verifyAndPublish() async throws(DownloadError) -> DownloadResult {
+        guard let partial, let destinationPath else {
+            throw DownloadError(.fileSystem, message: "internal error: no file was written", url: request.url)
+        }
+        let size = partial.size
+        if let expected = request.expectedSize, expected != size {
+            throw DownloadError(
+                .sizeMismatch, message: "got \(size) bytes, expected \(expected)", url: finalURL, bytesReceived: size)
+        }
+        let (sha256, requested) = digest.finalize(for: request.expectedDigest?.algorithm)
+        if let expected = request.expectedDigest, requested != expected.bytes {
+            throw DownloadError(
+                .checksumMismatch,
+                message: "\(expected.algorithm.rawValue) is \((requested ?? []).hexString), expected \(expected.hex)",
+                url: finalURL, bytesReceived: size)
+        }
+        await configuration.hooks.beforePublish?()
+        if Task.isCancelled { throw cancelledError() }
+        let published = try publish(partial, to: destinationPath)
+        logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
+        return DownloadResult(
+            fileURL: URL(fileURLWithPath: published), size: size, sha256: sha256.hexString, finalURL: finalURL,
+            attempts: attempts, bytesTransferred: bytesTransferred)
+    }
+
+    private func publish(_ partial: PartialFile, to path: String) throws(DownloadError) -> String {
+        let durable = configuration.durability == .powerLoss
+        switch request.conflictPolicy {
+        case .overwrite:
+            if case .other = PathKind(at: path) {
+                throw DownloadError(
+                    .unsafePath, message: "refusing to replace a symbolic link or special file at '\(path)'",
+                    url: request.url, path: path)
+            }
+            try partial.publish(to: path, replace: true, durable: durable, url: finalURL)
+            return path
+        case .rename:
+            let directory = (path as NSString).deletingLastPathComponent
+            let name = (path as NSString).lastPathComponent
+            for number in 0..<10_000 {
+                let candidate =
+                    number == 0 ? path : (directory as NSString).appendingPathComponent(FileNaming.numbered(name, number))
+                do {
+                    try partial.publish(to: candidate, replace: false, durable: durable, url: finalURL)
+                    return candidate
+                } catch where error.code == .destinationExists {
+                    continue
+                }
+            }
+            throw DownloadError(.destinationExists, message: "no free name like '\(name) (n)'", url: request.url,
+                                path: path)
+        case .fail, .skip:
+            try partial.publish(to: path, replace: false, durable: durable, url: finalURL)
+            return path
+        }
+    }
+
+    /// Removes what this run wrote, unless a cancelled run should keep its partial for a later resume.
+    func cleanUp(cancelled: Bool) {
+        if cancelled && configuration.keepsPartialOnCancel { return }
+        partial?.remove()
+        partial = nil
+    }
+
+    func cancelledError() -> DownloadError {
+        DownloadError(.cancelled, message: "cancelled", url: request.url, bytesReceived: partial?.size)
+    }
+}
+
+/// Why an attempt ended early, and whether another attempt may help.
+struct AttemptFailure: Error {
+    var error: DownloadError
+    var isTransient: Bool
+    var retryAfter: Duration?
+
+    static func permanent(_ error: DownloadError) -> AttemptFailure {
+        AttemptFailure(error: error, isTransient: false)
+    }
+
+    static func transient(_ error: DownloadError, retryAfter: Duration? = nil) -> AttemptFailure {
+        AttemptFailure(error: error, isTransient: true, retryAfter: retryAfter)
+    }
+}
+
+/// When the transfer last made progress; read by the stall watchdog.
+final class ActivityClock: Sendable {
+    private let last = Locked(ContinuousClock.now)
+    func touch(_ now: ContinuousClock.Instant = .now) { last.withLock { $0 = now } }
+    var idle: Duration { ContinuousClock.now - last.withLock { $0 } }
+}

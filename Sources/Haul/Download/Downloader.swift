@@ -1,0 +1,100 @@
+import Foundation
+public import Logging
+
+/// Fetches one URL to one file, correctly under faults: streaming to a hidden partial file, resuming with
+/// `Range`/`If-Range` after transient failures, following redirects by its own rules, verifying size and
+/// digest, and publishing by atomic rename. Nothing unverified ever sits at the destination.
+///
+/// ```swift
+/// let downloader = Downloader(transport: AsyncHTTPClientTransport.shared)
+/// let result = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir)))
+/// print(result.fileURL.path, result.size, result.sha256)
+/// ```
+///
+/// Cancelling the calling task cancels the transfer (or the backoff wait) and removes the partial file.
+/// All thrown errors are ``DownloadError``.
+public final class Downloader: Sendable {
+    /// Engine settings; the defaults are DESIGN.md's defaults table.
+    public struct Configuration: Sendable {
+        /// When and how often transient failures are retried.
+        public var retryPolicy: RetryPolicy = .default
+        /// The most redirects followed for one attempt.
+        public var maxRedirects = 10
+        /// How long establishing a connection may take.
+        public var connectTimeout: Duration = .seconds(10)
+        /// No byte (and no response head) for this long is a transient failure.
+        public var stallTimeout: Duration = .seconds(30)
+        /// Whether a published file is also synced to disk (`fsync` of file and directory).
+        public var durability: Durability = .processCrash
+        /// The shortest time between two progress events of one download.
+        public var progressInterval: Duration = .milliseconds(100)
+        /// Keep the partial file when the download is cancelled, so a later run can resume it (the CLI does).
+        public var keepsPartialOnCancel = false
+        /// The clock backoff waits on; inject one in tests.
+        public var backoffClock: any BackoffClock = ContinuousBackoffClock()
+        /// Where retry jitter comes from: a number in 0...1.
+        public var random: @Sendable () -> Double = { Double.random(in: 0...1) }
+        /// Logs requests, responses, retries and redirects (silent by default).
+        public var logger = Logger(label: "haul", factory: { _ in SwiftLogNoOpLogHandler() })
+        /// The `User-Agent` sent unless the request sets one.
+        public var userAgent = "Haul/0.1"
+        /// Hooks for tests to act at exact moments.
+        package var hooks = Hooks()
+
+        /// The default configuration.
+        public init() {}
+    }
+
+    /// How hard Haul works to keep a published file through a crash.
+    public enum Durability: Sendable, Hashable {
+        /// Survives any process kill (the page cache outlives the process): rename without `fsync`, like curl
+        /// and aria2. The default.
+        case processCrash
+        /// Survives power loss: `fsync` of the file before the rename and of the directory after it.
+        case powerLoss
+    }
+
+    /// Test hooks (package-internal).
+    package struct Hooks: Sendable {
+        /// Runs after the file is verified, just before it is published.
+        package var beforePublish: (@Sendable () async -> Void)?
+        package init() {}
+    }
+
+    /// How the bytes move.
+    public let transport: any HTTPTransport
+    /// The settings.
+    public let configuration: Configuration
+
+    /// Creates a downloader on `transport` (on Linux use `AsyncHTTPClientTransport` from
+    /// `HaulAsyncHTTPClient`; see README for why).
+    public init(transport: any HTTPTransport, configuration: Configuration = Configuration()) {
+        self.transport = transport
+        self.configuration = configuration
+    }
+
+    /// Downloads `request` and returns once the file is published (or was skipped by the conflict policy).
+    ///
+    /// - Parameter onEvent: called for every ``DownloadEvent``, in order, on the downloading task.
+    /// - Throws: ``DownloadError``; nothing of this download is left at the destination.
+    public func download(
+        _ request: DownloadRequest,
+        onEvent: (@Sendable (DownloadEvent) -> Void)? = nil
+    ) async throws(DownloadError) -> DownloadResult {
+        let run = DownloadRun(request: request, downloader: self, emit: onEvent ?? { _ in })
+        do {
+            let result = try await run.execute()
+            onEvent?(.finished(result))
+            return result
+        } catch {
+            run.cleanUp(cancelled: error.isCancellation)
+            onEvent?(.failed(error))
+            throw error
+        }
+    }
+
+    /// Starts downloading `request` in a new task and returns a handle with its events and result.
+    public func start(_ request: DownloadRequest) -> DownloadTask {
+        DownloadTask(request: request, downloader: self)
+    }
+}

@@ -1,0 +1,133 @@
+import Foundation
+
+/// Turns names that come from outside (a URL path, a `Content-Disposition` header) into a file name that
+/// cannot leave its directory: invariant 6 of DESIGN.md.
+enum FileNaming {
+    /// The longest name most file systems accept, in bytes.
+    static let maxNameBytes = 255
+
+    /// The name for a download of `url`: its last path component, percent-decoded and made safe;
+    /// `index.html` when the path is empty or ends in `/`, like wget.
+    static func name(for url: URL) -> String? {
+        let path = url.path(percentEncoded: true)
+        if path.isEmpty || path.hasSuffix("/") { return "index.html" }
+        let last = path.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? ""
+        let decoded = last.removingPercentEncoding ?? last
+        return sanitize(decoded)
+    }
+
+    /// The file name a `Content-Disposition` header suggests (RFC 6266: `filename*` wins over `filename`),
+    /// made safe; `nil` when there is none or nothing safe is left of it.
+    static func name(fromContentDisposition header: String) -> String? {
+        var plain: String?
+        var extended: String?
+        for parameter in parameters(of: header) {
+            switch parameter.name {
+            case "filename*": extended = decodeExtendedValue(parameter.value)
+            case "filename": plain = parameter.value
+            default: break
+            }
+        }
+        return (extended ?? plain).flatMap(sanitize)
+    }
+
+    /// Keeps only the last path segment, drops NUL, control characters and leading dots, trims spaces, and
+    /// cuts to 255 bytes keeping the extension. `nil` if nothing usable remains (`..`, empty, only dots).
+    static func sanitize(_ raw: String) -> String? {
+        // Both separators count: a Windows-style "..\\..\\x" must not survive on any platform.
+        let lastSegment = raw.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
+        var scalars = String.UnicodeScalarView()
+        for scalar in lastSegment.unicodeScalars where scalar.value >= 0x20 && scalar.value != 0x7f {
+            scalars.append(scalar)
+        }
+        var name = String(scalars).trimmingCharacters(in: .whitespaces)
+        while name.hasPrefix(".") { name.removeFirst() }
+        name = name.trimmingCharacters(in: .whitespaces)
+        guard !name.isEmpty else { return nil }
+        return truncated(name)
+    }
+
+    /// `name (n).ext` for the rename conflict policy.
+    static func numbered(_ name: String, _ number: Int) -> String {
+        let (stem, ext) = split(name)
+        return truncated("\(stem) (\(number))\(ext)")
+    }
+
+    private static func split(_ name: String) -> (stem: String, ext: String) {
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (name, "") }
+        return (String(name[..<dot]), String(name[dot...]))
+    }
+
+    private static func truncated(_ name: String) -> String {
+        guard name.utf8.count > maxNameBytes else { return name }
+        let (stem, ext) = split(name)
+        let keptExt = ext.utf8.count < 32 ? ext : ""
+        var cut = stem
+        while cut.utf8.count + keptExt.utf8.count > maxNameBytes { cut.removeLast() }
+        return cut + keptExt
+    }
+
+    /// Splits `type; a=b; c="d;e"` into its parameters (names lowercased, quotes and escapes removed).
+    private static func parameters(of header: String) -> [(name: String, value: String)] {
+        var result: [(String, String)] = []
+        var chars = Substring(header)
+        // Skip the disposition type.
+        guard let firstSemicolon = chars.firstIndex(of: ";") else { return [] }
+        chars = chars[chars.index(after: firstSemicolon)...]
+        while !chars.isEmpty {
+            chars = chars.drop(while: { $0 == " " || $0 == "\t" || $0 == ";" })
+            guard let equals = chars.firstIndex(of: "=") else { break }
+            let name = chars[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
+            chars = chars[chars.index(after: equals)...].drop(while: { $0 == " " })
+            var value = ""
+            if chars.first == "\"" {
+                chars = chars.dropFirst()
+                var escaped = false
+                while let character = chars.first {
+                    chars = chars.dropFirst()
+                    if escaped {
+                        value.append(character)
+                        escaped = false
+                    } else if character == "\\" {
+                        escaped = true
+                    } else if character == "\"" {
+                        break
+                    } else {
+                        value.append(character)
+                    }
+                }
+                chars = chars.drop(while: { $0 != ";" })
+            } else {
+                let end = chars.firstIndex(of: ";") ?? chars.endIndex
+                value = chars[..<end].trimmingCharacters(in: .whitespaces)
+                chars = chars[end...]
+            }
+            result.append((name, value))
+        }
+        return result
+    }
+
+    /// RFC 5987 `charset'lang'pct-encoded`; only UTF-8 and ISO-8859-1 are meaningful here.
+    private static func decodeExtendedValue(_ value: String) -> String? {
+        let parts = value.split(separator: "'", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        let charset = parts[0].lowercased()
+        let encoded = String(parts[2])
+        if charset == "utf-8" { return encoded.removingPercentEncoding }
+        if charset == "iso-8859-1" {
+            var bytes: [UInt8] = []
+            var iterator = Array(encoded.utf8).makeIterator()
+            while let byte = iterator.next() {
+                if byte == UInt8(ascii: "%"), let high = iterator.next(), let low = iterator.next(),
+                    let decoded = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+                {
+                    bytes.append(decoded)
+                } else {
+                    bytes.append(byte)
+                }
+            }
+            return String(bytes.map { Character(Unicode.Scalar($0)) })
+        }
+        return nil
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The hidden file a download is written to before it is published at its destination (DESIGN.md,
+/// invariants 1 and 9): same directory as the destination, so publishing is an atomic rename; created, never
+/// followed (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600 until published).
+final class PartialFile {
+    let path: String
+    private var descriptor: Int32
+    private(set) var size: Int64 = 0
+
+    /// The partial's name for a destination file name: `.NAME.haul-partial`.
+    static func partialPath(forDestination destination: String) -> String {
+        let url = URL(fileURLWithPath: destination)
+        let directory = url.deletingLastPathComponent().path
+        return (directory as NSString).appendingPathComponent(".\(url.lastPathComponent).haul-partial")
+    }
+
+    /// Creates a new, empty partial at `path`. A leftover regular file there (Haul's own name space) is
+    /// replaced; a symbolic link or anything else that is not a regular file is refused.
+    init(creatingAt path: String, url: URL) throws(DownloadError) {
+        self.path = path
+        var info = stat()
+        if lstat(path, &info) == 0 {
+            guard info.st_mode & S_IFMT == S_IFREG else {
+                throw DownloadError(
+                    .unsafePath, message: "refusing to write through a symbolic link or special file at '\(path)'",
+                    url: url, path: path)
+            }
+            unlink(path)
+        }
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let code = errno
+            if code == EEXIST || code == ELOOP {
+                throw DownloadError(
+                    .unsafePath, message: "something appeared at '\(path)' while Haul was creating it; refusing",
+                    url: url, path: path)
+            }
+            throw Self.fileSystemError(code, "creating", path, url)
+        }
+        descriptor = fd
+    }
+
+    deinit {
+        if descriptor >= 0 { close(descriptor) }
+    }
+
+    /// Appends `chunk`.
+    func write(_ chunk: any ByteChunk, url: URL) throws(DownloadError) {
+        let result: Int32 = chunk.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = posixWrite(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    return errno
+                }
+                offset += written
+            }
+            return 0
+        }
+        if result != 0 { throw Self.fileSystemError(result, "writing", path, url) }
+        size += Int64(chunk.count)
+    }
+
+    /// Empties the file, for an attempt that starts over.
+    func truncate(url: URL) throws(DownloadError) {
+        guard ftruncate(descriptor, 0) == 0, lseek(descriptor, 0, SEEK_SET) == 0 else {
+            throw Self.fileSystemError(errno, "truncating", path, url)
+        }
+        size = 0
+    }
+
+    /// Moves the finished file to `destination`. With `replace == false` the rename never clobbers: it fails
+    /// with `EEXIST` if a file appeared there meanwhile.
+    func publish(to destination: String, replace: Bool, durable: Bool, url: URL) throws(DownloadError) {
+        if durable, fsync(descriptor) != 0 { throw Self.fileSystemError(errno, "syncing", path, url) }
+        if fchmod(descriptor, 0o644) != 0 { throw Self.fileSystemError(errno, "setting permissions of", path, url) }
+        close(descriptor)
+        descriptor = -1
+        if replace {
+            guard rename(path, destination) == 0 else {
+                throw Self.fileSystemError(errno, "renaming to '\(destination)'", path, url)
+            }
+        } else {
+            // link() is the portable atomic "rename unless the target exists"; then drop the partial's name.
+            guard link(path, destination) == 0 else {
+                let code = errno
+                if code == EEXIST {
+                    throw DownloadError(
+                        .destinationExists, message: "'\(destination)' appeared while downloading; left untouched",
+                        url: url, path: destination)
+                }
+                throw Self.fileSystemError(code, "publishing to '\(destination)'", path, url)
+            }
+            unlink(path)
+        }
+        if durable { Self.syncDirectory(of: destination) }
+    }
+
+    /// Closes and deletes the partial (Haul created it, so Haul may remove it).
+    func remove() {
+        if descriptor >= 0 {
+            close(descriptor)
+            descriptor = -1
+        }
+        unlink(path)
+    }
+
+    private static func syncDirectory(of file: String) {
+        let directory = (file as NSString).deletingLastPathComponent
+        let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 {
+            fsync(fd)
+            close(fd)
+        }
+    }
+
+    static func fileSystemError(_ code: Int32, _ action: String, _ path: String, _ url: URL) -> DownloadError {
+        let reason = String(cString: strerror(code))
+        let advice = code == ENOSPC || code == EFBIG || code == EDQUOT ? " — free some space and run again" : ""
+        return DownloadError(
+            .fileSystem, message: "\(reason) while \(action) '\(path)'\(advice)", url: url, path: path,
+            underlying: POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO))
+    }
+}
+
+/// What sits at a path, without following a symbolic link there.
+enum PathKind {
+    case missing
+    case regularFile(size: Int64)
+    case other
+
+    init(at path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            self = .missing
+            return
+        }
+        self = info.st_mode & S_IFMT == S_IFREG ? .regularFile(size: Int64(info.st_size)) : .other
+    }
+}
+
+#if canImport(Darwin)
+private let posixWrite = Darwin.write
+#elseif canImport(Glibc)
+private let posixWrite = Glibc.write
+#else
+private let posixWrite = Musl.write
+#endif

@@ -1,0 +1,57 @@
+import Crypto
+import Foundation
+
+/// SHA-256 of everything written (for the result and the journal), plus the request's own algorithm when
+/// it asked for another one; fed while writing, so verifying never reads the file again.
+struct RunningDigest {
+    private var sha256 = SHA256()
+    private var extra: Extra?
+
+    private enum Extra {
+        case sha384(SHA384)
+        case sha512(SHA512)
+    }
+
+    init(also algorithm: Digest.Algorithm?) {
+        switch algorithm {
+        case .sha384: extra = .sha384(SHA384())
+        case .sha512: extra = .sha512(SHA512())
+        case .sha256, nil: extra = nil
+        }
+    }
+
+    mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        sha256.update(bufferPointer: bytes)
+        switch extra {
+        case .sha384(var hasher):
+            hasher.update(bufferPointer: bytes)
+            extra = .sha384(hasher)
+        case .sha512(var hasher):
+            hasher.update(bufferPointer: bytes)
+            extra = .sha512(hasher)
+        case nil: break
+        }
+    }
+
+    /// The SHA-256 and, if asked for, the other digest's bytes.
+    func finalize(for algorithm: Digest.Algorithm?) -> (sha256: [UInt8], requested: [UInt8]?) {
+        let sha = Array(sha256.finalize())
+        switch (algorithm, extra) {
+        case (.sha256?, _): return (sha, sha)
+        case (_, .sha384(let hasher)?): return (sha, Array(hasher.finalize()))
+        case (_, .sha512(let hasher)?): return (sha, Array(hasher.finalize()))
+        default: return (sha, nil)
+        }
+    }
+
+    /// The SHA-256 of a file already on disk (the `skip` conflict policy reports it).
+    static func sha256(ofFileAt path: String) throws -> [UInt8] {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw CocoaError(.fileReadNoSuchFile) }
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
+            data.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+        }
+        return Array(hasher.finalize())
+    }
+}

@@ -1,0 +1,75 @@
+public import Foundation
+public import HTTPTypes
+
+/// Something that moves bytes for one HTTP request: a request head goes in, a response head and a stream of
+/// body chunks come out.
+///
+/// A transport holds no policy. It must not follow redirects (the engine does, with its own rules), must not
+/// decode content (it sends `Accept-Encoding: identity` and hands the body over as sent), and must stop the
+/// transfer when the calling task is cancelled or the body stream is abandoned. Haul ships two:
+/// `AsyncHTTPClientTransport` (module `HaulAsyncHTTPClient`, the default on Linux) and
+/// ``URLSessionTransport`` (the default on Apple platforms).
+public protocol HTTPTransport: Sendable {
+    /// Sends a body-less request and returns once the response head has arrived.
+    ///
+    /// - Parameters:
+    ///   - request: the request head; its `scheme` and `authority` say where to connect.
+    ///   - connectTimeout: how long establishing the connection may take.
+    /// - Throws: `CancellationError` or a transport error if no response head arrives.
+    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse
+}
+
+/// A response head and its body, as a transport delivers them.
+public struct TransportResponse: Sendable {
+    /// Status and header fields.
+    public var head: HTTPResponse
+    /// The body, streamed. Iterate it once; stop iterating (or cancel the task) to abort the transfer.
+    public var body: ResponseBody
+
+    /// Creates a response from a head and a body.
+    public init(head: HTTPResponse, body: ResponseBody) {
+        self.head = head
+        self.body = body
+    }
+}
+
+/// A contiguous piece of a response body, read without copying.
+public protocol ByteChunk: Sendable {
+    /// The number of bytes in the chunk.
+    var count: Int { get }
+    /// Calls `body` with the chunk's bytes.
+    func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result
+}
+
+extension Data: ByteChunk {}
+
+/// A response body as an asynchronous sequence of chunks, whatever the transport's own chunk type is.
+public struct ResponseBody: AsyncSequence, Sendable {
+    /// A chunk of body bytes.
+    public typealias Element = any ByteChunk
+
+    private let makeNext: @Sendable () -> (() async throws -> (any ByteChunk)?)
+
+    /// Creates a body from a factory of "next chunk" functions: each call to the factory starts one iteration.
+    public init(_ makeNext: @escaping @Sendable () -> (() async throws -> (any ByteChunk)?)) {
+        self.makeNext = makeNext
+    }
+
+    /// A body with no bytes.
+    public static let empty = ResponseBody { { nil } }
+
+    /// Iterates the chunks.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        fileprivate let nextChunk: () async throws -> (any ByteChunk)?
+
+        /// The next chunk, or `nil` at the end of the body.
+        public mutating func next() async throws -> (any ByteChunk)? {
+            try await nextChunk()
+        }
+    }
+
+    /// Starts iterating the body.
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(nextChunk: makeNext())
+    }
+}

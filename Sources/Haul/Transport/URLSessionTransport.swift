@@ -1,0 +1,242 @@
+public import HTTPTypes
+import HaulOperations
+
+#if canImport(FoundationNetworking)
+import Foundation
+public import FoundationNetworking
+#else
+public import Foundation
+#endif
+
+/// A transport on URLSession *data* tasks streamed through a delegate: the default on Apple platforms.
+///
+/// It never uses `URLSessionDownloadTask` (on Linux that crashes the process on a full disk, leaks temporary
+/// files and writes every chunk twice), refuses redirects itself so the engine applies its own rules, sends
+/// `Accept-Encoding: identity`, and suspends the task while the engine is behind so memory stays bounded.
+/// URLSession decodes `Content-Encoding` on its own, so a response that is encoded anyway fails with
+/// ``DownloadError/Code/transport`` instead of being stored decoded (use AsyncHTTPClient to store it as sent).
+public final class URLSessionTransport: HTTPTransport {
+    private let session: URLSession
+    private let delegate: StreamingDelegate
+
+    /// Creates a transport with its own session on `configuration` (ephemeral by default: no cookies, no
+    /// cache, nothing shared with other sessions).
+    public init(configuration: URLSessionConfiguration = .ephemeral) {
+        let delegate = StreamingDelegate()
+        configuration.httpCookieStorage = nil
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: queue)
+        self.delegate = delegate
+    }
+
+    deinit {
+        session.invalidateAndCancel()
+    }
+
+    /// Sends `request` and returns at the response head.
+    public func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+        guard let url = request.url else { throw URLError(.badURL) }
+        var urlRequest = URLRequest(url: url)
+        urlRequest.httpMethod = request.method.rawValue
+        for field in request.headerFields {
+            urlRequest.addValue(field.value, forHTTPHeaderField: field.name.rawName)
+        }
+        urlRequest.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        // URLSession has no connect timeout of its own on Linux; its request timeout is an idle timeout, which
+        // the engine's stall watchdog also enforces. Use the connect timeout as a floor for it.
+        urlRequest.timeoutInterval = max(connectTimeout.secondsValue, 60)
+        let task = session.dataTask(with: urlRequest)
+        let stream = delegate.register(task)
+        task.resume()
+        let head = try await withTaskCancellationHandler {
+            try await stream.head()
+        } onCancel: {
+            task.cancel()
+        }
+        if let encoding = head.headerFields[.contentEncoding], encoding.lowercased() != "identity" {
+            task.cancel()
+            throw TransportError(
+                "the server sent Content-Encoding '\(encoding)' although identity was asked; URLSession would "
+                    + "decode it, so the bytes could not be stored as sent")
+        }
+        let body = ResponseBody {
+            { () async throws -> (any ByteChunk)? in
+                try await withTaskCancellationHandler {
+                    try await stream.next()
+                } onCancel: {
+                    task.cancel()
+                }
+            }
+        }
+        return TransportResponse(head: head, body: body)
+    }
+}
+
+/// A transport failure described in words.
+struct TransportError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension Duration {
+    var secondsValue: Double { seconds }
+}
+
+/// Routes URLSession's delegate calls to the stream of the task they are about.
+private final class StreamingDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    // unchecked Sendable: `streams` is a Locked; NSObject has no state of its own here.
+    private let streams = Locked([Int: TaskStream]())
+
+    func register(_ task: URLSessionTask) -> TaskStream {
+        let stream = TaskStream(task: task)
+        streams.withLock { $0[task.taskIdentifier] = stream }
+        return stream
+    }
+
+    private func stream(for task: URLSessionTask) -> TaskStream? {
+        streams.withLock { $0[task.taskIdentifier] }
+    }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(nil)  // the engine follows redirects, with its own rules
+    }
+
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        stream(for: dataTask)?.receive(response)
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        stream(for: dataTask)?.receive(data)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        let stream = streams.withLock { $0.removeValue(forKey: task.taskIdentifier) }
+        stream?.complete(error)
+    }
+}
+
+/// The head and body chunks of one data task, handed from delegate callbacks to the engine's awaits. The
+/// task is suspended while more than `highWater` bytes wait, and resumed below `lowWater`.
+private final class TaskStream: Sendable {
+    private static let highWater = 4 << 20
+    private static let lowWater = 1 << 20
+
+    private struct State {
+        var head: Result<HTTPResponse, any Error>?
+        var headWaiter: CheckedContinuation<HTTPResponse, any Error>?
+        var chunks: [Data] = []
+        var buffered = 0
+        var suspended = false
+        var end: Result<Void, any Error>?
+        var chunkWaiter: CheckedContinuation<Data?, any Error>?
+    }
+
+    private let state = Locked(State())
+    private let task: URLSessionTask
+
+    init(task: URLSessionTask) {
+        self.task = task
+    }
+
+    func receive(_ response: URLResponse) {
+        guard let http = response as? HTTPURLResponse else {
+            complete(TransportError("not an HTTP response"))
+            return
+        }
+        var head = HTTPResponse(status: .init(code: http.statusCode))
+        for (name, value) in http.allHeaderFields {
+            if let name = (name as? String).flatMap({ HTTPField.Name($0) }), let value = value as? String {
+                head.headerFields.append(HTTPField(name: name, value: value))
+            }
+        }
+        let waiter = state.withLock { state -> CheckedContinuation<HTTPResponse, any Error>? in
+            state.head = .success(head)
+            defer { state.headWaiter = nil }
+            return state.headWaiter
+        }
+        waiter?.resume(returning: head)
+    }
+
+    func receive(_ data: Data) {
+        let (waiter, suspend) = state.withLock { state -> (CheckedContinuation<Data?, any Error>?, Bool) in
+            if let waiter = state.chunkWaiter {
+                state.chunkWaiter = nil
+                return (waiter, false)
+            }
+            state.chunks.append(data)
+            state.buffered += data.count
+            if state.buffered > Self.highWater && !state.suspended {
+                state.suspended = true
+                return (nil, true)
+            }
+            return (nil, false)
+        }
+        if suspend { task.suspend() }
+        waiter?.resume(returning: data)
+    }
+
+    func complete(_ error: (any Error)?) {
+        let (headWaiter, chunkWaiter) = state.withLock { state in
+            let end: Result<Void, any Error> = error.map { .failure($0) } ?? .success(())
+            state.end = end
+            if state.head == nil { state.head = .failure(error ?? TransportError("no response")) }
+            defer {
+                state.headWaiter = nil
+                state.chunkWaiter = nil
+            }
+            return (state.headWaiter, state.chunkWaiter)
+        }
+        headWaiter?.resume(throwing: error ?? TransportError("the connection closed without a response"))
+        if let error {
+            chunkWaiter?.resume(throwing: error)
+        } else {
+            chunkWaiter?.resume(returning: nil)
+        }
+    }
+
+    func head() async throws -> HTTPResponse {
+        try await withCheckedThrowingContinuation { continuation in
+            let ready = state.withLock { state -> Result<HTTPResponse, any Error>? in
+                if let head = state.head { return head }
+                state.headWaiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(with: ready) }
+        }
+    }
+
+    func next() async throws -> Data? {
+        try await withCheckedThrowingContinuation { continuation in
+            let (ready, resume) = state.withLock { state -> (Result<Data?, any Error>?, Bool) in
+                if !state.chunks.isEmpty {
+                    let chunk = state.chunks.removeFirst()
+                    state.buffered -= chunk.count
+                    let resume = state.suspended && state.buffered < Self.lowWater
+                    if resume { state.suspended = false }
+                    return (.success(chunk), resume)
+                }
+                switch state.end {
+                case .success?: return (.success(nil), false)
+                case .failure(let error)?: return (.failure(error), false)
+                case nil:
+                    state.chunkWaiter = continuation
+                    let resume = state.suspended
+                    state.suspended = false
+                    return (nil, resume)
+                }
+            }
+            if resume { task.resume() }
+            if let ready { continuation.resume(with: ready) }
+        }
+    }
+}
