@@ -28,7 +28,9 @@ extension HTTPConnectionHandler {
                 if current.rateStart == nil { current.rateStart = now; exchange?.rateStart = now }
                 let elapsed = Double((now - start).nanoseconds) / 1e9
                 let allowed = Int(Double(rate) * elapsed) - current.sent
-                if allowed <= 0 {
+                // Wait for a slice worth about 10 ms of the rate: tiny slices would be per-byte work.
+                let minimumSlice = min(max(1, rate / 100), sliceLength)
+                if allowed < minimumSlice {
                     if wroteSomething { context.flush() }
                     // 10 ms slices keep the stream smooth; the elapsed-time budget keeps it accurate.
                     schedulePump(context: context, in: .milliseconds(10))
