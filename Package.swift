@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "HaulOperations", targets: ["HaulOperations"]),
         .library(name: "Haul", targets: ["Haul"]),
         .library(name: "HaulAsyncHTTPClient", targets: ["HaulAsyncHTTPClient"]),
+        .library(name: "HaulTestServer", targets: ["HaulTestServer"]),
         .executable(name: "haul", targets: ["haul"]),
     ],
     dependencies: [
@@ -54,12 +55,37 @@ let package = Package(
             ]
         ),
 
+        // Loopback HTTP/1.1 server with Range support and fault injection, for tests, bench and `haul serve`.
+        .target(
+            name: "HaulTestServer",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+
         .executableTarget(
             name: "haul",
             dependencies: [
-                .product(name: "ArgumentParser", package: "swift-argument-parser")
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "HaulTestServer",
             ]
         ),
+
+        .testTarget(
+            name: "HaulTestServerTests",
+            dependencies: [
+                "HaulTestServer",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "HaulTests",
+            dependencies: ["Haul", "HaulAsyncHTTPClient", "HaulTestServer"]
+        ),
+
         // The seeds' Operation scenarios, written with HaulOperations. Built and run by .ci/run.
         .executableTarget(
             name: "example-one-at-a-time", dependencies: ["HaulOperations"], path: "Examples/OneAtATime"),

@@ -7,6 +7,6 @@ struct HaulCommand: AsyncParsableCommand {
         commandName: "haul",
         abstract: "Run downloads through a queue with controlled concurrency.",
         version: "0.1.0",
-        subcommands: []
+        subcommands: [ServeCommand.self]
     )
 }

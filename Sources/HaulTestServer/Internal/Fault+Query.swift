@@ -1,0 +1,70 @@
+extension Fault {
+    /// Parses the fault parameters out of decoded query items; unknown names are ignored.
+    init(queryItems: [(name: String, value: String)]) {
+        self.init()
+        for (name, value) in queryItems {
+            apply(name: name, value: value)
+        }
+    }
+
+    private mutating func apply(name: String, value: String) {
+        let flag = value.isEmpty || value == "1" || value == "true" || value == "yes"
+        switch name {
+        case "status": status = Int(value)
+        case "fail": failCount = Int(value)
+        case "failStatus": failStatus = Int(value)
+        case "retryAfter": retryAfterSeconds = Int(value)
+        case "retryAfterDate": retryAfterAsDate = flag
+        case "delay": delayMilliseconds = Int(value)
+        case "rate": bytesPerSecond = Int(value)
+        case "cutAfter": cutAfterBytes = Int(value)
+        case "cutTimes": cutTimes = Int(value)
+        case "stallAfter": stallAfterBytes = Int(value)
+        case "stall": stallLength = value == "forever" ? .forever : Int(value).map { .milliseconds($0) }
+        case "shortBy": shortByBytes = Int(value)
+        case "ignoreRange": ignoreRange = flag
+        case "changeAfterFirst": changeAfterFirst = flag
+        case "redirects": redirectCount = Int(value)
+        case "redirectLoop": redirectLoop = flag
+        case "redirectTo": redirectTarget = value
+        case "redirectStatus": redirectStatus = Int(value)
+        case "disposition": contentDisposition = value
+        case "requireAuth": requiredAuthorization = value
+        case "gzip": gzip = flag
+        case "dropConnection": dropConnection = flag
+        case "headOnly": headOnly = flag
+        case "hold": holdGate = value
+        default: break
+        }
+    }
+
+    /// Fields set in `override` replace the ones here.
+    func overridden(by override: Fault) -> Fault {
+        var result = self
+        result.status = override.status ?? status
+        result.failCount = override.failCount ?? failCount
+        result.failStatus = override.failStatus ?? failStatus
+        result.retryAfterSeconds = override.retryAfterSeconds ?? retryAfterSeconds
+        result.retryAfterAsDate = override.retryAfterAsDate ?? retryAfterAsDate
+        result.delayMilliseconds = override.delayMilliseconds ?? delayMilliseconds
+        result.bytesPerSecond = override.bytesPerSecond ?? bytesPerSecond
+        result.cutAfterBytes = override.cutAfterBytes ?? cutAfterBytes
+        result.cutTimes = override.cutTimes ?? cutTimes
+        result.stallAfterBytes = override.stallAfterBytes ?? stallAfterBytes
+        result.stallLength = override.stallLength ?? stallLength
+        result.shortByBytes = override.shortByBytes ?? shortByBytes
+        result.ignoreRange = override.ignoreRange ?? ignoreRange
+        result.changeAfterFirst = override.changeAfterFirst ?? changeAfterFirst
+        result.redirectCount = override.redirectCount ?? redirectCount
+        result.redirectLoop = override.redirectLoop ?? redirectLoop
+        result.redirectTarget = override.redirectTarget ?? redirectTarget
+        result.redirectStatus = override.redirectStatus ?? redirectStatus
+        result.contentDisposition = override.contentDisposition ?? contentDisposition
+        result.requiredAuthorization = override.requiredAuthorization ?? requiredAuthorization
+        result.gzip = override.gzip ?? gzip
+        result.dropConnection = override.dropConnection ?? dropConnection
+        result.headOnly = override.headOnly ?? headOnly
+        result.holdGate = override.holdGate ?? holdGate
+        return result
+    }
+}

@@ -1,0 +1,64 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A regular file inside the served root, opened for reading.
+struct ServedFile {
+    var descriptor: CInt
+    var size: Int
+    var modifiedSecondsSince1970: Int
+    var inode: UInt64
+}
+
+/// Maps a URL path below the root to a file, never leaving the root.
+struct FileResolver: Sendable {
+    enum Outcome {
+        case found(ServedFile)
+        case notFound
+        case forbidden
+    }
+
+    /// The root, resolved through symlinks once, without a trailing slash.
+    let root: String
+
+    init?(rootPath: String) {
+        guard let resolved = realpath(rootPath, nil) else { return nil }
+        root = String(cString: resolved)
+        free(resolved)
+    }
+
+    /// `relativePath` is the percent-decoded path after the mount point.
+    func resolve(relativePath: String) -> Outcome {
+        // Reject traversal syntactically first, then check the real path, so a symlink inside the root
+        // pointing outside it is refused as well.
+        if relativePath.utf8.contains(0) || relativePath.contains("\\") { return .forbidden }
+        let segments = relativePath.split(separator: "/", omittingEmptySubsequences: true)
+        if segments.contains(where: { $0 == ".." || $0 == "." }) { return .forbidden }
+        if segments.isEmpty { return .notFound }
+        let candidate = root + "/" + segments.joined(separator: "/")
+        guard let resolvedPointer = realpath(candidate, nil) else { return .notFound }
+        let resolved = String(cString: resolvedPointer)
+        free(resolvedPointer)
+        guard resolved.hasPrefix(root + "/") else { return .forbidden }
+        // Opening a local file blocks only briefly; fine for a test server, and sendfile does the rest.
+        let descriptor = open(resolved, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard descriptor >= 0 else { return .notFound }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            close(descriptor)
+            return .notFound
+        }
+        return .found(
+            ServedFile(
+                descriptor: descriptor,
+                size: Int(info.st_size),
+                modifiedSecondsSince1970: Int(info.st_mtim.tv_sec),
+                inode: UInt64(info.st_ino)
+            )
+        )
+    }
+}

@@ -1,0 +1,84 @@
+import NIOCore
+import NIOHTTP1
+
+extension HTTPConnectionHandler {
+    /// Writes body slices while the channel is writable; returns when it is not (writability resumes
+    /// it), when a timer is due (rate, stall), or when the body is done.
+    func pump(context: ChannelHandlerContext) {
+        guard var current = exchange, let body = current.body else { return }
+        defer { if exchange != nil { exchange?.sent = current.sent; exchange?.stalled = current.stalled } }
+        var wroteSomething = false
+        while current.sent < body.sendCount {
+            if let stallAt = body.stallAfter, !current.stalled, current.sent == stallAt {
+                current.stalled = true
+                context.flush()
+                if case .milliseconds(let milliseconds) = body.stallLength {
+                    schedulePump(context: context, in: .milliseconds(Int64(milliseconds)))
+                }
+                // A stall forever ends only when the client closes the connection.
+                return
+            }
+            var sliceLength = body.sendCount - current.sent
+            if case .generated = body.source { sliceLength = min(sliceLength, server.chunkSize) }
+            if case .file = body.source, !body.isPlain { sliceLength = min(sliceLength, server.chunkSize) }
+            if let stallAt = body.stallAfter, !current.stalled { sliceLength = min(sliceLength, stallAt - current.sent) }
+            if let rate = body.bytesPerSecond {
+                let now = NIODeadline.now()
+                let start = current.rateStart ?? now
+                if current.rateStart == nil { current.rateStart = now; exchange?.rateStart = now }
+                let elapsed = Double((now - start).nanoseconds) / 1e9
+                let allowed = Int(Double(rate) * elapsed) - current.sent
+                // Wait for a slice worth about 10 ms of the rate: tiny slices would be per-byte work.
+                let minimumSlice = min(max(1, rate / 100), sliceLength)
+                if allowed < minimumSlice {
+                    if wroteSomething { context.flush() }
+                    // 10 ms slices keep the stream smooth; the elapsed-time budget keeps it accurate.
+                    schedulePump(context: context, in: .milliseconds(10))
+                    return
+                }
+                sliceLength = min(sliceLength, allowed)
+            }
+            writeSlice(context: context, body: body, offset: body.range.lowerBound + current.sent, length: sliceLength)
+            current.sent += sliceLength
+            wroteSomething = true
+            server.state.bodyBytesSent(sliceLength, path: current.path)
+            if !context.channel.isWritable {
+                context.flush()
+                return
+            }
+        }
+        exchange?.sent = current.sent
+        if body.closesEarly {
+            closeAfterFlush(context: context)
+        } else {
+            endMessage(context: context)
+        }
+    }
+
+    private func schedulePump(context: ChannelHandlerContext, in delay: TimeAmount) {
+        let current = generation
+        timer = context.eventLoop.assumeIsolated().scheduleTask(in: delay) {
+            self.timer = nil
+            guard self.generation == current, self.isActive else { return }
+            self.pump(context: context)
+        }
+    }
+
+    private func writeSlice(context: ChannelHandlerContext, body: BodyPlan, offset: Int, length: Int) {
+        switch body.source {
+        case .generated(let content):
+            var buffer = context.channel.allocator.buffer(capacity: length)
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { pointer in
+                content.fill(UnsafeMutableRawBufferPointer(rebasing: pointer[0..<length]), from: offset)
+                return length
+            }
+            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+        case .file(let handle):
+            let region = FileRegion(fileHandle: handle, readerIndex: offset, endIndex: offset + length)
+            context.write(wrapOutboundOut(.body(.fileRegion(region))), promise: nil)
+        case .buffer(let buffer):
+            let slice = buffer.getSlice(at: buffer.readerIndex + offset, length: length) ?? ByteBuffer()
+            context.write(wrapOutboundOut(.body(.byteBuffer(slice))), promise: nil)
+        }
+    }
+}

@@ -1,0 +1,227 @@
+import NIOCore
+import NIOHTTP1
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Turns a request and its fault into a ``ResponseAction``. Runs on the connection's event loop after
+/// any `hold` and `delay`.
+struct ResponsePlanner {
+    let server: ServerContext
+    let head: HTTPRequestHead
+    let target: RequestTarget
+    let fault: Fault
+
+    private static let baseModified = 1_700_000_000
+
+    func plan() -> ResponseAction {
+        if fault.dropConnection == true { return .drop }
+        let path = String(target.path)
+        if let expected = fault.requiredAuthorization, head.headers.first(name: "authorization") != expected {
+            var headers = HTTPHeaders()
+            headers.add(name: "WWW-Authenticate", value: "Basic realm=\"haul-test\"")
+            return simple(.unauthorized, headers: headers)
+        }
+        if let status = fault.status {
+            return simple(HTTPResponseStatus(statusCode: status), headers: retryAfterHeaders())
+        }
+        if let failCount = fault.failCount, server.state.nextFailOrdinal(path: path) <= failCount {
+            return simple(HTTPResponseStatus(statusCode: fault.failStatus ?? 503), headers: retryAfterHeaders())
+        }
+        if let redirect = redirectLocation() {
+            var headers = HTTPHeaders()
+            headers.add(name: "Location", value: redirect)
+            return simple(HTTPResponseStatus(statusCode: fault.redirectStatus ?? 302), headers: headers)
+        }
+        return content(path: path)
+    }
+
+    private func retryAfterHeaders() -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        if let seconds = fault.retryAfterSeconds {
+            let value = fault.retryAfterAsDate == true ? HTTPDate.now(plusSeconds: seconds) : String(seconds)
+            headers.add(name: "Retry-After", value: value)
+        }
+        return headers
+    }
+
+    private func redirectLocation() -> String? {
+        if let target = fault.redirectTarget { return target }
+        let origin = "http://" + (head.headers.first(name: "host") ?? "127.0.0.1")
+        if fault.redirectLoop == true { return origin + head.uri }
+        if let count = fault.redirectCount, count > 0 {
+            return origin + target.replacingRedirectCount(with: count - 1)
+        }
+        return nil
+    }
+
+    private func simple(_ status: HTTPResponseStatus, headers: HTTPHeaders) -> ResponseAction {
+        var headers = headers
+        let text = "\(status.code) \(status.reasonPhrase)\n"
+        headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+        headers.add(name: "Content-Length", value: String(text.utf8.count))
+        let isHead = head.method == .HEAD
+        let body = BodyPlan(
+            source: .buffer(ByteBuffer(string: text)),
+            range: 0..<text.utf8.count,
+            sendCount: text.utf8.count,
+            stallLength: .forever
+        )
+        return .respond(HTTPResponseHead(version: .http1_1, status: status, headers: headers), body: isHead ? nil : body, headOnly: false)
+    }
+
+    // MARK: Content
+
+    private struct Content {
+        var source: BodySource
+        var size: Int
+        var etag: String
+        var lastModified: String
+    }
+
+    private func content(path: String) -> ResponseAction {
+        let version = fault.changeAfterFirst == true ? server.state.nextVersion(path: path) : 0
+        var content: Content
+        switch resolveContent(path: path, version: version) {
+        case .found(let found): content = found
+        case .notFound: return simple(.notFound, headers: HTTPHeaders())
+        case .forbidden: return simple(.forbidden, headers: HTTPHeaders())
+        }
+        if fault.gzip == true {
+            guard let gzipped = gzipBody(content) else {
+                return simple(.payloadTooLarge, headers: HTTPHeaders())
+            }
+            content.source = .buffer(gzipped)
+            content.size = gzipped.readableBytes
+        }
+
+        var headers = HTTPHeaders()
+        headers.reserveCapacity(10)
+        headers.add(name: "Accept-Ranges", value: "bytes")
+        headers.add(name: "ETag", value: content.etag)
+        headers.add(name: "Last-Modified", value: content.lastModified)
+        headers.add(name: "Content-Type", value: "application/octet-stream")
+        if fault.gzip == true { headers.add(name: "Content-Encoding", value: "gzip") }
+        if let disposition = fault.contentDisposition { headers.add(name: "Content-Disposition", value: disposition) }
+
+        var status = HTTPResponseStatus.ok
+        var range = 0..<content.size
+        switch rangeRequest(content) {
+        case .full:
+            break
+        case .partial(let partial):
+            status = .partialContent
+            range = partial
+            headers.add(name: "Content-Range", value: "bytes \(partial.lowerBound)-\(partial.upperBound - 1)/\(content.size)")
+        case .unsatisfiable:
+            Self.release(content.source)
+            headers.add(name: "Content-Range", value: "bytes */\(content.size)")
+            headers.add(name: "Content-Length", value: "0")
+            return .respond(HTTPResponseHead(version: .http1_1, status: .rangeNotSatisfiable, headers: headers), body: nil, headOnly: false)
+        }
+        headers.add(name: "Content-Length", value: String(range.count))
+        let responseHead = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
+        if head.method == .HEAD || fault.headOnly == true {
+            Self.release(content.source)
+            return .respond(responseHead, body: nil, headOnly: fault.headOnly == true && head.method != .HEAD)
+        }
+        return .respond(responseHead, body: bodyPlan(content.source, range: range, path: path), headOnly: false)
+    }
+
+    private func bodyPlan(_ source: BodySource, range: Range<Int>, path: String) -> BodyPlan {
+        var sendCount = range.count
+        if let shortBy = fault.shortByBytes { sendCount = max(0, sendCount - shortBy) }
+        if let cutAfter = fault.cutAfterBytes {
+            let applies = fault.cutTimes.map { server.state.nextCutOrdinal(path: path) <= $0 } ?? true
+            if applies { sendCount = min(sendCount, max(0, cutAfter)) }
+        }
+        var stallAfter = fault.stallAfterBytes
+        if stallAfter == nil, fault.stallLength != nil { stallAfter = 0 }
+        if let stall = stallAfter, stall >= sendCount { stallAfter = nil }
+        return BodyPlan(
+            source: source,
+            range: range,
+            sendCount: sendCount,
+            stallAfter: stallAfter,
+            stallLength: fault.stallLength ?? .forever,
+            bytesPerSecond: fault.bytesPerSecond.flatMap { $0 > 0 ? $0 : nil }
+        )
+    }
+
+    private func rangeRequest(_ content: Content) -> ByteRangeRequest {
+        guard fault.ignoreRange != true, fault.gzip != true, let range = head.headers.first(name: "range") else {
+            return .full
+        }
+        if let ifRange = head.headers.first(name: "if-range") {
+            // A weak validator never matches (RFC 9110 13.1.5): send the full body.
+            let matches = ifRange.hasPrefix("\"") ? ifRange == content.etag : ifRange == content.lastModified
+            if !matches { return .full }
+        }
+        return ByteRangeRequest(header: range, size: content.size)
+    }
+
+    private enum Lookup {
+        case found(Content)
+        case notFound
+        case forbidden
+    }
+
+    private func resolveContent(path: String, version: Int) -> Lookup {
+        let modified = HTTPDate.string(secondsSince1970: Self.baseModified + version * 3600)
+        if path.hasPrefix("/bytes/") {
+            let name = RequestTarget.decode(path.dropFirst("/bytes/".count), plusIsSpace: false)
+            guard !name.isEmpty else { return .notFound }
+            let size = max(0, target.value("size").flatMap { Int($0) } ?? 1024)
+            return .found(Content(
+                source: .generated(server.state.content(name: name, version: version)),
+                size: size,
+                etag: TestServer.entityTag(name: name, size: size, version: version),
+                lastModified: modified
+            ))
+        }
+        guard let resolver = server.resolver, path.hasPrefix(server.filesMount) else { return .notFound }
+        let relative = RequestTarget.decode(path.dropFirst(server.filesMount.count), plusIsSpace: false)
+        let file: ServedFile
+        switch resolver.resolve(relativePath: relative) {
+        case .found(let found): file = found
+        case .notFound: return .notFound
+        case .forbidden: return .forbidden
+        }
+        let tag = "\"\(String(file.inode, radix: 16))-\(String(file.size, radix: 16))-\(String(file.modifiedSecondsSince1970, radix: 16))-\(version)\""
+        return .found(Content(
+            source: .file(NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: file.descriptor)),
+            size: file.size,
+            etag: tag,
+            lastModified: HTTPDate.string(secondsSince1970: file.modifiedSecondsSince1970 + version * 3600)
+        ))
+    }
+
+    private static let maxGzipBytes = 64 << 20
+
+    private func gzipBody(_ content: Content) -> ByteBuffer? {
+        defer { Self.release(content.source) }
+        guard content.size <= Self.maxGzipBytes else { return nil }
+        var plain = [UInt8](repeating: 0, count: content.size)
+        switch content.source {
+        case .generated(let generated):
+            plain.withUnsafeMutableBytes { generated.fill($0, from: 0) }
+        case .file(let handle):
+            let readCount = (try? handle.withUnsafeFileDescriptor { descriptor in
+                plain.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
+            }) ?? -1
+            guard readCount == content.size else { return nil }
+        case .buffer(let buffer):
+            plain = Array(buffer.readableBytesView)
+        }
+        return ByteBuffer(bytes: Gzip.compress(plain))
+    }
+
+    static func release(_ source: BodySource) {
+        if case .file(let handle) = source { try? handle.close() }
+    }
+}

@@ -1,0 +1,15 @@
+/// The immutable settings and shared state every connection handler of one server sees.
+final class ServerContext: Sendable {
+    let state: ServerState
+    let resolver: FileResolver?
+    /// Mount point of the served directory: `/files` or `/`, always ending in `/`.
+    let filesMount: String
+    let chunkSize: Int
+
+    init(state: ServerState, resolver: FileResolver?, filesMount: String, chunkSize: Int) {
+        self.state = state
+        self.resolver = resolver
+        self.filesMount = filesMount.hasSuffix("/") ? filesMount : filesMount + "/"
+        self.chunkSize = chunkSize
+    }
+}

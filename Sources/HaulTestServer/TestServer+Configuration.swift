@@ -1,0 +1,45 @@
+public import Foundation
+
+extension TestServer {
+    /// How a ``TestServer`` binds and what it serves.
+    public struct Configuration: Sendable {
+        /// Address to bind; loopback by default. `haul serve --host` changes it.
+        public var host: String
+        /// Port to bind; 0 picks a free one (read it back from ``TestServer/port``).
+        public var port: Int
+        /// Also bind `::1` on the same port when `host` is `127.0.0.1`, so `localhost` works whatever it resolves to.
+        public var bindIPv6Loopback: Bool
+        /// Directory served under ``filesPath``; `nil` serves generated content only.
+        public var root: URL?
+        /// Mount point of ``root``: `/files` by default, `/` for `haul serve DIR`.
+        public var filesPath: String
+        /// `nil` runs on the process-wide shared event loops; a number gives this server its own
+        /// event loop group with that many threads, shut down by ``TestServer/shutdown()``.
+        public var eventLoopThreads: Int?
+        /// The request log keeps at most this many entries (counters keep counting).
+        public var maxRecordedRequests: Int
+        /// Body bytes per write for generated content.
+        public var chunkSize: Int
+
+        /// Creates a configuration; every parameter has a loopback-test default.
+        public init(
+            host: String = "127.0.0.1",
+            port: Int = 0,
+            bindIPv6Loopback: Bool = true,
+            root: URL? = nil,
+            filesPath: String = "/files",
+            eventLoopThreads: Int? = nil,
+            maxRecordedRequests: Int = 10_000,
+            chunkSize: Int = 256 << 10
+        ) {
+            self.host = host
+            self.port = port
+            self.bindIPv6Loopback = bindIPv6Loopback
+            self.root = root
+            self.filesPath = filesPath
+            self.eventLoopThreads = eventLoopThreads
+            self.maxRecordedRequests = maxRecordedRequests
+            self.chunkSize = max(1024, chunkSize)
+        }
+    }
+}

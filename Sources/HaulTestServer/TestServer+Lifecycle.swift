@@ -1,0 +1,121 @@
+import Foundation
+import Synchronization
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+extension TestServer {
+    /// Binds the configured host and port (and `::1` on the same port when the host is `127.0.0.1`).
+    ///
+    /// - Throws: ``TestServerError`` when the server was already started or binding fails.
+    public func start() async throws {
+        let group: MultiThreadedEventLoopGroup? = configuration.eventLoopThreads.map {
+            MultiThreadedEventLoopGroup(numberOfThreads: max(1, $0))
+        }
+        let loops: any EventLoopGroup = group ?? MultiThreadedEventLoopGroup.singleton
+        var resolver: FileResolver?
+        if let root = configuration.root {
+            resolver = FileResolver(rootPath: root.path)
+            if resolver == nil {
+                try await group?.shutdownGracefully()
+                throw TestServerError.rootNotFound(root.path)
+            }
+        }
+        let context = ServerContext(
+            state: state,
+            resolver: resolver,
+            filesMount: configuration.filesPath,
+            chunkSize: configuration.chunkSize
+        )
+        let bootstrap = makeBootstrap(group: loops, context: context)
+        var channels: [any Channel] = []
+        do {
+            let primary = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
+            channels.append(primary)
+            let port = primary.localAddress?.port ?? configuration.port
+            if configuration.host == "127.0.0.1", configuration.bindIPv6Loopback {
+                // Best effort: `localhost` may resolve to ::1 first; without IPv6 we simply skip it.
+                if let secondary = try? await bootstrap.bind(host: "::1", port: port).get() {
+                    channels.append(secondary)
+                }
+            }
+            try markRunning(port: port, channels: channels, group: group)
+        } catch {
+            for channel in channels { try? await channel.close() }
+            try? await group?.shutdownGracefully()
+            if let error = error as? TestServerError { throw error }
+            throw TestServerError.bindFailed(host: configuration.host, port: configuration.port, underlying: error)
+        }
+    }
+
+    /// Closes the listeners and every connection, releases held requests, and stops owned event loops.
+    /// Calling it twice is harmless.
+    public func shutdown() async throws {
+        let (channels, group) = takeForShutdown()
+        for channel in channels { try? await channel.close() }
+        for connection in openConnections() { try? await connection.close() }
+        releaseHeldRequests()
+        try await group?.shutdownGracefully()
+    }
+
+    private func makeBootstrap(group: any EventLoopGroup, context: ServerContext) -> ServerBootstrap {
+        let registry = ConnectionRegistry(server: self)
+        return ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 256)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(
+                ChannelOptions.writeBufferWaterMark,
+                value: ChannelOptions.Types.WriteBufferWaterMark(low: 256 << 10, high: 1 << 20)
+            )
+            .childChannelInitializer { channel in
+                registry.add(channel)
+                return channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(
+                        withPipeliningAssistance: true,
+                        withErrorHandling: true
+                    )
+                    try channel.pipeline.syncOperations.addHandler(HTTPConnectionHandler(server: context))
+                }
+            }
+    }
+}
+
+extension TestServer {
+    func markRunning(port: Int, channels: [any Channel], group: MultiThreadedEventLoopGroup?) throws {
+        try lifecycle.withLock { lifecycle in
+            guard case .idle = lifecycle else { throw TestServerError.alreadyStarted }
+            lifecycle = .running(port: port, channels: channels, group: group)
+        }
+    }
+
+    func takeForShutdown() -> ([any Channel], MultiThreadedEventLoopGroup?) {
+        lifecycle.withLock { lifecycle in
+            guard case .running(_, let channels, let group) = lifecycle else { return ([], nil) }
+            lifecycle = .stopped
+            return (channels, group)
+        }
+    }
+
+    func openConnections() -> [any Channel] { connections.withLock { Array($0.values) } }
+
+    func releaseHeldRequests() { state.releaseAllGates() }
+
+    func register(_ channel: any Channel) {
+        connections.withLock { $0[ObjectIdentifier(channel)] = channel }
+    }
+
+    func unregister(_ channel: any Channel) {
+        _ = connections.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) }
+    }
+}
+
+/// Tracks accepted connections for one server (a Sendable box the initializer closure can hold).
+struct ConnectionRegistry: Sendable {
+    let server: TestServer
+
+    func add(_ channel: any Channel) {
+        server.register(channel)
+        channel.closeFuture.whenComplete { [server] _ in server.unregister(channel) }
+    }
+}
