@@ -159,6 +159,7 @@ final class DownloadRun: @unchecked Sendable {
 
     private func publish(_ partial: PartialFile, to path: String) throws(DownloadError) -> String {
         let durable = configuration.durability == .powerLoss
+        try partial.seal(durable: durable, url: finalURL)
         switch request.conflictPolicy {
         case .overwrite:
             if case .other = PathKind(at: path) {
@@ -166,7 +167,7 @@ final class DownloadRun: @unchecked Sendable {
                     .unsafePath, message: "refusing to replace a symbolic link or special file at '\(path)'",
                     url: request.url, path: path)
             }
-            try partial.publish(to: path, replace: true, durable: durable, url: finalURL)
+            try partial.move(to: path, replace: true, durable: durable, url: finalURL)
             return path
         case .rename:
             let directory = (path as NSString).deletingLastPathComponent
@@ -175,7 +176,7 @@ final class DownloadRun: @unchecked Sendable {
                 let candidate =
                     number == 0 ? path : (directory as NSString).appendingPathComponent(FileNaming.numbered(name, number))
                 do {
-                    try partial.publish(to: candidate, replace: false, durable: durable, url: finalURL)
+                    try partial.move(to: candidate, replace: false, durable: durable, url: finalURL)
                     return candidate
                 } catch where error.code == .destinationExists {
                     continue
@@ -184,7 +185,7 @@ final class DownloadRun: @unchecked Sendable {
             throw DownloadError(.destinationExists, message: "no free name like '\(name) (n)'", url: request.url,
                                 path: path)
         case .fail, .skip:
-            try partial.publish(to: path, replace: false, durable: durable, url: finalURL)
+            try partial.move(to: path, replace: false, durable: durable, url: finalURL)
             return path
         }
     }

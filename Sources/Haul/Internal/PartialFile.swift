@@ -79,13 +79,19 @@ final class PartialFile {
         size = 0
     }
 
-    /// Moves the finished file to `destination`. With `replace == false` the rename never clobbers: it fails
-    /// with `EEXIST` if a file appeared there meanwhile.
-    func publish(to destination: String, replace: Bool, durable: Bool, url: URL) throws(DownloadError) {
+    /// Makes the finished file ready to publish: synced when `durable`, readable by others (0644), closed.
+    /// Idempotent.
+    func seal(durable: Bool, url: URL) throws(DownloadError) {
+        guard descriptor >= 0 else { return }
         if durable, fsync(descriptor) != 0 { throw Self.fileSystemError(errno, "syncing", path, url) }
         if fchmod(descriptor, 0o644) != 0 { throw Self.fileSystemError(errno, "setting permissions of", path, url) }
         close(descriptor)
         descriptor = -1
+    }
+
+    /// Moves the sealed file to `destination`. With `replace == false` it never clobbers: it fails with
+    /// ``DownloadError/Code/destinationExists`` if a file appeared there meanwhile.
+    func move(to destination: String, replace: Bool, durable: Bool, url: URL) throws(DownloadError) {
         if replace {
             guard rename(path, destination) == 0 else {
                 throw Self.fileSystemError(errno, "renaming to '\(destination)'", path, url)
