@@ -47,6 +47,8 @@ extension DownloadRun {
             let resumeFrom = mayResume && validator != nil ? partial?.size ?? 0 : 0
             let head = makeRequest(url: url, fields: fields, resumeFrom: resumeFrom)
             logger.debug("request", metadata: ["url": "\(url.absoluteString)", "range-from": "\(resumeFrom)"])
+            // A cancelled task sends nothing: some transports would still put the request on the wire.
+            try Task.checkCancellation()
             let response: TransportResponse
             do {
                 response = try await transport.send(head, connectTimeout: configuration.connectTimeout)

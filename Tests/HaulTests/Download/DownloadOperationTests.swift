@@ -1,0 +1,64 @@
+import Foundation
+import Haul
+import HaulOperations
+import HaulTestServer
+import Testing
+
+@Suite("DownloadOperation", .timeLimit(.minutes(2)))
+struct DownloadOperationTests {
+    @Test("a width-1 OperationQueue downloads strictly one after another; the completion runs after all",
+          arguments: TransportKind.allCases)
+    func sequentialQueue(kind: TransportKind) async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 1
+            // Throttled so that each transfer takes a while: overlapping ones would show in the server's count.
+            let operations = (0..<5).map { index in
+                DownloadOperation(
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/file\(index)", query: ["size": "20000", "rate": "400000"]),
+                        destination: .directory(dir.url)),
+                    downloader: downloader)
+            }
+            let group = OperationGroup(operations)
+            let progressLines = Locked<[String]>([])
+            group.onMemberFinished = { done, total in progressLines.withLock { $0.append("\(done) / \(total)") } }
+            let completionSawAllFiles = Locked(false)
+            let completion = group.completionOperation {
+                completionSawAllFiles.withLock { $0 = dir.contents().count == 5 }
+            }
+            queue.addOperations(operations + [completion])
+            try await [completion].allFinished()
+
+            #expect(server.stats.maxInFlight == 1)
+            #expect(server.stats.requests.map(\.path) == (0..<5).map { "/bytes/file\($0)" })
+            #expect(completionSawAllFiles.withLock { $0 })
+            #expect(progressLines.withLock { $0 }.last == "5 / 5")
+            for (index, operation) in operations.enumerated() {
+                let result = try #require(try operation.result?.get())
+                #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "file\(index)", size: 20000))
+            }
+        }
+    }
+
+    @Test("cancelling a DownloadOperation cancels its transfer and leaves nothing")
+    func cancelOperation() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let downloader = Downloader(transport: TransportKind.asyncHTTPClient.makeTransport(),
+                                        configuration: testConfiguration())
+            let operation = DownloadOperation(
+                DownloadRequest(url: server.url(path: "/bytes/held", query: ["size": "10", "hold": "g"]),
+                                destination: .directory(dir.url)),
+                downloader: downloader)
+            OperationQueue().addOperation(operation)
+            try await eventually("request held") { server.heldCount(at: "g") == 1 }
+            operation.cancel()
+            let error = try await #require(throws: DownloadError.self) { try await operation.value }
+            #expect(error.code == .cancelled)
+            #expect(dir.contents().isEmpty)
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+
+@testable import Haul
+
+@Suite("FileNaming")
+struct FileNamingTests {
+    @Test("names from URLs", arguments: [
+        ("http://h/a/b/file.zip", "file.zip"),
+        ("http://h/dir/", "index.html"),
+        ("http://h", "index.html"),
+        ("http://h/a%20b.txt?x=1", "a b.txt"),
+        ("http://h/..%2F..%2Fetc%2Fpasswd", "passwd"),
+        ("http://h/x%5C..%5Cwin.ini", "win.ini"),
+        ("http://h/.hidden", "hidden"),
+        ("http://h/a%00b", "ab"),
+    ])
+    func fromURL(url: String, expected: String) throws {
+        #expect(FileNaming.name(for: try #require(URL(string: url))) == expected)
+    }
+
+    @Test("nothing safe left: nil", arguments: ["http://h/..", "http://h/%2E%2E", "http://h/%00"])
+    func unsafe(url: String) throws {
+        #expect(FileNaming.name(for: try #require(URL(string: url))) == nil)
+    }
+
+    @Test("Content-Disposition, RFC 6266", arguments: [
+        (#"attachment; filename="report.pdf""#, "report.pdf"),
+        (#"attachment; filename=plain.txt"#, "plain.txt"),
+        (#"attachment; filename="a\"b.txt""#, #"a"b.txt"#),
+        (#"attachment; filename="x.txt"; filename*=UTF-8''%E2%82%AC%20rates.txt"#, "€ rates.txt"),
+        (#"attachment; filename*=iso-8859-1'en'%A3%20rates.txt"#, "£ rates.txt"),
+        (#"attachment; filename="../../etc/passwd""#, "passwd"),
+        (#"attachment; filename="C:\\Windows\\evil.exe""#, "evil.exe"),
+    ])
+    func contentDisposition(header: String, expected: String) {
+        #expect(FileNaming.name(fromContentDisposition: header) == expected)
+    }
+
+    @Test("no usable name in Content-Disposition", arguments: ["inline", "attachment", #"attachment; filename="..""#])
+    func noDispositionName(header: String) {
+        #expect(FileNaming.name(fromContentDisposition: header) == nil)
+    }
+
+    @Test("numbered names for the rename policy")
+    func numbered() {
+        #expect(FileNaming.numbered("data.tar.gz", 1) == "data.tar (1).gz")
+        #expect(FileNaming.numbered("README", 2) == "README (2)")
+    }
+
+    @Test("long names are cut to 255 bytes, keeping the extension")
+    func longNames() {
+        let name = String(repeating: "é", count: 300) + ".txt"
+        let safe = FileNaming.sanitize(name)
+        #expect(safe.map { $0.utf8.count <= 255 } == true)
+        #expect(safe?.hasSuffix(".txt") == true)
+    }
+}
+
+@Suite("HTTPRules")
+struct HTTPRulesTests {
+    @Test("Retry-After: seconds, HTTP date, junk")
+    func retryAfter() {
+        let now = Date(timeIntervalSince1970: 1_000_000_000)
+        #expect(HTTPRules.retryAfter("120", now: now) == .seconds(120))
+        let date = HTTPRules.retryAfter("Sun, 09 Sep 2001 01:47:00 GMT", now: now)
+        #expect(date == .seconds(20))
+        #expect(HTTPRules.retryAfter("soon", now: now) == nil)
+        #expect(HTTPRules.retryAfter("-5", now: now) == .zero)
+    }
+
+    @Test("Content-Range parsing")
+    func contentRange() {
+        #expect(HTTPRules.contentRange("bytes 100-199/1000") == .init(first: 100, last: 199, complete: 1000))
+        #expect(HTTPRules.contentRange("bytes 0-9/*") == .init(first: 0, last: 9, complete: nil))
+        #expect(HTTPRules.contentRange("bytes 9-0/10") == nil)
+        #expect(HTTPRules.unsatisfiedRangeLength("bytes */500") == 500)
+    }
+
+    @Test("origins: scheme, host and port")
+    func origins() throws {
+        let a = HTTPRules.origin(of: try #require(URL(string: "http://Example.com/x")))
+        let b = HTTPRules.origin(of: try #require(URL(string: "http://example.com:80/y")))
+        let c = HTTPRules.origin(of: try #require(URL(string: "https://example.com/x")))
+        #expect(a == b)
+        #expect(a != c)
+    }
+
+    @Test("backoff: doubling, capped, jittered within bounds; Retry-After capped")
+    func backoff() {
+        let policy = RetryPolicy(jitter: .none)
+        #expect((1...4).map { policy.delay(beforeRetry: $0, retryAfter: nil, random: { 1 }) }
+            == [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4)])
+        #expect(policy.delay(beforeRetry: 20, retryAfter: nil, random: { 1 }) == .seconds(30))
+        #expect(policy.delay(beforeRetry: 1, retryAfter: .seconds(3600), random: { 1 }) == .seconds(300))
+        let jittered = RetryPolicy(jitter: .full)
+        #expect(jittered.delay(beforeRetry: 3, retryAfter: nil, random: { 0.25 }) == .milliseconds(500))
+    }
+}
