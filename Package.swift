@@ -98,6 +98,8 @@ let package = Package(
 
         // Benchmarks, not tests: `swift run -c release bench-operations` (see bench/README.md).
         .executableTarget(name: "bench-operations", dependencies: ["HaulOperations"], path: "bench/Operations"),
+        .executableTarget(
+            name: "bench-download", dependencies: ["Haul", "HaulAsyncHTTPClient"], path: "bench/Download"),
     ]
 )
 

@@ -1,0 +1,97 @@
+// Drives the download engine for bench/download/run.sh: one URL to one file, or a list of URLs into a
+// directory at a given width. Prints one line: `seconds=S bytes=B files=N maxrss_kib=K`.
+//
+//   bench-download --transport async-http-client|urlsession --out FILE URL
+//   bench-download --transport async-http-client|urlsession --width 8 --dir DIR --list URLS.txt
+import Foundation
+import Haul
+import HaulAsyncHTTPClient
+
+#if canImport(Glibc)
+import Glibc
+let rusageSelf = RUSAGE_SELF.rawValue
+#else
+import Darwin
+let rusageSelf = RUSAGE_SELF
+#endif
+
+struct Options {
+    var transport = "async-http-client"
+    var out: String?
+    var dir: String?
+    var list: String?
+    var width = 8
+    var url: String?
+}
+
+func parse() -> Options {
+    var options = Options()
+    var arguments = CommandLine.arguments.dropFirst().makeIterator()
+    while let argument = arguments.next() {
+        switch argument {
+        case "--transport": options.transport = arguments.next() ?? options.transport
+        case "--out": options.out = arguments.next()
+        case "--dir": options.dir = arguments.next()
+        case "--list": options.list = arguments.next()
+        case "--width": options.width = Int(arguments.next() ?? "") ?? options.width
+        default: options.url = argument
+        }
+    }
+    return options
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("bench-download: \(message)\n".utf8))
+    exit(2)
+}
+
+let options = parse()
+let transport: any HTTPTransport =
+    switch options.transport {
+    case "urlsession": URLSessionTransport()
+    case "async-http-client": AsyncHTTPClientTransport.shared
+    default: fail("unknown transport \(options.transport)")
+    }
+var configuration = Downloader.Configuration()
+configuration.retryPolicy = .none
+let downloader = Downloader(transport: transport, configuration: configuration)
+
+var requests: [DownloadRequest] = []
+if let list = options.list, let dir = options.dir {
+    guard let text = try? String(contentsOfFile: list, encoding: .utf8) else { fail("cannot read \(list)") }
+    for line in text.split(separator: "\n") where !line.isEmpty {
+        guard let url = URL(string: String(line)) else { fail("bad URL \(line)") }
+        requests.append(DownloadRequest(url: url, destination: .directory(URL(fileURLWithPath: dir)),
+                                        conflictPolicy: .overwrite))
+    }
+} else if let out = options.out, let text = options.url, let url = URL(string: text) {
+    requests.append(DownloadRequest(url: url, destination: .file(URL(fileURLWithPath: out)), conflictPolicy: .overwrite))
+} else {
+    fail("give --out FILE URL, or --dir DIR --list FILE")
+}
+
+let start = ContinuousClock.now
+let width = max(1, options.width)
+let totalBytes = try await withThrowingTaskGroup(of: Int64.self) { group in
+    var next = 0
+    var total: Int64 = 0
+    while next < min(width, requests.count) {
+        let request = requests[next]
+        group.addTask { try await downloader.download(request).size }
+        next += 1
+    }
+    while let size = try await group.next() {
+        total += size
+        if next < requests.count {
+            let request = requests[next]
+            group.addTask { try await downloader.download(request).size }
+            next += 1
+        }
+    }
+    return total
+}
+let seconds = (ContinuousClock.now - start) / .seconds(1)
+var usage = rusage()
+getrusage(rusageSelf, &usage)
+print(String(format: "seconds=%.4f bytes=%lld files=%d maxrss_kib=%ld", seconds, totalBytes, requests.count,
+             usage.ru_maxrss))
