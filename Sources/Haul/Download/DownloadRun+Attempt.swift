@@ -31,7 +31,7 @@ extension DownloadRun {
             if lastActivity.idle >= timeout {
                 throw AttemptFailure.transient(DownloadError(
                     .stalled, message: "no data for \(timeout) (stall timeout); the server or network stopped",
-                    url: finalURL, bytesReceived: partial?.size))
+                    url: finalURL))
             }
         }
     }
@@ -44,7 +44,7 @@ extension DownloadRun {
         var redirects = 0
         var mayResume = true
         while true {
-            let resumeFrom = mayResume && validator != nil ? partial?.size ?? 0 : 0
+            let resumeFrom = mayResume && validator != nil ? writer?.size ?? 0 : 0
             let head = makeRequest(url: url, fields: fields, resumeFrom: resumeFrom)
             logger.debug("request", metadata: ["url": "\(url.absoluteString)", "range-from": "\(resumeFrom)"])
             // A cancelled task sends nothing: some transports would still put the request on the wire.
@@ -78,7 +78,7 @@ extension DownloadRun {
                     totalBytes = complete  // every byte is already here
                     return
                 }
-                try restartFromZero()
+                try await restartFromZero()
                 mayResume = false
                 continue
             }
@@ -95,14 +95,14 @@ extension DownloadRun {
                             url: url, status: status))
                     }
                     // A range that does not continue our bytes: start over without Range.
-                    try restartFromZero()
+                    try await restartFromZero()
                     mayResume = false
                     continue
                 }
                 totalBytes = range.complete
             } else {
                 // A 200 to a Range request means the whole file again: never append it.
-                if (partial?.size ?? 0) > 0 { try restartFromZero() }
+                if (writer?.size ?? 0) > 0 { try await restartFromZero() }
                 totalBytes = Self.contentLength(response.head)
             }
             validator = HTTPRules.validator(of: response.head)
@@ -121,34 +121,36 @@ extension DownloadRun {
     }
 
     private func receive(_ body: ResponseBody, length: Int64?, url: URL) async throws {
-        guard let partial else { return }
+        guard let writer else { return }
+        let start = writer.size
         var received: Int64 = 0
         do {
             for try await chunk in body {
                 lastActivity.touch()
                 let count = Int64(chunk.count)
-                if let max = request.maxSize, partial.size + count > max {
+                if let max = request.maxSize, start + received + count > max {
                     throw AttemptFailure.permanent(DownloadError(
                         .sizeLimitExceeded, message: "the body grew over the limit of \(max) bytes", url: url,
-                        bytesReceived: partial.size + count))
+                        bytesReceived: start + received + count))
                 }
-                try partial.write(chunk, url: url)
-                chunk.withUnsafeBytes { digest.update($0) }
+                try await writer.write(chunk, url: url)
                 received += count
                 bytesTransferred += count
-                if meter.record(chunk.count, now: .now) { emitProgress() }
+                if meter.record(chunk.count, now: .now) { emitProgress(start + received) }
             }
-        } catch let failure as AttemptFailure {
-            throw failure
-        } catch let error as DownloadError {
-            throw AttemptFailure.permanent(error)
+            try await writer.drain()
         } catch {
+            // Whatever ended the attempt, the queued bytes land before anyone looks at the file again.
+            let drained: DownloadError?
+            do { try await writer.drain(); drained = nil } catch { drained = error }
+            if let failure = error as? AttemptFailure { throw failure }
+            if let error = (error as? DownloadError) ?? drained { throw AttemptFailure.permanent(error) }
             if Task.isCancelled { throw CancellationError() }
             throw AttemptFailure.transient(DownloadError(
                 .truncated, message: "connection lost after \(received) body bytes: \(error)", url: url,
                 bytesReceived: received, underlying: error))
         }
-        emitProgress()
+        emitProgress(start + received)
         if let length, received < length {
             throw AttemptFailure.transient(DownloadError(
                 .truncated, message: "connection closed after \(received) of \(length) bytes", url: url,
@@ -156,9 +158,9 @@ extension DownloadRun {
         }
     }
 
-    private func emitProgress() {
+    private func emitProgress(_ bytesWritten: Int64) {
         emit(.progress(DownloadProgress(
-            bytesWritten: partial?.size ?? 0, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond)))
+            bytesWritten: bytesWritten, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond)))
     }
 
     private func makeRequest(url: URL, fields: HTTPFields, resumeFrom: Int64) -> HTTPRequest {
@@ -208,17 +210,16 @@ extension DownloadRun {
     func transportFailure(_ error: any Error, url: URL) -> AttemptFailure {
         if let failure = error as? AttemptFailure { return failure }
         return .transient(DownloadError(
-            .transport, message: "request failed: \(error)", url: url, bytesReceived: partial?.size,
+            .transport, message: "request failed: \(error)", url: url,
             underlying: error))
     }
 
-    private func restartFromZero() throws {
+    private func restartFromZero() async throws {
         do {
-            try partial?.truncate(url: finalURL)
+            try await writer?.restart(url: finalURL)
         } catch {
             throw AttemptFailure.permanent(error)
         }
-        digest = RunningDigest(also: request.expectedDigest?.algorithm)
         validator = nil
     }
 
@@ -240,10 +241,11 @@ extension DownloadRun {
     }
 
     private func ensurePartial() throws {
-        guard partial == nil, let destinationPath else { return }
+        guard writer == nil, let destinationPath else { return }
         do {
-            partial = try PartialFile(
+            let file = try PartialFile(
                 creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
+            writer = BackgroundWriter(file: file, algorithm: request.expectedDigest?.algorithm)
         } catch {
             throw AttemptFailure.permanent(error)
         }

@@ -17,8 +17,8 @@ final class DownloadRun: @unchecked Sendable {
 
     /// The destination path once known (for `.directory(useContentDisposition: true)`, after the first head).
     var destinationPath: String?
-    var partial: PartialFile?
-    var digest: RunningDigest
+    /// Writes the partial file; created at the first response that has a body to keep.
+    var writer: BackgroundWriter?
     /// Validator of the bytes in `partial` (strong ETag or Last-Modified), needed to resume them.
     var validator: String?
     /// The full size of the file, once a response said it.
@@ -38,7 +38,6 @@ final class DownloadRun: @unchecked Sendable {
         self.emit = emit
         logger = downloader.configuration.logger
         logger[metadataKey: "url"] = "\(request.url.absoluteString)"
-        digest = RunningDigest(also: request.expectedDigest?.algorithm)
         finalURL = request.url
         meter = ProgressMeter(interval: downloader.configuration.progressInterval)
     }
@@ -58,7 +57,7 @@ final class DownloadRun: @unchecked Sendable {
 
         while true {
             attempts += 1
-            emit(.started(attempt: attempts, resumingAt: partial?.size ?? 0))
+            emit(.started(attempt: attempts, resumingAt: writer?.size ?? 0))
             do {
                 try await attemptWithWatchdog()
                 break
@@ -133,15 +132,17 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     private func verifyAndPublish() async throws(DownloadError) -> DownloadResult {
-        guard let partial, let destinationPath else {
+        guard let writer, let destinationPath else {
             throw DownloadError(.fileSystem, message: "internal error: no file was written", url: request.url)
         }
-        let size = partial.size
+        try await writer.drain()
+        let partial = writer.file
+        let size = writer.size
         if let expected = request.expectedSize, expected != size {
             throw DownloadError(
                 .sizeMismatch, message: "got \(size) bytes, expected \(expected)", url: finalURL, bytesReceived: size)
         }
-        let (sha256, requested) = digest.finalize(for: request.expectedDigest?.algorithm)
+        let (sha256, requested) = writer.finalizeDigest()
         if let expected = request.expectedDigest, requested != expected.bytes {
             throw DownloadError(
                 .checksumMismatch,
@@ -193,12 +194,12 @@ final class DownloadRun: @unchecked Sendable {
     /// Removes what this run wrote, unless a cancelled run should keep its partial for a later resume.
     func cleanUp(cancelled: Bool) {
         if cancelled && configuration.keepsPartialOnCancel { return }
-        partial?.remove()
-        partial = nil
+        writer?.file.remove()
+        writer = nil
     }
 
     func cancelledError() -> DownloadError {
-        DownloadError(.cancelled, message: "cancelled", url: request.url, bytesReceived: partial?.size)
+        DownloadError(.cancelled, message: "cancelled", url: request.url, bytesReceived: writer?.size)
     }
 }
 

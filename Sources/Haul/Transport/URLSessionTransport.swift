@@ -12,7 +12,8 @@ public import Foundation
 ///
 /// It never uses `URLSessionDownloadTask` (on Linux that crashes the process on a full disk, leaks temporary
 /// files and writes every chunk twice), refuses redirects itself so the engine applies its own rules, sends
-/// `Accept-Encoding: identity`, and suspends the task while the engine is behind so memory stays bounded.
+/// `Accept-Encoding: identity`, and (on Apple platforms) suspends the task while the engine is behind so memory
+/// stays bounded; on Linux, FoundationNetworking cannot be suspended mid-transfer, so there it cannot push back.
 /// URLSession decodes `Content-Encoding` on its own, so a response that is encoded anyway fails with
 /// ``DownloadError/Code/transport`` instead of being stored decoded (use AsyncHTTPClient to store it as sent).
 public final class URLSessionTransport: HTTPTransport {
@@ -128,7 +129,14 @@ private final class StreamingDelegate: NSObject, URLSessionDataDelegate, @unchec
 /// The head and body chunks of one data task, handed from delegate callbacks to the engine's awaits. The
 /// task is suspended while more than `highWater` bytes wait, and resumed below `lowWater`.
 private final class TaskStream: Sendable {
+    #if canImport(FoundationNetworking)
+    // FoundationNetworking traps (NativeProtocol.swift) when a data task is suspended mid-transfer, and
+    // delivers data to the delegate queue asynchronously, so nothing can push back: on Linux the buffer is
+    // unbounded. One more reason AsyncHTTPClient is the Linux default.
+    private static let highWater = Int.max
+    #else
     private static let highWater = 4 << 20
+    #endif
     private static let lowWater = 1 << 20
 
     private struct State {
