@@ -30,6 +30,10 @@ public final class OperationGroup: Sendable {
         var finishedCount = 0
         var onMemberFinished: (@Sendable (_ finished: Int, _ total: Int) -> Void)?
         var firstFailure: (any Error)?
+        /// Counts not yet handed to `onMemberFinished`, oldest first.
+        var undelivered: [Int] = []
+        /// A thread is draining `undelivered`; others only append.
+        var isDelivering = false
     }
 
     private let state = Locked(State())
@@ -91,20 +95,42 @@ public final class OperationGroup: Sendable {
         {
             failure = error
         }
-        let (count, callback, cancelOthers) = state.withLock { state in
+        let (cancelOthers, drains) = state.withLock { state in
             state.finishedCount += 1
+            state.undelivered.append(state.finishedCount)
             var cancelOthers = false
             if let failure, state.firstFailure == nil {
                 state.firstFailure = failure
                 cancelOthers = failurePolicy == .cancelOthers
             }
-            return (state.finishedCount, state.onMemberFinished, cancelOthers)
+            let drains = !state.isDelivering
+            state.isDelivering = true
+            return (cancelOthers, drains)
         }
         if cancelOthers {
             for other in operations where other !== operation { other.cancel() }
         }
-        callback?(count, operations.count)
-        if count == operations.count { allFinished.resolve(()) }
+        if drains { deliverCounts() }
+    }
+
+    /// Hands the pending counts to `onMemberFinished` strictly in order. Members finish on many threads; the
+    /// callback must never see "3 / 10" before "2 / 10", and no lock is held while it runs (it may cancel
+    /// the group, finishing members re-entrantly on this very thread: those counts join the queue).
+    private func deliverCounts() {
+        while true {
+            let (counts, callback) = state.withLock { state in
+                let counts = state.undelivered
+                state.undelivered.removeAll()
+                if counts.isEmpty { state.isDelivering = false }
+                return (counts, state.onMemberFinished)
+            }
+            if counts.isEmpty { return }
+            for count in counts {
+                callback?(count, operations.count)
+                // Resolved after the last count is delivered, so `finished()` returns after the final callback.
+                if count == operations.count { allFinished.resolve(()) }
+            }
+        }
     }
 }
 

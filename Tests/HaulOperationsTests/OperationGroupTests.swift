@@ -31,6 +31,25 @@ struct OperationGroupTests {
         #expect(group.finishedCount == 10)
     }
 
+    @Test("k / n counts arrive strictly in order when members finish on many threads at once")
+    func countsInOrderUnderContention() async throws {
+        for _ in 0..<200 {
+            let meter = InFlightMeter()
+            let gate = Gate()
+            let members = (0..<64).map { GatedOperation(id: $0, meter: meter, gate: gate) }
+            let group = OperationGroup(members)
+            let counts = Locked<[Int]>([])
+            group.onMemberFinished = { done, _ in counts.withLock { $0.append(done) } }
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 64
+            queue.addOperations(members)
+            await meter.waitUntilStarted(64)
+            gate.open()  // all 64 finish from the global dispatch queue's threads at once
+            try await group.finished()
+            #expect(counts.withLock { $0 } == Array(1...64))
+        }
+    }
+
     @Test("cancelOthers: the first failure cancels the rest")
     func cancelOthersOnFailure() async throws {
         let started = Gate()
