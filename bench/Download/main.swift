@@ -61,37 +61,51 @@ if let list = options.list, let dir = options.dir {
     guard let text = try? String(contentsOfFile: list, encoding: .utf8) else { fail("cannot read \(list)") }
     for line in text.split(separator: "\n") where !line.isEmpty {
         guard let url = URL(string: String(line)) else { fail("bad URL \(line)") }
-        requests.append(DownloadRequest(url: url, destination: .directory(URL(fileURLWithPath: dir)),
-                                        conflictPolicy: .overwrite))
+        requests.append(
+            DownloadRequest(
+                url: url, destination: .directory(URL(fileURLWithPath: dir)),
+                conflictPolicy: .overwrite))
     }
 } else if let out = options.out, let text = options.url, let url = URL(string: text) {
-    requests.append(DownloadRequest(url: url, destination: .file(URL(fileURLWithPath: out)), conflictPolicy: .overwrite))
+    requests.append(
+        DownloadRequest(url: url, destination: .file(URL(fileURLWithPath: out)), conflictPolicy: .overwrite))
 } else {
     fail("give --out FILE URL, or --dir DIR --list FILE")
 }
 
 let start = ContinuousClock.now
 let width = max(1, options.width)
-let totalBytes = try await withThrowingTaskGroup(of: Int64.self) { group in
-    var next = 0
-    var total: Int64 = 0
-    while next < min(width, requests.count) {
-        let request = requests[next]
-        group.addTask { try await downloader.download(request).size }
-        next += 1
-    }
-    while let size = try await group.next() {
-        total += size
-        if next < requests.count {
+let totalBytes: Int64
+do {
+    totalBytes = try await download(requests, width: width)
+} catch {
+    fail("\(error)")
+}
+
+func download(_ requests: [DownloadRequest], width: Int) async throws -> Int64 {
+    try await withThrowingTaskGroup(of: Int64.self) { group in
+        var next = 0
+        var total: Int64 = 0
+        while next < min(width, requests.count) {
             let request = requests[next]
             group.addTask { try await downloader.download(request).size }
             next += 1
         }
+        while let size = try await group.next() {
+            total += size
+            if next < requests.count {
+                let request = requests[next]
+                group.addTask { try await downloader.download(request).size }
+                next += 1
+            }
+        }
+        return total
     }
-    return total
 }
 let seconds = (ContinuousClock.now - start) / .seconds(1)
 var usage = rusage()
 getrusage(rusageSelf, &usage)
-print(String(format: "seconds=%.4f bytes=%lld files=%d maxrss_kib=%ld", seconds, totalBytes, requests.count,
-             usage.ru_maxrss))
+print(
+    String(
+        format: "seconds=%.4f bytes=%lld files=%d maxrss_kib=%ld", seconds, totalBytes, requests.count,
+        usage.ru_maxrss))

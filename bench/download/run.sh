@@ -17,6 +17,7 @@ swift build -c release --product bench-download >/dev/null
 BIN=.build/release/bench-download
 
 WORK=$(mktemp -d /var/tmp/haul-bench.XXXXXX)   # /var/tmp: the real disk, not tmpfs
+chmod 755 "$WORK"                               # nginx workers run as www-data
 trap 'nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/www/small" "$WORK/out"
 head -c $((1024 * 1024 * 1024)) /dev/urandom > "$WORK/www/big.bin"
@@ -42,16 +43,25 @@ BASE="http://127.0.0.1:$PORT"
 for i in $(seq 1 2000); do echo "$BASE/small/f$i.bin"; done > "$WORK/small.txt"
 { for i in $(seq 1 2000); do echo "url = \"$BASE/small/f$i.bin\""; echo "output = \"$WORK/out/f$i.bin\""; done; } > "$WORK/small.curl"
 
-# Prints wall seconds of a command (stdout and stderr discarded), after cleaning the output directory.
+FAILURES=/tmp/haul-bench-failures.log
+: > "$FAILURES"
+# Prints wall seconds of a command after cleaning the output directory; a failed run prints "nan" and its
+# stderr goes to $FAILURES (a failed run never counts as a time).
 timed() {
     rm -rf "$WORK/out"; mkdir -p "$WORK/out"; sync
     local start end
     start=$(date +%s.%N)
-    "$@" >/dev/null 2>&1
+    if ! "$@" >/dev/null 2>"$WORK/stderr"; then
+        { echo "== FAILED: $*"; tail -40 "$WORK/stderr"; } >> "$FAILURES"
+        echo nan
+        return
+    fi
     end=$(date +%s.%N)
     python3 -c "print(f'{$end - $start:.4f}')"
 }
-median() { python3 -c "import sys,statistics; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.4f}')" "$@"; }
+median() {
+    python3 -c "import sys,statistics,math; v=[float(x) for x in sys.argv[1:] if x!='nan']; print(f'{statistics.median(v):.4f}' if v else 'nan')" "$@"
+}
 
 declare -A LARGE SMALL
 TOOLS_LARGE=(curl wget2 haul-ahc haul-urlsession)
@@ -94,6 +104,7 @@ printf '| tool | 1 GiB: s | MB/s | vs curl | 2,000 x 16 KiB @8: s | files/s | vs
 for tool in "${TOOLS_LARGE[@]}"; do
     L=$(median ${LARGE[$tool]}); S=$(median ${SMALL[$tool]})
     python3 -c "
+nan=float('nan')
 L,S,CL,CS=$L,$S,$CURL_L,$CURL_S
 print(f'| $tool | {L:.2f} | {1073.741824/L:.0f} | {CL/L:.2f}x | {S:.2f} | {2000/S:.0f} | {CS/S:.2f}x |')"
 done
@@ -108,3 +119,4 @@ checks = [("1 GiB >= 1.0x curl", curl_large / large >= 1.0),
 for name, ok in checks:
     print(f"target {name}: {'met' if ok else 'MISSED'}")
 PY
+if [ -s "$FAILURES" ]; then echo "Some runs FAILED (not counted); see $FAILURES"; fi

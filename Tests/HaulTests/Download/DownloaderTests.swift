@@ -119,8 +119,9 @@ struct DownloaderTests {
         }
     }
 
-    @Test("a body shorter than Content-Length is transient and resumes from what arrived",
-          arguments: TransportKind.allCases)
+    @Test(
+        "a body shorter than Content-Length is transient and resumes from what arrived",
+        arguments: TransportKind.allCases)
     func shortBodyResumes(kind: TransportKind) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -165,7 +166,8 @@ struct DownloaderTests {
             let dir = try TemporaryDirectory()
             let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
             let url = server.url(
-                path: "/bytes/norange", query: ["size": "100000", "cutAfter": "30000", "cutTimes": "1", "ignoreRange": "1"])
+                path: "/bytes/norange",
+                query: ["size": "100000", "cutAfter": "30000", "cutTimes": "1", "ignoreRange": "1"])
             let result = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
             #expect(server.stats.requests.last?.range != nil)
             #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "norange", size: 100000))
@@ -180,7 +182,8 @@ struct DownloaderTests {
             configuration.stallTimeout = .milliseconds(300)
             let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
             // Every response stalls for good after 40,000 bytes; each attempt resumes 40,000 further on.
-            let url = server.url(path: "/bytes/stally", query: ["size": "100000", "stallAfter": "40000", "stall": "forever"])
+            let url = server.url(
+                path: "/bytes/stally", query: ["size": "100000", "stallAfter": "40000", "stall": "forever"])
             let events = EventLog()
             let result = try await downloader.download(
                 DownloadRequest(url: url, destination: .directory(dir.url)), onEvent: events.record)
@@ -224,8 +227,9 @@ struct DownloaderTests {
         }
     }
 
-    @Test("a gzip body is stored as sent, or refused where the transport would decode it",
-          arguments: TransportKind.allCases)
+    @Test(
+        "a gzip body is stored as sent, or refused where the transport would decode it",
+        arguments: TransportKind.allCases)
     func gzipStoredAsSent(kind: TransportKind) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -243,6 +247,27 @@ struct DownloaderTests {
                 #expect(error.code == .transport)
                 #expect(dir.contents().isEmpty)
             }
+        }
+    }
+
+    @Test("a slow head still arrives; a missing Authorization is a permanent 401", arguments: TransportKind.allCases)
+    func delayAndAuth(kind: TransportKind) async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let slow = server.url(path: "/bytes/slow", query: ["size": "100", "delay": "200"])
+            let started = ContinuousClock.now
+            let result = try await downloader.download(DownloadRequest(url: slow, destination: .directory(dir.url)))
+            #expect(ContinuousClock.now - started >= .milliseconds(190))
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "slow", size: 100))
+
+            let guarded = server.url(path: "/bytes/guarded", query: ["size": "100", "requireAuth": "Bearer t"])
+            let error = try await #require(throws: DownloadError.self) {
+                try await downloader.download(DownloadRequest(url: guarded, destination: .directory(dir.url)))
+            }
+            #expect(error.code == .httpStatus && error.status == 401)
+            #expect(server.stats.requests(toPath: "/bytes/guarded") == 1)
+            #expect(dir.contents() == ["slow"])
         }
     }
 }
