@@ -57,15 +57,20 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         // The deadline only bounds the wait for the head (AsyncHTTPClient drops it once the head is in); the
         // engine's stall watchdog covers the body.
         let response = try await client.execute(outgoing, deadline: .now() + .hours(24))
-        var head = HTTPResponse(status: .init(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase))
+        var head = HTTPResponse(
+            status: .init(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase))
         for header in response.headers {
-            if let name = HTTPField.Name(header.name) { head.headerFields.append(HTTPField(name: name, value: header.value)) }
+            if let name = HTTPField.Name(header.name) {
+                head.headerFields.append(HTTPField(name: name, value: header.value))
+            }
         }
         let body = response.body
-        return TransportResponse(head: head, body: ResponseBody {
-            var iterator = body.makeAsyncIterator()
-            return { try await iterator.next().map(BufferChunk.init) }
-        })
+        return TransportResponse(
+            head: head,
+            body: ResponseBody {
+                var iterator = body.makeAsyncIterator()
+                return { try await iterator.next().map(BufferChunk.init) }
+            })
     }
 
     private static func url(of request: HTTPRequest) -> String {

@@ -67,7 +67,12 @@ public final class TestServer: Sendable {
     }
 
     /// `http://127.0.0.1:PORT` (or the configured host).
-    public var baseURL: URL { URL(string: "http://\(hostForURL(configuration.host)):\(port)")! }
+    public var baseURL: URL {
+        guard let url = URL(string: "http://\(hostForURL(configuration.host)):\(port)") else {
+            preconditionFailure("host \(configuration.host) does not make a valid URL")
+        }
+        return url
+    }
 
     /// Builds a URL on this server.
     ///
@@ -86,7 +91,9 @@ public final class TestServer: Sendable {
                 URLQueryItem(name: $0.key, value: Self.encodeQueryValue($0.value))
             }
         }
-        return components.url!
+        // URLComponents refuses a path without a leading "/" once a host is set: a caller's mistake.
+        guard let url = components.url else { preconditionFailure("path \(path) must start with \"/\"") }
+        return url
     }
 
     private static func encodeQueryValue(_ value: String) -> String {

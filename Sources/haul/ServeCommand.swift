@@ -49,7 +49,9 @@ struct ServeCommand: AsyncParsableCommand {
     mutating func run() async throws {
         if let host, host != "127.0.0.1", host != "::1", host != "localhost" {
             FileHandle.standardError.write(
-                Data("warning: listening on \(host): this server injects faults and serves files to anyone who can reach it.\n".utf8)
+                Data(
+                    "warning: listening on \(host): this server injects faults and serves files to anyone who can reach it.\n"
+                        .utf8)
             )
         }
         let configuration = TestServer.Configuration(
@@ -64,7 +66,9 @@ struct ServeCommand: AsyncParsableCommand {
         let faults = Fault.queryParameterNames.joined(separator: ", ")
         // Written unbuffered, so a parent process reading the pipe sees the URL at once.
         FileHandle.standardOutput.write(
-            Data("Serving on \(base)\nTry \(base)/bytes/demo?size=1048576&rate=100000 (faults: \(faults); see --help)\n".utf8)
+            Data(
+                "Serving on \(base)\nTry \(base)/bytes/demo?size=1048576&rate=100000 (faults: \(faults); see --help)\n"
+                    .utf8)
         )
         await Self.waitForTerminationSignal()
         try await server.shutdown()

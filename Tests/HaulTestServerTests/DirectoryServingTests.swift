@@ -8,14 +8,18 @@ struct DirectoryServingTests {
     static func makeRoot() throws -> (root: URL, cleanup: () -> Void) {
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("haul-root-\(UUID().uuidString)")
         let root = base.appendingPathComponent("root")
-        try FileManager.default.createDirectory(at: root.appendingPathComponent("sub dir"), withIntermediateDirectories: true)
-        try Data(TestServer.expectedBytes(name: "file", size: 300_000)).write(to: root.appendingPathComponent("big.bin"))
+        try FileManager.default.createDirectory(
+            at: root.appendingPathComponent("sub dir"), withIntermediateDirectories: true)
+        try Data(TestServer.expectedBytes(name: "file", size: 300_000)).write(
+            to: root.appendingPathComponent("big.bin"))
         try Data("nested".utf8).write(to: root.appendingPathComponent("sub dir/n.txt"))
         try Data("secret".utf8).write(to: base.appendingPathComponent("secret.txt"))
         try FileManager.default.createSymbolicLink(
-            atPath: root.appendingPathComponent("escape").path, withDestinationPath: base.appendingPathComponent("secret.txt").path)
+            atPath: root.appendingPathComponent("escape").path,
+            withDestinationPath: base.appendingPathComponent("secret.txt").path)
         try FileManager.default.createSymbolicLink(
-            atPath: root.appendingPathComponent("inside").path, withDestinationPath: root.appendingPathComponent("big.bin").path)
+            atPath: root.appendingPathComponent("inside").path,
+            withDestinationPath: root.appendingPathComponent("big.bin").path)
         return (root, { try? FileManager.default.removeItem(at: base) })
     }
 
@@ -28,7 +32,8 @@ struct DirectoryServingTests {
             #expect(full.body == TestServer.expectedBytes(name: "file", size: 300_000))
             #expect(full.header("ETag") != nil && full.header("Last-Modified") != nil)
             let partial = try await RawHTTPClient.get(
-                "/files/big.bin", port: server.port, headers: [("Range", "bytes=-1000"), ("If-Range", full.header("ETag")!)])
+                "/files/big.bin", port: server.port,
+                headers: [("Range", "bytes=-1000"), ("If-Range", full.header("ETag")!)])
             #expect(partial.status == 206)
             #expect(partial.body == TestServer.expectedBytes(name: "file", size: 300_000, range: 299_000..<300_000))
             let nested = try await RawHTTPClient.get("/files/sub%20dir/n.txt", port: server.port)
@@ -46,7 +51,8 @@ struct DirectoryServingTests {
             let cut = try await RawHTTPClient.get("/files/big.bin?cutAfter=70000", port: server.port)
             #expect(cut.body == TestServer.expectedBytes(name: "file", size: 300_000, range: 0..<70000))
             #expect(cut.connectionClosed)
-            let stalled = try await RawHTTPClient.get("/files/big.bin?stallAfter=1000&stall=10&gzip=1", port: server.port)
+            let stalled = try await RawHTTPClient.get(
+                "/files/big.bin?stallAfter=1000&stall=10&gzip=1", port: server.port)
             #expect(try GzipTests.gunzipStored(stalled.body) == TestServer.expectedBytes(name: "file", size: 300_000))
         }
     }

@@ -64,7 +64,8 @@ struct FaultTests {
         try await TestServer.withRunning { server in
             let clock = ContinuousClock()
             let start = clock.now
-            let response = try await RawHTTPClient.get("/bytes/s?size=10000&stallAfter=5000&stall=200", port: server.port)
+            let response = try await RawHTTPClient.get(
+                "/bytes/s?size=10000&stallAfter=5000&stall=200", port: server.port)
             #expect(response.body == TestServer.expectedBytes(name: "s", size: 10000))
             #expect(clock.now - start >= .milliseconds(190))
         }
@@ -103,7 +104,8 @@ struct FaultTests {
         try await TestServer.withRunning { server in
             let target = "/bytes/v?size=1000&changeAfterFirst=1"
             let first = try await RawHTTPClient.get(target, port: server.port)
-            let second = try await RawHTTPClient.get(target, port: server.port, headers: [("Range", "bytes=10-"), ("If-Range", first.header("ETag")!)])
+            let second = try await RawHTTPClient.get(
+                target, port: server.port, headers: [("Range", "bytes=10-"), ("If-Range", first.header("ETag")!)])
             #expect(first.body == TestServer.expectedBytes(name: "v", size: 1000, version: 0))
             #expect(second.status == 200)
             #expect(second.header("ETag") == TestServer.entityTag(name: "v", size: 1000, version: 1))
@@ -115,9 +117,12 @@ struct FaultTests {
     @Test(arguments: [301, 302, 303, 307, 308])
     func redirectChainCountsDown(status: Int) async throws {
         try await TestServer.withRunning { server in
-            let response = try await RawHTTPClient.get("/bytes/r?size=10&redirects=2&redirectStatus=\(status)", port: server.port)
+            let response = try await RawHTTPClient.get(
+                "/bytes/r?size=10&redirects=2&redirectStatus=\(status)", port: server.port)
             #expect(response.status == status)
-            #expect(response.header("Location") == "http://127.0.0.1:\(server.port)/bytes/r?size=10&redirects=1&redirectStatus=\(status)")
+            #expect(
+                response.header("Location")
+                    == "http://127.0.0.1:\(server.port)/bytes/r?size=10&redirects=1&redirectStatus=\(status)")
             let last = try await RawHTTPClient.get("/bytes/r?size=10&redirects=0", port: server.port)
             #expect(last.status == 200)
         }
@@ -125,10 +130,12 @@ struct FaultTests {
 
     @Test func redirectLoopAndRedirectTo() async throws {
         try await TestServer.withRunning { server in
-            let loop = try await RawHTTPClient.get("/bytes/l?redirectLoop=1", port: server.port, host: "localhost:\(server.port)")
+            let loop = try await RawHTTPClient.get(
+                "/bytes/l?redirectLoop=1", port: server.port, host: "localhost:\(server.port)")
             #expect(loop.status == 302)
             #expect(loop.header("Location") == "http://localhost:\(server.port)/bytes/l?redirectLoop=1")
-            let away = try await RawHTTPClient.get("/bytes/l?redirectTo=file%3A%2F%2F%2Fetc%2Fpasswd", port: server.port)
+            let away = try await RawHTTPClient.get(
+                "/bytes/l?redirectTo=file%3A%2F%2F%2Fetc%2Fpasswd", port: server.port)
             #expect(away.header("Location") == "file:///etc/passwd")
         }
     }
@@ -146,8 +153,10 @@ struct FaultTests {
         try await TestServer.withRunning { server in
             let target = "/bytes/a?size=5&requireAuth=Bearer%20t0k"
             let missing = try await RawHTTPClient.get(target, port: server.port)
-            let wrong = try await RawHTTPClient.get(target, port: server.port, headers: [("Authorization", "Bearer no")])
-            let right = try await RawHTTPClient.get(target, port: server.port, headers: [("Authorization", "Bearer t0k")])
+            let wrong = try await RawHTTPClient.get(
+                target, port: server.port, headers: [("Authorization", "Bearer no")])
+            let right = try await RawHTTPClient.get(
+                target, port: server.port, headers: [("Authorization", "Bearer t0k")])
             #expect(missing.status == 401 && wrong.status == 401)
             #expect(missing.header("WWW-Authenticate") != nil)
             #expect(right.status == 200)
@@ -157,7 +166,8 @@ struct FaultTests {
 
     @Test func gzipWrapsTheBodyInStoredDeflateBlocks() async throws {
         try await TestServer.withRunning { server in
-            let response = try await RawHTTPClient.get("/bytes/z?size=200000&gzip=1", port: server.port, headers: [("Range", "bytes=5-")])
+            let response = try await RawHTTPClient.get(
+                "/bytes/z?size=200000&gzip=1", port: server.port, headers: [("Range", "bytes=5-")])
             #expect(response.status == 200)
             #expect(response.header("Content-Encoding") == "gzip")
             #expect(try GzipTests.gunzipStored(response.body) == TestServer.expectedBytes(name: "z", size: 200_000))
@@ -174,7 +184,8 @@ struct FaultTests {
 
     @Test func headOnlySendsTheHeadAndKeepsTheRequestInFlight() async throws {
         try await TestServer.withRunning { server in
-            let response = try await RawHTTPClient.get("/bytes/a?size=100&headOnly=1", port: server.port, stopAfterBodyBytes: 0)
+            let response = try await RawHTTPClient.get(
+                "/bytes/a?size=100&headOnly=1", port: server.port, stopAfterBodyBytes: 0)
             #expect(response.status == 200)
             #expect(response.contentLength == 100)
             #expect(response.body.isEmpty)
@@ -188,13 +199,16 @@ struct FaultTests {
             fault.status = 500
             server.addRule(FaultRule(pathPrefix: "/bytes/ruled", host: "localhost:\(server.port)", fault: fault))
             let otherHost = try await RawHTTPClient.get("/bytes/ruled?size=1", port: server.port)
-            let matching = try await RawHTTPClient.get("/bytes/ruled-too?size=1", port: server.port, host: "localhost:\(server.port)")
-            let overridden = try await RawHTTPClient.get("/bytes/ruled?size=1&status=418", port: server.port, host: "localhost:\(server.port)")
+            let matching = try await RawHTTPClient.get(
+                "/bytes/ruled-too?size=1", port: server.port, host: "localhost:\(server.port)")
+            let overridden = try await RawHTTPClient.get(
+                "/bytes/ruled?size=1&status=418", port: server.port, host: "localhost:\(server.port)")
             #expect(otherHost.status == 200)
             #expect(matching.status == 500)
             #expect(overridden.status == 418)
             server.removeAllRules()
-            let cleared = try await RawHTTPClient.get("/bytes/ruled?size=1", port: server.port, host: "localhost:\(server.port)")
+            let cleared = try await RawHTTPClient.get(
+                "/bytes/ruled?size=1", port: server.port, host: "localhost:\(server.port)")
             #expect(cleared.status == 200)
         }
     }

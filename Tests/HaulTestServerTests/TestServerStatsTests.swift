@@ -8,7 +8,9 @@ struct TestServerStatsTests {
             let count = 5
             try await withThrowingTaskGroup(of: RawResponse.self) { group in
                 for index in 0..<count {
-                    group.addTask { try await RawHTTPClient.get("/bytes/held\(index)?size=10&hold=g", port: server.port) }
+                    group.addTask {
+                        try await RawHTTPClient.get("/bytes/held\(index)?size=10&hold=g", port: server.port)
+                    }
                 }
                 try await waitUntil { server.heldCount(at: "g") == count }
                 #expect(server.stats.inFlight == count)
@@ -46,7 +48,9 @@ struct TestServerStatsTests {
         try await TestServer.withRunning { server in
             _ = try await RawHTTPClient.get(
                 "/bytes/one?size=3", port: server.port,
-                headers: [("Cookie", "c=1"), ("Range", "bytes=0-0"), ("If-Range", "\"e\""), ("Authorization", "Basic x")])
+                headers: [
+                    ("Cookie", "c=1"), ("Range", "bytes=0-0"), ("If-Range", "\"e\""), ("Authorization", "Basic x"),
+                ])
             _ = try await RawHTTPClient.get("/bytes/two?size=4", port: server.port, method: "HEAD")
             let log = server.stats.requests
             #expect(log.map(\.target) == ["/bytes/one?size=3", "/bytes/two?size=4"])
@@ -68,7 +72,8 @@ struct TestServerStatsTests {
             #expect(stats.requestsByPath == ["/bytes/x": 1, "/bytes/y": 1])
             server.resetStats()
             stats = server.stats
-            #expect(stats.requestCount == 0 && stats.bodyBytesSent == 0 && stats.requests.isEmpty && stats.maxInFlight == 0)
+            #expect(
+                stats.requestCount == 0 && stats.bodyBytesSent == 0 && stats.requests.isEmpty && stats.maxInFlight == 0)
         }
     }
 

@@ -107,7 +107,8 @@ public struct Digest: Sendable, Hashable, CustomStringConvertible {
         guard let bytes = [UInt8](hex: hex), bytes.count == algorithm.byteCount else {
             throw DownloadError(
                 .invalidRequest,
-                message: "'\(hex)' is not a \(algorithm.rawValue) digest: expected \(algorithm.byteCount * 2) hex digits")
+                message:
+                    "'\(hex)' is not a \(algorithm.rawValue) digest: expected \(algorithm.byteCount * 2) hex digits")
         }
         self.algorithm = algorithm
         self.bytes = bytes
@@ -117,9 +118,11 @@ public struct Digest: Sendable, Hashable, CustomStringConvertible {
     public init(parsing text: String) throws(DownloadError) {
         let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
         let name = parts.first?.lowercased().replacingOccurrences(of: "-", with: "") ?? ""
-        guard parts.count == 2, let algorithm = Algorithm.allCases.first(where: {
-            $0.rawValue.replacingOccurrences(of: "-", with: "") == name
-        }) else {
+        guard parts.count == 2,
+            let algorithm = Algorithm.allCases.first(where: {
+                $0.rawValue.replacingOccurrences(of: "-", with: "") == name
+            })
+        else {
             throw DownloadError(
                 .invalidRequest,
                 message: "'\(text)' is not ALGO=HEX with ALGO one of sha-256, sha-384, sha-512")

@@ -29,9 +29,10 @@ extension DownloadRun {
         while true {
             try await Task.sleep(for: tick)
             if lastActivity.idle >= timeout {
-                throw AttemptFailure.transient(DownloadError(
-                    .stalled, message: "no data for \(timeout) (stall timeout); the server or network stopped",
-                    url: finalURL))
+                throw AttemptFailure.transient(
+                    DownloadError(
+                        .stalled, message: "no data for \(timeout) (stall timeout); the server or network stopped",
+                        url: finalURL))
             }
         }
     }
@@ -90,9 +91,10 @@ extension DownloadRun {
                     range.first == resumeFrom
                 else {
                     if resumeFrom == 0 {
-                        throw AttemptFailure.permanent(DownloadError(
-                            .httpStatus, message: "server sent 206 Partial Content to a request without Range",
-                            url: url, status: status))
+                        throw AttemptFailure.permanent(
+                            DownloadError(
+                                .httpStatus, message: "server sent 206 Partial Content to a request without Range",
+                                url: url, status: status))
                     }
                     // A range that does not continue our bytes: start over without Range.
                     try await restartFromZero()
@@ -107,8 +109,9 @@ extension DownloadRun {
             }
             validator = HTTPRules.validator(of: response.head)
             if let max = request.maxSize, let total = totalBytes, total > max {
-                throw AttemptFailure.permanent(DownloadError(
-                    .sizeLimitExceeded, message: "the file is \(total) bytes, over the limit of \(max)", url: url))
+                throw AttemptFailure.permanent(
+                    DownloadError(
+                        .sizeLimitExceeded, message: "the file is \(total) bytes, over the limit of \(max)", url: url))
             }
             if destinationPath == nil {
                 try chooseDestinationName(from: response.head)
@@ -129,9 +132,10 @@ extension DownloadRun {
                 lastActivity.touch()
                 let count = Int64(chunk.count)
                 if let max = request.maxSize, start + received + count > max {
-                    throw AttemptFailure.permanent(DownloadError(
-                        .sizeLimitExceeded, message: "the body grew over the limit of \(max) bytes", url: url,
-                        bytesReceived: start + received + count))
+                    throw AttemptFailure.permanent(
+                        DownloadError(
+                            .sizeLimitExceeded, message: "the body grew over the limit of \(max) bytes", url: url,
+                            bytesReceived: start + received + count))
                 }
                 try await writer.write(chunk, url: url)
                 received += count
@@ -146,21 +150,25 @@ extension DownloadRun {
             if let failure = error as? AttemptFailure { throw failure }
             if let error = (error as? DownloadError) ?? drained { throw AttemptFailure.permanent(error) }
             if Task.isCancelled { throw CancellationError() }
-            throw AttemptFailure.transient(DownloadError(
-                .truncated, message: "connection lost after \(received) body bytes: \(error)", url: url,
-                bytesReceived: received, underlying: error))
+            throw AttemptFailure.transient(
+                DownloadError(
+                    .truncated, message: "connection lost after \(received) body bytes: \(error)", url: url,
+                    bytesReceived: received, underlying: error))
         }
         emitProgress(start + received)
         if let length, received < length {
-            throw AttemptFailure.transient(DownloadError(
-                .truncated, message: "connection closed after \(received) of \(length) bytes", url: url,
-                bytesReceived: received))
+            throw AttemptFailure.transient(
+                DownloadError(
+                    .truncated, message: "connection closed after \(received) of \(length) bytes", url: url,
+                    bytesReceived: received))
         }
     }
 
     private func emitProgress(_ bytesWritten: Int64) {
-        emit(.progress(DownloadProgress(
-            bytesWritten: bytesWritten, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond)))
+        emit(
+            .progress(
+                DownloadProgress(
+                    bytesWritten: bytesWritten, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond)))
     }
 
     private func makeRequest(url: URL, fields: HTTPFields, resumeFrom: Int64) -> HTTPRequest {
@@ -188,12 +196,14 @@ extension DownloadRun {
         case .failure(let error): throw AttemptFailure.permanent(error)
         }
         guard count < configuration.maxRedirects else {
-            throw AttemptFailure.permanent(DownloadError(
-                .tooManyRedirects, message: "more than \(configuration.maxRedirects) redirects", url: target))
+            throw AttemptFailure.permanent(
+                DownloadError(
+                    .tooManyRedirects, message: "more than \(configuration.maxRedirects) redirects", url: target))
         }
         guard visited.insert(target.absoluteString).inserted else {
-            throw AttemptFailure.permanent(DownloadError(
-                .redirectLoop, message: "redirect loop: '\(target.absoluteString)' was already visited", url: url))
+            throw AttemptFailure.permanent(
+                DownloadError(
+                    .redirectLoop, message: "redirect loop: '\(target.absoluteString)' was already visited", url: url))
         }
         count += 1
         return target
@@ -209,9 +219,10 @@ extension DownloadRun {
 
     func transportFailure(_ error: any Error, url: URL) -> AttemptFailure {
         if let failure = error as? AttemptFailure { return failure }
-        return .transient(DownloadError(
-            .transport, message: "request failed: \(error)", url: url,
-            underlying: error))
+        return .transient(
+            DownloadError(
+                .transport, message: "request failed: \(error)", url: url,
+                underlying: error))
     }
 
     private func restartFromZero() async throws {
@@ -227,9 +238,10 @@ extension DownloadRun {
         guard case .directory(let directory, _) = request.destination else { return }
         let suggested = head.headerFields[.contentDisposition].flatMap(FileNaming.name(fromContentDisposition:))
         guard let name = suggested ?? FileNaming.name(for: request.url) else {
-            throw AttemptFailure.permanent(DownloadError(
-                .unsafeName, message: "no safe file name in the URL or Content-Disposition; give one explicitly",
-                url: request.url))
+            throw AttemptFailure.permanent(
+                DownloadError(
+                    .unsafeName, message: "no safe file name in the URL or Content-Disposition; give one explicitly",
+                    url: request.url))
         }
         let path = (directory.path as NSString).appendingPathComponent(name)
         do {

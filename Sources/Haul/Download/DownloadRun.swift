@@ -48,8 +48,9 @@ final class DownloadRun: @unchecked Sendable {
             destinationPath = file.path
         } else if case .directory(let directory, false) = request.destination {
             guard let name = FileNaming.name(for: request.url) else {
-                throw DownloadError(.unsafeName, message: "no safe file name in the URL; give one explicitly",
-                                    url: request.url)
+                throw DownloadError(
+                    .unsafeName, message: "no safe file name in the URL; give one explicitly",
+                    url: request.url)
             }
             destinationPath = (directory.path as NSString).appendingPathComponent(name)
         }
@@ -75,9 +76,11 @@ final class DownloadRun: @unchecked Sendable {
         guard failure.isTransient, attempts <= configuration.retryPolicy.maxRetries else { throw failure.error }
         let delay = configuration.retryPolicy.delay(
             beforeRetry: attempts, retryAfter: failure.retryAfter, random: configuration.random)
-        logger.info("retrying", metadata: [
-            "attempt": "\(attempts + 1)", "delay": "\(delay)", "reason": "\(failure.error.message)",
-        ])
+        logger.info(
+            "retrying",
+            metadata: [
+                "attempt": "\(attempts + 1)", "delay": "\(delay)", "reason": "\(failure.error.message)",
+            ])
         emit(.retrying(attempt: attempts + 1, after: delay, error: failure.error))
         do {
             try await configuration.backoffClock.sleep(for: delay)
@@ -92,7 +95,8 @@ final class DownloadRun: @unchecked Sendable {
             request.url.host(percentEncoded: false)?.isEmpty == false
         else {
             throw DownloadError(
-                .invalidRequest, message: "unsupported URL: only http:// and https:// URLs with a host can be downloaded",
+                .invalidRequest,
+                message: "unsupported URL: only http:// and https:// URLs with a host can be downloaded",
                 url: request.url)
         }
     }
@@ -119,8 +123,9 @@ final class DownloadRun: @unchecked Sendable {
                 do {
                     sha = try RunningDigest.sha256(ofFileAt: path)
                 } catch {
-                    throw DownloadError(.fileSystem, message: "cannot read '\(path)': \(error)", url: request.url,
-                                        path: path, underlying: error)
+                    throw DownloadError(
+                        .fileSystem, message: "cannot read '\(path)': \(error)", url: request.url,
+                        path: path, underlying: error)
                 }
                 return DownloadResult(
                     fileURL: URL(fileURLWithPath: path), size: size, sha256: sha.hexString, finalURL: request.url,
@@ -175,16 +180,18 @@ final class DownloadRun: @unchecked Sendable {
             let name = (path as NSString).lastPathComponent
             for number in 0..<10_000 {
                 let candidate =
-                    number == 0 ? path : (directory as NSString).appendingPathComponent(FileNaming.numbered(name, number))
+                    number == 0
+                    ? path : (directory as NSString).appendingPathComponent(FileNaming.numbered(name, number))
                 do {
                     try partial.move(to: candidate, replace: false, durable: durable, url: finalURL)
                     return candidate
-                } catch where error.code == .destinationExists {
+                } catch  where error.code == .destinationExists {
                     continue
                 }
             }
-            throw DownloadError(.destinationExists, message: "no free name like '\(name) (n)'", url: request.url,
-                                path: path)
+            throw DownloadError(
+                .destinationExists, message: "no free name like '\(name) (n)'", url: request.url,
+                path: path)
         case .fail, .skip:
             try partial.move(to: path, replace: false, durable: durable, url: finalURL)
             return path

@@ -18,8 +18,9 @@ enum HTTPRules {
     static func origin(of url: URL) -> Origin {
         let scheme = url.scheme?.lowercased() ?? ""
         let defaultPort = scheme == "https" ? 443 : 80
-        return Origin(scheme: scheme, host: url.host(percentEncoded: false)?.lowercased() ?? "",
-                      port: url.port ?? defaultPort)
+        return Origin(
+            scheme: scheme, host: url.host(percentEncoded: false)?.lowercased() ?? "",
+            port: url.port ?? defaultPort)
     }
 
     /// The target of a redirect, resolved against the current URL, or the reason it is refused.
@@ -27,15 +28,17 @@ enum HTTPRules {
         guard let location, !location.isEmpty,
             let target = URL(string: location, relativeTo: current)?.absoluteURL
         else {
-            return .failure(DownloadError(
-                .redirectRefused, message: "redirect without a usable Location header ('\(location ?? "")')",
-                url: current))
+            return .failure(
+                DownloadError(
+                    .redirectRefused, message: "redirect without a usable Location header ('\(location ?? "")')",
+                    url: current))
         }
         guard let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
-            return .failure(DownloadError(
-                .redirectRefused,
-                message: "refused a redirect to '\(target.absoluteString)': only http and https are followed",
-                url: current))
+            return .failure(
+                DownloadError(
+                    .redirectRefused,
+                    message: "refused a redirect to '\(target.absoluteString)': only http and https are followed",
+                    url: current))
         }
         return .success(target)
     }

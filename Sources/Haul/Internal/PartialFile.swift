@@ -56,9 +56,10 @@ final class PartialFile {
     /// Appends `chunk`.
     func write(_ chunk: any ByteChunk, url: URL) throws(DownloadError) {
         let result: Int32 = chunk.withUnsafeBytes { buffer in
+            guard let base = buffer.baseAddress else { return 0 }  // an empty chunk writes nothing
             var offset = 0
             while offset < buffer.count {
-                let written = posixWrite(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+                let written = posixWrite(descriptor, base + offset, buffer.count - offset)
                 if written < 0 {
                     if errno == EINTR { continue }
                     return errno

@@ -35,7 +35,7 @@ struct GeneratedContent: Sendable {
         guard let base = destination.baseAddress else { return }
         let out = base.assumingMemoryBound(to: UInt8.self)
         table.withUnsafeBufferPointer { tablePointer in
-            let source = tablePointer.baseAddress!
+            guard let source = tablePointer.baseAddress else { return }  // the table is never empty
             var position = offset
             var written = 0
             let total = destination.count

@@ -21,7 +21,9 @@ extension HTTPConnectionHandler {
             var sliceLength = body.sendCount - current.sent
             if case .generated = body.source { sliceLength = min(sliceLength, server.chunkSize) }
             if case .file = body.source, !body.isPlain { sliceLength = min(sliceLength, server.chunkSize) }
-            if let stallAt = body.stallAfter, !current.stalled { sliceLength = min(sliceLength, stallAt - current.sent) }
+            if let stallAt = body.stallAfter, !current.stalled {
+                sliceLength = min(sliceLength, stallAt - current.sent)
+            }
             if let rate = body.bytesPerSecond {
                 let now = NIODeadline.now()
                 let start = current.rateStart ?? now

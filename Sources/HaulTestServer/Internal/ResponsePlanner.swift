@@ -72,7 +72,9 @@ struct ResponsePlanner {
             sendCount: text.utf8.count,
             stallLength: .forever
         )
-        return .respond(HTTPResponseHead(version: .http1_1, status: status, headers: headers), body: isHead ? nil : body, headOnly: false)
+        return .respond(
+            HTTPResponseHead(version: .http1_1, status: status, headers: headers), body: isHead ? nil : body,
+            headOnly: false)
     }
 
     // MARK: Content
@@ -117,12 +119,15 @@ struct ResponsePlanner {
         case .partial(let partial):
             status = .partialContent
             range = partial
-            headers.add(name: "Content-Range", value: "bytes \(partial.lowerBound)-\(partial.upperBound - 1)/\(content.size)")
+            headers.add(
+                name: "Content-Range", value: "bytes \(partial.lowerBound)-\(partial.upperBound - 1)/\(content.size)")
         case .unsatisfiable:
             Self.release(content.source)
             headers.add(name: "Content-Range", value: "bytes */\(content.size)")
             headers.add(name: "Content-Length", value: "0")
-            return .respond(HTTPResponseHead(version: .http1_1, status: .rangeNotSatisfiable, headers: headers), body: nil, headOnly: false)
+            return .respond(
+                HTTPResponseHead(version: .http1_1, status: .rangeNotSatisfiable, headers: headers), body: nil,
+                headOnly: false)
         }
         headers.add(name: "Content-Length", value: String(range.count))
         let responseHead = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
@@ -177,12 +182,13 @@ struct ResponsePlanner {
             let name = RequestTarget.decode(path.dropFirst("/bytes/".count), plusIsSpace: false)
             guard !name.isEmpty else { return .notFound }
             let size = max(0, target.value("size").flatMap { Int($0) } ?? 1024)
-            return .found(Content(
-                source: .generated(server.state.content(name: name, version: version)),
-                size: size,
-                etag: TestServer.entityTag(name: name, size: size, version: version),
-                lastModified: modified
-            ))
+            return .found(
+                Content(
+                    source: .generated(server.state.content(name: name, version: version)),
+                    size: size,
+                    etag: TestServer.entityTag(name: name, size: size, version: version),
+                    lastModified: modified
+                ))
         }
         guard let resolver = server.resolver, path.hasPrefix(server.filesMount) else { return .notFound }
         let relative = RequestTarget.decode(path.dropFirst(server.filesMount.count), plusIsSpace: false)
@@ -192,13 +198,15 @@ struct ResponsePlanner {
         case .notFound: return .notFound
         case .forbidden: return .forbidden
         }
-        let tag = "\"\(String(file.inode, radix: 16))-\(String(file.size, radix: 16))-\(String(file.modifiedSecondsSince1970, radix: 16))-\(version)\""
-        return .found(Content(
-            source: .file(NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: file.descriptor)),
-            size: file.size,
-            etag: tag,
-            lastModified: HTTPDate.string(secondsSince1970: file.modifiedSecondsSince1970 + version * 3600)
-        ))
+        let tag =
+            "\"\(String(file.inode, radix: 16))-\(String(file.size, radix: 16))-\(String(file.modifiedSecondsSince1970, radix: 16))-\(version)\""
+        return .found(
+            Content(
+                source: .file(NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: file.descriptor)),
+                size: file.size,
+                etag: tag,
+                lastModified: HTTPDate.string(secondsSince1970: file.modifiedSecondsSince1970 + version * 3600)
+            ))
     }
 
     private static let maxGzipBytes = 64 << 20
@@ -211,9 +219,10 @@ struct ResponsePlanner {
         case .generated(let generated):
             plain.withUnsafeMutableBytes { generated.fill($0, from: 0) }
         case .file(let handle):
-            let readCount = (try? handle.withUnsafeFileDescriptor { descriptor in
-                plain.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
-            }) ?? -1
+            let readCount =
+                (try? handle.withUnsafeFileDescriptor { descriptor in
+                    plain.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
+                }) ?? -1
             guard readCount == content.size else { return nil }
         case .buffer(let buffer):
             plain = Array(buffer.readableBytesView)

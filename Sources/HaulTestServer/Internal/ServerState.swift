@@ -85,15 +85,17 @@ final class ServerState: Sendable {
     /// Counts a request against a per-path fault; returns the 1-based number of this request.
     func nextFailOrdinal(path: String) -> Int {
         guarded.withLock { state in
-            state.failCounters[path, default: 0] += 1
-            return state.failCounters[path]!
+            let ordinal = state.failCounters[path, default: 0] + 1
+            state.failCounters[path] = ordinal
+            return ordinal
         }
     }
 
     func nextCutOrdinal(path: String) -> Int {
         guarded.withLock { state in
-            state.cutCounters[path, default: 0] += 1
-            return state.cutCounters[path]!
+            let ordinal = state.cutCounters[path, default: 0] + 1
+            state.cutCounters[path] = ordinal
+            return ordinal
         }
     }
 

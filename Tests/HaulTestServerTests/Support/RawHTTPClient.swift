@@ -111,19 +111,18 @@ private struct ResponseReader {
 
     mutating func read(for request: RawRequest) async throws -> RawResponse {
         var response = RawResponse()
-        var headEnd: Int?
-        while headEnd == nil {
-            headEnd = Self.find([13, 10, 13, 10], in: pending)
-            if headEnd == nil {
-                if closed {
-                    response.connectionClosed = true
-                    return response
-                }
-                try await fill()
+        var found = Self.find([13, 10, 13, 10], in: pending)
+        while found == nil {
+            if closed {
+                response.connectionClosed = true
+                return response
             }
+            try await fill()
+            found = Self.find([13, 10, 13, 10], in: pending)
         }
-        let headText = String(decoding: pending[0..<headEnd!], as: UTF8.self)
-        pending.removeFirst(headEnd! + 4)
+        guard let headEnd = found else { return response }
+        let headText = String(decoding: pending[0..<headEnd], as: UTF8.self)
+        pending.removeFirst(headEnd + 4)
         let lines = headText.components(separatedBy: "\r\n")
         response.status = Int(lines[0].split(separator: " ")[1]) ?? 0
         for line in lines.dropFirst() {

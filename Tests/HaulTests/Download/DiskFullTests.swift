@@ -9,8 +9,9 @@ struct DiskFullTests {
     /// Mounting a small tmpfs needs root (CI and the dev machines run as root).
     static let canMount = getuid() == 0
 
-    @Test("a full tmpfs: a clear file-system error, no partial, no destination",
-          .enabled(if: canMount, "needs root to mount a small tmpfs"), arguments: TransportKind.allCases)
+    @Test(
+        "a full tmpfs: a clear file-system error, no partial, no destination",
+        .enabled(if: canMount, "needs root to mount a small tmpfs"), arguments: TransportKind.allCases)
     func fullDisk(kind: TransportKind) async throws {
         let mountPoint = try TemporaryDirectory()
         try run("/bin/mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", mountPoint.path)
@@ -39,7 +40,8 @@ struct DiskFullTests {
         try process.run()
         process.waitUntilExit()
         if process.terminationStatus != 0 {
-            throw CocoaError(.executableLoad, userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments) failed"])
+            throw CocoaError(
+                .executableLoad, userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments) failed"])
         }
     }
 }

@@ -62,10 +62,12 @@ struct DownloadCancellationTests {
     func downloadTaskHandle() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: TransportKind.asyncHTTPClient.makeTransport(),
-                                        configuration: testConfiguration())
-            let ok = downloader.start(DownloadRequest(
-                url: server.url(path: "/bytes/ok", query: ["size": "100000"]), destination: .directory(dir.url)))
+            let downloader = Downloader(
+                transport: TransportKind.asyncHTTPClient.makeTransport(),
+                configuration: testConfiguration())
+            let ok = downloader.start(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/ok", query: ["size": "100000"]), destination: .directory(dir.url)))
             var sawFinished = false
             for await event in ok.events {
                 if case .finished(let result) = event { sawFinished = result.size == 100_000 }
@@ -73,9 +75,10 @@ struct DownloadCancellationTests {
             #expect(sawFinished)
             #expect(try await ok.result.size == 100_000)
 
-            let stuck = downloader.start(DownloadRequest(
-                url: server.url(path: "/bytes/stuck", query: ["size": "10", "hold": "never"]),
-                destination: .directory(dir.url)))
+            let stuck = downloader.start(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/stuck", query: ["size": "10", "hold": "never"]),
+                    destination: .directory(dir.url)))
             try await eventually("request held") { server.heldCount(at: "never") == 1 }
             stuck.cancel()
             let error = try await #require(throws: DownloadError.self) { try await stuck.result }
@@ -90,9 +93,11 @@ struct DownloadCancellationTests {
             let dir = try TemporaryDirectory()
             var configuration = testConfiguration()
             configuration.keepsPartialOnCancel = true
-            let downloader = Downloader(transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
+            let downloader = Downloader(
+                transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
             let sawBytes = Signal()
-            let url = server.url(path: "/bytes/half", query: ["size": "100000", "stallAfter": "50000", "stall": "forever"])
+            let url = server.url(
+                path: "/bytes/half", query: ["size": "100000", "stallAfter": "50000", "stall": "forever"])
             let task = Task {
                 try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url))) { event in
                     if case .progress(let progress) = event, progress.bytesWritten > 0 { sawBytes.fire() }

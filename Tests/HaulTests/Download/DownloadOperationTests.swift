@@ -6,8 +6,9 @@ import Testing
 
 @Suite("DownloadOperation", .timeLimit(.minutes(2)))
 struct DownloadOperationTests {
-    @Test("a width-1 OperationQueue downloads strictly one after another; the completion runs after all",
-          arguments: TransportKind.allCases)
+    @Test(
+        "a width-1 OperationQueue downloads strictly one after another; the completion runs after all",
+        arguments: TransportKind.allCases)
     func sequentialQueue(kind: TransportKind) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -47,11 +48,13 @@ struct DownloadOperationTests {
     func cancelOperation() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: TransportKind.asyncHTTPClient.makeTransport(),
-                                        configuration: testConfiguration())
+            let downloader = Downloader(
+                transport: TransportKind.asyncHTTPClient.makeTransport(),
+                configuration: testConfiguration())
             let operation = DownloadOperation(
-                DownloadRequest(url: server.url(path: "/bytes/held", query: ["size": "10", "hold": "g"]),
-                                destination: .directory(dir.url)),
+                DownloadRequest(
+                    url: server.url(path: "/bytes/held", query: ["size": "10", "hold": "g"]),
+                    destination: .directory(dir.url)),
                 downloader: downloader)
             OperationQueue().addOperation(operation)
             try await eventually("request held") { server.heldCount(at: "g") == 1 }

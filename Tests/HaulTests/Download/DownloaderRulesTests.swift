@@ -13,7 +13,8 @@ struct DownloaderRulesTests {
             let dir = try TemporaryDirectory()
             let events = EventLog()
             let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
-            let url = server.url(path: "/bytes/hops", query: ["size": "100", "redirects": "3", "redirectStatus": "307"])
+            let url = server.url(
+                path: "/bytes/hops", query: ["size": "100", "redirects": "3", "redirectStatus": "307"])
             let result = try await downloader.download(
                 DownloadRequest(url: url, destination: .directory(dir.url)), onEvent: events.record)
             #expect(events.redirects == 3)
@@ -43,8 +44,9 @@ struct DownloaderRulesTests {
         }
     }
 
-    @Test("Authorization and Cookie never reach another origin; the same origin keeps them",
-          arguments: TransportKind.allCases)
+    @Test(
+        "Authorization and Cookie never reach another origin; the same origin keeps them",
+        arguments: TransportKind.allCases)
     func credentialsStayWithTheirOrigin(kind: TransportKind) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -63,7 +65,8 @@ struct DownloaderRulesTests {
             #expect(requests[1].authorization == nil && requests[1].cookie == nil)
 
             server.resetStats()
-            let sameOrigin = server.url(path: "/bytes/auth", query: ["size": "10", "redirects": "1", "requireAuth": "Bearer secret"])
+            let sameOrigin = server.url(
+                path: "/bytes/auth", query: ["size": "10", "redirects": "1", "requireAuth": "Bearer secret"])
             _ = try await downloader.download(
                 DownloadRequest(url: sameOrigin, destination: .file(dir.file("same")), headerFields: fields))
             #expect(server.stats.requests.allSatisfy { $0.authorization == "Bearer secret" })
@@ -80,7 +83,8 @@ struct DownloaderRulesTests {
             func fetch(_ url: URL, disposition: Bool = false) async throws -> String {
                 let result = try await downloader.download(
                     DownloadRequest(url: url, destination: .directory(dir, useContentDisposition: disposition)))
-                #expect(result.fileURL.deletingLastPathComponent().standardizedFileURL.path == dir.standardizedFileURL.path)
+                #expect(
+                    result.fileURL.deletingLastPathComponent().standardizedFileURL.path == dir.standardizedFileURL.path)
                 return result.fileURL.lastPathComponent
             }
             let escaping = try #require(URL(string: "\(server.baseURL.absoluteString)/bytes/..%2F..%2Fescape?size=5"))
@@ -92,11 +96,16 @@ struct DownloaderRulesTests {
             #expect(try await fetch(traversal, disposition: true) == "x")
             let extended = server.url(
                 path: "/bytes/cd2",
-                query: ["size": "5", "disposition": "attachment; filename=\"fallback.txt\"; filename*=UTF-8''%E2%82%AC%20rates.txt"])
+                query: [
+                    "size": "5",
+                    "disposition": "attachment; filename=\"fallback.txt\"; filename*=UTF-8''%E2%82%AC%20rates.txt",
+                ])
             #expect(try await fetch(extended, disposition: true) == "€ rates.txt")
-            let absolute = server.url(path: "/bytes/cd3", query: ["size": "5", "disposition": "attachment; filename=\"/etc/passwd\""])
+            let absolute = server.url(
+                path: "/bytes/cd3", query: ["size": "5", "disposition": "attachment; filename=\"/etc/passwd\""])
             #expect(try await fetch(absolute, disposition: true) == "passwd")
-            let hidden = server.url(path: "/bytes/cd4", query: ["size": "5", "disposition": "attachment; filename=\".bashrc\""])
+            let hidden = server.url(
+                path: "/bytes/cd4", query: ["size": "5", "disposition": "attachment; filename=\".bashrc\""])
             #expect(try await fetch(hidden, disposition: true) == "bashrc")
 
             let dots = try #require(URL(string: "\(server.baseURL.absoluteString)/bytes/..?size=5"))
@@ -114,7 +123,8 @@ struct DownloaderRulesTests {
             try Data("precious".utf8).write(to: victim)
             let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
             let url = server.url(path: "/bytes/evil", query: ["size": "100"])
-            try FileManager.default.createSymbolicLink(atPath: dir.file(".evil.haul-partial").path, withDestinationPath: victim.path)
+            try FileManager.default.createSymbolicLink(
+                atPath: dir.file(".evil.haul-partial").path, withDestinationPath: victim.path)
             let partialError = try await #require(throws: DownloadError.self) {
                 try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
             }

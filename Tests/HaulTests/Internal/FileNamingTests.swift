@@ -5,16 +5,18 @@ import Testing
 
 @Suite("FileNaming")
 struct FileNamingTests {
-    @Test("names from URLs", arguments: [
-        ("http://h/a/b/file.zip", "file.zip"),
-        ("http://h/dir/", "index.html"),
-        ("http://h", "index.html"),
-        ("http://h/a%20b.txt?x=1", "a b.txt"),
-        ("http://h/..%2F..%2Fetc%2Fpasswd", "passwd"),
-        ("http://h/x%5C..%5Cwin.ini", "win.ini"),
-        ("http://h/.hidden", "hidden"),
-        ("http://h/a%00b", "ab"),
-    ])
+    @Test(
+        "names from URLs",
+        arguments: [
+            ("http://h/a/b/file.zip", "file.zip"),
+            ("http://h/dir/", "index.html"),
+            ("http://h", "index.html"),
+            ("http://h/a%20b.txt?x=1", "a b.txt"),
+            ("http://h/..%2F..%2Fetc%2Fpasswd", "passwd"),
+            ("http://h/x%5C..%5Cwin.ini", "win.ini"),
+            ("http://h/.hidden", "hidden"),
+            ("http://h/a%00b", "ab"),
+        ])
     func fromURL(url: String, expected: String) throws {
         #expect(FileNaming.name(for: try #require(URL(string: url))) == expected)
     }
@@ -24,15 +26,17 @@ struct FileNamingTests {
         #expect(FileNaming.name(for: try #require(URL(string: url))) == nil)
     }
 
-    @Test("Content-Disposition, RFC 6266", arguments: [
-        (#"attachment; filename="report.pdf""#, "report.pdf"),
-        (#"attachment; filename=plain.txt"#, "plain.txt"),
-        (#"attachment; filename="a\"b.txt""#, #"a"b.txt"#),
-        (#"attachment; filename="x.txt"; filename*=UTF-8''%E2%82%AC%20rates.txt"#, "€ rates.txt"),
-        (#"attachment; filename*=iso-8859-1'en'%A3%20rates.txt"#, "£ rates.txt"),
-        (#"attachment; filename="../../etc/passwd""#, "passwd"),
-        (#"attachment; filename="C:\\Windows\\evil.exe""#, "evil.exe"),
-    ])
+    @Test(
+        "Content-Disposition, RFC 6266",
+        arguments: [
+            (#"attachment; filename="report.pdf""#, "report.pdf"),
+            (#"attachment; filename=plain.txt"#, "plain.txt"),
+            (#"attachment; filename="a\"b.txt""#, #"a"b.txt"#),
+            (#"attachment; filename="x.txt"; filename*=UTF-8''%E2%82%AC%20rates.txt"#, "€ rates.txt"),
+            (#"attachment; filename*=iso-8859-1'en'%A3%20rates.txt"#, "£ rates.txt"),
+            (#"attachment; filename="../../etc/passwd""#, "passwd"),
+            (#"attachment; filename="C:\\Windows\\evil.exe""#, "evil.exe"),
+        ])
     func contentDisposition(header: String, expected: String) {
         #expect(FileNaming.name(fromContentDisposition: header) == expected)
     }
@@ -89,8 +93,9 @@ struct HTTPRulesTests {
     @Test("backoff: doubling, capped, jittered within bounds; Retry-After capped")
     func backoff() {
         let policy = RetryPolicy(jitter: .none)
-        #expect((1...4).map { policy.delay(beforeRetry: $0, retryAfter: nil, random: { 1 }) }
-            == [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4)])
+        #expect(
+            (1...4).map { policy.delay(beforeRetry: $0, retryAfter: nil, random: { 1 }) }
+                == [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4)])
         #expect(policy.delay(beforeRetry: 20, retryAfter: nil, random: { 1 }) == .seconds(30))
         #expect(policy.delay(beforeRetry: 1, retryAfter: .seconds(3600), random: { 1 }) == .seconds(300))
         let jittered = RetryPolicy(jitter: .full)
