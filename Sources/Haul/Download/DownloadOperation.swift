@@ -22,8 +22,7 @@ public final class DownloadOperation: ResultOperation<DownloadResult>, @unchecke
 
     /// The request this operation downloads.
     public let request: DownloadRequest
-    private let downloader: Downloader
-    private let onEvent: (@Sendable (DownloadEvent) -> Void)?
+    private let perform: @Sendable () async throws(DownloadError) -> DownloadResult
 
     /// Creates an operation that downloads `request` with `downloader` when a queue starts it.
     public init(
@@ -31,20 +30,50 @@ public final class DownloadOperation: ResultOperation<DownloadResult>, @unchecke
         onEvent: (@Sendable (DownloadEvent) -> Void)? = nil
     ) {
         self.request = request
-        self.downloader = downloader
-        self.onEvent = onEvent
+        perform = { () async throws(DownloadError) -> DownloadResult in
+            try await downloader.download(request, onEvent: onEvent)
+        }
+        super.init(name: name ?? request.url.absoluteString)
+    }
+
+    /// Creates an operation that, when an `OperationQueue` starts it, adds `request` to `queue` and finishes
+    /// when that download ends: the operation takes part in dependencies and completion operations, while the
+    /// download queue's global and per-host limits still apply. Events go to ``DownloadQueue/events``.
+    ///
+    /// ```swift
+    /// let fetch = DownloadOperation(request, queue: downloads)
+    /// let unzip = AsyncBlockOperation(name: "unzip", consuming: fetch) { result in try unzip(result.fileURL) }
+    /// operationQueue.addOperations([fetch, unzip])
+    /// ```
+    public init(_ request: DownloadRequest, queue: DownloadQueue, name: String? = nil) {
+        self.request = request
+        perform = { () async throws(DownloadError) -> DownloadResult in try await queue.download(request) }
         super.init(name: name ?? request.url.absoluteString)
     }
 
     /// Starts the download; called by the queue.
     public override func execute() {
-        let task = Task { [request, downloader, onEvent] in
+        let task = Task { [perform] in
             do {
-                finish(returning: try await downloader.download(request, onEvent: onEvent))
+                finish(returning: try await perform())
             } catch {
                 finish(throwing: error)
             }
         }
         onCancel { task.cancel() }
+    }
+}
+
+extension DownloadQueue {
+    /// One ``DownloadOperation`` per request, running through this queue, in the same order.
+    ///
+    /// ```swift
+    /// let downloads = queue.operations(for: requests)
+    /// let group = OperationGroup(downloads)
+    /// group.onMemberFinished = { done, total in print("\(done) / \(total) files downloaded") }
+    /// operationQueue.addOperations(downloads + [group.completionOperation { print("all done") }])
+    /// ```
+    public func operations(for requests: [DownloadRequest]) -> [DownloadOperation] {
+        requests.map { DownloadOperation($0, queue: self) }
     }
 }

@@ -1,0 +1,46 @@
+public import Foundation
+
+extension DownloadQueue {
+    /// Adds `request` and waits for its result. Cancelling the calling task cancels the download.
+    ///
+    /// ```swift
+    /// for url in urls {                        // one after another, stoppable at any point
+    ///     try await queue.download(DownloadRequest(url: url, destination: .directory(dir)))
+    /// }
+    /// ```
+    /// - Throws: ``DownloadError``; nothing of this download is left at its destination.
+    @discardableResult
+    public func download(_ request: DownloadRequest) async throws(DownloadError) -> DownloadResult {
+        let handle = add(request)
+        // The outcome is awaited as a value: withTaskCancellationHandler does not carry typed throws.
+        let outcome = await withTaskCancellationHandler {
+            await handle.finalOutcome()
+        } onCancel: {
+            handle.cancel()
+        }
+        return try outcome.get()
+    }
+
+    /// Adds every request and waits until all have ended; the results are in the order of `requests`.
+    /// Cancelling the calling task cancels them all. With ``FailurePolicy/cancelOthers`` the first failure
+    /// cancels the rest, which report ``DownloadError/Code/cancelled``.
+    public func downloadAll(_ requests: [DownloadRequest]) async -> [Result<DownloadResult, DownloadError>] {
+        let handles = add(requests)
+        return await withTaskCancellationHandler {
+            var results: [Result<DownloadResult, DownloadError>] = []
+            results.reserveCapacity(handles.count)
+            for handle in handles { results.append(await handle.finalOutcome()) }
+            return results
+        } onCancel: {
+            for handle in handles { handle.cancel() }
+        }
+    }
+
+    /// Downloads `urls` into `directory` (names from the URLs, made safe), results in the order of `urls`.
+    public func download(
+        _ urls: [URL], into directory: URL, conflictPolicy: ConflictPolicy = .fail
+    ) async -> [Result<DownloadResult, DownloadError>] {
+        await downloadAll(
+            urls.map { DownloadRequest(url: $0, destination: .directory(directory), conflictPolicy: conflictPolicy) })
+    }
+}

@@ -1,0 +1,292 @@
+import Foundation
+
+extension DownloadQueue {
+    typealias Outcome = Result<DownloadResult, DownloadError>
+
+    /// Downloads with the same URL and destination share one transfer.
+    struct JoinKey: Hashable {
+        var url: URL
+        var destination: Destination
+    }
+
+    /// One queued download (waiting or running) and everyone waiting for it.
+    struct Entry {
+        let request: DownloadRequest
+        let joinKey: JoinKey
+        let box: ResultBox<Outcome>
+        /// Handles that still want the download; cancelling through the last one cancels it.
+        var handles = 1
+        /// The task running it, once admitted.
+        var task: Task<Void, Never>?
+        /// The latest progress of a running download.
+        var progress: DownloadProgress?
+    }
+
+    /// A waiting download taken out of the queue: its box is resolved after the lock is released.
+    typealias Resolution = (box: ResultBox<Outcome>, outcome: Outcome)
+
+    /// Counters of the batch in progress (see ``BatchProgress``).
+    struct BatchCounters {
+        var totalFiles = 0
+        var finishedFiles = 0
+        var failedFiles = 0
+        var cancelledFiles = 0
+        /// Sizes of the finished files.
+        var finishedBytes: Int64 = 0
+        /// `expectedSize` of waiting downloads that declared one, and how many did not.
+        var waitingExpectedBytes: Int64 = 0
+        var waitingWithoutSize = 0
+    }
+
+    /// All of the queue's bookkeeping, behind one lock.
+    struct State {
+        var scheduler: AdmissionScheduler
+        var failurePolicy: FailurePolicy
+        var entries: [UInt64: Entry] = [:]
+        var running: Set<UInt64> = []
+        var joined: [JoinKey: UInt64] = [:]
+        var nextID: UInt64 = 0
+        var subscribers: [UInt64: AsyncStream<QueueEvent>.Continuation] = [:]
+        var nextSubscriber: UInt64 = 0
+        var batch = BatchCounters()
+        var lastBatchEvent: ContinuousClock.Instant?
+        var idleWaiters: [ResultBox<Void>] = []
+
+        init(scheduler: AdmissionScheduler, failurePolicy: FailurePolicy) {
+            self.scheduler = scheduler
+            self.failurePolicy = failurePolicy
+        }
+
+        var isIdle: Bool { scheduler.waitingCount == 0 && scheduler.runningCount == 0 }
+
+        /// Sends `event` to every subscriber. Called under the lock, so all subscribers see one order.
+        func publish(_ event: QueueEvent) {
+            for continuation in subscribers.values { continuation.yield(event) }
+        }
+
+        func batchProgress() -> BatchProgress {
+            var progress = BatchProgress()
+            progress.totalFiles = batch.totalFiles
+            progress.finishedFiles = batch.finishedFiles
+            progress.failedFiles = batch.failedFiles
+            progress.cancelledFiles = batch.cancelledFiles
+            progress.runningFiles = running.count
+
+            var written = batch.finishedBytes
+            var knownTotal = batch.finishedBytes + batch.waitingExpectedBytes
+            var knownFiles = batch.finishedFiles + (scheduler.waitingCount - batch.waitingWithoutSize)
+            var unknownFiles = batch.waitingWithoutSize
+            var speed = 0.0
+            for id in running {
+                guard let entry = entries[id] else { continue }
+                let total = entry.progress?.totalBytes ?? entry.request.expectedSize
+                written += entry.progress?.bytesWritten ?? 0
+                speed += entry.progress?.bytesPerSecond ?? 0
+                if let total {
+                    knownTotal += total
+                    knownFiles += 1
+                } else {
+                    unknownFiles += 1
+                }
+            }
+            progress.bytesWritten = written
+            progress.bytesPerSecond = speed
+            progress.totalBytes = unknownFiles == 0 ? knownTotal : nil
+            // Sizes not yet known are estimated from the average known size, so the ETA covers the whole batch.
+            let estimatedTotal: Double? =
+                unknownFiles == 0
+                ? Double(knownTotal)
+                : knownFiles > 0 ? Double(knownTotal) * Double(knownFiles + unknownFiles) / Double(knownFiles) : nil
+            if let estimatedTotal, speed > 0 {
+                let seconds = max(0, estimatedTotal - Double(written)) / speed
+                progress.estimatedTimeRemaining = .milliseconds(Int64((seconds * 1000).rounded()))
+            }
+            return progress
+        }
+    }
+
+    // MARK: - Admission
+
+    /// Adds an entry (or joins an identical one) and announces it. Call ``startAdmitted(in:)`` after.
+    func enqueue(_ request: DownloadRequest, in state: inout State) -> (DownloadID, ResultBox<Outcome>) {
+        let key = JoinKey(url: request.url, destination: request.destination)
+        if let existing = state.joined[key], var entry = state.entries[existing] {
+            entry.handles += 1
+            state.entries[existing] = entry
+            return (DownloadID(rawValue: existing), entry.box)
+        }
+        if state.isIdle {
+            state.batch = BatchCounters()  // a new batch begins
+        }
+        state.nextID += 1
+        let id = state.nextID
+        let entry = Entry(request: request, joinKey: key, box: ResultBox())
+        state.entries[id] = entry
+        state.joined[key] = id
+        state.batch.totalFiles += 1
+        if let size = request.expectedSize {
+            state.batch.waitingExpectedBytes += size
+        } else {
+            state.batch.waitingWithoutSize += 1
+        }
+        state.scheduler.enqueue(id, host: Self.hostKey(for: request.url), priority: request.priority)
+        if !state.subscribers.isEmpty {
+            state.publish(.queued(DownloadID(rawValue: id), request))
+            publishBatchProgress(in: &state, force: false)
+        }
+        return (DownloadID(rawValue: id), entry.box)
+    }
+
+    /// Starts a task for every download the scheduler admits now.
+    func startAdmitted(in state: inout State) {
+        for id in state.scheduler.admit() {
+            guard var entry = state.entries[id] else { continue }
+            leaveWaiting(entry.request, in: &state)
+            state.running.insert(id)
+            let request = entry.request
+            entry.task = Task { [self] in await run(id, request) }
+            state.entries[id] = entry
+        }
+    }
+
+    private func leaveWaiting(_ request: DownloadRequest, in state: inout State) {
+        if let size = request.expectedSize {
+            state.batch.waitingExpectedBytes -= size
+        } else {
+            state.batch.waitingWithoutSize -= 1
+        }
+    }
+
+    /// Per-host limits count by origin: scheme, host (case-insensitive) and port.
+    static func hostKey(for url: URL) -> String {
+        let scheme = url.scheme?.lowercased() ?? ""
+        let host = url.host(percentEncoded: false)?.lowercased() ?? ""
+        let port = url.port ?? (scheme == "https" ? 443 : 80)
+        return "\(scheme)://\(host):\(port)"
+    }
+
+    // MARK: - Running
+
+    private func run(_ id: UInt64, _ request: DownloadRequest) async {
+        let outcome: Outcome
+        do {
+            outcome = .success(try await downloader.download(request) { [self] event in record(event, of: id) })
+        } catch {
+            outcome = .failure(error)
+        }
+        complete(id, with: outcome)
+    }
+
+    private func record(_ event: DownloadEvent, of id: UInt64) {
+        state.withLock { state in
+            switch event {
+            case .progress(let progress):
+                state.entries[id]?.progress = progress
+            case .started(_, let resumingAt):
+                let total = state.entries[id]?.progress?.totalBytes
+                state.entries[id]?.progress = DownloadProgress(
+                    bytesWritten: resumingAt, totalBytes: total, bytesPerSecond: 0)
+            default:
+                break
+            }
+            guard !state.subscribers.isEmpty else { return }
+            state.publish(.download(DownloadID(rawValue: id), event))
+            if case .progress = event { publishBatchProgress(in: &state, force: false) }
+        }
+    }
+
+    private func complete(_ id: UInt64, with outcome: Outcome) {
+        let (box, resolutions, idleWaiters) = state.withLock { state in
+            guard let entry = state.entries.removeValue(forKey: id) else {
+                return (ResultBox<Outcome>?.none, [Resolution](), [ResultBox<Void>]())
+            }
+            state.running.remove(id)
+            if state.joined[entry.joinKey] == id { state.joined[entry.joinKey] = nil }
+            state.scheduler.finish(id)
+            var resolutions: [Resolution] = []
+            switch outcome {
+            case .success(let result):
+                state.batch.finishedFiles += 1
+                state.batch.finishedBytes += result.size
+            case .failure(let error) where error.isCancellation:
+                state.batch.cancelledFiles += 1
+            case .failure:
+                state.batch.failedFiles += 1
+                if state.failurePolicy == .cancelOthers {
+                    for other in state.entries.keys.sorted() {
+                        if let resolution = cancelEntry(other, in: &state) { resolutions.append(resolution) }
+                    }
+                }
+            }
+            startAdmitted(in: &state)
+            return (entry.box, resolutions, takeIdleWaiters(in: &state))
+        }
+        box?.resolve(outcome)
+        resolve(resolutions)
+        for waiter in idleWaiters { waiter.resolve(()) }
+    }
+
+    /// Cancels one entry whatever its handle count: a waiting one is taken out at once (its resolution is
+    /// returned), a running one has its task cancelled and ends through ``complete(_:with:)``.
+    func cancelEntry(_ id: UInt64, in state: inout State) -> Resolution? {
+        guard let entry = state.entries[id] else { return nil }
+        guard state.scheduler.remove(id) else {
+            entry.task?.cancel()
+            return nil
+        }
+        state.entries[id] = nil
+        if state.joined[entry.joinKey] == id { state.joined[entry.joinKey] = nil }
+        leaveWaiting(entry.request, in: &state)
+        state.batch.cancelledFiles += 1
+        let error = DownloadError(
+            .cancelled, message: "cancelled before it started", url: entry.request.url)
+        if !state.subscribers.isEmpty { state.publish(.download(DownloadID(rawValue: id), .failed(error))) }
+        return (entry.box, .failure(error))
+    }
+
+    /// Cancels through one handle: only when no other handle still wants the download.
+    func cancel(_ id: DownloadID) {
+        let (resolutions, idleWaiters) = state.withLock { state -> ([Resolution], [ResultBox<Void>]) in
+            guard var entry = state.entries[id.rawValue] else { return ([], []) }
+            entry.handles -= 1
+            state.entries[id.rawValue] = entry
+            guard entry.handles == 0, let resolution = cancelEntry(id.rawValue, in: &state) else { return ([], []) }
+            return ([resolution], takeIdleWaiters(in: &state))
+        }
+        resolve(resolutions, idleWaiters: idleWaiters)
+    }
+
+    /// Changes a waiting download's priority; returns `false` if it is not waiting any more.
+    func setPriority(_ priority: Int, of id: DownloadID) -> Bool {
+        state.withLock { state in
+            let changed = state.scheduler.setPriority(priority, of: id.rawValue)
+            startAdmitted(in: &state)
+            return changed
+        }
+    }
+
+    func resolve(_ resolutions: [Resolution], idleWaiters: [ResultBox<Void>] = []) {
+        for resolution in resolutions { resolution.box.resolve(resolution.outcome) }
+        for waiter in idleWaiters { waiter.resolve(()) }
+    }
+
+    /// When the queue has become idle: ends the batch with a final progress event and hands back the waiters.
+    func takeIdleWaiters(in state: inout State) -> [ResultBox<Void>] {
+        guard state.isIdle else {
+            publishBatchProgress(in: &state, force: false)
+            return []
+        }
+        publishBatchProgress(in: &state, force: true)
+        let waiters = state.idleWaiters
+        state.idleWaiters.removeAll()
+        return waiters
+    }
+
+    private func publishBatchProgress(in state: inout State, force: Bool) {
+        guard !state.subscribers.isEmpty else { return }
+        let now = ContinuousClock.now
+        if !force, let last = state.lastBatchEvent, now - last < progressInterval { return }
+        state.lastBatchEvent = now
+        state.publish(.batchProgress(state.batchProgress()))
+    }
+}

@@ -1,0 +1,190 @@
+import Foundation
+import HaulOperations
+
+/// Runs many downloads with controlled concurrency: a global limit (1 = one at a time, in submission order),
+/// an optional per-host limit, priorities, pause/resume, cancellation, a failure policy, and progress for each
+/// download and for the batch.
+///
+/// ```swift
+/// let queue = DownloadQueue(downloader: Downloader(transport: AsyncHTTPClientTransport.shared))
+/// queue.maxConcurrentDownloads = 1                          // strictly one after another
+/// let handles = urls.map { queue.add(DownloadRequest(url: $0, destination: .directory(dir))) }
+/// for handle in handles { print(try await handle.result.fileURL.path) }
+/// ```
+///
+/// The same queue is reachable as `async`/`await` (``download(_:)``, ``downloadAll(_:)``, ``events``), as
+/// `Operation`s (``DownloadOperation/init(_:queue:name:)``) and, through `HaulCombine`, as publishers.
+/// Adding a request whose URL and destination equal a waiting or running one joins it instead of fetching
+/// twice; the first request's settings apply.
+public final class DownloadQueue: Sendable {
+    /// How a queue admits and reports downloads. The defaults are DESIGN.md's defaults table.
+    public struct Configuration: Sendable {
+        /// The most downloads running at once; 1 runs them one after another in submission order.
+        public var maxConcurrentDownloads: Int
+        /// The most downloads running at once against one host (scheme, host and port); `nil` for no limit.
+        public var perHostLimit: Int?
+        /// What happens to the other downloads when one fails for good (a cancellation is not a failure).
+        public var failurePolicy: FailurePolicy
+        /// The shortest time between two ``QueueEvent/batchProgress(_:)`` events (one always follows the end
+        /// of the batch). Per-download progress is throttled by ``Downloader/Configuration/progressInterval``.
+        public var progressInterval: Duration
+
+        /// Creates a configuration: 4 at once, no per-host limit, failures leave the others running.
+        public init(
+            maxConcurrentDownloads: Int = 4,
+            perHostLimit: Int? = nil,
+            failurePolicy: FailurePolicy = .continueOthers,
+            progressInterval: Duration = .milliseconds(100)
+        ) {
+            self.maxConcurrentDownloads = maxConcurrentDownloads
+            self.perHostLimit = perHostLimit
+            self.failurePolicy = failurePolicy
+            self.progressInterval = progressInterval
+        }
+    }
+
+    /// The engine every download runs on.
+    public let downloader: Downloader
+    let progressInterval: Duration
+    let state: Locked<State>
+
+    /// Creates a queue that runs its downloads on `downloader`.
+    ///
+    /// - Precondition: `maxConcurrentDownloads` and `perHostLimit` are at least 1.
+    public init(downloader: Downloader, configuration: Configuration = Configuration()) {
+        precondition(
+            configuration.maxConcurrentDownloads >= 1,
+            "maxConcurrentDownloads must be at least 1, not \(configuration.maxConcurrentDownloads)")
+        precondition(
+            (configuration.perHostLimit ?? 1) >= 1,
+            "perHostLimit must be at least 1 or nil, not \(configuration.perHostLimit ?? 0)")
+        self.downloader = downloader
+        progressInterval = configuration.progressInterval
+        state = Locked(
+            State(
+                scheduler: AdmissionScheduler(
+                    maxConcurrent: configuration.maxConcurrentDownloads, perHostLimit: configuration.perHostLimit),
+                failurePolicy: configuration.failurePolicy))
+    }
+
+    // MARK: - Adding
+
+    /// Adds `request`; it starts when a global slot and a slot for its host are free (higher priority first,
+    /// then in the order added). Returns a handle to await, cancel or re-prioritise it.
+    @discardableResult
+    public func add(_ request: DownloadRequest) -> DownloadHandle {
+        let (id, box) = state.withLock { state in
+            let (id, box) = enqueue(request, in: &state)
+            startAdmitted(in: &state)
+            return (id, box)
+        }
+        return DownloadHandle(id: id, request: request, box: box, queue: self)
+    }
+
+    /// Adds `requests` in order (see ``add(_:)``); the handles are in the same order.
+    @discardableResult
+    public func add(_ requests: [DownloadRequest]) -> [DownloadHandle] {
+        let added = state.withLock { state in
+            let added = requests.map { enqueue($0, in: &state) }
+            startAdmitted(in: &state)
+            return added
+        }
+        return zip(requests, added).map { request, added in
+            DownloadHandle(id: added.0, request: request, box: added.1, queue: self)
+        }
+    }
+
+    // MARK: - Limits and admission
+
+    /// The most downloads running at once (at least 1). Raising it starts waiting downloads at once; lowering
+    /// it lets running ones finish.
+    public var maxConcurrentDownloads: Int {
+        get { state.withLock { $0.scheduler.maxConcurrent } }
+        set {
+            precondition(newValue >= 1, "maxConcurrentDownloads must be at least 1, not \(newValue)")
+            state.withLock { state in
+                state.scheduler.maxConcurrent = newValue
+                startAdmitted(in: &state)
+            }
+        }
+    }
+
+    /// The most downloads running at once against one host (at least 1), or `nil` for no per-host limit.
+    public var perHostLimit: Int? {
+        get { state.withLock { $0.scheduler.perHostLimit } }
+        set {
+            precondition((newValue ?? 1) >= 1, "perHostLimit must be at least 1 or nil, not \(newValue ?? 0)")
+            state.withLock { state in
+                state.scheduler.perHostLimit = newValue
+                startAdmitted(in: &state)
+            }
+        }
+    }
+
+    /// What happens to the other downloads when one fails for good.
+    public var failurePolicy: FailurePolicy {
+        get { state.withLock { $0.failurePolicy } }
+        set { state.withLock { $0.failurePolicy = newValue } }
+    }
+
+    /// Stops starting downloads; running ones go on. Downloads can still be added.
+    public func pause() {
+        state.withLock { $0.scheduler.isPaused = true }
+    }
+
+    /// Starts admitting downloads again after ``pause()``.
+    public func resume() {
+        state.withLock { state in
+            state.scheduler.isPaused = false
+            startAdmitted(in: &state)
+        }
+    }
+
+    /// Whether admission is paused.
+    public var isPaused: Bool { state.withLock { $0.scheduler.isPaused } }
+
+    // MARK: - Cancelling
+
+    /// Cancels every waiting and running download. Nothing they wrote is left at a destination.
+    public func cancelAll() {
+        cancel { _ in true }
+    }
+
+    /// Cancels the waiting and running downloads whose request matches `predicate`.
+    public func cancel(where predicate: (DownloadRequest) -> Bool) {
+        let (resolutions, idleWaiters) = state.withLock { state in
+            let matching = state.entries.filter { predicate($0.value.request) }.keys.sorted()
+            let resolutions = matching.compactMap { cancelEntry($0, in: &state) }
+            return (resolutions, takeIdleWaiters(in: &state))
+        }
+        resolve(resolutions, idleWaiters: idleWaiters)
+    }
+
+    // MARK: - Observing
+
+    /// The current batch's progress.
+    public var progress: BatchProgress { state.withLock { $0.batchProgress() } }
+
+    /// Downloads waiting for a slot.
+    public var waitingCount: Int { state.withLock { $0.scheduler.waitingCount } }
+
+    /// Downloads running now.
+    public var runningCount: Int { state.withLock { $0.scheduler.runningCount } }
+
+    /// Waits until nothing is waiting or running (returns at once if the queue is idle). Does not block a
+    /// thread; cancelling the waiting task ends the wait, not the downloads.
+    public func waitUntilIdle() async {
+        let waiter = ResultBox<Void>()
+        let idle = state.withLock { state in
+            if state.isIdle { return true }
+            state.idleWaiters.append(waiter)
+            return false
+        }
+        if idle { return }
+        await withTaskCancellationHandler {
+            await waiter.wait()
+        } onCancel: {
+            waiter.resolve(())
+        }
+    }
+}

@@ -1,0 +1,184 @@
+import DequeModule
+import HeapModule
+
+/// Decides which waiting download starts next: a global limit, a per-host limit, priorities (higher first)
+/// and FIFO within one priority. A value type with no I/O, so every rule is unit-tested on its own.
+///
+/// Admission costs O(1) amortised in the number of waiting downloads (O(log H) in the number of hosts that
+/// have work waiting): each host keeps a FIFO per priority level, and a heap holds one entry per host that
+/// could start something, keyed by that host's best waiting item. Nothing ever scans the waiting list.
+/// Removals and priority changes are lazy: the stale position is skipped when it reaches the front.
+struct AdmissionScheduler {
+    typealias ID = UInt64
+
+    /// The most downloads running at once (>= 1).
+    var maxConcurrent: Int {
+        didSet { maxConcurrent = max(1, maxConcurrent) }
+    }
+    /// The most downloads running at once against one host; `nil` for no limit beyond ``maxConcurrent``.
+    var perHostLimit: Int? {
+        didSet {
+            if let limit = perHostLimit { perHostLimit = max(1, limit) }
+            // Hosts that were full may have a free slot now; they are not in the heap, so offer them again.
+            // Rare (a setting changed), so a pass over the hosts with work is fine here.
+            for host in hosts.keys { offer(host) }
+        }
+    }
+    /// While paused nothing is admitted; running downloads go on.
+    var isPaused = false
+
+    private struct Waiting {
+        var host: String
+        var priority: Int
+        var sequence: UInt64
+    }
+
+    private struct Slot {
+        var id: ID
+        var sequence: UInt64
+    }
+
+    private struct Host {
+        var running = 0
+        /// FIFO of waiting items per priority; may hold stale slots (removed or re-prioritised items).
+        var levels: [Int: Deque<Slot>] = [:]
+        /// The priorities that have a FIFO, highest first. Few distinct priorities are in use at once.
+        var priorities: [Int] = []
+    }
+
+    /// A host that may start something, keyed by its best waiting item at the time it was pushed.
+    private struct Candidate: Comparable {
+        var priority: Int
+        var sequence: UInt64
+        var host: String
+
+        // Heap is a min-max heap; `max` is the next to admit: higher priority, then earlier submission.
+        static func < (lhs: Candidate, rhs: Candidate) -> Bool {
+            if lhs.priority != rhs.priority { return lhs.priority < rhs.priority }
+            return lhs.sequence > rhs.sequence
+        }
+    }
+
+    private var waiting: [ID: Waiting] = [:]
+    private var running: [ID: String] = [:]
+    private var hosts: [String: Host] = [:]
+    private var candidates = Heap<Candidate>()
+    private var nextSequence: UInt64 = 0
+
+    init(maxConcurrent: Int, perHostLimit: Int? = nil) {
+        self.maxConcurrent = max(1, maxConcurrent)
+        self.perHostLimit = perHostLimit.map { max(1, $0) }
+    }
+
+    /// Downloads waiting for a slot.
+    var waitingCount: Int { waiting.count }
+    /// Downloads admitted and not yet finished.
+    var runningCount: Int { running.count }
+
+    /// Whether `id` is waiting (not yet admitted).
+    func isWaiting(_ id: ID) -> Bool { waiting[id] != nil }
+
+    /// Adds a waiting item. `host` is the key per-host limits count by.
+    mutating func enqueue(_ id: ID, host: String, priority: Int) {
+        precondition(waiting[id] == nil && running[id] == nil, "download \(id) is already scheduled")
+        nextSequence += 1
+        waiting[id] = Waiting(host: host, priority: priority, sequence: nextSequence)
+        append(Slot(id: id, sequence: nextSequence), to: host, priority: priority)
+        offer(host)
+    }
+
+    /// Removes a waiting item (cancelled before it started). Returns `false` if it was not waiting.
+    @discardableResult
+    mutating func remove(_ id: ID) -> Bool {
+        guard let item = waiting.removeValue(forKey: id) else { return false }
+        dropHostIfIdle(item.host)
+        return true
+    }
+
+    /// Changes a waiting item's priority; it goes to the back of its new priority level.
+    /// Returns `false` if it was not waiting (already running or gone).
+    @discardableResult
+    mutating func setPriority(_ priority: Int, of id: ID) -> Bool {
+        guard var item = waiting[id] else { return false }
+        guard item.priority != priority else { return true }
+        nextSequence += 1
+        item.priority = priority
+        item.sequence = nextSequence
+        waiting[id] = item
+        append(Slot(id: id, sequence: item.sequence), to: item.host, priority: priority)
+        offer(item.host)
+        return true
+    }
+
+    /// Marks a running item finished, freeing its slots.
+    mutating func finish(_ id: ID) {
+        guard let host = running.removeValue(forKey: id) else { return }
+        hosts[host, default: Host()].running -= 1
+        offer(host)
+        dropHostIfIdle(host)
+    }
+
+    /// Admits as many waiting items as the limits allow, in admission order.
+    mutating func admit() -> [ID] {
+        var admitted: [ID] = []
+        while !isPaused, running.count < maxConcurrent, let candidate = candidates.popMax() {
+            guard hasFreeSlot(candidate.host), let head = head(of: candidate.host),
+                head.priority == candidate.priority, head.slot.sequence == candidate.sequence
+            else { continue }  // stale: the host's current best, if any, has its own entry
+            let id = head.slot.id
+            hosts[candidate.host]?.levels[head.priority]?.removeFirst()
+            waiting[id] = nil
+            running[id] = candidate.host
+            hosts[candidate.host, default: Host()].running += 1
+            admitted.append(id)
+            offer(candidate.host)
+        }
+        return admitted
+    }
+
+    // MARK: - Host bookkeeping
+
+    private func hasFreeSlot(_ host: String) -> Bool {
+        (hosts[host]?.running ?? 0) < (perHostLimit ?? Int.max)
+    }
+
+    /// Pushes `host`'s current best waiting item as a candidate, if it has one and a free slot.
+    private mutating func offer(_ host: String) {
+        guard hasFreeSlot(host), let head = head(of: host) else { return }
+        candidates.insert(Candidate(priority: head.priority, sequence: head.slot.sequence, host: host))
+    }
+
+    /// The host's best live waiting item, dropping stale slots and empty levels on the way.
+    private mutating func head(of host: String) -> (priority: Int, slot: Slot)? {
+        guard var state = hosts[host] else { return nil }
+        defer { hosts[host] = state }
+        while let priority = state.priorities.first {
+            while let slot = state.levels[priority]?.first {
+                if let item = waiting[slot.id], item.priority == priority, item.sequence == slot.sequence {
+                    return (priority, slot)
+                }
+                state.levels[priority]?.removeFirst()
+            }
+            state.levels[priority] = nil
+            state.priorities.removeFirst()
+        }
+        return nil
+    }
+
+    private mutating func append(_ slot: Slot, to host: String, priority: Int) {
+        var state = hosts[host] ?? Host()
+        if state.levels[priority] == nil {
+            state.levels[priority] = Deque()
+            let index = state.priorities.firstIndex { $0 < priority } ?? state.priorities.endIndex
+            state.priorities.insert(priority, at: index)
+        }
+        state.levels[priority]?.append(slot)
+        hosts[host] = state
+    }
+
+    /// Forgets a host with nothing running and nothing waiting, so the map does not grow with every host seen.
+    private mutating func dropHostIfIdle(_ host: String) {
+        guard let state = hosts[host], state.running == 0 else { return }
+        if head(of: host) == nil { hosts[host] = nil }
+    }
+}

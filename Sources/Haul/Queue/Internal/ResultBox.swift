@@ -1,0 +1,50 @@
+import HaulOperations
+
+/// A result set once and awaited by any number of tasks: the shared outcome of one queued download, which
+/// several handles may await (joined duplicates, the Operation and Combine front ends).
+final class ResultBox<Value: Sendable>: Sendable {
+    private enum State {
+        case pending([CheckedContinuation<Value, Never>])
+        case resolved(Value)
+    }
+
+    private let state = Locked(State.pending([]))
+
+    /// The value, if already set.
+    var value: Value? {
+        state.withLock { state in
+            if case .resolved(let value) = state { return value }
+            return nil
+        }
+    }
+
+    /// Waits until the value is set. Cancelling the waiting task does not end the wait (like `Task.value`).
+    func wait() async -> Value {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> Value? in
+                switch state {
+                case .resolved(let value):
+                    return value
+                case .pending(var waiters):
+                    waiters.append(continuation)
+                    state = .pending(waiters)
+                    return nil
+                }
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+
+    /// Sets the value and wakes every waiter; later calls are ignored. Returns `true` for the first call.
+    @discardableResult
+    func resolve(_ value: Value) -> Bool {
+        let waiters = state.withLock { state -> [CheckedContinuation<Value, Never>]? in
+            guard case .pending(let waiters) = state else { return nil }
+            state = .resolved(value)
+            return waiters
+        }
+        guard let waiters else { return false }
+        for waiter in waiters { waiter.resume(returning: value) }
+        return true
+    }
+}

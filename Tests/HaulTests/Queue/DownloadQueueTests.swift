@@ -1,0 +1,330 @@
+import Foundation
+import Haul
+import HaulTestServer
+import Testing
+
+/// A queue on the AsyncHTTPClient transport with test settings (no real backoff sleeps).
+func makeQueue(_ configuration: DownloadQueue.Configuration = .init(), retries: Int = 3) -> DownloadQueue {
+    DownloadQueue(
+        downloader: Downloader(
+            transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: testConfiguration(retries: retries)
+        ),
+        configuration: configuration)
+}
+
+extension TestServer {
+    /// `/bytes/NAME?size=SIZE` held at `gate` until the test opens it.
+    func held(_ name: String, size: Int = 1000, gate: String = "g", host: String? = nil) -> URL {
+        url(path: "/bytes/\(name)", query: ["size": "\(size)", "hold": gate], host: host)
+    }
+}
+
+@Suite("DownloadQueue", .timeLimit(.minutes(2)))
+struct DownloadQueueTests {
+    @Test("the highest number in flight is exactly the global limit", arguments: [1, 3])
+    func globalLimit(limit: Int) async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: limit))
+            let handles = queue.add(
+                (0..<(limit + 4)).map { DownloadRequest(url: server.held("f\($0)"), destination: .directory(dir.url)) })
+            try await eventually("\(limit) requests held") { server.heldCount(at: "g") == limit }
+            #expect(queue.runningCount == limit && queue.waitingCount == 4)
+            server.openGate("g")
+            for (index, handle) in handles.enumerated() {
+                let result = try await handle.result
+                #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "f\(index)", size: 1000))
+            }
+            #expect(server.stats.maxInFlight == limit)
+            if limit == 1 {  // one at a time is also in submission order
+                #expect(server.stats.requests.map(\.path) == (0..<5).map { "/bytes/f\($0)" })
+            }
+        }
+    }
+
+    @Test("the per-host limit holds with two hosts (127.0.0.1 and localhost)")
+    func perHostLimit() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 10, perHostLimit: 2))
+            var requests: [DownloadRequest] = []
+            for index in 0..<4 {
+                for host in ["127.0.0.1", "localhost"] {
+                    requests.append(
+                        DownloadRequest(
+                            url: server.held("\(host)-\(index)", host: host), destination: .directory(dir.url)))
+                }
+            }
+            let handles = queue.add(requests)
+            try await eventually("two requests held per host") { server.heldCount(at: "g") == 4 }
+            #expect(queue.runningCount == 4 && queue.waitingCount == 4)
+            server.openGate("g")
+            for handle in handles { _ = try await handle.result }
+            #expect(server.stats.maxInFlightByHost.count == 2)
+            #expect(server.stats.maxInFlightByHost.values.allSatisfy { $0 == 2 })
+            #expect(dir.contents().count == 8)
+        }
+    }
+
+    @Test("higher priority starts first, FIFO within a priority; a waiting download's priority can change")
+    func priorityOrder() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1))
+            func request(_ name: String, priority: Int = 0) -> DownloadRequest {
+                DownloadRequest(
+                    url: server.url(path: "/bytes/\(name)", query: ["size": "10", "hold": "g"]),
+                    destination: .directory(dir.url), priority: priority)
+            }
+            let first = queue.add(request("first"))
+            try await eventually("the first request held") { server.heldCount(at: "g") == 1 }
+            let low = queue.add(request("low", priority: -1))
+            let normal1 = queue.add(request("normal1"))
+            let high = queue.add(request("high", priority: 10))
+            let normal2 = queue.add(request("normal2"))
+            let promoted = queue.add(request("promoted"))
+            #expect(promoted.setPriority(5))
+            #expect(!first.setPriority(5))  // running: no longer waiting
+            server.openGate("g")
+            for handle in [first, low, normal1, high, normal2, promoted] { _ = try await handle.result }
+            #expect(
+                server.stats.requests.map(\.path)
+                    == ["first", "high", "promoted", "normal1", "normal2", "low"].map { "/bytes/\($0)" })
+        }
+    }
+
+    @Test("pause holds admission; resume and a raised limit start waiting downloads")
+    func pauseAndLimits() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1))
+            queue.pause()
+            let handles = queue.add(
+                (0..<4).map { DownloadRequest(url: server.held("p\($0)"), destination: .directory(dir.url)) })
+            #expect(queue.isPaused && queue.runningCount == 0 && queue.waitingCount == 4)
+            #expect(server.stats.requestCount == 0)
+            queue.resume()
+            try await eventually("one request held") { server.heldCount(at: "g") == 1 }
+            queue.maxConcurrentDownloads = 3
+            try await eventually("three requests held") { server.heldCount(at: "g") == 3 }
+            #expect(queue.runningCount == 3 && queue.waitingCount == 1)
+            server.openGate("g")
+            for handle in handles { _ = try await handle.result }
+            #expect(server.stats.maxInFlight == 3)
+        }
+    }
+
+    @Test("cancel all: waiting and running downloads end as cancelled, nothing left in the directory")
+    func cancelAll() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2))
+            let handles = queue.add(
+                (0..<5).map {
+                    DownloadRequest(url: server.held("c\($0)", size: 100_000), destination: .directory(dir.url))
+                })
+            try await eventually("two requests held") { server.heldCount(at: "g") == 2 }
+            queue.cancelAll()
+            for handle in handles {
+                let error = await #expect(throws: DownloadError.self) { try await handle.result }
+                #expect(error?.code == .cancelled)
+            }
+            await queue.waitUntilIdle()
+            #expect(dir.contents() == [])
+            #expect(server.stats.requestCount == 2)  // the waiting three never started
+            #expect(queue.progress.cancelledFiles == 5)
+        }
+    }
+
+    @Test("cancelling one handle cancels only that download")
+    func cancelOne() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2))
+            let kept = queue.add(DownloadRequest(url: server.held("kept"), destination: .directory(dir.url)))
+            let dropped = queue.add(DownloadRequest(url: server.held("dropped"), destination: .directory(dir.url)))
+            try await eventually("both held") { server.heldCount(at: "g") == 2 }
+            dropped.cancel()
+            let error = await #expect(throws: DownloadError.self) { try await dropped.result }
+            #expect(error?.code == .cancelled)
+            server.openGate("g")
+            _ = try await kept.result
+            #expect(dir.contents() == ["kept"])
+        }
+    }
+
+    @Test("stop at the first failure: the rest are cancelled; continue: the rest finish")
+    func failurePolicies() async throws {
+        try await TestServer.withRunning { server in
+            for policy in [FailurePolicy.cancelOthers, .continueOthers] {
+                let dir = try TemporaryDirectory()
+                server.closeGate("g")
+                let queue = makeQueue(.init(maxConcurrentDownloads: 2, failurePolicy: policy))
+                let held = queue.add(
+                    DownloadRequest(url: server.held("held-\(policy)"), destination: .directory(dir.url)))
+                try await eventually("one request held") { server.heldCount(at: "g") == 1 }
+                let missing = queue.add(
+                    DownloadRequest(
+                        url: server.url(path: "/nothing-\(policy)", query: ["status": "404"]),
+                        destination: .directory(dir.url)))
+                let later = queue.add(
+                    DownloadRequest(url: server.held("later-\(policy)"), destination: .directory(dir.url)))
+                let failure = await #expect(throws: DownloadError.self) { try await missing.result }
+                #expect(failure?.status == 404)
+                server.openGate("g")
+                let outcomes = [await held.finalOutcomeForTest(), await later.finalOutcomeForTest()]
+                if policy == .cancelOthers {
+                    #expect(outcomes.allSatisfy { (try? $0.get()) == nil })
+                    #expect(dir.contents() == [])
+                } else {
+                    #expect(outcomes.allSatisfy { (try? $0.get()) != nil })
+                    #expect(dir.contents().count == 2)
+                }
+            }
+        }
+    }
+
+    @Test("an identical URL and destination in flight is joined, not fetched twice")
+    func joinsDuplicates() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue()
+            let request = DownloadRequest(url: server.held("dup"), destination: .directory(dir.url))
+            let first = queue.add(request)
+            let second = queue.add(request)
+            #expect(first.id == second.id)
+            try await eventually("held") { server.heldCount(at: "g") == 1 }
+            first.cancel()  // the other handle still wants it: the transfer goes on
+            server.openGate("g")
+            let result = try await second.result
+            #expect(try await first.result == result)
+            #expect(server.stats.requests(toPath: "/bytes/dup") == 1)
+        }
+    }
+
+    @Test("batch progress: totals equal the bytes on disk; per-download events arrive in order")
+    func progressTotals() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2, progressInterval: .milliseconds(1)))
+            let events = queue.events
+            let collector = Task {
+                var last: BatchProgress?
+                var terminalByID: [DownloadID: Int] = [:]
+                for await event in events {
+                    switch event {
+                    case .batchProgress(let batch):
+                        last = batch
+                        if batch.completedFiles == 4 && batch.runningFiles == 0 { return (last, terminalByID) }
+                    case .download(let id, .finished), .download(let id, .failed):
+                        terminalByID[id, default: 0] += 1
+                    default:
+                        break
+                    }
+                }
+                return (last, terminalByID)
+            }
+            let sizes = [100, 70_000, 250_000, 1]
+            let requests = sizes.enumerated().map { index, size in
+                DownloadRequest(
+                    url: server.url(path: "/bytes/s\(index)", query: ["size": "\(size)", "rate": "2000000"]),
+                    destination: .directory(dir.url))
+            }
+            let results = await queue.downloadAll(requests)
+            let (lastBatch, terminalByID) = await collector.value
+            let batch = try #require(lastBatch)
+            let onDisk = try dir.contents().reduce(Int64(0)) { total, name in
+                total
+                    + Int64(try FileManager.default.attributesOfItem(atPath: dir.file(name).path)[.size] as? Int ?? -1)
+            }
+            #expect(results.allSatisfy { (try? $0.get()) != nil })
+            #expect(batch.finishedFiles == 4 && batch.totalFiles == 4 && batch.failedFiles == 0)
+            #expect(batch.bytesWritten == onDisk && onDisk == Int64(sizes.reduce(0, +)))
+            #expect(batch.totalBytes == onDisk)
+            #expect(terminalByID.count == 4 && terminalByID.values.allSatisfy { $0 == 1 })
+        }
+    }
+
+    @Test("async: results in input order; cancelling the awaiting task cancels the download")
+    func asyncFrontEnd() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 3))
+            let urls = [500_000, 10, 20_000].enumerated().map { index, size in
+                server.url(path: "/bytes/o\(index)", query: ["size": "\(size)"])
+            }
+            let results = await queue.download(urls, into: dir.url)
+            #expect(try results.map { try $0.get().fileURL.lastPathComponent } == ["o0", "o1", "o2"])
+
+            let task = Task {
+                try await queue.download(DownloadRequest(url: server.held("awaited"), destination: .directory(dir.url)))
+            }
+            try await eventually("held") { server.heldCount(at: "g") == 1 }
+            task.cancel()
+            let error = await #expect(throws: DownloadError.self) { try await task.value }
+            #expect(error?.code == .cancelled)
+            await queue.waitUntilIdle()
+            #expect(!dir.contents().contains("awaited"))
+        }
+    }
+
+    @Test("data requests: GET into memory under the queue's limits, capped by a max size")
+    func dataRequests() async throws {
+        try await TestServer.withRunning { server in
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1))
+            let data = try await queue.data(
+                from: server.url(path: "/bytes/json", query: ["size": "5000", "fail": "1"]))
+            #expect([UInt8](data) == TestServer.expectedBytes(name: "json", size: 5000))  // after one 503, retried
+            let tooBig = await #expect(throws: DownloadError.self) {
+                try await queue.data(from: server.url(path: "/bytes/big", query: ["size": "5000"]), maxSize: 4999)
+            }
+            #expect(tooBig?.code == .sizeLimitExceeded)
+            let missing = await #expect(throws: DownloadError.self) {
+                try await queue.data(from: server.url(path: "/missing", query: ["status": "404"]))
+            }
+            #expect(missing?.status == 404)
+        }
+    }
+
+    @Test("DownloadOperation through a queue: dependencies and a completion operation after all")
+    func operationFrontEnd() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 4))
+            let first = DownloadOperation(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/op1", query: ["size": "100"]), destination: .directory(dir.url)),
+                queue: queue)
+            let rest = queue.operations(
+                for: (2...3).map {
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/op\($0)", query: ["size": "100"]),
+                        destination: .directory(dir.url))
+                })
+            for operation in rest { operation.addDependency(first) }
+            let group = OperationGroup([first] + rest)
+            let lines = Locked<[String]>([])
+            group.onMemberFinished = { done, total in
+                lines.withLock { $0.append("\(done) / \(total) files downloaded") }
+            }
+            let operations = OperationQueue()
+            operations.addOperations([first] + rest + [group.completionOperation {}])
+            try await group.finished()
+            #expect(server.stats.requests.first?.path == "/bytes/op1")
+            #expect(
+                lines.withLock { $0 } == ["1 / 3 files downloaded", "2 / 3 files downloaded", "3 / 3 files downloaded"])
+            #expect(dir.contents() == ["op1", "op2", "op3"])
+        }
+    }
+}
+
+extension DownloadHandle {
+    /// The outcome as a value, for tests that compare success and failure alike.
+    func finalOutcomeForTest() async -> Result<DownloadResult, DownloadError> {
+        do {
+            return .success(try await result)
+        } catch {
+            return .failure(error)
+        }
+    }
+}

@@ -1,0 +1,113 @@
+import Testing
+
+@testable import Haul
+
+@Suite("AdmissionScheduler (no I/O)")
+struct AdmissionSchedulerTests {
+    @Test("the global limit: never more admitted than allowed; a finish frees one slot")
+    func globalLimit() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 2)
+        for id in 1...5 { scheduler.enqueue(UInt64(id), host: "h", priority: 0) }
+        #expect(scheduler.admit() == [1, 2])
+        #expect(scheduler.admit() == [])
+        scheduler.finish(1)
+        #expect(scheduler.admit() == [3])
+        #expect(scheduler.runningCount == 2 && scheduler.waitingCount == 2)
+    }
+
+    @Test("width 1 admits in submission order")
+    func sequentialOrder() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        for id in 1...20 { scheduler.enqueue(UInt64(id), host: id.isMultiple(of: 2) ? "a" : "b", priority: 0) }
+        var order: [UInt64] = []
+        while case let admitted = scheduler.admit(), let id = admitted.first {
+            #expect(admitted.count == 1)
+            order.append(id)
+            scheduler.finish(id)
+        }
+        #expect(order == Array(1...20))
+    }
+
+    @Test("higher priority first, FIFO within one priority, across hosts")
+    func priorities() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        scheduler.isPaused = true
+        scheduler.enqueue(1, host: "a", priority: 0)
+        scheduler.enqueue(2, host: "b", priority: 0)
+        scheduler.enqueue(3, host: "b", priority: 5)
+        scheduler.enqueue(4, host: "a", priority: 5)
+        scheduler.enqueue(5, host: "a", priority: -1)
+        #expect(scheduler.admit() == [])  // paused
+        scheduler.isPaused = false
+        var order: [UInt64] = []
+        while let id = scheduler.admit().first {
+            order.append(id)
+            scheduler.finish(id)
+        }
+        #expect(order == [3, 4, 1, 2, 5])
+    }
+
+    @Test("the per-host limit holds a host's downloads while other hosts go ahead")
+    func perHostLimit() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 4, perHostLimit: 1)
+        scheduler.enqueue(1, host: "a", priority: 0)
+        scheduler.enqueue(2, host: "a", priority: 0)
+        scheduler.enqueue(3, host: "a", priority: 0)
+        scheduler.enqueue(4, host: "b", priority: 0)
+        #expect(scheduler.admit() == [1, 4])
+        scheduler.finish(4)
+        #expect(scheduler.admit() == [])  // "a" is full, "b" has nothing
+        scheduler.finish(1)
+        #expect(scheduler.admit() == [2])
+        scheduler.perHostLimit = 2  // raised at run time: "a" gets a second slot at once
+        #expect(scheduler.admit() == [3])
+    }
+
+    @Test("changing a waiting item's priority moves it; removing one skips it; raising the limit admits more")
+    func runtimeChanges() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        for id in 1...4 { scheduler.enqueue(UInt64(id), host: "h", priority: 0) }
+        #expect(scheduler.admit() == [1])
+        let moved = scheduler.setPriority(9, of: 4)
+        let removed = scheduler.remove(2)
+        let removedRunning = scheduler.remove(1)  // running, not waiting
+        let reprioritisedRunning = scheduler.setPriority(3, of: 1)
+        #expect(moved && removed && !removedRunning && !reprioritisedRunning)
+        scheduler.maxConcurrent = 3
+        #expect(scheduler.admit() == [4, 3])
+        #expect(scheduler.waitingCount == 0)
+    }
+
+    @Test("a lowered priority goes behind the others of its new level")
+    func loweredPriority() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        scheduler.isPaused = true
+        scheduler.enqueue(1, host: "h", priority: 5)
+        scheduler.enqueue(2, host: "h", priority: 5)
+        scheduler.enqueue(3, host: "h", priority: 0)
+        scheduler.setPriority(0, of: 1)
+        scheduler.isPaused = false
+        var order: [UInt64] = []
+        while let id = scheduler.admit().first {
+            order.append(id)
+            scheduler.finish(id)
+        }
+        #expect(order == [2, 3, 1])
+    }
+
+    @Test("hosts with nothing left are forgotten; re-enqueueing after many cycles still works")
+    func manyCycles() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 3, perHostLimit: 2)
+        var admittedTotal = 0
+        for round in 0..<100 {
+            for index in 0..<6 { scheduler.enqueue(UInt64(round * 6 + index), host: "h\(index % 3)", priority: 0) }
+            while case let admitted = scheduler.admit(), !admitted.isEmpty {
+                #expect(admitted.count <= 3)
+                admittedTotal += admitted.count
+                for id in admitted { scheduler.finish(id) }
+            }
+        }
+        #expect(scheduler.waitingCount == 0 && scheduler.runningCount == 0)
+        #expect(admittedTotal == 600)
+    }
+}
