@@ -202,7 +202,7 @@ struct ResponsePlanner {
             "\"\(String(file.inode, radix: 16))-\(String(file.size, radix: 16))-\(String(file.modifiedSecondsSince1970, radix: 16))-\(version)\""
         return .found(
             Content(
-                source: .file(NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: file.descriptor)),
+                source: Self.bodySource(of: file),
                 size: file.size,
                 etag: tag,
                 lastModified: HTTPDate.string(secondsSince1970: file.modifiedSecondsSince1970 + version * 3600)
@@ -210,6 +210,23 @@ struct ResponsePlanner {
     }
 
     private static let maxGzipBytes = 64 << 20
+    /// Files up to this size are read into memory, so the head and the body leave in one `writev`; larger ones
+    /// go by `sendfile`, which needs a write of its own (bench/server measures the difference).
+    private static let inMemoryFileLimit = 64 << 10
+
+    private static func bodySource(of file: ServedFile) -> BodySource {
+        if file.size <= inMemoryFileLimit {
+            var buffer = ByteBufferAllocator().buffer(capacity: file.size)
+            let readCount = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: file.size) { pointer in
+                max(0, pread(file.descriptor, pointer.baseAddress, file.size, 0))
+            }
+            if readCount == file.size {
+                close(file.descriptor)
+                return .buffer(buffer)
+            }
+        }
+        return .file(NIOFileHandle(_deprecatedTakingOwnershipOfDescriptor: file.descriptor))
+    }
 
     private func gzipBody(_ content: Content) -> ByteBuffer? {
         defer { Self.release(content.source) }
