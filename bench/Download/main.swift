@@ -1,5 +1,5 @@
-// Drives the download engine for bench/download/run.sh: one URL to one file, or a list of URLs into a
-// directory at a given width. Prints one line: `seconds=S bytes=B files=N maxrss_kib=K`.
+// Drives the download engine for bench/download/run.sh and bench/queue/run.sh: one URL to one file, or a list of
+// URLs into a directory through a DownloadQueue of the given width. Prints one line: `seconds=S bytes=B files=N maxrss_kib=K`.
 //
 //   bench-download --transport async-http-client|urlsession --out FILE URL
 //   bench-download --transport async-http-client|urlsession --width 8 --dir DIR --list URLS.txt
@@ -74,32 +74,15 @@ if let list = options.list, let dir = options.dir {
 }
 
 let start = ContinuousClock.now
-let width = max(1, options.width)
-let totalBytes: Int64
-do {
-    totalBytes = try await download(requests, width: width)
-} catch {
-    fail("\(error)")
-}
-
-func download(_ requests: [DownloadRequest], width: Int) async throws -> Int64 {
-    try await withThrowingTaskGroup(of: Int64.self) { group in
-        var next = 0
-        var total: Int64 = 0
-        while next < min(width, requests.count) {
-            let request = requests[next]
-            group.addTask { try await downloader.download(request).size }
-            next += 1
-        }
-        while let size = try await group.next() {
-            total += size
-            if next < requests.count {
-                let request = requests[next]
-                group.addTask { try await downloader.download(request).size }
-                next += 1
-            }
-        }
-        return total
+// The list goes through a DownloadQueue, as `haul get` does: its admission and bookkeeping are part of what is
+// measured.
+let queue = DownloadQueue(
+    downloader: downloader, configuration: .init(maxConcurrentDownloads: max(1, options.width)))
+var totalBytes: Int64 = 0
+for outcome in await queue.downloadAll(requests) {
+    switch outcome {
+    case .success(let result): totalBytes += result.size
+    case .failure(let error): fail("\(error)")
     }
 }
 let seconds = (ContinuousClock.now - start) / .seconds(1)

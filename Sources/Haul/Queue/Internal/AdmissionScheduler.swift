@@ -8,15 +8,15 @@ import HeapModule
 /// have work waiting): each host keeps a FIFO per priority level, and a heap holds one entry per host that
 /// could start something, keyed by that host's best waiting item. Nothing ever scans the waiting list.
 /// Removals and priority changes are lazy: the stale position is skipped when it reaches the front.
-struct AdmissionScheduler {
-    typealias ID = UInt64
+package struct AdmissionScheduler {
+    package typealias ID = UInt64
 
     /// The most downloads running at once (>= 1).
-    var maxConcurrent: Int {
+    package var maxConcurrent: Int {
         didSet { maxConcurrent = max(1, maxConcurrent) }
     }
     /// The most downloads running at once against one host; `nil` for no limit beyond ``maxConcurrent``.
-    var perHostLimit: Int? {
+    package var perHostLimit: Int? {
         didSet {
             if let limit = perHostLimit { perHostLimit = max(1, limit) }
             // Hosts that were full may have a free slot now; they are not in the heap, so offer them again.
@@ -25,7 +25,7 @@ struct AdmissionScheduler {
         }
     }
     /// While paused nothing is admitted; running downloads go on.
-    var isPaused = false
+    package var isPaused = false
 
     private struct Waiting {
         var host: String
@@ -65,21 +65,18 @@ struct AdmissionScheduler {
     private var candidates = Heap<Candidate>()
     private var nextSequence: UInt64 = 0
 
-    init(maxConcurrent: Int, perHostLimit: Int? = nil) {
+    package init(maxConcurrent: Int, perHostLimit: Int? = nil) {
         self.maxConcurrent = max(1, maxConcurrent)
         self.perHostLimit = perHostLimit.map { max(1, $0) }
     }
 
     /// Downloads waiting for a slot.
-    var waitingCount: Int { waiting.count }
+    package var waitingCount: Int { waiting.count }
     /// Downloads admitted and not yet finished.
-    var runningCount: Int { running.count }
-
-    /// Whether `id` is waiting (not yet admitted).
-    func isWaiting(_ id: ID) -> Bool { waiting[id] != nil }
+    package var runningCount: Int { running.count }
 
     /// Adds a waiting item. `host` is the key per-host limits count by.
-    mutating func enqueue(_ id: ID, host: String, priority: Int) {
+    package mutating func enqueue(_ id: ID, host: String, priority: Int) {
         precondition(waiting[id] == nil && running[id] == nil, "download \(id) is already scheduled")
         nextSequence += 1
         waiting[id] = Waiting(host: host, priority: priority, sequence: nextSequence)
@@ -89,7 +86,7 @@ struct AdmissionScheduler {
 
     /// Removes a waiting item (cancelled before it started). Returns `false` if it was not waiting.
     @discardableResult
-    mutating func remove(_ id: ID) -> Bool {
+    package mutating func remove(_ id: ID) -> Bool {
         guard let item = waiting.removeValue(forKey: id) else { return false }
         dropHostIfIdle(item.host)
         return true
@@ -98,7 +95,7 @@ struct AdmissionScheduler {
     /// Changes a waiting item's priority; it goes to the back of its new priority level.
     /// Returns `false` if it was not waiting (already running or gone).
     @discardableResult
-    mutating func setPriority(_ priority: Int, of id: ID) -> Bool {
+    package mutating func setPriority(_ priority: Int, of id: ID) -> Bool {
         guard var item = waiting[id] else { return false }
         guard item.priority != priority else { return true }
         nextSequence += 1
@@ -111,7 +108,7 @@ struct AdmissionScheduler {
     }
 
     /// Marks a running item finished, freeing its slots.
-    mutating func finish(_ id: ID) {
+    package mutating func finish(_ id: ID) {
         guard let host = running.removeValue(forKey: id) else { return }
         hosts[host, default: Host()].running -= 1
         offer(host)
@@ -119,7 +116,7 @@ struct AdmissionScheduler {
     }
 
     /// Admits as many waiting items as the limits allow, in admission order.
-    mutating func admit() -> [ID] {
+    package mutating func admit() -> [ID] {
         var admitted: [ID] = []
         while !isPaused, running.count < maxConcurrent, let candidate = candidates.popMax() {
             guard hasFreeSlot(candidate.host), let head = head(of: candidate.host),
