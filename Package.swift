@@ -9,6 +9,10 @@ let upcomingFeatures: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
 
+let downloadExampleDependencies: [Target.Dependency] = [
+    "Haul", "HaulAsyncHTTPClient", "HaulTestServer", "ExampleSupport",
+]
+
 let package = Package(
     name: "Haul",
     // Mutex (Synchronization) needs these on Apple platforms; Linux has it with the toolchain.
@@ -17,6 +21,7 @@ let package = Package(
         .library(name: "HaulOperations", targets: ["HaulOperations"]),
         .library(name: "Haul", targets: ["Haul"]),
         .library(name: "HaulAsyncHTTPClient", targets: ["HaulAsyncHTTPClient"]),
+        .library(name: "HaulCombine", targets: ["HaulCombine"]),
         .library(name: "HaulTestServer", targets: ["HaulTestServer"]),
         .executable(name: "haul", targets: ["haul"]),
     ],
@@ -28,6 +33,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
+        // SQLite for the quotes example now, and the journal (HaulSQLite) later.
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // The asynchronous Operation done right. Foundation only: no networking.
@@ -58,6 +66,18 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+
+        // Publishers over the queue: Combine on Apple platforms, OpenCombine elsewhere.
+        .target(
+            name: "HaulCombine",
+            dependencies: [
+                "Haul",
+                .product(
+                    name: "OpenCombine", package: "OpenCombine",
+                    condition: .when(platforms: [.linux, .windows, .android, .wasi, .openbsd])),
+            ]
+        ),
+        .testTarget(name: "HaulCombineTests", dependencies: ["HaulCombine", "HaulAsyncHTTPClient", "HaulTestServer"]),
 
         // Loopback HTTP/1.1 server with Range support and fault injection, for tests, bench and `haul serve`.
         .target(
@@ -100,10 +120,33 @@ let package = Package(
         .executableTarget(
             name: "example-pipeline", dependencies: ["HaulOperations"], path: "Examples/Pipeline"),
 
+        // The queue's scenarios against an in-process HaulTestServer; each checks its own claims and exits 1 if
+        // one fails. Built and run by .ci/run, and by ExamplesTests.
+        .target(name: "ExampleSupport", dependencies: ["HaulTestServer"], path: "Examples/Support"),
+        .executableTarget(
+            name: "example-loop-vs-queue", dependencies: downloadExampleDependencies, path: "Examples/LoopVersusQueue"),
+        .executableTarget(
+            name: "example-serial-downloads", dependencies: downloadExampleDependencies,
+            path: "Examples/SerialDownloadOperations"),
+        .executableTarget(
+            name: "example-download-dependencies", dependencies: downloadExampleDependencies,
+            path: "Examples/DownloadDependencies"),
+        .executableTarget(
+            name: "example-quotes-pipeline",
+            dependencies: downloadExampleDependencies + [.product(name: "GRDB", package: "GRDB.swift")],
+            path: "Examples/QuotesPipeline"),
+        .executableTarget(
+            name: "example-async-loop", dependencies: downloadExampleDependencies, path: "Examples/AsyncLoop"),
+        .executableTarget(
+            name: "example-combine", dependencies: downloadExampleDependencies + ["HaulCombine"],
+            path: "Examples/CombineDownloads"),
+        .testTarget(name: "ExamplesTests"),
+
         // Benchmarks, not tests: `swift run -c release bench-operations` (see bench/README.md).
         .executableTarget(name: "bench-operations", dependencies: ["HaulOperations"], path: "bench/Operations"),
         .executableTarget(
             name: "bench-download", dependencies: ["Haul", "HaulAsyncHTTPClient"], path: "bench/Download"),
+        .executableTarget(name: "bench-queue", dependencies: ["Haul"], path: "bench/Queue"),
     ]
 )
 
