@@ -84,6 +84,8 @@ let package = Package(
             name: "HaulTestServer",
             dependencies: [
                 .product(name: "NIOCore", package: "swift-nio"),
+                // NIOLockedValueBox (pthread) rather than Synchronization.Mutex (futex), which TSan cannot see.
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]

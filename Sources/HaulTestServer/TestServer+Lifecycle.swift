@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -83,30 +83,30 @@ extension TestServer {
 
 extension TestServer {
     func markRunning(port: Int, channels: [any Channel], group: MultiThreadedEventLoopGroup?) throws {
-        try lifecycle.withLock { lifecycle in
+        try lifecycle.withLockedValue { lifecycle in
             guard case .idle = lifecycle else { throw TestServerError.alreadyStarted }
             lifecycle = .running(port: port, channels: channels, group: group)
         }
     }
 
     func takeForShutdown() -> ([any Channel], MultiThreadedEventLoopGroup?) {
-        lifecycle.withLock { lifecycle in
+        lifecycle.withLockedValue { lifecycle in
             guard case .running(_, let channels, let group) = lifecycle else { return ([], nil) }
             lifecycle = .stopped
             return (channels, group)
         }
     }
 
-    func openConnections() -> [any Channel] { connections.withLock { Array($0.values) } }
+    func openConnections() -> [any Channel] { connections.withLockedValue { Array($0.values) } }
 
     func releaseHeldRequests() { state.releaseAllGates() }
 
     func register(_ channel: any Channel) {
-        connections.withLock { $0[ObjectIdentifier(channel)] = channel }
+        connections.withLockedValue { $0[ObjectIdentifier(channel)] = channel }
     }
 
     func unregister(_ channel: any Channel) {
-        _ = connections.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) }
+        _ = connections.withLockedValue { $0.removeValue(forKey: ObjectIdentifier(channel)) }
     }
 }
 
