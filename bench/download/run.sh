@@ -7,6 +7,7 @@
 # Usage: bash bench/download/run.sh [RUNS]   (default 5). Needs root for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/lib.sh
 RUNS=${1:-5}
 
 need() { command -v "$1" >/dev/null 2>&1; }
@@ -18,51 +19,20 @@ BIN=.build/release/bench-download
 
 WORK=$(mktemp -d /var/tmp/haul-bench.XXXXXX)   # /var/tmp: the real disk, not tmpfs
 chmod 755 "$WORK"                               # nginx workers run as www-data
-trap 'nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'stop_nginx; rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/www/small" "$WORK/out"
 head -c $((1024 * 1024 * 1024)) /dev/urandom > "$WORK/www/big.bin"
 head -c $((2 * 1024 * 1024 * 1024)) /dev/zero > "$WORK/www/huge.bin"
 for i in $(seq 1 2000); do head -c 16384 /dev/urandom > "$WORK/www/small/f$i.bin"; done
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat > "$WORK/nginx.conf" <<CONF
-worker_processes 2;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 100000;
-    server { listen 127.0.0.1:$PORT; root $WORK/www; }
-}
-CONF
-nginx -c "$WORK/nginx.conf"
+start_nginx "$WORK/www"
+PORT=$NGINX_PORT
 BASE="http://127.0.0.1:$PORT"
 for i in $(seq 1 2000); do echo "$BASE/small/f$i.bin"; done > "$WORK/small.txt"
 { for i in $(seq 1 2000); do echo "url = \"$BASE/small/f$i.bin\""; echo "output = \"$WORK/out/f$i.bin\""; done; } > "$WORK/small.curl"
 
 FAILURES=/tmp/haul-bench-failures.log
 : > "$FAILURES"
-# Prints wall seconds of a command after cleaning the output directory; a failed run prints "nan" and its
-# stderr goes to $FAILURES (a failed run never counts as a time).
-timed() {
-    rm -rf "$WORK/out"; mkdir -p "$WORK/out"; sync
-    local start end
-    start=$(date +%s.%N)
-    if ! "$@" >/dev/null 2>"$WORK/stderr"; then
-        { echo "== FAILED: $*"; tail -40 "$WORK/stderr"; } >> "$FAILURES"
-        echo nan
-        return
-    fi
-    end=$(date +%s.%N)
-    python3 -c "print(f'{$end - $start:.4f}')"
-}
-median() {
-    python3 -c "import sys,statistics,math; v=[float(x) for x in sys.argv[1:] if x!='nan']; print(f'{statistics.median(v):.4f}' if v else 'nan')" "$@"
-}
-
 declare -A LARGE SMALL
 TOOLS_LARGE=(curl wget2 haul-ahc haul-urlsession)
 run_large() {

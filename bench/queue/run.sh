@@ -7,6 +7,7 @@
 # Usage: bash bench/queue/run.sh [RUNS]   (default 3). Needs root for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/lib.sh
 RUNS=${1:-3}
 FILES=${FILES:-10000}
 
@@ -20,47 +21,26 @@ BIN=.build/release/bench-download
 
 WORK=$(mktemp -d /var/tmp/haul-bench-queue.XXXXXX)   # /var/tmp: the real disk, not tmpfs
 chmod 755 "$WORK"
-trap 'nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'stop_nginx; rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/www/small" "$WORK/out"
 head -c $((FILES * 4096)) /dev/urandom > "$WORK/blob"
 split -b 4096 -a 5 -d "$WORK/blob" "$WORK/www/small/f"
 rm "$WORK/blob"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat > "$WORK/nginx.conf" <<CONF
-worker_processes 2;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    sendfile on;
-    keepalive_requests 1000000;
-    server { listen 127.0.0.1:$PORT; root $WORK/www; }
-}
-CONF
-nginx -c "$WORK/nginx.conf"
+start_nginx "$WORK/www"
+PORT=$NGINX_PORT
 BASE="http://127.0.0.1:$PORT/small"
 ls "$WORK/www/small" | sed "s|^|$BASE/|" > "$WORK/list.txt"
 sed 's|.*/\(f[0-9]*\)$|url = "&"\noutput = "'"$WORK"'/out/\1"|' "$WORK/list.txt" > "$WORK/list.curl"
 
 FAILURES=/tmp/haul-bench-queue-failures.log
 : > "$FAILURES"
-# Wall seconds of one run into a clean output directory; checks the file count; a failed run prints nan.
-timed() {
-    rm -rf "$WORK/out"; mkdir -p "$WORK/out"; sync
-    local start end
-    start=$(date +%s.%N)
-    if ! "$@" >/dev/null 2>"$WORK/stderr"; then
-        { echo "== FAILED: $*"; tail -20 "$WORK/stderr"; } >> "$FAILURES"; echo nan; return
-    fi
-    end=$(date +%s.%N)
-    local count
+# The shared timing, plus a check that every file arrived (a run that lost files never counts).
+timed_all() {
+    local seconds count
+    seconds=$(timed "$@")
     count=$(find "$WORK/out" -type f -name 'f*' ! -name '*.aria2' | wc -l)
     if [ "$count" -ne "$FILES" ]; then echo "== $*: $count of $FILES files" >> "$FAILURES"; echo nan; return; fi
-    python3 -c "print(f'{$end - $start:.4f}')"
-}
-median() {
-    python3 -c "import sys,statistics; v=[float(x) for x in sys.argv[1:] if x!='nan']; print(f'{statistics.median(v):.4f}' if v else 'nan')" "$@"
+    echo "$seconds"
 }
 TOOLS=(haul curl wget2 aria2c)
 command_for() {
@@ -73,10 +53,10 @@ command_for() {
 }
 
 echo "warm-up..."
-for tool in "${TOOLS[@]}"; do timed $(command_for "$tool") >/dev/null; done
+for tool in "${TOOLS[@]}"; do timed_all $(command_for "$tool") >/dev/null; done
 declare -A TIMES
 for _ in $(seq 1 "$RUNS"); do
-    for tool in "${TOOLS[@]}"; do TIMES[$tool]="${TIMES[$tool]:-} $(timed $(command_for "$tool"))"; done
+    for tool in "${TOOLS[@]}"; do TIMES[$tool]="${TIMES[$tool]:-} $(timed_all $(command_for "$tool"))"; done
 done
 declare -A SYSCALLS
 for tool in "${TOOLS[@]}"; do

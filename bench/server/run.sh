@@ -6,6 +6,7 @@
 # Usage: bash bench/server/run.sh [RUNS]   (default 5). Needs root for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/lib.sh
 RUNS=${1:-5}
 WRK_SECONDS=${WRK_SECONDS:-8}
 
@@ -20,7 +21,7 @@ WORK=$(mktemp -d /var/tmp/haul-bench-server.XXXXXX)
 chmod 755 "$WORK"   # nginx workers run as www-data
 HAUL_PID=""
 cleanup() {
-    nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null || true
+    stop_nginx
     if [ -n "$HAUL_PID" ]; then kill "$HAUL_PID" 2>/dev/null || true; wait "$HAUL_PID" 2>/dev/null || true; fi
     rm -rf "$WORK"
 }
@@ -29,22 +30,7 @@ mkdir -p "$WORK/www"
 head -c $((1024 * 1024 * 1024)) /dev/urandom > "$WORK/www/big.bin"
 head -c 16384 /dev/urandom > "$WORK/www/small.bin"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-NGINX_PORT=$(free_port)
-cat > "$WORK/nginx.conf" <<CONF
-worker_processes 2;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 1000000;
-    server { listen 127.0.0.1:$NGINX_PORT; root $WORK/www; }
-}
-CONF
-nginx -c "$WORK/nginx.conf"
+start_nginx "$WORK/www"
 
 HAUL_PORT=$(free_port)
 "$HAUL" serve "$WORK/www" --port "$HAUL_PORT" > "$WORK/haul.out" 2>&1 &
@@ -67,10 +53,6 @@ large() {
 small() {
     wrk -t2 -c16 -d"${WRK_SECONDS}s" "$1" | awk '/Requests\/sec/ { print $2 }'
 }
-median() {
-    python3 -c "import sys,statistics; v=[float(x) for x in sys.argv[1:] if x!='nan']; print(statistics.median(v) if v else 'nan')" "$@"
-}
-
 echo "warm-up..."
 large "$NGINX/big.bin" >/dev/null; large "$SERVE/big.bin" >/dev/null; large "$GENERATED" >/dev/null
 WRK_SECONDS=2 small "$NGINX/small.bin" >/dev/null; WRK_SECONDS=2 small "$SERVE/small.bin" >/dev/null

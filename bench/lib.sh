@@ -1,0 +1,49 @@
+# Shared by the bench scripts (source it): a free loopback port, nginx serving a directory, timing and medians.
+# Each script sets WORK (its scratch directory on the real disk) before calling these.
+
+# Prints a free TCP port on 127.0.0.1.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start_nginx ROOT: serves ROOT on a free loopback port with sendfile and long keep-alive; sets NGINX_PORT.
+# Stop it with stop_nginx (the scripts do so in their EXIT trap).
+start_nginx() {
+    NGINX_PORT=$(free_port)
+    cat > "$WORK/nginx.conf" <<CONF
+worker_processes 2;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    server { listen 127.0.0.1:$NGINX_PORT; root $1; }
+}
+CONF
+    nginx -c "$WORK/nginx.conf"
+}
+
+stop_nginx() { nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null || true; }
+
+# timed COMMAND...: wall seconds of one run into a clean $WORK/out. A failed run prints "nan" (it never counts
+# as a time) and appends its stderr to $FAILURES.
+timed() {
+    rm -rf "$WORK/out"; mkdir -p "$WORK/out"; sync
+    local start end
+    start=$(date +%s.%N)
+    if ! "$@" >/dev/null 2>"$WORK/stderr"; then
+        { echo "== FAILED: $*"; tail -40 "$WORK/stderr"; } >> "$FAILURES"
+        echo nan
+        return
+    fi
+    end=$(date +%s.%N)
+    python3 -c "print(f'{$end - $start:.4f}')"
+}
+
+# median X...: the median of the numbers given, ignoring "nan"; "nan" if none is left.
+median() {
+    python3 -c "import sys,statistics; v=[float(x) for x in sys.argv[1:] if x!='nan']; print(f'{statistics.median(v):.4f}' if v else 'nan')" "$@"
+}
