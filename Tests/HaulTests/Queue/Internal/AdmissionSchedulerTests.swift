@@ -39,11 +39,7 @@ struct AdmissionSchedulerTests {
         scheduler.enqueue(5, host: "a", priority: -1)
         #expect(scheduler.admit() == [])  // paused
         scheduler.isPaused = false
-        var order: [UInt64] = []
-        while let id = scheduler.admit().first {
-            order.append(id)
-            scheduler.finish(id)
-        }
+        let order = admitOneAtATime(&scheduler)
         #expect(order == [3, 4, 1, 2, 5])
     }
 
@@ -87,11 +83,7 @@ struct AdmissionSchedulerTests {
         scheduler.enqueue(3, host: "h", priority: 0)
         scheduler.setPriority(0, of: 1)
         scheduler.isPaused = false
-        var order: [UInt64] = []
-        while let id = scheduler.admit().first {
-            order.append(id)
-            scheduler.finish(id)
-        }
+        let order = admitOneAtATime(&scheduler)
         #expect(order == [2, 3, 1])
     }
 
@@ -110,4 +102,14 @@ struct AdmissionSchedulerTests {
         #expect(scheduler.waitingCount == 0 && scheduler.runningCount == 0)
         #expect(admittedTotal == 600)
     }
+}
+
+/// Admits and finishes one item at a time until nothing is left; returns the admission order.
+private func admitOneAtATime(_ scheduler: inout AdmissionScheduler) -> [UInt64] {
+    var order: [UInt64] = []
+    while let id = scheduler.admit().first {
+        order.append(id)
+        scheduler.finish(id)
+    }
+    return order
 }
