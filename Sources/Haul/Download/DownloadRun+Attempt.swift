@@ -257,7 +257,8 @@ extension DownloadRun {
         do {
             let file = try PartialFile(
                 creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
-            writer = BackgroundWriter(file: file, algorithm: request.expectedDigest?.algorithm)
+            writer = BackgroundWriter(
+                file: file, algorithm: request.expectedDigest?.algorithm, expectedSize: totalBytes)
         } catch {
             throw AttemptFailure.permanent(error)
         }

@@ -128,7 +128,8 @@ final class DownloadRun: @unchecked Sendable {
                         path: path, underlying: error)
                 }
                 return DownloadResult(
-                    fileURL: URL(fileURLWithPath: path), size: size, sha256: sha.hexString, finalURL: request.url,
+                    fileURL: URL(fileURLWithPath: path, isDirectory: false), size: size, sha256: sha.hexString,
+                    finalURL: request.url,
                     attempts: 0, bytesTransferred: 0, skipped: true)
             case .overwrite, .rename:
                 return nil
@@ -159,7 +160,8 @@ final class DownloadRun: @unchecked Sendable {
         let published = try publish(partial, to: destinationPath)
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
         return DownloadResult(
-            fileURL: URL(fileURLWithPath: published), size: size, sha256: sha256.hexString, finalURL: finalURL,
+            fileURL: URL(fileURLWithPath: published, isDirectory: false), size: size, sha256: sha256.hexString,
+            finalURL: finalURL,
             attempts: attempts, bytesTransferred: bytesTransferred)
     }
 

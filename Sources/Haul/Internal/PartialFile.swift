@@ -18,25 +18,29 @@ final class PartialFile {
 
     /// The partial's name for a destination file name: `.NAME.haul-partial`.
     static func partialPath(forDestination destination: String) -> String {
-        let url = URL(fileURLWithPath: destination)
-        let directory = url.deletingLastPathComponent().path
-        return (directory as NSString).appendingPathComponent(".\(url.lastPathComponent).haul-partial")
+        // NSString path functions, not URL(fileURLWithPath:), which stats the path to learn if it is a directory.
+        let path = destination as NSString
+        return (path.deletingLastPathComponent as NSString).appendingPathComponent(
+            ".\(path.lastPathComponent).haul-partial")
     }
 
     /// Creates a new, empty partial at `path`. A leftover regular file there (Haul's own name space) is
     /// replaced; a symbolic link or anything else that is not a regular file is refused.
     init(creatingAt path: String, url: URL) throws(DownloadError) {
         self.path = path
-        var info = stat()
-        if lstat(path, &info) == 0 {
-            guard info.st_mode & S_IFMT == S_IFREG else {
+        // O_EXCL first: the usual case (nothing there) costs one call. Only when something is there is it looked
+        // at: a leftover regular file is replaced, anything else refused.
+        var fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        if fd < 0, errno == EEXIST {
+            var info = stat()
+            if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
                 throw DownloadError(
                     .unsafePath, message: "refusing to write through a symbolic link or special file at '\(path)'",
                     url: url, path: path)
             }
             unlink(path)
+            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         }
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             let code = errno
             if code == EEXIST || code == ELOOP {
