@@ -44,6 +44,10 @@ package struct AdmissionScheduler {
         var levels: [Int: Deque<Slot>] = [:]
         /// The priorities that have a FIFO, highest first. Few distinct priorities are in use at once.
         var priorities: [Int] = []
+        /// The key of this host's newest entry in the heap, so an unchanged best item is not pushed again
+        /// (otherwise every enqueue on an idle host would add a heap entry, and the heap would grow with the
+        /// waiting list).
+        var offered: (priority: Int, sequence: UInt64)?
     }
 
     /// A host that may start something, keyed by its best waiting item at the time it was pushed.
@@ -74,6 +78,8 @@ package struct AdmissionScheduler {
     package var waitingCount: Int { waiting.count }
     /// Downloads admitted and not yet finished.
     package var runningCount: Int { running.count }
+    /// Entries in the host heap, stale ones included: stays near the number of hosts with work (tests pin it).
+    var candidateCount: Int { candidates.count }
 
     /// Adds a waiting item. `host` is the key per-host limits count by.
     package mutating func enqueue(_ id: ID, host: String, priority: Int) {
@@ -119,6 +125,11 @@ package struct AdmissionScheduler {
     package mutating func admit() -> [ID] {
         var admitted: [ID] = []
         while !isPaused, running.count < maxConcurrent, let candidate = candidates.popMax() {
+            if let offered = hosts[candidate.host]?.offered, offered.priority == candidate.priority,
+                offered.sequence == candidate.sequence
+            {
+                hosts[candidate.host]?.offered = nil  // its newest entry has left the heap
+            }
             guard hasFreeSlot(candidate.host), let head = head(of: candidate.host),
                 head.priority == candidate.priority, head.slot.sequence == candidate.sequence
             else { continue }  // stale: the host's current best, if any, has its own entry
@@ -139,38 +150,45 @@ package struct AdmissionScheduler {
         (hosts[host]?.running ?? 0) < (perHostLimit ?? Int.max)
     }
 
-    /// Pushes `host`'s current best waiting item as a candidate, if it has one and a free slot.
+    /// Pushes `host`'s current best waiting item as a candidate, if it has one, a free slot, and is not in the
+    /// heap already.
     private mutating func offer(_ host: String) {
         guard hasFreeSlot(host), let head = head(of: host) else { return }
+        if let offered = hosts[host]?.offered, offered.priority == head.priority, offered.sequence == head.slot.sequence
+        {
+            return
+        }
+        hosts[host]?.offered = (head.priority, head.slot.sequence)
         candidates.insert(Candidate(priority: head.priority, sequence: head.slot.sequence, host: host))
     }
 
     /// The host's best live waiting item, dropping stale slots and empty levels on the way.
+    // Host state is mutated in place through the dictionary (`hosts[host]?.…`), never copied out and written
+    // back: a copy would share the FIFO's buffer, and the next mutation would duplicate the whole FIFO.
     private mutating func head(of host: String) -> (priority: Int, slot: Slot)? {
-        guard var state = hosts[host] else { return nil }
-        defer { hosts[host] = state }
-        while let priority = state.priorities.first {
-            while let slot = state.levels[priority]?.first {
+        while let priority = hosts[host]?.priorities.first {
+            while let slot = hosts[host]?.levels[priority]?.first {
                 if let item = waiting[slot.id], item.priority == priority, item.sequence == slot.sequence {
                     return (priority, slot)
                 }
-                state.levels[priority]?.removeFirst()
+                hosts[host]?.levels[priority]?.removeFirst()
             }
-            state.levels[priority] = nil
-            state.priorities.removeFirst()
+            hosts[host]?.levels[priority] = nil
+            hosts[host]?.priorities.removeFirst()
         }
         return nil
     }
 
     private mutating func append(_ slot: Slot, to host: String, priority: Int) {
-        var state = hosts[host] ?? Host()
-        if state.levels[priority] == nil {
-            state.levels[priority] = Deque()
-            let index = state.priorities.firstIndex { $0 < priority } ?? state.priorities.endIndex
-            state.priorities.insert(priority, at: index)
+        if hosts[host] == nil { hosts[host] = Host() }
+        if hosts[host]?.levels[priority] == nil {
+            hosts[host]?.levels[priority] = Deque()
+            // A new priority level is rare and the list is short: copying it here is cheap.
+            let priorities = hosts[host]?.priorities ?? []
+            let index = priorities.firstIndex { $0 < priority } ?? priorities.endIndex
+            hosts[host]?.priorities.insert(priority, at: index)
         }
-        state.levels[priority]?.append(slot)
-        hosts[host] = state
+        hosts[host]?.levels[priority]?.append(slot)
     }
 
     /// Forgets a host with nothing running and nothing waiting, so the map does not grow with every host seen.

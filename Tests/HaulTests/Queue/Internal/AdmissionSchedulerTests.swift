@@ -87,6 +87,24 @@ struct AdmissionSchedulerTests {
         #expect(order == [2, 3, 1])
     }
 
+    @Test("the host heap holds about one entry per host, however many downloads wait (O(1) admission)")
+    func heapStaysSmall() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 8, perHostLimit: 2)
+        for id in 0..<10_000 { scheduler.enqueue(UInt64(id), host: "h\(id % 4)", priority: id % 3) }
+        #expect(scheduler.candidateCount <= 4 * 3)  // at most a push per host per priority level seen first
+        var running = scheduler.admit()
+        var admitted = running.count
+        while let id = running.first {
+            running.removeFirst()
+            scheduler.finish(id)
+            let more = scheduler.admit()
+            admitted += more.count
+            running += more
+            #expect(scheduler.candidateCount <= 8)
+        }
+        #expect(admitted == 10_000)
+    }
+
     @Test("hosts with nothing left are forgotten; re-enqueueing after many cycles still works")
     func manyCycles() {
         var scheduler = AdmissionScheduler(maxConcurrent: 3, perHostLimit: 2)
