@@ -67,7 +67,7 @@ _ = await queueNanosPerItem(count: 10_000)  // warm-up
 var queueTimes: [Double] = []
 for size in sizes {
     var runs: [Double] = []
-    for _ in 0..<3 { runs.append(await queueNanosPerItem(count: size)) }
+    for _ in 0..<5 { runs.append(await queueNanosPerItem(count: size)) }
     queueTimes.append(median(runs))
 }
 rows.append(("DownloadQueue end to end", queueTimes))

@@ -21,7 +21,7 @@ BIN=.build/release/bench-download
 
 WORK=$(mktemp -d /var/tmp/haul-bench-queue.XXXXXX)   # /var/tmp: the real disk, not tmpfs
 chmod 755 "$WORK"
-trap 'stop_nginx; rm -rf "$WORK"' EXIT
+trap 'stop_nginx; rm -rf "$WORK" "${SHM:-/nonexistent}"' EXIT
 mkdir -p "$WORK/www/small" "$WORK/out"
 head -c $((FILES * 4096)) /dev/urandom > "$WORK/blob"
 split -b 4096 -a 5 -d "$WORK/blob" "$WORK/www/small/f"
@@ -30,7 +30,11 @@ start_nginx "$WORK/www"
 PORT=$NGINX_PORT
 BASE="http://127.0.0.1:$PORT/small"
 ls "$WORK/www/small" | sed "s|^|$BASE/|" > "$WORK/list.txt"
-sed 's|.*/\(f[0-9]*\)$|url = "&"\noutput = "'"$WORK"'/out/\1"|' "$WORK/list.txt" > "$WORK/list.curl"
+SHM=$(mktemp -d /dev/shm/haul-bench-queue.XXXXXX)   # the tmpfs pass writes here
+# curl takes its output paths from its config file: one file per output directory.
+curl_config() { sed 's|.*/\(f[0-9]*\)$|url = "&"\noutput = "'"$1"'/\1"|' "$WORK/list.txt" > "$2"; }
+curl_config "$WORK/out" "$WORK/list.curl"
+curl_config "$SHM" "$WORK/list-shm.curl"
 
 FAILURES=/tmp/haul-bench-queue-failures.log
 : > "$FAILURES"
@@ -43,12 +47,15 @@ timed_all() {
     echo "$seconds"
 }
 TOOLS=(haul curl wget2 aria2c)
+# command_for TOOL [tmpfs]: the command line writing into $WORK/out, or into $SHM with "tmpfs".
 command_for() {
+    local out="$WORK/out" config="$WORK/list.curl"
+    if [ "${2:-}" = tmpfs ]; then out="$SHM"; config="$WORK/list-shm.curl"; fi
     case $1 in
-        haul) echo "$BIN --transport async-http-client --width 8 --dir $WORK/out --list $WORK/list.txt" ;;
-        curl) echo "curl -s --parallel --parallel-max 8 -K $WORK/list.curl" ;;
-        wget2) echo "wget2 -q --no-robots --max-threads 8 -nd -P $WORK/out -i $WORK/list.txt" ;;
-        aria2c) echo "aria2c -q -j 8 -d $WORK/out -i $WORK/list.txt" ;;
+        haul) echo "$BIN --transport async-http-client --width 8 --dir $out --list $WORK/list.txt" ;;
+        curl) echo "curl -s --parallel --parallel-max 8 -K $config" ;;
+        wget2) echo "wget2 -q --no-robots --max-threads 8 -nd -P $out -i $WORK/list.txt" ;;
+        aria2c) echo "aria2c -q -j 8 -d $out -i $WORK/list.txt" ;;
     esac
 }
 
@@ -58,6 +65,23 @@ declare -A TIMES
 for _ in $(seq 1 "$RUNS"); do
     for tool in "${TOOLS[@]}"; do TIMES[$tool]="${TIMES[$tool]:-} $(timed_all $(command_for "$tool"))"; done
 done
+# The same on tmpfs: no disk, so what is left is each tool's own cost per file (the disk here is noisy: the same
+# command swings between about 2 and 7 s on ext4).
+declare -A TMPFS
+tmpfs_seconds() {
+    rm -rf "${SHM:?}"/*
+    local start end count
+    start=$(date +%s.%N)
+    "$@" >/dev/null 2>&1 || { echo nan; return; }
+    end=$(date +%s.%N)
+    count=$(find "$SHM" -type f -name 'f*' ! -name '*.aria2' | wc -l)
+    if [ "$count" -ne "$FILES" ]; then echo "== tmpfs $*: $count of $FILES files" >> "$FAILURES"; echo nan; return; fi
+    python3 -c "print(f'{$end - $start:.4f}')"
+}
+for _ in $(seq 1 "$RUNS"); do
+    for tool in "${TOOLS[@]}"; do TMPFS[$tool]="${TMPFS[$tool]:-} $(tmpfs_seconds $(command_for "$tool" tmpfs))"; done
+done
+rm -rf "${SHM:?}"/*
 declare -A SYSCALLS
 for tool in "${TOOLS[@]}"; do
     rm -rf "$WORK/out"; mkdir -p "$WORK/out"
@@ -69,13 +93,15 @@ echo
 echo "Machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr), destination $(df -T /var/tmp | awk 'NR==2{print $2}')."
 echo "$FILES x 4 KiB at width 8, medians of $RUNS runs; syscalls per file from one run under strace -f -c."
 echo
-printf '| tool | s | files/s | vs haul | syscalls/file |\n|---|---|---|---|---|\n'
+printf '| tool | ext4: s | files/s | vs haul | tmpfs: s | files/s | vs haul | syscalls/file |\n|---|---|---|---|---|---|---|---|\n'
 HAUL=$(median ${TIMES[haul]})
+HAUL_TMPFS=$(median ${TMPFS[haul]})
 for tool in "${TOOLS[@]}"; do
-    T=$(median ${TIMES[$tool]})
+    T=$(median ${TIMES[$tool]}); M=$(median ${TMPFS[$tool]})
     python3 -c "
-t,h,n,c=$T,$HAUL,$FILES,float('${SYSCALLS[$tool]:-nan}')
-print(f'| $tool | {t:.2f} | {n/t:.0f} | {h/t:.2f}x | {c/n:.1f} |')"
+nan=float('nan')
+t,h,m,hm,n,c=$T,$HAUL,$M,$HAUL_TMPFS,$FILES,float('${SYSCALLS[$tool]:-nan}')
+print(f'| $tool | {t:.2f} | {n/t:.0f} | {h/t:.2f}x | {m:.2f} | {n/m:.0f} | {hm/m:.2f}x | {c/n:.1f} |')"
 done
 python3 - "$HAUL" "$(median ${TIMES[curl]})" "$(median ${TIMES[wget2]})" "$(median ${TIMES[aria2c]})" <<'PY'
 import sys, math
