@@ -22,8 +22,19 @@ extension DownloadQueue {
         var progress: DownloadProgress?
     }
 
-    /// A waiting download taken out of the queue: its box is resolved after the lock is released.
-    typealias Resolution = (box: ResultBox<Outcome>, outcome: Outcome)
+    /// What a locked section decided to do once the lock is released: resolve results, cancel tasks (whose
+    /// cancellation handlers run synchronously and must not find the lock held), wake idle waiters.
+    struct SideEffects {
+        var resolutions: [(box: ResultBox<Outcome>, outcome: Outcome)] = []
+        var cancellations: [Task<Void, Never>] = []
+        var idleWaiters: [ResultBox<Void>] = []
+
+        func run() {
+            for task in cancellations { task.cancel() }
+            for resolution in resolutions { resolution.box.resolve(resolution.outcome) }
+            for waiter in idleWaiters { waiter.resolve(()) }
+        }
+    }
 
     /// Counters of the batch in progress (see ``BatchProgress``).
     struct BatchCounters {
@@ -196,14 +207,13 @@ extension DownloadQueue {
     }
 
     private func complete(_ id: UInt64, with outcome: Outcome) {
-        let (box, resolutions, idleWaiters) = state.withLock { state in
-            guard let entry = state.entries.removeValue(forKey: id) else {
-                return (ResultBox<Outcome>?.none, [Resolution](), [ResultBox<Void>]())
-            }
+        let effects = state.withLock { state -> SideEffects in
+            var effects = SideEffects()
+            guard let entry = state.entries.removeValue(forKey: id) else { return effects }
+            effects.resolutions.append((entry.box, outcome))
             state.running.remove(id)
             if state.joined[entry.joinKey] == id { state.joined[entry.joinKey] = nil }
             state.scheduler.finish(id)
-            var resolutions: [Resolution] = []
             switch outcome {
             case .success(let result):
                 state.batch.finishedFiles += 1
@@ -213,26 +223,24 @@ extension DownloadQueue {
             case .failure:
                 state.batch.failedFiles += 1
                 if state.failurePolicy == .cancelOthers {
-                    for other in state.entries.keys.sorted() {
-                        if let resolution = cancelEntry(other, in: &state) { resolutions.append(resolution) }
-                    }
+                    for other in state.entries.keys.sorted() { cancelEntry(other, in: &state, effects: &effects) }
                 }
             }
             startAdmitted(in: &state)
-            return (entry.box, resolutions, takeIdleWaiters(in: &state))
+            effects.idleWaiters = takeIdleWaiters(in: &state)
+            return effects
         }
-        box?.resolve(outcome)
-        resolve(resolutions)
-        for waiter in idleWaiters { waiter.resolve(()) }
+        effects.run()
     }
 
-    /// Cancels one entry whatever its handle count: a waiting one is taken out at once (its resolution is
-    /// returned), a running one has its task cancelled and ends through ``complete(_:with:)``.
-    func cancelEntry(_ id: UInt64, in state: inout State) -> Resolution? {
-        guard let entry = state.entries[id] else { return nil }
+    /// Cancels one entry whatever its handle count: a waiting one is taken out at once (its result is
+    /// resolved after the lock), a running one has its task cancelled after the lock and ends through
+    /// ``complete(_:with:)``.
+    func cancelEntry(_ id: UInt64, in state: inout State, effects: inout SideEffects) {
+        guard let entry = state.entries[id] else { return }
         guard state.scheduler.remove(id) else {
-            entry.task?.cancel()
-            return nil
+            if let task = entry.task { effects.cancellations.append(task) }
+            return
         }
         state.entries[id] = nil
         if state.joined[entry.joinKey] == id { state.joined[entry.joinKey] = nil }
@@ -241,19 +249,22 @@ extension DownloadQueue {
         let error = DownloadError(
             .cancelled, message: "cancelled before it started", url: entry.request.url)
         if !state.subscribers.isEmpty { state.publish(.download(DownloadID(rawValue: id), .failed(error))) }
-        return (entry.box, .failure(error))
+        effects.resolutions.append((entry.box, .failure(error)))
     }
 
     /// Cancels through one handle: only when no other handle still wants the download.
     func cancel(_ id: DownloadID) {
-        let (resolutions, idleWaiters) = state.withLock { state -> ([Resolution], [ResultBox<Void>]) in
-            guard var entry = state.entries[id.rawValue] else { return ([], []) }
+        let effects = state.withLock { state -> SideEffects in
+            var effects = SideEffects()
+            guard var entry = state.entries[id.rawValue] else { return effects }
             entry.handles -= 1
             state.entries[id.rawValue] = entry
-            guard entry.handles == 0, let resolution = cancelEntry(id.rawValue, in: &state) else { return ([], []) }
-            return ([resolution], takeIdleWaiters(in: &state))
+            guard entry.handles == 0 else { return effects }
+            cancelEntry(id.rawValue, in: &state, effects: &effects)
+            effects.idleWaiters = takeIdleWaiters(in: &state)
+            return effects
         }
-        resolve(resolutions, idleWaiters: idleWaiters)
+        effects.run()
     }
 
     /// Changes a waiting download's priority; returns `false` if it is not waiting any more.
@@ -263,11 +274,6 @@ extension DownloadQueue {
             startAdmitted(in: &state)
             return changed
         }
-    }
-
-    func resolve(_ resolutions: [Resolution], idleWaiters: [ResultBox<Void>] = []) {
-        for resolution in resolutions { resolution.box.resolve(resolution.outcome) }
-        for waiter in idleWaiters { waiter.resolve(()) }
     }
 
     /// When the queue has become idle: ends the batch with a final progress event and hands back the waiters.

@@ -152,12 +152,15 @@ public final class DownloadQueue: Sendable {
 
     /// Cancels the waiting and running downloads whose request matches `predicate`.
     public func cancel(where predicate: (DownloadRequest) -> Bool) {
-        let (resolutions, idleWaiters) = state.withLock { state in
-            let matching = state.entries.filter { predicate($0.value.request) }.keys.sorted()
-            let resolutions = matching.compactMap { cancelEntry($0, in: &state) }
-            return (resolutions, takeIdleWaiters(in: &state))
+        let effects = state.withLock { state -> SideEffects in
+            var effects = SideEffects()
+            for id in state.entries.filter({ predicate($0.value.request) }).keys.sorted() {
+                cancelEntry(id, in: &state, effects: &effects)
+            }
+            effects.idleWaiters = takeIdleWaiters(in: &state)
+            return effects
         }
-        resolve(resolutions, idleWaiters: idleWaiters)
+        effects.run()
     }
 
     // MARK: - Observing

@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HTTPTypes
 import HaulTestServer
 import Testing
 
@@ -325,6 +326,44 @@ extension DownloadHandle {
             return .success(try await result)
         } catch {
             return .failure(error)
+        }
+    }
+}
+
+/// The real AsyncHTTPClient transport plus a cancellation handler that calls back into the queue, as a user's
+/// transport might (to log, say). Task.cancel() runs such handlers synchronously.
+final class QueueReadingTransport: HTTPTransport {
+    let inner = TransportKind.asyncHTTPClient.makeTransport()
+    let queue = Locked<DownloadQueue?>(nil)
+    let seenRunning = Locked<[Int]>([])
+
+    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+        try await withTaskCancellationHandler {
+            try await inner.send(request, connectTimeout: connectTimeout)
+        } onCancel: {
+            if let queue = queue.withLock({ $0 }) { seenRunning.withLock { $0.append(queue.runningCount) } }
+        }
+    }
+}
+
+@Suite("DownloadQueue side effects", .timeLimit(.minutes(1)))
+struct DownloadQueueSideEffectTests {
+    @Test("cancelling runs transports' cancellation handlers after the queue's lock is released (no deadlock)")
+    func cancelOutsideLock() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let transport = QueueReadingTransport()
+            let queue = DownloadQueue(
+                downloader: Downloader(transport: transport, configuration: testConfiguration()),
+                configuration: .init(maxConcurrentDownloads: 2))
+            transport.queue.withLock { $0 = queue }
+            let handles = queue.add(
+                (0..<3).map { DownloadRequest(url: server.held("x\($0)"), destination: .directory(dir.url)) })
+            try await eventually("two held") { server.heldCount(at: "g") == 2 }
+            queue.cancelAll()
+            for handle in handles { _ = try? await handle.result }
+            #expect(transport.seenRunning.withLock { $0.count } == 2)
+            #expect(dir.contents() == [])
         }
     }
 }
