@@ -50,7 +50,6 @@ extension DownloadProgress {
     /// Time left at the current speed; `nil` when the total is unknown or nothing moves.
     public var estimatedTimeRemaining: Duration? {
         guard let totalBytes, bytesPerSecond > 0 else { return nil }
-        let seconds = Double(max(0, totalBytes - bytesWritten)) / bytesPerSecond
-        return .milliseconds(Int64((seconds * 1000).rounded()))
+        return .seconds(Double(max(0, totalBytes - bytesWritten)) / bytesPerSecond)
     }
 }

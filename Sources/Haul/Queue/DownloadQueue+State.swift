@@ -54,7 +54,6 @@ extension DownloadQueue {
         var scheduler: AdmissionScheduler
         var failurePolicy: FailurePolicy
         var entries: [UInt64: Entry] = [:]
-        var running: Set<UInt64> = []
         var joined: [JoinKey: UInt64] = [:]
         var nextID: UInt64 = 0
         var subscribers: [UInt64: AsyncStream<QueueEvent>.Continuation] = [:]
@@ -81,14 +80,14 @@ extension DownloadQueue {
             progress.finishedFiles = batch.finishedFiles
             progress.failedFiles = batch.failedFiles
             progress.cancelledFiles = batch.cancelledFiles
-            progress.runningFiles = running.count
+            progress.runningFiles = scheduler.runningCount
 
             var written = batch.finishedBytes
             var knownTotal = batch.finishedBytes + batch.waitingExpectedBytes
             var knownFiles = batch.finishedFiles + (scheduler.waitingCount - batch.waitingWithoutSize)
             var unknownFiles = batch.waitingWithoutSize
             var speed = 0.0
-            for id in running {
+            for id in scheduler.runningIDs {
                 guard let entry = entries[id] else { continue }
                 let total = entry.progress?.totalBytes ?? entry.request.expectedSize
                 written += entry.progress?.bytesWritten ?? 0
@@ -109,8 +108,7 @@ extension DownloadQueue {
                 ? Double(knownTotal)
                 : knownFiles > 0 ? Double(knownTotal) * Double(knownFiles + unknownFiles) / Double(knownFiles) : nil
             if let estimatedTotal, speed > 0 {
-                let seconds = max(0, estimatedTotal - Double(written)) / speed
-                progress.estimatedTimeRemaining = .milliseconds(Int64((seconds * 1000).rounded()))
+                progress.estimatedTimeRemaining = .seconds(max(0, estimatedTotal - Double(written)) / speed)
             }
             return progress
         }
@@ -153,7 +151,6 @@ extension DownloadQueue {
         for id in state.scheduler.admit() {
             guard var entry = state.entries[id] else { continue }
             leaveWaiting(entry.request, in: &state)
-            state.running.insert(id)
             let request = entry.request
             entry.task = Task { [self] in await run(id, request) }
             state.entries[id] = entry
@@ -168,12 +165,10 @@ extension DownloadQueue {
         }
     }
 
-    /// Per-host limits count by origin: scheme, host (case-insensitive) and port.
+    /// Per-host limits count by origin (scheme, host, port): the same origin the redirect rules use.
     static func hostKey(for url: URL) -> String {
-        let scheme = url.scheme?.lowercased() ?? ""
-        let host = url.host(percentEncoded: false)?.lowercased() ?? ""
-        let port = url.port ?? (scheme == "https" ? 443 : 80)
-        return "\(scheme)://\(host):\(port)"
+        let origin = HTTPRules.origin(of: url)
+        return "\(origin.scheme)://\(origin.host):\(origin.port)"
     }
 
     // MARK: - Running
@@ -211,7 +206,6 @@ extension DownloadQueue {
             var effects = SideEffects()
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
             effects.resolutions.append((entry.box, outcome))
-            state.running.remove(id)
             if state.joined[entry.joinKey] == id { state.joined[entry.joinKey] = nil }
             state.scheduler.finish(id)
             switch outcome {

@@ -78,6 +78,8 @@ package struct AdmissionScheduler {
     package var waitingCount: Int { waiting.count }
     /// Downloads admitted and not yet finished.
     package var runningCount: Int { running.count }
+    /// Their IDs (the queue sums their progress).
+    var runningIDs: Dictionary<ID, String>.Keys { running.keys }
     /// Entries in the host heap, stale ones included: stays near the number of hosts with work (tests pin it).
     var candidateCount: Int { candidates.count }
 
