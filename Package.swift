@@ -77,7 +77,9 @@ let package = Package(
                     condition: .when(platforms: [.linux, .windows, .android, .wasi, .openbsd])),
             ]
         ),
-        .testTarget(name: "HaulCombineTests", dependencies: ["HaulCombine", "HaulAsyncHTTPClient", "HaulTestServer"]),
+        .testTarget(
+            name: "HaulCombineTests",
+            dependencies: ["HaulCombine", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport"]),
 
         // Loopback HTTP/1.1 server with Range support and fault injection, for tests, bench and `haul serve`.
         .target(
@@ -109,8 +111,10 @@ let package = Package(
         ),
         .testTarget(
             name: "HaulTests",
-            dependencies: ["Haul", "HaulAsyncHTTPClient", "HaulTestServer"]
+            dependencies: ["Haul", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport"]
         ),
+        // Helpers the test targets share (scratch directories, bounded polling).
+        .target(name: "HaulTestSupport", path: "Tests/HaulTestSupport"),
 
         // The seeds' Operation scenarios, written with HaulOperations. Built and run by .ci/run.
         .executableTarget(

@@ -3,6 +3,7 @@ import Haul
 import HaulAsyncHTTPClient
 import HaulCombine
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 #if canImport(Combine)
@@ -24,7 +25,7 @@ struct DownloadPublisherTests {
     @Test("one download: the result, then finished")
     func singleDownload() async throws {
         try await TestServer.withRunning { server in
-            let dir = try TemporaryFolder()
+            let dir = try TemporaryDirectory()
             let queue = makeQueue()
             let recorder = Recorder<DownloadResult>()
             let request = DownloadRequest(
@@ -44,7 +45,7 @@ struct DownloadPublisherTests {
     @Test("demand is honoured: nothing is fetched until the subscriber asks")
     func demand() async throws {
         try await TestServer.withRunning { server in
-            let dir = try TemporaryFolder()
+            let dir = try TemporaryDirectory()
             let queue = makeQueue()
             let subscriber = ManualSubscriber()
             let request = DownloadRequest(
@@ -62,7 +63,7 @@ struct DownloadPublisherTests {
     @Test("cancelling the subscription cancels the transfer and leaves nothing")
     func cancelSubscription() async throws {
         try await TestServer.withRunning { server in
-            let dir = try TemporaryFolder()
+            let dir = try TemporaryDirectory()
             let queue = makeQueue()
             let recorder = Recorder<DownloadResult>()
             let request = DownloadRequest(
@@ -70,7 +71,7 @@ struct DownloadPublisherTests {
                 destination: .directory(dir.url))
             let cancellable = queue.publisher(for: request).sink(
                 receiveCompletion: recorder.complete, receiveValue: recorder.receive)
-            try await waitUntil { server.heldCount(at: "g") == 1 }
+            try await eventually("the request held") { server.heldCount(at: "g") == 1 }
             cancellable.cancel()
             await queue.waitUntilIdle()
             #expect(queue.progress.cancelledFiles == 1)
@@ -83,13 +84,13 @@ struct DownloadPublisherTests {
     @Test("downloadsPublisher: at most maxConcurrent in flight, every file published")
     func maxConcurrent() async throws {
         try await TestServer.withRunning { server in
-            let dir = try TemporaryFolder()
+            let dir = try TemporaryDirectory()
             let queue = makeQueue()
             let urls = (0..<6).map { server.url(path: "/bytes/m\($0)", query: ["size": "2000", "hold": "g"]) }
             let recorder = Recorder<DownloadResult>()
             let cancellable = queue.downloadsPublisher(for: urls, into: dir.url, maxConcurrent: 2)
                 .sink(receiveCompletion: recorder.complete, receiveValue: recorder.receive)
-            try await waitUntil { server.heldCount(at: "g") == 2 }
+            try await eventually("two requests held") { server.heldCount(at: "g") == 2 }
             #expect(queue.runningCount == 2 && queue.waitingCount == 0)  // the publisher, not the queue, held them
             server.openGate("g")
             #expect(await recorder.completion.wait() == "finished")
@@ -102,7 +103,7 @@ struct DownloadPublisherTests {
     @Test("the first failure fails the publisher and cancels the rest; mapping errors to values keeps going")
     func failures() async throws {
         try await TestServer.withRunning { server in
-            let dir = try TemporaryFolder()
+            let dir = try TemporaryDirectory()
             let queue = makeQueue()
             var urls = (0..<3).map { server.url(path: "/bytes/f\($0)", query: ["size": "2000", "hold": "g"]) }
             urls.insert(server.url(path: "/missing", query: ["status": "404"]), at: 1)

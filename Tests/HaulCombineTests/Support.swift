@@ -85,29 +85,3 @@ final class ManualSubscriber: Subscriber, @unchecked Sendable {
         }
     }
 }
-
-/// A fresh directory, removed when the test is done with it.
-final class TemporaryFolder: Sendable {
-    let url: URL
-
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("haul-combine-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    deinit { try? FileManager.default.removeItem(at: url) }
-
-    func contents() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []).sorted() }
-}
-
-/// Polls (bounded) until `condition` holds, for effects with no event to await.
-func waitUntil(within limit: Duration = .seconds(10), _ condition: () -> Bool) async throws {
-    let deadline = ContinuousClock.now + limit
-    while !condition() {
-        if ContinuousClock.now > deadline {
-            Issue.record("condition never held")
-            return
-        }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-}

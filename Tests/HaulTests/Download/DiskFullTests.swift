@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 /// A full disk fails that download with a clear error; nothing is left and the process lives on.

@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import HaulOperations
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 /// Cancellation at every stage leaves no destination file, no partial and no transfer running.

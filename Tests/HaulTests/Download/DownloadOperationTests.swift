@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import HaulOperations
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 @Suite("DownloadOperation", .timeLimit(.minutes(2)))

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Haul
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 /// Redirect, naming, destination and verification rules, on both transports.

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 /// The engine against a real loopback server, on both transports: every fault ends in the right file or the

@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import HTTPTypes
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 /// A queue on the AsyncHTTPClient transport with test settings (no real backoff sleeps).

@@ -3,6 +3,7 @@ import Haul
 import HaulAsyncHTTPClient
 import HaulOperations
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 /// The transports every engine test runs against.
@@ -18,28 +19,6 @@ enum TransportKind: String, CaseIterable, Sendable, CustomTestStringConvertible 
         case .urlSession: URLSessionTransport()
         }
     }
-}
-
-/// A fresh directory under the system temporary directory, removed when the test is done with it.
-final class TemporaryDirectory: Sendable {
-    let url: URL
-    var path: String { url.path }
-
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("haul-test-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    deinit {
-        try? FileManager.default.removeItem(at: url)
-    }
-
-    /// Every entry, hidden ones included, sorted.
-    func contents() -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
-    }
-
-    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
 }
 
 /// A backoff clock that never sleeps: it records what it was asked to wait.
@@ -106,24 +85,4 @@ func testConfiguration(clock: any BackoffClock = RecordingClock(), retries: Int 
     configuration.backoffClock = clock
     configuration.progressInterval = .milliseconds(1)
     return configuration
-}
-
-/// Waits (polling, bounded) until `condition` holds: for effects that have no event to await, such as a
-/// server noticing a closed connection. Fails the test if it never does.
-func eventually(
-    _ what: String, within limit: Duration = .seconds(10), _ condition: () -> Bool,
-    sourceLocation: SourceLocation = #_sourceLocation
-) async throws {
-    let deadline = ContinuousClock.now + limit
-    while !condition() {
-        if ContinuousClock.now > deadline {
-            Issue.record("never happened: \(what)", sourceLocation: sourceLocation)
-            return
-        }
-        try await Task.sleep(for: .milliseconds(10))
-    }
-}
-
-func contentsOf(_ url: URL) -> [UInt8]? {
-    (try? Data(contentsOf: url)).map { [UInt8]($0) }
 }

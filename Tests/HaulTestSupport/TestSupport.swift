@@ -1,0 +1,45 @@
+// Helpers shared by the test targets (HaulTests, HaulCombineTests): a scratch directory and bounded polling.
+package import Foundation
+package import Testing
+
+/// A fresh directory under the system temporary directory, removed when the test is done with it.
+package final class TemporaryDirectory: Sendable {
+    package let url: URL
+    package var path: String { url.path }
+
+    package init() throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("haul-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(at: url)
+    }
+
+    /// Every entry, hidden ones included, sorted.
+    package func contents() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
+    }
+
+    package func file(_ name: String) -> URL { url.appendingPathComponent(name) }
+}
+
+/// Waits (polling, bounded) until `condition` holds: for effects that have no event to await, such as a
+/// server noticing a closed connection. Fails the test if it never does.
+package func eventually(
+    _ what: String, within limit: Duration = .seconds(10), _ condition: () -> Bool,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+    let deadline = ContinuousClock.now + limit
+    while !condition() {
+        if ContinuousClock.now > deadline {
+            Issue.record("never happened: \(what)", sourceLocation: sourceLocation)
+            return
+        }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+}
+
+package func contentsOf(_ url: URL) -> [UInt8]? {
+    (try? Data(contentsOf: url)).map { [UInt8]($0) }
+}
