@@ -73,12 +73,7 @@ public final class DownloadQueue: Sendable {
     /// then in the order added). Returns a handle to await, cancel or re-prioritise it.
     @discardableResult
     public func add(_ request: DownloadRequest) -> DownloadHandle {
-        let (id, box) = state.withLock { state in
-            let (id, box) = enqueue(request, in: &state)
-            startAdmitted(in: &state)
-            return (id, box)
-        }
-        return DownloadHandle(id: id, request: request, box: box, queue: self)
+        add([request])[0]
     }
 
     /// Adds `requests` in order (see ``add(_:)``); the handles are in the same order.
