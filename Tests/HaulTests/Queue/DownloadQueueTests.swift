@@ -155,6 +155,57 @@ struct DownloadQueueTests {
         }
     }
 
+    @Test("cancel(where:) cancels only the matching downloads")
+    func cancelMatching() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 4))
+            let handles = queue.add(
+                ["keep-1", "drop-1", "keep-2", "drop-2"].map {
+                    DownloadRequest(url: server.held($0), destination: .directory(dir.url))
+                })
+            try await eventually("four held") { server.heldCount(at: "g") == 4 }
+            queue.cancel { $0.url.lastPathComponent.hasPrefix("drop") }
+            server.openGate("g")
+            let outcomes = [await handles[0].finalOutcomeForTest(), await handles[2].finalOutcomeForTest()]
+            #expect(outcomes.allSatisfy { (try? $0.get()) != nil })
+            for dropped in [handles[1], handles[3]] {
+                let error = await #expect(throws: DownloadError.self) { try await dropped.result }
+                #expect(error?.code == .cancelled)
+            }
+            #expect(dir.contents() == ["keep-1", "keep-2"])
+        }
+    }
+
+    @Test("a handle's events: from subscription to .finished; at once for a download that has ended")
+    func handleEvents() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue()
+            let handle = queue.add(
+                DownloadRequest(url: server.held("ev", size: 50_000), destination: .directory(dir.url)))
+            let events = handle.events  // subscribed while the request is held: nothing has finished yet
+            try await eventually("held") { server.heldCount(at: "g") == 1 }
+            server.openGate("g")
+            var seen: [String] = []
+            for await event in events {
+                switch event {
+                case .progress: if seen.last != "progress" { seen.append("progress") }
+                case .finished(let result): seen.append("finished \(result.size)")
+                case .failed(let error): seen.append("failed \(error.code)")
+                default: break
+                }
+            }
+            #expect(seen.last == "finished 50000")
+            #expect(!seen.contains { $0.hasPrefix("failed") })
+            var late: [String] = []
+            for await event in handle.events {
+                if case .finished = event { late.append("finished") } else { late.append("other") }
+            }
+            #expect(late == ["finished"])
+        }
+    }
+
     @Test("stop at the first failure: the rest are cancelled; continue: the rest finish")
     func failurePolicies() async throws {
         try await TestServer.withRunning { server in
