@@ -47,3 +47,15 @@ timed() {
 median() {
     python3 -c "import sys,statistics; v=[float(x) for x in sys.argv[1:] if x!='nan']; print(f'{statistics.median(v):.4f}' if v else 'nan')" "$@"
 }
+
+# install_missing CMD[:PACKAGE]...: installs with apt-get the Debian packages of the commands that are missing
+# (PACKAGE defaults to CMD, e.g. aria2c:aria2; CMD may be a path, e.g. /usr/bin/time:time).
+install_missing() {
+    local missing=() spec
+    for spec in "$@"; do
+        command -v "${spec%%:*}" >/dev/null 2>&1 || missing+=("${spec#*:}")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}

@@ -10,10 +10,7 @@ cd "$(dirname "$0")/../.."
 source bench/lib.sh
 RUNS=${1:-5}
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need curl || ! need wget2 || ! [ -x /usr/bin/time ]; then
-    apt-get update -qq && apt-get install -y -qq nginx curl wget2 time >/dev/null
-fi
+install_missing nginx curl wget2 /usr/bin/time:time
 swift build -c release --product bench-download >/dev/null
 BIN=.build/release/bench-download
 

@@ -11,10 +11,7 @@ source bench/lib.sh
 RUNS=${1:-3}
 FILES=${FILES:-10000}
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need curl || ! need wget2 || ! need aria2c || ! need strace; then
-    apt-get update -qq && apt-get install -y -qq nginx curl wget2 aria2 strace >/dev/null
-fi
+install_missing nginx curl wget2 aria2c:aria2 strace
 swift build -c release --product bench-download >/dev/null
 swift build -c release --product bench-queue >/dev/null
 BIN=.build/release/bench-download

@@ -10,10 +10,7 @@ source bench/lib.sh
 RUNS=${1:-5}
 WRK_SECONDS=${WRK_SECONDS:-8}
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need curl || ! need wrk; then
-    apt-get update -qq && apt-get install -y -qq nginx curl wrk >/dev/null
-fi
+install_missing nginx curl wrk
 swift build -c release --product haul >/dev/null
 HAUL=.build/release/haul
 
