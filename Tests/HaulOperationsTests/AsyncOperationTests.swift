@@ -153,6 +153,10 @@ struct AsyncOperationTests {
         #expect(observerRuns.withLock { $0 } == iterations)
         #expect(dependentRuns.withLock { $0 } == iterations)
         #expect(completionRuns.withLock { $0 } == iterations)
+        // The queue drops a finished operation on its own thread just after the finish notification that
+        // allFinished() waits for, so its count reaches 0 a moment later: wait for that (bounded), then check.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while queue.operationCount > 0, ContinuousClock.now < deadline { await Task.yield() }
         #expect(queue.operationCount == 0)
         #expect(all.allSatisfy { $0.isFinished && !$0.isExecuting })
     }
