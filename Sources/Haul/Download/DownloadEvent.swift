@@ -53,7 +53,8 @@ public struct DownloadResult: Sendable, Equatable {
     public var attempts: Int
     /// Body bytes received over all attempts (more than `size` when an attempt had to start over).
     public var bytesTransferred: Int64
-    /// `true` when the file already existed and the conflict policy was `skip`: nothing was downloaded.
+    /// `true` when nothing was downloaded: the file already existed and the conflict policy was `skip`, or
+    /// the journal shows Haul completed it in an earlier run and it is unchanged.
     public var skipped: Bool
 
     /// Creates a result.

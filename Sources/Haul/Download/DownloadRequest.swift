@@ -51,6 +51,24 @@ public struct DownloadRequest: Sendable {
     }
 }
 
+extension DownloadRequest {
+    /// The file the download will be published at, as far as it is known before any response: `nil` when the
+    /// name is left to `Content-Disposition` or the URL yields no safe name. (The `rename` conflict policy may
+    /// still pick `name (1).ext`.) Use it to find two requests that would write one file.
+    public var plannedFileURL: URL? {
+        switch destination {
+        case .file(let file): file
+        case .directory(_, useContentDisposition: true): nil
+        case .directory(let directory, useContentDisposition: false):
+            FileNaming.name(for: url).map { directory.appendingPathComponent($0, isDirectory: false) }
+        }
+    }
+
+    /// The file name the URL alone gives (its last path component, percent-decoded and made safe; `index.html`
+    /// for a path ending in `/`), or `nil` when nothing safe is left of it.
+    public static func fileName(for url: URL) -> String? { FileNaming.name(for: url) }
+}
+
 /// Where a download is written.
 public enum Destination: Sendable, Hashable {
     /// Exactly this file path.

@@ -118,6 +118,12 @@ extension DownloadRun {
                 if skippedResult != nil { return }
             }
             try ensurePartial()
+            if let journal = configuration.journal, let validator, let destinationPath {
+                journal.store(
+                    JournalRecord(
+                        key: JournalKey(request), path: destinationPath,
+                        state: .partial(validator: validator, totalBytes: totalBytes)))
+            }
             try await receive(response.body, length: Self.contentLength(response.head), url: url)
             return
         }

@@ -54,6 +54,7 @@ final class DownloadRun: @unchecked Sendable {
             }
             destinationPath = (directory.path as NSString).appendingPathComponent(name)
         }
+        if let journal = configuration.journal, let done = try resume(from: journal) { return done }
         if let destinationPath, let skipped = try checkDestination(destinationPath) { return skipped }
 
         while true {
@@ -157,7 +158,19 @@ final class DownloadRun: @unchecked Sendable {
         }
         await configuration.hooks.beforePublish?()
         if Task.isCancelled { throw cancelledError() }
+        let journal = configuration.journal
+        // Recorded before the rename, so that a crash between the two still lets the next run recognise the file.
+        journal?.store(
+            JournalRecord(
+                key: JournalKey(request), path: destinationPath, state: .verified(size: size, sha256: sha256.hexString))
+        )
         let published = try publish(partial, to: destinationPath)
+        if let journal, let stamp = FileStamp(ofFileAt: published) {
+            journal.store(
+                JournalRecord(
+                    key: JournalKey(request), path: published,
+                    state: .completed(size: size, sha256: sha256.hexString, stamp: stamp)))
+        }
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
         return DownloadResult(
             fileURL: URL(fileURLWithPath: published, isDirectory: false), size: size, sha256: sha256.hexString,
@@ -200,11 +213,56 @@ final class DownloadRun: @unchecked Sendable {
         }
     }
 
-    /// Removes what this run wrote, unless a cancelled run should keep its partial for a later resume.
+    /// Removes what this run wrote, unless a cancelled run should keep its partial for a later resume (which
+    /// needs a validator to resume against and a journal to find it again).
     func cleanUp(cancelled: Bool) {
-        if cancelled && configuration.keepsPartialOnCancel { return }
+        if cancelled, configuration.keepsPartialOnCancel, configuration.journal != nil, validator != nil,
+            writer != nil
+        {
+            return
+        }
         writer?.file.remove()
         writer = nil
+        configuration.journal?.remove(JournalKey(request))
+    }
+
+    /// Applies what the journal knows: returns a result when an earlier run completed this download and the file
+    /// is unchanged; otherwise continues a partial an earlier run left, if its validator is known.
+    private func resume(from journal: any Journal) throws(DownloadError) -> DownloadResult? {
+        guard let record = journal.record(for: JournalKey(request)) else { return nil }
+        // A name chosen from Content-Disposition in the earlier run is the name to look at now.
+        if destinationPath == nil { destinationPath = record.path }
+        guard record.path == destinationPath else { return nil }
+        let skipped = { (size: Int64, sha256: String) in
+            DownloadResult(
+                fileURL: URL(fileURLWithPath: record.path, isDirectory: false), size: size, sha256: sha256,
+                finalURL: self.request.url, attempts: 0, bytesTransferred: 0, skipped: true)
+        }
+        switch record.state {
+        case .completed(let size, let sha256, let stamp):
+            if FileStamp(ofFileAt: record.path) == stamp { return skipped(size, sha256) }
+        case .verified(let size, let sha256):
+            // The crash came between verifying and publishing: the file there is ours only if it has our bytes.
+            if let stamp = FileStamp(ofFileAt: record.path), stamp.size == size,
+                (try? RunningDigest.sha256(ofFileAt: record.path))?.hexString == sha256
+            {
+                journal.store(
+                    JournalRecord(
+                        key: record.key, path: record.path, state: .completed(size: size, sha256: sha256, stamp: stamp)
+                    ))
+                return skipped(size, sha256)
+            }
+        case .partial(let validator, let total):
+            guard let file = PartialFile(resumingAt: PartialFile.partialPath(forDestination: record.path)),
+                file.size > 0
+            else { return nil }
+            writer = try BackgroundWriter(
+                resuming: file, algorithm: request.expectedDigest?.algorithm, expectedSize: total, url: request.url)
+            self.validator = validator
+            totalBytes = total
+            logger.debug("resuming a partial from an earlier run", metadata: ["bytes": "\(file.size)"])
+        }
+        return nil
     }
 
     func cancelledError() -> DownloadError {

@@ -28,8 +28,14 @@ public final class Downloader: Sendable {
         public var durability: Durability = .processCrash
         /// The shortest time between two progress events of one download.
         public var progressInterval: Duration = .milliseconds(100)
-        /// Keep the partial file when the download is cancelled, so a later run can resume it (the CLI does).
+        /// Keep the partial file when the download is cancelled, so a later run can resume it through the
+        /// ``journal`` (the `haul` command does). Only a partial that can be resumed (the server gave a strong
+        /// validator) is kept, and only when there is a journal to find it again.
         public var keepsPartialOnCancel = false
+        /// Where downloads are remembered across runs: with one, a download finds the partial an earlier run
+        /// left and resumes it, and one the journal shows was completed and is unchanged on disk is reported as
+        /// skipped without a request. `nil` (the default): every run starts from nothing.
+        public var journal: (any Journal)?
         /// The clock backoff waits on; inject one in tests.
         public var backoffClock: any BackoffClock = ContinuousBackoffClock()
         /// Where retry jitter comes from: a number in 0...1.

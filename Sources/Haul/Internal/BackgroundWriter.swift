@@ -37,6 +37,21 @@ final class BackgroundWriter: @unchecked Sendable {
         digest = RunningDigest(also: algorithm)
     }
 
+    /// A writer that continues `file`, a partial an earlier run left: its bytes are read once to seed the
+    /// digests, so the finished file is still verified as a whole.
+    convenience init(resuming file: PartialFile, algorithm: Digest.Algorithm?, expectedSize: Int64?, url: URL)
+        throws(DownloadError)
+    {
+        self.init(file: file, algorithm: algorithm, expectedSize: expectedSize)
+        do {
+            try digest.update(fileAt: file.path, count: file.size)
+        } catch {
+            throw DownloadError(
+                .fileSystem, message: "cannot read the partial file '\(file.path)': \(error)", url: url,
+                path: file.path, underlying: error)
+        }
+    }
+
     /// Queues `chunk` to be written and hashed. Throws the first write error (e.g. a full disk) seen so far.
     func write(_ chunk: any ByteChunk, url: URL) async throws(DownloadError) {
         try throwIfFailed()

@@ -53,6 +53,21 @@ final class PartialFile {
         descriptor = fd
     }
 
+    /// Opens the partial an earlier run left at `path`, to append to it. `nil` when there is none, or when
+    /// what is there is not a regular file (a symbolic link is not followed; it is replaced or refused later).
+    init?(resumingAt path: String) {
+        let fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            return nil
+        }
+        self.path = path
+        descriptor = fd
+        size = Int64(info.st_size)
+    }
+
     deinit {
         if descriptor >= 0 { close(descriptor) }
     }
@@ -157,6 +172,20 @@ enum PathKind {
             return
         }
         self = info.st_mode & S_IFMT == S_IFREG ? .regularFile(size: Int64(info.st_size)) : .other
+    }
+}
+
+extension FileStamp {
+    /// The stamp of the regular file at `path` (a symbolic link is not followed), or `nil` if there is none.
+    public init?(ofFileAt path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        #if canImport(Darwin)
+        let modified = Int64(info.st_mtimespec.tv_sec) * 1_000_000_000 + Int64(info.st_mtimespec.tv_nsec)
+        #else
+        let modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        #endif
+        self.init(size: Int64(info.st_size), modifiedNanoseconds: modified, inode: UInt64(info.st_ino))
     }
 }
 

@@ -33,6 +33,18 @@ struct RunningDigest {
         }
     }
 
+    /// Feeds the first `count` bytes of the file at `path` (the bytes an earlier run left in a partial).
+    mutating func update(fileAt path: String, count: Int64) throws {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw CocoaError(.fileReadNoSuchFile) }
+        defer { try? handle.close() }
+        var left = count
+        while left > 0, let data = try handle.read(upToCount: Int(min(left, 1 << 20))), !data.isEmpty {
+            data.withUnsafeBytes { update($0) }
+            left -= Int64(data.count)
+        }
+        guard left == 0 else { throw CocoaError(.fileReadCorruptFile) }
+    }
+
     /// The SHA-256 and, if asked for, the other digest's bytes.
     func finalize(for algorithm: Digest.Algorithm?) -> (sha256: [UInt8], requested: [UInt8]?) {
         let sha = Array(sha256.finalize())

@@ -1,0 +1,153 @@
+import Foundation
+import Haul
+import HaulOperations
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// A journal in memory: what a later process would find, without the storage.
+final class MemoryJournal: Journal {
+    private let records = Locked<[JournalKey: JournalRecord]>([:])
+    var all: [JournalRecord] { records.withLock { Array($0.values) } }
+    func record(for key: JournalKey) -> JournalRecord? { records.withLock { $0[key] } }
+    func store(_ record: JournalRecord) { records.withLock { $0[record.key] = record } }
+    func remove(_ key: JournalKey) { records.withLock { _ = $0.removeValue(forKey: key) } }
+}
+
+/// The engine with a journal: a completed, unchanged file is not fetched again; a cancelled download's partial
+/// is resumed by the next downloader (a later process) with Range/If-Range.
+@Suite("Journal", .timeLimit(.minutes(2)))
+struct JournalTests {
+    func downloader(_ journal: MemoryJournal, keepPartial: Bool = true) -> Downloader {
+        var configuration = testConfiguration()
+        configuration.journal = journal
+        configuration.keepsPartialOnCancel = keepPartial
+        return Downloader(transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
+    }
+
+    @Test("a completed download whose file is unchanged is skipped without a request; a changed one is not")
+    func completedIsSkipped() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let request = DownloadRequest(
+                url: server.url(path: "/bytes/a.bin", query: ["size": "5000"]), destination: .directory(dir.url))
+            let first = try await downloader(journal).download(request)
+            #expect(!first.skipped)
+            let record = try #require(journal.record(for: JournalKey(request)))
+            guard case .completed(5000, first.sha256, _) = record.state else {
+                Issue.record("not recorded as completed: \(record)")
+                return
+            }
+
+            let again = try await downloader(journal).download(request)
+            #expect(again.skipped)
+            #expect(again.sha256 == first.sha256)
+            #expect(server.stats.requestCount == 1)
+
+            // Someone changed the file: it is no longer Haul's, so the conflict policy (fail) applies.
+            try Data("edited".utf8).write(to: first.fileURL)
+            let error = try await #require(throws: DownloadError.self) {
+                try await downloader(journal).download(request)
+            }
+            #expect(error.code == .destinationExists)
+            #expect(contentsOf(first.fileURL) == Array("edited".utf8))
+        }
+    }
+
+    @Test("a file verified but not yet recorded as published (a crash at the rename) is recognised by its bytes")
+    func verifiedIsRecognised() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let request = DownloadRequest(
+                url: server.url(path: "/bytes/v.bin", query: ["size": "3000"]), destination: .directory(dir.url))
+            let first = try await downloader(journal).download(request)
+            let key = JournalKey(request)
+            journal.store(
+                JournalRecord(key: key, path: first.fileURL.path, state: .verified(size: 3000, sha256: first.sha256)))
+            let again = try await downloader(journal).download(request)
+            #expect(again.skipped)
+            #expect(server.stats.requestCount == 1)
+            guard case .completed = journal.record(for: key)?.state else {
+                Issue.record("the recognised file was not recorded as completed")
+                return
+            }
+            // Same size, other bytes: not ours.
+            try Data(repeating: 7, count: 3000).write(to: first.fileURL)
+            journal.store(
+                JournalRecord(key: key, path: first.fileURL.path, state: .verified(size: 3000, sha256: first.sha256)))
+            await #expect(throws: DownloadError.self) { try await downloader(journal).download(request) }
+        }
+    }
+
+    @Test("a cancelled download keeps its partial; the next downloader resumes it with Range and If-Range")
+    func cancelledPartialResumes() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let size = 400_000
+            // Throttled, so the cancellation lands mid-body.
+            let request = DownloadRequest(
+                url: server.url(path: "/bytes/big.bin", query: ["size": "\(size)", "rate": "200000"]),
+                destination: .directory(dir.url))
+            let sawBytes = Signal()
+            let first = downloader(journal)
+            let task = Task {
+                try await first.download(request) { event in
+                    if case .progress(let progress) = event, progress.bytesWritten >= 50_000 { sawBytes.fire() }
+                }
+            }
+            await sawBytes.wait()
+            task.cancel()
+            await #expect(throws: DownloadError.self) { try await task.value }
+            #expect(dir.contents() == [".big.bin.haul-partial"])
+            guard case .partial = journal.record(for: JournalKey(request))?.state else {
+                Issue.record("no partial recorded")
+                return
+            }
+            let kept = try #require(dir.url.appendingPathComponent(".big.bin.haul-partial").fileSize)
+
+            let log = EventLog()
+            let result = try await downloader(journal).download(request) { log.record($0) }
+            let events = log.all
+            #expect(result.size == Int64(size))
+            #expect(result.bytesTransferred == Int64(size) - kept)
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: size))
+            #expect(dir.contents() == ["big.bin"])
+            let resumed = server.stats.requests.last
+            #expect(resumed?.range == "bytes=\(kept)-")
+            #expect(resumed?.ifRange != nil)
+            guard case .started(1, let from) = events.first else {
+                Issue.record("first event: \(String(describing: events.first))")
+                return
+            }
+            #expect(from == kept)
+        }
+    }
+
+    @Test("without keepsPartialOnCancel, or after a failure, nothing is kept and the journal forgets the download")
+    func failureForgets() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let request = DownloadRequest(
+                url: server.url(path: "/bytes/f.bin", query: ["size": "100000", "cutAfter": "30000"]),
+                destination: .directory(dir.url))
+            var configuration = testConfiguration(retries: 0)
+            configuration.journal = journal
+            configuration.keepsPartialOnCancel = true
+            let downloader = Downloader(
+                transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
+            await #expect(throws: DownloadError.self) { try await downloader.download(request) }
+            #expect(dir.contents().isEmpty)
+            #expect(journal.all.isEmpty)
+        }
+    }
+}
+
+extension URL {
+    fileprivate var fileSize: Int64? {
+        (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+    }
+}
