@@ -5,6 +5,13 @@ extension HTTPConnectionHandler {
     /// Writes body slices while the channel is writable; returns when it is not (writability resumes
     /// it), when a timer is due (rate, stall), or when the body is done.
     func pump(context: ChannelHandlerContext) {
+        // A flush below can drain the socket and fire channelWritabilityChanged synchronously, which calls pump
+        // again while this loop still holds its own copy of the offset: the nested call would send from a stale
+        // offset (a slow reader got part of the body twice). The loop itself goes on when the flush made the
+        // channel writable again, so the nested call has nothing to do.
+        guard !isPumping else { return }
+        isPumping = true
+        defer { isPumping = false }
         guard var current = exchange, let body = current.body else { return }
         defer { if exchange != nil { exchange?.sent = current.sent; exchange?.stalled = current.stalled } }
         var wroteSomething = false
@@ -46,7 +53,8 @@ extension HTTPConnectionHandler {
             server.state.bodyBytesSent(sliceLength, path: current.path)
             if !context.channel.isWritable {
                 context.flush()
-                return
+                // Still full: channelWritabilityChanged resumes the body once the reader catches up.
+                if !context.channel.isWritable { return }
             }
         }
         exchange?.sent = current.sent

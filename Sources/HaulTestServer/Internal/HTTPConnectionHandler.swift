@@ -25,6 +25,8 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
     /// Bumped whenever an exchange ends, so timers and gate callbacks of an old one do nothing.
     var generation = 0
     var timer: Scheduled<Void>?
+    /// Set while ``pump(context:)`` runs, so a re-entrant call (through a flush) does nothing.
+    var isPumping = false
     var isActive = true
 
     init(server: ServerContext) {
