@@ -5,15 +5,33 @@ extension HTTPConnectionHandler {
     /// Writes body slices while the channel is writable; returns when it is not (writability resumes
     /// it), when a timer is due (rate, stall), or when the body is done.
     func pump(context: ChannelHandlerContext) {
-        // A flush below can drain the socket and fire channelWritabilityChanged synchronously, which calls pump
-        // again while this loop still holds its own copy of the offset: the nested call would send from a stale
-        // offset (a slow reader got part of the body twice). The loop itself goes on when the flush made the
-        // channel writable again, so the nested call has nothing to do.
-        guard !isPumping else { return }
+        // A flush inside the loop can drain the socket and fire channelWritabilityChanged synchronously, and the
+        // end of a message can start the next pipelined exchange: both call pump again while the loop below
+        // still holds its own copy of the offset. Run nested, such a call sent from a stale offset (a slow reader
+        // got part of the body twice); ignored, it lost the next pipelined response. So it is recorded and run
+        // after the current pass, with fresh state.
+        if isPumping {
+            pumpAgain = true
+            return
+        }
         isPumping = true
         defer { isPumping = false }
-        guard var current = exchange, let body = current.body else { return }
-        defer { if exchange != nil { exchange?.sent = current.sent; exchange?.stalled = current.stalled } }
+        repeat {
+            pumpAgain = false
+            pumpPass(context: context)
+        } while pumpAgain
+    }
+
+    private func pumpPass(context: ChannelHandlerContext) {
+        guard var current = exchange, !current.bodyDone, let body = current.body else { return }
+        let exchangeGeneration = generation
+        // Written back only to the same exchange: ending this one may already have begun the next pipelined one.
+        defer {
+            if generation == exchangeGeneration, exchange != nil {
+                exchange?.sent = current.sent
+                exchange?.stalled = current.stalled
+            }
+        }
         var wroteSomething = false
         while current.sent < body.sendCount {
             if let stallAt = body.stallAfter, !current.stalled, current.sent == stallAt {
@@ -58,6 +76,8 @@ extension HTTPConnectionHandler {
             }
         }
         exchange?.sent = current.sent
+        exchange?.bodyDone = true
+        current.bodyDone = true
         if body.closesEarly {
             closeAfterFlush(context: context)
         } else {

@@ -19,14 +19,17 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
         var sent = 0
         var stalled = false
         var rateStart: NIODeadline?
+        /// The whole body is written and the message ended (or the connection is being cut): nothing more to pump.
+        var bodyDone = false
     }
 
     var exchange: Exchange?
     /// Bumped whenever an exchange ends, so timers and gate callbacks of an old one do nothing.
     var generation = 0
     var timer: Scheduled<Void>?
-    /// Set while ``pump(context:)`` runs, so a re-entrant call (through a flush) does nothing.
+    /// Set while ``pump(context:)`` runs; a re-entrant call only sets `pumpAgain`, for another pass after it.
     var isPumping = false
+    var pumpAgain = false
     var isActive = true
 
     init(server: ServerContext) {
