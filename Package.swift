@@ -97,16 +97,25 @@ let package = Package(
             name: "haul",
             dependencies: [
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                "HaulTestServer",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                "Haul", "HaulAsyncHTTPClient", "HaulTestServer",
             ]
         ),
 
         .testTarget(
             name: "HaulTestServerTests",
             dependencies: [
-                "HaulTestServer",
+                "HaulTestServer", "HaulTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        // `haul get` / `haul demo` end to end: the built binary against a loopback server, and in a terminal.
+        .testTarget(
+            name: "HaulCLITests",
+            dependencies: [
+                "HaulTestServer", "HaulTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .testTarget(
@@ -146,7 +155,7 @@ let package = Package(
         .executableTarget(
             name: "example-combine", dependencies: downloadExampleDependencies + ["HaulCombine"],
             path: "Examples/CombineDownloads"),
-        .testTarget(name: "ExamplesTests"),
+        .testTarget(name: "ExamplesTests", dependencies: ["HaulTestSupport"]),
 
         // Benchmarks, not tests: `swift run -c release bench-operations` (see bench/README.md).
         .executableTarget(name: "bench-operations", dependencies: ["HaulOperations"], path: "bench/Operations"),

@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import Testing
 
 /// Runs each download example's built binary (each starts its own loopback HaulTestServer and checks its own
@@ -15,17 +16,20 @@ struct ExamplesTests {
     ]
 
     @Test("each example runs against its loopback server and passes its own checks", arguments: examples.map(\.name))
-    func example(name: String) throws {
+    func example(name: String) async throws {
         let binary = try #require(Self.binary(named: name), "\(name) is not built; run `swift build` first")
-        let process = Process()
-        process.executableURL = binary
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(name) failed:\n\(text)")
+        let (status, text) = try await onOwnThread {
+            let process = Process()
+            process.executableURL = binary
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return (process.terminationStatus, text)
+        }
+        #expect(status == 0, "\(name) failed:\n\(text)")
         let expected = try #require(Self.examples.first { $0.name == name }).mustPrint
         #expect(text.contains(expected), "\(name) did not print '\(expected)':\n\(text)")
         #expect(text.contains("OK: "))

@@ -1,5 +1,6 @@
 import Foundation
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(1)))
@@ -77,7 +78,7 @@ struct FaultTests {
                 "/bytes/s?size=10000&stallAfter=5000&stall=forever", port: server.port, stopAfterBodyBytes: 5000)
             #expect(partial.body == TestServer.expectedBytes(name: "s", size: 10000, range: 0..<5000))
             // The client closed its connection when it stopped reading; only then does the request end.
-            try await waitUntil { server.stats.inFlight == 0 }
+            try await eventually("no request in flight") { server.stats.inFlight == 0 }
             #expect(server.stats.bodyBytesSent == 5000)
         }
     }
@@ -189,7 +190,7 @@ struct FaultTests {
             #expect(response.status == 200)
             #expect(response.contentLength == 100)
             #expect(response.body.isEmpty)
-            try await waitUntil { server.stats.inFlight == 0 }
+            try await eventually("no request in flight") { server.stats.inFlight == 0 }
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import HaulTestServer
+import HaulTestSupport
 import Synchronization
 import Testing
 
@@ -34,7 +35,9 @@ struct ServeCommandTests {
         try process.run()
         defer { if process.isRunning { process.terminate() } }
 
-        try await waitUntil { collected.withLock { $0.contains("\n") } || exited.withLock { $0 != nil } }
+        try await eventually("haul serve prints its URL or exits") {
+            collected.withLock { $0.contains("\n") } || exited.withLock { $0 != nil }
+        }
         let firstLine = collected.withLock { $0 }.split(separator: "\n").first.map(String.init) ?? ""
         #expect(firstLine.hasPrefix("Serving on http://127.0.0.1:"))
         let port = try #require(firstLine.split(separator: ":").last.flatMap { Int($0) })
@@ -46,7 +49,7 @@ struct ServeCommandTests {
         #expect(generated.body == TestServer.expectedBytes(name: "cli", size: 10))
 
         process.interrupt()
-        try await waitUntil { exited.withLock { $0 != nil } }
+        try await eventually("haul serve exits") { exited.withLock { $0 != nil } }
         #expect(exited.withLock { $0 } == 0)
         #expect(process.terminationReason == .exit)
         output.fileHandleForReading.readabilityHandler = nil

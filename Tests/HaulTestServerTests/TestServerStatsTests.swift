@@ -1,4 +1,5 @@
 import HaulTestServer
+import HaulTestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(1)))
@@ -12,12 +13,12 @@ struct TestServerStatsTests {
                         try await RawHTTPClient.get("/bytes/held\(index)?size=10&hold=g", port: server.port)
                     }
                 }
-                try await waitUntil { server.heldCount(at: "g") == count }
+                try await eventually("requests held at the gate") { server.heldCount(at: "g") == count }
                 #expect(server.stats.inFlight == count)
                 server.openGate("g")
                 for try await response in group { #expect(response.status == 200) }
             }
-            try await waitUntil { server.stats.inFlight == 0 }
+            try await eventually("no request in flight") { server.stats.inFlight == 0 }
             #expect(server.stats.maxInFlight == count)
             // An open gate lets later holders straight through.
             let later = try await RawHTTPClient.get("/bytes/late?size=1&hold=g", port: server.port)
@@ -33,7 +34,7 @@ struct TestServerStatsTests {
                     group.addTask { try await RawHTTPClient.get("/bytes/a\(index)?hold=h", port: port) }
                 }
                 group.addTask { try await RawHTTPClient.get("/bytes/b?hold=h", port: port, host: "localhost:\(port)") }
-                try await waitUntil { server.heldCount(at: "h") == 4 }
+                try await eventually("requests held at the gate") { server.heldCount(at: "h") == 4 }
                 server.openGate("h")
                 for try await _ in group {}
             }
@@ -89,7 +90,7 @@ struct TestServerStatsTests {
             #expect(failedAgain.status == 503)
             try await withThrowingTaskGroup(of: RawResponse.self) { group in
                 group.addTask { try await RawHTTPClient.get("/bytes/r?size=1&hold=r", port: server.port) }
-                try await waitUntil { server.heldCount(at: "r") == 1 }
+                try await eventually("requests held at the gate") { server.heldCount(at: "r") == 1 }
                 server.openGate("r")
                 for try await response in group { #expect(response.status == 200) }
             }
@@ -102,7 +103,7 @@ struct TestServerStatsTests {
             server.closeGate("c")
             try await withThrowingTaskGroup(of: RawResponse.self) { group in
                 group.addTask { try await RawHTTPClient.get("/bytes/c?size=1&hold=c", port: server.port) }
-                try await waitUntil { server.heldCount(at: "c") == 1 }
+                try await eventually("requests held at the gate") { server.heldCount(at: "c") == 1 }
                 #expect(server.stats.inFlight == 1)
                 server.openGate("c")
                 for try await response in group { #expect(response.status == 200) }
@@ -117,7 +118,9 @@ struct TestServerStatsTests {
         try await withThrowingTaskGroup(of: RawResponse.self) { group in
             group.addTask { try await RawHTTPClient.get("/bytes/h?hold=never", port: port) }
             group.addTask { try await RawHTTPClient.get("/bytes/s?size=100&stall=forever", port: port) }
-            try await waitUntil { server.heldCount(at: "never") == 1 && server.stats.inFlight == 2 }
+            try await eventually("requests held at the gate") {
+                server.heldCount(at: "never") == 1 && server.stats.inFlight == 2
+            }
             try await server.shutdown()
             for try await response in group { #expect(response.connectionClosed) }
         }

@@ -1,6 +1,13 @@
 import Foundation
 import HaulTestServer
+import HaulTestSupport
 import Testing
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 @Suite(.timeLimit(.minutes(1)))
 struct TestServerTests {
@@ -159,8 +166,7 @@ struct TestServerTests {
     @Test func repeatedStartAndShutdownLeaveNoThreadsOrListeners() async throws {
         var lastPort = 0
         for _ in 0..<20 {
-            let server = TestServer(configuration: .init(eventLoopThreads: 1))
-            try await server.start()
+            let server = try await Self.startOutsideEphemeralRange(.init(eventLoopThreads: 1))
             lastPort = server.port
             #expect(Self.ownedEventLoopThreadCount() >= 1)  // the probe sees a running group's thread
             _ = try await RawHTTPClient.get("/bytes/z?size=10", port: server.port)
@@ -169,23 +175,63 @@ struct TestServerTests {
         // Owned event loop threads are joined by shutdown. Only threads of server-owned groups are counted:
         // the whole process's count moves with whatever other suites run in parallel.
         #expect(Self.ownedEventLoopThreadCount() == 0)
-        await #expect(throws: (any Error).self) {
-            _ = try await RawHTTPClient.get("/bytes/z?size=10", port: lastPort)
-        }
+        try await eventually("port \(lastPort) released") { Self.canListen(on: lastPort) }
     }
 
     @Test func shutdownAfterThrowingBodyStillStops() async throws {
         struct Boom: Error {}
+        // A port outside the range other tests' servers get theirs from (see startOutsideEphemeralRange).
         var port = 0
-        await #expect(throws: Boom.self) {
-            try await TestServer.withRunning { server in
-                port = server.port
-                throw Boom()
+        for _ in 0..<50 {
+            port = Int.random(in: 20_000..<32_000)
+            do {
+                try await TestServer.withRunning(.init(port: port)) { _ in throw Boom() }
+            } catch is Boom {
+                break
+            } catch {
+                continue  // that port was taken: try another
             }
         }
-        await #expect(throws: (any Error).self) {
-            _ = try await RawHTTPClient.get("/", port: port)
+        try await eventually("port \(port) released") { Self.canListen(on: port) }
+    }
+
+    /// A started server on a port below Linux's ephemeral range (32768-60999), which the servers of tests running
+    /// in parallel (port 0) never get: so "the port is free after shutdown" cannot be spoiled by one of them.
+    static func startOutsideEphemeralRange(_ configuration: TestServer.Configuration) async throws -> TestServer {
+        var lastError: any Error = CancellationError()
+        for _ in 0..<50 {
+            var configuration = configuration
+            configuration.port = Int.random(in: 20_000..<32_000)
+            let server = TestServer(configuration: configuration)
+            do {
+                try await server.start()
+                return server
+            } catch {
+                lastError = error
+            }
         }
+        throw lastError
+    }
+
+    /// Whether a listening socket can take `port` on 127.0.0.1, i.e. no server holds it. (Connecting to check
+    /// is not reliable: with nothing listening, Linux may pick that very port as the client's ephemeral port and
+    /// connect the socket to itself, and the request then waits for an answer that never comes.)
+    static func canListen(on port: Int) -> Bool {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var reuse: Int32 = 1  // connections of the stopped server may linger in TIME_WAIT
+        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        return bound == 0 && listen(descriptor, 1) == 0
     }
 
     /// Threads of event loop groups a server created for itself. NIO names them `NIO-ELT-<group>-#<n>`; the

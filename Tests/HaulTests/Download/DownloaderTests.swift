@@ -189,11 +189,14 @@ struct DownloaderTests {
             let result = try await downloader.download(
                 DownloadRequest(url: url, destination: .directory(dir.url)), onEvent: events.record)
             #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "stally", size: 100000))
-            #expect(result.attempts == 3)
+            // At least 3 attempts (40,000 + 40,000 + 20,000); a loaded machine may see a spurious extra stall, but
+            // every attempt resumes where the last one stopped, so no byte is fetched twice.
+            #expect(result.attempts >= 3)
+            #expect(result.bytesTransferred == 100_000)
             let stalls = events.all.filter {
                 if case .retrying(_, _, let error) = $0 { error.code == .stalled } else { false }
             }
-            #expect(stalls.count == 2)
+            #expect(stalls.count == result.attempts - 1)
         }
     }
 
