@@ -20,13 +20,18 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
 
     /// Creates a transport with its own client, configured for the engine: no redirects, no decompression,
     /// connection pooling with keep-alive. Call ``shutdown()`` when done with it.
-    public init(maximumConnectionsPerHost: Int = 64) {
+    ///
+    /// - Parameter connectTimeout: how long establishing a connection may take. AsyncHTTPClient sets it per
+    ///   client, not per request, so it is fixed here; give the engine's `connectTimeout` the same value.
+    public init(maximumConnectionsPerHost: Int = 64, connectTimeout: Duration = .seconds(10)) {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
         configuration.decompression = .disabled
         configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = maximumConnectionsPerHost
         // Idle and minimum-speed limits are the engine's watchdog's job, not the client's.
-        configuration.timeout = .init(connect: .seconds(10), read: nil)
+        let milliseconds =
+            connectTimeout.components.seconds * 1000 + connectTimeout.components.attoseconds / 1_000_000_000_000_000
+        configuration.timeout = .init(connect: .milliseconds(max(milliseconds, 1)), read: nil)
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         ownsClient = true
     }
@@ -48,6 +53,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     }
 
     /// Sends `request` and returns at the response head; the body streams as the engine reads it.
+    /// `connectTimeout` is not used: AsyncHTTPClient takes it per client (see ``init(maximumConnectionsPerHost:connectTimeout:)``).
     public func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
         var outgoing = HTTPClientRequest(url: Self.url(of: request))
         outgoing.method = .RAW(value: request.method.rawValue)

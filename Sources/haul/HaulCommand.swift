@@ -1,4 +1,11 @@
 import ArgumentParser
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The `haul` command: download queues with controlled concurrency, and the tools around them.
 @main
@@ -7,6 +14,41 @@ struct HaulCommand: AsyncParsableCommand {
         commandName: "haul",
         abstract: "Run downloads through a queue with controlled concurrency.",
         version: "0.1.0",
-        subcommands: [ServeCommand.self]
+        subcommands: [GetCommand.self, DemoCommand.self, ServeCommand.self]
     )
+
+    /// Runs the command with `haul get`'s exit-status contract: 2 for every usage error (ArgumentParser's own
+    /// would be 64), the command's status otherwise.
+    static func main() async {
+        // The signal mask is inherited across exec: a parent may start us with SIGINT/SIGTERM blocked. Threads
+        // inherit it too, so unblock before any is created, or Ctrl-C and SIGTERM would never arrive.
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        sigaddset(&signals, SIGINT)
+        sigaddset(&signals, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let failure as UsageFailure {
+            for problem in failure.problems { Console.err("haul: \(problem)\n") }
+            Console.err("haul: nothing was downloaded (see 'haul get --help')\n")
+            Foundation.exit(2)
+        } catch let code as ExitCode {
+            Foundation.exit(code.rawValue)
+        } catch {
+            let status = exitCode(for: error)
+            let message = fullMessage(for: error)
+            if status == .success {
+                Console.out(message + "\n")
+                Foundation.exit(0)
+            }
+            Console.err(message + "\n")
+            Foundation.exit(status == .validationFailure ? 2 : status.rawValue)
+        }
+    }
 }

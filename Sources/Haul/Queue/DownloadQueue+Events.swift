@@ -4,6 +4,9 @@ import Foundation
 public struct DownloadID: Hashable, Sendable, Comparable, CustomStringConvertible {
     let rawValue: UInt64
 
+    /// The number: 1 for the queue's first download, then counting up in the order added.
+    public var number: UInt64 { rawValue }
+
     /// `#N`, numbered in the order downloads were added.
     public var description: String { "#\(rawValue)" }
 

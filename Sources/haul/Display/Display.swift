@@ -1,0 +1,125 @@
+import Foundation
+import Haul
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// One rendering of a run's events: live bars on a terminal, plain lines otherwise, or NDJSON. The queue's
+/// events arrive in order on one task; ``tick()`` comes from another, so implementations lock their state.
+protocol Display: Sendable {
+    /// Takes one event of the queue.
+    func handle(_ event: QueueEvent)
+    /// Called about 10 times a second, so a display can redraw speeds and times even when no byte moves.
+    func tick()
+    /// Ends the display (clears the bars, shows the cursor); called once, before the summary.
+    func close()
+    /// Writes the end-of-run summary.
+    func summarize(_ report: RunReport)
+}
+
+extension Display {
+    func tick() {}
+}
+
+/// Writes whole strings to standard output or standard error, unbuffered (a frame of the display is one write,
+/// so it never tears; a line reaches a pipe at once).
+enum Console {
+    static func out(_ text: String) { write(1, text) }
+    static func err(_ text: String) { write(2, text) }
+
+    private static func write(_ descriptor: Int32, _ text: String) {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { buffer -> Int in
+                guard let base = buffer.baseAddress else { return 0 }
+                #if canImport(Glibc)
+                return Glibc.write(descriptor, base + offset, buffer.count - offset)
+                #else
+                return Darwin.write(descriptor, base + offset, buffer.count - offset)
+                #endif
+            }
+            if written < 0 {
+                if errno == EINTR { continue }
+                return  // a closed pipe: nothing sensible left to do with output
+            }
+            offset += written
+        }
+    }
+
+    /// Whether standard output is a terminal that understands cursor movement.
+    static var isInteractiveTerminal: Bool {
+        guard isatty(1) == 1 else { return false }
+        let term = ProcessInfo.processInfo.environment["TERM"] ?? ""
+        return !term.isEmpty && term != "dumb"
+    }
+
+    /// Columns and rows of the terminal on standard output (80 x 24 when it cannot tell).
+    static var terminalSize: (columns: Int, rows: Int) {
+        var size = winsize()
+        if ioctl(1, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 {
+            return (Int(size.ws_col), max(Int(size.ws_row), 3))
+        }
+        let environment = ProcessInfo.processInfo.environment
+        return (environment["COLUMNS"].flatMap(Int.init) ?? 80, environment["LINES"].flatMap(Int.init) ?? 24)
+    }
+}
+
+/// How a run ended, for the summary and the exit code.
+struct RunReport: Sendable {
+    struct Failure: Sendable {
+        var name: String
+        var error: DownloadError
+    }
+
+    var downloaded: [DownloadResult] = []
+    var skipped: [DownloadResult] = []
+    var failures: [Failure] = []
+    var cancelled = 0
+    var interrupted = false
+    var elapsed: Duration = .zero
+
+    var total: Int { downloaded.count + skipped.count + failures.count + cancelled }
+    var bytesTransferred: Int64 { downloaded.reduce(0) { $0 + $1.bytesTransferred } }
+    var bytesOnDisk: Int64 { (downloaded + skipped).reduce(0) { $0 + $1.size } }
+
+    /// 0 all succeeded; 1 at least one failed; 130 interrupted.
+    var exitCode: Int32 {
+        if interrupted { return 130 }
+        return failures.isEmpty ? 0 : 1
+    }
+
+    var averageSpeed: Double {
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return seconds > 0 ? Double(bytesTransferred) / seconds : 0
+    }
+
+    /// The human summary: counts, bytes, time, average speed, then each failure with its reason.
+    var text: String {
+        var parts = ["\(downloaded.count) downloaded"]
+        if !skipped.isEmpty { parts.append("\(skipped.count) already complete") }
+        if !failures.isEmpty { parts.append("\(failures.count) failed") }
+        if cancelled > 0 { parts.append("\(cancelled) not finished") }
+        var text = interrupted ? "Interrupted: " : "Done: "
+        text += parts.joined(separator: ", ") + " of \(total) files; "
+        text += "\(Format.bytes(bytesTransferred)) in \(Format.elapsed(elapsed)) (\(Format.speed(averageSpeed)))\n"
+        for failure in failures {
+            text += "  failed: \(failure.name): \(failure.error.message)"
+            if let url = failure.error.url { text += " (\(url.absoluteString))" }
+            text += "\n"
+        }
+        if interrupted {
+            text += "Run the same command again to finish: completed files are kept, partial ones resume.\n"
+        }
+        return text
+    }
+}
+
+/// The name a download is shown by: the planned file name, else the URL's last component.
+func displayName(of request: DownloadRequest) -> String {
+    request.plannedFileURL?.lastPathComponent ?? DownloadRequest.fileName(for: request.url)
+        ?? request.url.absoluteString
+}

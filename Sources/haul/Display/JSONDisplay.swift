@@ -1,0 +1,121 @@
+import Foundation
+import Haul
+import HaulOperations
+
+/// `--json`: one JSON object per line on standard output — `start`, `progress` (throttled like the
+/// events), `retry`, `finish`, `fail` and a last `summary` — for scripts to read line by line.
+final class JSONDisplay: Display {
+    private let names = Locked<[DownloadID: String]>([:])
+    private let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    /// The fields of every line; absent ones are left out.
+    private struct Line: Encodable {
+        var event: String
+        var id: UInt64?
+        var name: String?
+        var url: String?
+        var attempt: Int?
+        var resumeFrom: Int64?
+        var bytes: Int64?
+        var total: Int64?
+        var bytesPerSecond: Double?
+        var delaySeconds: Double?
+        var path: String?
+        var size: Int64?
+        var sha256: String?
+        var skipped: Bool?
+        var code: String?
+        var status: Int?
+        var error: String?
+        // summary
+        var files: Int?
+        var downloaded: Int?
+        var alreadyComplete: Int?
+        var failed: Int?
+        var notFinished: Int?
+        var bytesTransferred: Int64?
+        var seconds: Double?
+        var interrupted: Bool?
+        var exitCode: Int32?
+    }
+
+    func handle(_ event: QueueEvent) {
+        switch event {
+        case .queued(let id, let request):
+            names.withLock { $0[id] = displayName(of: request) }
+        case .batchProgress:
+            break
+        case .download(let id, let event):
+            let name = names.withLock { $0[id] }
+            var line = Line(event: "", id: id.number, name: name)
+            switch event {
+            case .started(let attempt, let resumingAt):
+                line.event = "start"
+                line.attempt = attempt
+                line.resumeFrom = resumingAt
+            case .progress(let progress):
+                line.event = "progress"
+                line.bytes = progress.bytesWritten
+                line.total = progress.totalBytes
+                line.bytesPerSecond = (progress.bytesPerSecond * 10).rounded() / 10
+            case .retrying(let attempt, let delay, let error):
+                line.event = "retry"
+                line.attempt = attempt
+                line.delaySeconds = delay.seconds
+                line.error = error.message
+                line.code = error.code.description
+                line.status = error.status
+            case .finished(let result):
+                line.event = "finish"
+                line.url = result.finalURL.absoluteString
+                line.path = result.fileURL.path
+                line.size = result.size
+                line.sha256 = result.sha256
+                line.attempt = result.attempts
+                line.skipped = result.skipped
+            case .failed(let error):
+                line.event = "fail"
+                line.url = error.url?.absoluteString
+                line.code = error.code.description
+                line.status = error.status
+                line.error = error.message
+            case .redirected:
+                return
+            }
+            emit(line)
+        }
+    }
+
+    func close() {}
+
+    func summarize(_ report: RunReport) {
+        var line = Line(event: "summary")
+        line.files = report.total
+        line.downloaded = report.downloaded.count
+        line.alreadyComplete = report.skipped.count
+        line.failed = report.failures.count
+        line.notFinished = report.cancelled
+        line.bytesTransferred = report.bytesTransferred
+        line.size = report.bytesOnDisk
+        line.seconds = (report.elapsed.seconds * 1000).rounded() / 1000
+        line.interrupted = report.interrupted
+        line.exitCode = report.exitCode
+        emit(line)
+    }
+
+    private func emit(_ line: Line) {
+        guard let data = try? encoder.encode(line) else { return }
+        Console.out(String(decoding: data, as: UTF8.self) + "\n")
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a `Double`.
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,195 @@
+import Haul
+import HaulOperations
+
+/// Live bars on a terminal: one line per running download (name, bar, bytes, speed, time left) and a total
+/// line (files k/n, bytes, speed, time left), redrawn at most 10 times a second, fitted to the terminal's width
+/// (read at every frame, so resizing works), erased by ``close()``. Failures and retries are printed above the
+/// bars and stay.
+final class TerminalDisplay: Display {
+    private struct Row {
+        var name: String
+        var progress = DownloadProgress(bytesWritten: 0, totalBytes: nil, bytesPerSecond: 0)
+        var note: String?
+    }
+
+    private struct State {
+        var names: [DownloadID: String] = [:]
+        var rows: [DownloadID: Row] = [:]
+        /// Running downloads in the order they started.
+        var order: [DownloadID] = []
+        var batch = BatchProgress()
+        /// Lines to print above the bars at the next frame.
+        var messages: [String] = []
+        /// How many bar lines the last frame drew (the cursor sits below them).
+        var drawnLines = 0
+        var lastFrame: ContinuousClock.Instant?
+        var dirty = false
+        var closed = false
+    }
+
+    static let frameInterval: Duration = .milliseconds(100)
+
+    private let state = Locked(State())
+    private let size: @Sendable () -> (columns: Int, rows: Int)
+
+    init(size: @escaping @Sendable () -> (columns: Int, rows: Int) = { Console.terminalSize }) {
+        self.size = size
+        Console.out("\u{1B}[?25l")  // hide the cursor while bars are drawn
+    }
+
+    func handle(_ event: QueueEvent) {
+        state.withLock { state in
+            apply(event, to: &state)
+            state.dirty = true
+            drawIfDue(&state, force: false)
+        }
+    }
+
+    func tick() {
+        state.withLock { state in
+            // Speeds and times change even when no event comes (a stalled download): redraw twice a second.
+            if let last = state.lastFrame, ContinuousClock.now - last >= .milliseconds(500) { state.dirty = true }
+            drawIfDue(&state, force: false)
+        }
+    }
+
+    func close() {
+        state.withLock { state in
+            guard !state.closed else { return }
+            state.closed = true
+            var frame = erase(state.drawnLines)
+            for message in state.messages { frame += message + "\n" }
+            state.messages = []
+            state.drawnLines = 0
+            Console.out(frame + "\u{1B}[?25h")
+        }
+    }
+
+    func summarize(_ report: RunReport) {
+        Console.out(report.text)
+    }
+
+    private func apply(_ event: QueueEvent, to state: inout State) {
+        switch event {
+        case .queued(let id, let request):
+            state.names[id] = displayName(of: request)
+        case .batchProgress(let batch):
+            state.batch = batch
+        case .download(let id, let event):
+            let name = state.names[id] ?? id.description
+            switch event {
+            case .started(_, let resumingAt):
+                if state.rows[id] == nil {
+                    state.order.append(id)
+                    state.rows[id] = Row(name: name)
+                }
+                state.rows[id]?.progress.bytesWritten = resumingAt
+                state.rows[id]?.note = nil
+            case .progress(let progress):
+                state.rows[id]?.progress = progress
+                state.rows[id]?.note = nil
+            case .retrying(let attempt, _, let error):
+                state.rows[id]?.note = "retry \(attempt)"
+                state.messages.append("retry  \(name): \(error.message)")
+            case .finished, .failed:
+                state.rows[id] = nil
+                state.order.removeAll { $0 == id }
+                if case .failed(let error) = event, !error.isCancellation {
+                    state.messages.append("fail   \(name): \(error.message)")
+                }
+            case .redirected:
+                break
+            }
+        }
+    }
+
+    private func drawIfDue(_ state: inout State, force: Bool) {
+        guard !state.closed, state.dirty else { return }
+        let now = ContinuousClock.now
+        if !force, let last = state.lastFrame, now - last < Self.frameInterval { return }
+        let (columns, rows) = size()
+        // One column short of the edge: writing the last column makes some terminals wrap early.
+        let width = max(columns - 1, 10)
+        var frame = erase(state.drawnLines)
+        for message in state.messages { frame += Format.fit(message, columns: width) + "\n" }
+        state.messages = []
+        let room = max(rows - 2, 1)
+        let shown = state.order.count > room ? room - 1 : state.order.count
+        let visible = state.order.prefix(shown).compactMap { state.rows[$0] }
+        let totalLabel = Self.totalLabel(state.batch)
+        // One label column for the whole frame, so the bars line up.
+        let labelColumns = min(
+            max((visible.map { Format.width($0.name) } + [Format.width(totalLabel), 12]).max() ?? 12, 12),
+            max(width / 4, 10))
+        var lines = visible.map { Self.line(for: $0, labelColumns: labelColumns, width: width) }
+        if shown < state.order.count {
+            lines.append(Format.fit("  … and \(state.order.count - shown) more running", columns: width))
+        }
+        lines.append(Self.totalLine(state.batch, label: totalLabel, labelColumns: labelColumns, width: width))
+        for line in lines { frame += line + "\n" }
+        state.drawnLines = lines.count
+        state.lastFrame = now
+        state.dirty = false
+        Console.out(frame)
+    }
+
+    /// Moves the cursor up to the first bar line and clears from there down.
+    private func erase(_ lines: Int) -> String {
+        lines > 0 ? "\u{1B}[\(lines)A\r\u{1B}[J" : "\r\u{1B}[J"
+    }
+
+    private static func line(for row: Row, labelColumns: Int, width: Int) -> String {
+        let progress = row.progress
+        return compose(
+            label: row.name, labelColumns: labelColumns, fraction: progress.fractionCompleted,
+            bytes: bytesText(progress.bytesWritten, of: progress.totalBytes),
+            speed: Format.speed(progress.bytesPerSecond),
+            tail: row.note ?? Format.clock(progress.estimatedTimeRemaining), width: width)
+    }
+
+    static func totalLabel(_ batch: BatchProgress) -> String {
+        var label = "All \(batch.completedFiles)/\(batch.totalFiles)"
+        if batch.failedFiles > 0 { label += " (\(batch.failedFiles) failed)" }
+        return label
+    }
+
+    static func totalLine(_ batch: BatchProgress, label: String, labelColumns: Int, width: Int) -> String {
+        let fraction =
+            batch.fractionCompleted
+            ?? (batch.totalFiles > 0 ? Double(batch.completedFiles) / Double(batch.totalFiles) : nil)
+        return compose(
+            label: label, labelColumns: labelColumns, fraction: fraction,
+            bytes: bytesText(batch.bytesWritten, of: batch.totalBytes), speed: Format.speed(batch.bytesPerSecond),
+            tail: "ETA " + Format.clock(batch.estimatedTimeRemaining), width: width)
+    }
+
+    /// `2.35/6.00 MiB`, `699 KiB/3.00 MiB`, or `2.35 MiB` when the total is unknown.
+    static func bytesText(_ written: Int64, of total: Int64?) -> String {
+        guard let total else { return Format.bytes(written) }
+        let (done, all) = (Format.bytes(written), Format.bytes(total))
+        let unit = all.split(separator: " ").last.map(String.init) ?? ""
+        if done.hasSuffix(" " + unit) { return "\(done.dropLast(unit.count + 1))/\(all)" }
+        return "\(done)/\(all)"
+    }
+
+    /// `label  [#####-----]  bytes  speed  tail`, never wider than `width`. Below 80 columns the gaps shrink to one
+    /// space; the bar shrinks down to 5 columns and then goes; last, the line is cut at the edge.
+    static func compose(
+        label: String, labelColumns: Int, fraction: Double?, bytes: String, speed: String, tail: String, width: Int
+    ) -> String {
+        // Fixed-width fields keep the bars of successive lines aligned as numbers change.
+        let right = [Format.pad(bytes, columns: 17), Format.pad(speed, columns: 10), Format.pad(tail, columns: 8)]
+            .joined(separator: " ")
+        let gap = width >= 80 ? "  " : " "
+        let fitted = Format.pad(Format.fit(label, columns: labelColumns), columns: labelColumns)
+        let barColumns = width - labelColumns - Format.width(right) - 2 * gap.count
+        let line: String
+        if barColumns >= 5 {
+            line = fitted + gap + Format.bar(fraction, columns: barColumns) + gap + right
+        } else {
+            line = "\(fitted) \(bytes) \(speed) \(tail)"
+        }
+        let trimmed = String(line.reversed().drop(while: { $0 == " " }).reversed())
+        return Format.fit(trimmed, columns: width)
+    }
+}

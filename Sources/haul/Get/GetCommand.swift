@@ -1,0 +1,226 @@
+import ArgumentParser
+import Foundation
+import Haul
+
+/// `haul get`: download URLs through a queue with controlled concurrency.
+struct GetCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "get",
+        abstract: "Download URLs into a directory, a few at a time, with retries, resume and live progress.",
+        discussion: """
+            Input file format (-i): one URL per line; blank lines and lines starting with '#' are ignored. A URL may
+            be followed by indented option lines:
+              out=NAME              file name for this URL
+              dir=SUBDIR            directory under --dir for this URL
+              checksum=sha-256=HEX  expected digest (sha-256, sha-384, sha-512)
+              header=K: V           extra request header (repeatable)
+
+            Exit status: 0 all succeeded; 1 at least one download failed (the others still completed); 2 usage
+            error or invalid input (nothing is downloaded; every bad line is reported); 130 interrupted by
+            SIGINT/SIGTERM (no partial file at any destination; run the same command again to finish).
+
+            Haul remembers what it completed in DIR/.haul/, so rerunning a command skips files it already wrote
+            (if unchanged) and resumes partial ones.
+            """
+    )
+
+    @Argument(help: "URLs to download (http or https).")
+    var urls: [String] = []
+
+    @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from FILE ('-' = stdin).")
+    var inputFile: String?
+
+    @Option(name: [.customShort("d"), .customLong("dir")], help: "Destination directory (created if missing).")
+    var directory: String = "."
+
+    @Option(name: [.customShort("o"), .customLong("output")], help: "File name; only with exactly one URL.")
+    var output: String?
+
+    // Unconditional, so that `-j -1` reaches validate() and is reported as a bad number, not a missing value.
+    @Option(
+        name: [.customShort("j"), .customLong("max-concurrent")], parsing: .unconditional,
+        help: "Downloads at once (1 = one at a time, in input order).")
+    var maxConcurrent: Int = 4
+
+    @Option(name: .customLong("per-host"), help: "Downloads at once per host (default: no limit).")
+    var perHost: Int?
+
+    @Option(help: "Retries of transient failures (0 = none).")
+    var retries: Int = 3
+
+    @Option(help: ArgumentHelp("Expected digest for a single URL.", valueName: "ALGO=HEX"))
+    var checksum: String?
+
+    @Option(
+        name: .customLong("max-size"),
+        help: ArgumentHelp("Refuse larger bodies (K, M, G suffixes: powers of 1024).", valueName: "BYTES"))
+    var maxSize: String?
+
+    @Option(
+        name: .customLong("connect-timeout"),
+        help: ArgumentHelp("Seconds to establish a connection.", valueName: "S"))
+    var connectTimeout: Double = 10
+
+    @Option(
+        name: .customLong("stall-timeout"),
+        help: ArgumentHelp("No byte for S seconds is a transient failure.", valueName: "S"))
+    var stallTimeout: Double = 30
+
+    @Option(
+        name: .customLong("header"),
+        help: ArgumentHelp(
+            "Extra request header, repeatable (Authorization and Cookie never follow a redirect to another origin).",
+            valueName: "K: V"))
+    var headers: [String] = []
+
+    @Flag(name: .customLong("content-disposition"), help: "Use the server's suggested file name (made safe).")
+    var contentDisposition = false
+
+    @Option(
+        name: .customLong("on-conflict"),
+        help: ArgumentHelp(
+            "When the destination exists and Haul did not write it: fail (that download fails, the file is untouched), skip, overwrite or rename.",
+            valueName: "fail|skip|overwrite|rename"))
+    var onConflict: String = "fail"
+
+    @Flag(help: "NDJSON on stdout: start, progress, retry, finish, fail, summary; no progress bars.")
+    var json = false
+
+    @Flag(name: [.customShort("q"), .long], help: "Errors only.")
+    var quiet = false
+
+    @Flag(
+        name: [.customShort("v"), .long],
+        help: "Log requests, responses, retry and redirect decisions to stderr (plain lines instead of bars).")
+    var verbose = false
+
+    @Option(help: ArgumentHelp("How bytes move.", valueName: "urlsession|async-http-client"))
+    var transport: String = TransportChoice.asyncHTTPClient.rawValue
+
+    func validate() throws {
+        if maxConcurrent < 1 { throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)") }
+        if let perHost, perHost < 1 { throw ValidationError("--per-host must be at least 1, not \(perHost)") }
+        if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
+        for (name, value) in [("--connect-timeout", connectTimeout), ("--stall-timeout", stallTimeout)]
+        where !(value > 0 && value <= 86_400) {
+            throw ValidationError("\(name) must be a number of seconds above 0, not \(value)")
+        }
+        if let maxSize, parseByteCount(maxSize) == nil {
+            throw ValidationError("--max-size '\(maxSize)' is not a size (e.g. 500000, 64K, 10M, 2G)")
+        }
+        if ConflictPolicy(rawValue: onConflict) == nil {
+            throw ValidationError("--on-conflict must be fail, skip, overwrite or rename, not '\(onConflict)'")
+        }
+        if TransportChoice(rawValue: transport) == nil {
+            throw ValidationError("--transport must be urlsession or async-http-client, not '\(transport)'")
+        }
+        if json && quiet { throw ValidationError("--json and --quiet cannot be combined") }
+    }
+
+    mutating func run() async throws {
+        let (entries, inputProblems) = try readEntries()
+        let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
+        var planSettings = PlanSettings(directory: directory)
+        planSettings.fileName = output
+        planSettings.checksum = checksum
+        planSettings.headers = headers
+        planSettings.maxSize = maxSize.flatMap(parseByteCount)
+        planSettings.conflictPolicy = ConflictPolicy(rawValue: onConflict) ?? .fail
+        planSettings.useContentDisposition = contentDisposition
+        let plan: [PlannedDownload]
+        switch Planner.plan(entries, settings: planSettings) {
+        case .success(let planned) where inputProblems.isEmpty: plan = planned
+        case .success: throw UsageFailure(inputProblems)
+        case .failure(let failure): throw UsageFailure(inputProblems + failure.problems)
+        }
+        try createDirectories(for: plan, base: directory)
+
+        var settings = RunSettings(directory: directory)
+        settings.maxConcurrent = maxConcurrent
+        settings.perHost = perHost
+        settings.retries = retries
+        settings.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
+        settings.stallTimeout = .milliseconds(Int64(stallTimeout * 1000))
+        settings.transport = TransportChoice(rawValue: transport) ?? .asyncHTTPClient
+        settings.output = json ? .json : .automatic
+        settings.quiet = quiet
+        settings.verbose = verbose
+        let report = await GetRun.run(plan, settings: settings)
+        if report.exitCode != 0 { throw ExitCode(report.exitCode) }
+    }
+
+    /// The URLs of the command line, then those of the input file, each with where it came from.
+    private func readEntries() throws -> (entries: [InputEntry], problems: [InputProblem]) {
+        let entries = urls.enumerated().map { InputEntry(origin: "argument \($0.offset + 1)", url: $0.element) }
+        guard let inputFile else { return (entries, []) }
+        let text: String
+        let name = inputFile == "-" ? "<stdin>" : inputFile
+        do {
+            let data =
+                inputFile == "-"
+                ? FileHandle.standardInput.readDataToEndOfFile()
+                : try Data(contentsOf: URL(fileURLWithPath: inputFile, isDirectory: false))
+            guard let decoded = String(data: data, encoding: .utf8) else {
+                throw UsageFailure([InputProblem(origin: name, message: "is not UTF-8 text")])
+            }
+            text = decoded
+        } catch let failure as UsageFailure {
+            throw failure
+        } catch {
+            throw UsageFailure([
+                InputProblem(origin: "-i/--input-file", message: "cannot read '\(inputFile)': \(Self.reason(error))")
+            ])
+        }
+        let (fromFile, problems) = InputFile.parse(text, name: name)
+        return (entries + fromFile, problems)
+    }
+
+    private func createDirectories(for plan: [PlannedDownload], base: URL) throws {
+        var directories: Set<URL> = [base]
+        for download in plan {
+            switch download.request.destination {
+            case .file(let file): directories.insert(file.deletingLastPathComponent())
+            case .directory(let directory, _): directories.insert(directory)
+            }
+        }
+        for directory in directories.sorted(by: { $0.path < $1.path }) {
+            do {
+                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            } catch {
+                throw UsageFailure([
+                    InputProblem(
+                        origin: "-d/--dir", message: "cannot create '\(directory.path)': \(Self.reason(error))")
+                ])
+            }
+        }
+    }
+
+    /// The POSIX reason of a Foundation file error ("No such file or directory"), else its description.
+    static func reason(_ error: any Error) -> String {
+        let nsError = error as NSError
+        if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain,
+            let message = strerrorMessage(Int32(underlying.code))
+        {
+            return message
+        }
+        if nsError.domain == NSCocoaErrorDomain {
+            switch CocoaError.Code(rawValue: nsError.code) {
+            case .fileReadNoSuchFile, .fileNoSuchFile: return "no such file"
+            case .fileReadNoPermission, .fileWriteNoPermission: return "permission denied"
+            default: break
+            }
+        }
+        return nsError.localizedDescription
+    }
+
+    private static func strerrorMessage(_ code: Int32) -> String? {
+        guard let text = strerror(code) else { return nil }
+        return String(cString: text)
+    }
+}
+
+/// Invalid input: every problem is printed, nothing is downloaded, and the exit status is 2.
+struct UsageFailure: Error {
+    var problems: [InputProblem]
+    init(_ problems: [InputProblem]) { self.problems = problems }
+}

@@ -1,0 +1,188 @@
+import Dispatch
+import Synchronization
+import Foundation
+import Haul
+import HaulAsyncHTTPClient
+import HaulOperations
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Which transport moves the bytes.
+enum TransportChoice: String, CaseIterable {
+    case asyncHTTPClient = "async-http-client"
+    case urlSession = "urlsession"
+}
+
+/// How `haul get` (and `haul demo`) run a plan.
+struct RunSettings {
+    var directory: URL
+    var maxConcurrent = 4
+    var perHost: Int?
+    var retries = 3
+    var connectTimeout: Duration = .seconds(10)
+    var stallTimeout: Duration = .seconds(30)
+    var transport = TransportChoice.asyncHTTPClient
+    var output = OutputMode.automatic
+    var quiet = false
+    var verbose = false
+    /// Where completed and partial downloads are remembered between runs (`DIR/.haul/`); `false` for none.
+    var remembers = true
+
+    enum OutputMode {
+        case automatic, json
+    }
+}
+
+/// Runs planned downloads through one `DownloadQueue`, renders its events, handles SIGINT/SIGTERM, and
+/// reports. Holds no download logic: everything about one download is the engine's.
+enum GetRun {
+    static func run(_ plan: [PlannedDownload], settings: RunSettings) async -> RunReport {
+        let display = makeDisplay(settings)
+        let transport: any HTTPTransport
+        let ownedTransport: AsyncHTTPClientTransport?
+        switch settings.transport {
+        case .asyncHTTPClient:
+            let client = AsyncHTTPClientTransport(
+                maximumConnectionsPerHost: max(settings.maxConcurrent, 1), connectTimeout: settings.connectTimeout)
+            transport = client
+            ownedTransport = client
+        case .urlSession:
+            transport = URLSessionTransport()
+            ownedTransport = nil
+        }
+        var configuration = Downloader.Configuration()
+        configuration.retryPolicy.maxRetries = settings.retries
+        configuration.connectTimeout = settings.connectTimeout
+        configuration.stallTimeout = settings.stallTimeout
+        configuration.keepsPartialOnCancel = true
+        if settings.remembers { configuration.journal = ManifestJournal(directory: settings.directory) }
+        if settings.verbose {
+            var logger = Logger(label: "haul", factory: { StreamLogHandler.standardError(label: $0) })
+            logger.logLevel = .debug
+            configuration.logger = logger
+        }
+        let queue = DownloadQueue(
+            downloader: Downloader(transport: transport, configuration: configuration),
+            configuration: .init(maxConcurrentDownloads: settings.maxConcurrent, perHostLimit: settings.perHost))
+
+        let started = ContinuousClock.now
+        let events = queue.events  // subscribed before adding, so no event is missed
+        let expected = plan.count
+        let consumer = Task {
+            var ended = 0
+            for await event in events {
+                display.handle(event)
+                if case .download(_, let downloadEvent) = event, downloadEvent.isEnd {
+                    ended += 1
+                    if ended == expected { break }
+                }
+            }
+        }
+        let ticker = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(100))
+                display.tick()
+            }
+        }
+        let interruption = Interruption { queue.cancelAll() }
+        let handles = queue.add(plan.map(\.request))
+        if interruption.happened { queue.cancelAll() }  // a signal that came before the downloads were added
+        await queue.waitUntilIdle()
+        await consumer.value
+        ticker.cancel()
+        interruption.stop()
+        display.close()
+        try? await ownedTransport?.shutdown()
+
+        var report = RunReport(interrupted: interruption.happened, elapsed: .now - started)
+        for (handle, planned) in zip(handles, plan) {
+            switch handle.outcome {
+            case .success(let result) where result.skipped: report.skipped.append(result)
+            case .success(let result): report.downloaded.append(result)
+            case .failure(let error) where error.isCancellation: report.cancelled += 1
+            case .failure(let error): report.failures.append(.init(name: planned.displayName, error: error))
+            case nil: report.cancelled += 1
+            }
+        }
+        display.summarize(report)
+        return report
+    }
+
+    static func makeDisplay(_ settings: RunSettings) -> any Display {
+        if settings.output == .json { return JSONDisplay() }
+        // Verbose logs go to standard error line by line; bars redrawn over them would garble both.
+        if settings.quiet || settings.verbose || !Console.isInteractiveTerminal {
+            return LineDisplay(quiet: settings.quiet)
+        }
+        return TerminalDisplay()
+    }
+}
+
+extension DownloadEvent {
+    /// `.finished` or `.failed`: the download's last event.
+    var isEnd: Bool {
+        switch self {
+        case .finished, .failed: true
+        default: false
+        }
+    }
+}
+
+/// SIGINT and SIGTERM during a run: the first cancels the downloads (partials are kept for the next run) and
+/// the run ends with exit status 130; a second one exits at once.
+///
+/// A plain `sigaction` handler that only counts (and, the second time, restores the cursor and `_exit`s: both
+/// async-signal-safe); a task polls the count. So a second Ctrl-C ends the process even when every thread is
+/// busy, with nothing but async-signal-safe calls in the handler.
+final class Interruption: Sendable {
+    private let poller: Task<Void, Never>
+
+    init(onInterrupt: @escaping @Sendable () -> Void) {
+        interruptCount.store(0, ordering: .sequentiallyConsistent)
+        restoresCursor.store(Console.isInteractiveTerminal, ordering: .sequentiallyConsistent)
+        var action = sigaction()
+        #if canImport(Glibc)
+        action.__sigaction_handler.sa_handler = handleInterrupt
+        #else
+        action.__sigaction_u.__sa_handler = handleInterrupt
+        #endif
+        sigemptyset(&action.sa_mask)
+        action.sa_flags = SA_RESTART
+        sigaction(SIGINT, &action, nil)
+        sigaction(SIGTERM, &action, nil)
+        poller = Task {
+            while !Task.isCancelled {
+                if interruptCount.load(ordering: .sequentiallyConsistent) > 0 {
+                    onInterrupt()
+                    return
+                }
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+        }
+    }
+
+    /// Whether a signal came.
+    var happened: Bool { interruptCount.load(ordering: .sequentiallyConsistent) > 0 }
+
+    func stop() {
+        poller.cancel()
+    }
+}
+
+private let interruptCount = Atomic<Int>(0)
+private let restoresCursor = Atomic<Bool>(false)
+
+private func handleInterrupt(_ signal: Int32) {
+    let (_, count) = interruptCount.add(1, ordering: .sequentiallyConsistent)
+    guard count >= 2 else { return }
+    if restoresCursor.load(ordering: .sequentiallyConsistent) {
+        let show: StaticString = "\u{1B}[?25h\n"
+        _ = write(1, show.utf8Start, show.utf8CodeUnitCount)
+    }
+    _exit(130)
+}

@@ -1,0 +1,99 @@
+/// One URL as the user gave it: on the command line or on a line of an input file, with the option lines
+/// that followed it there.
+struct InputEntry: Equatable {
+    /// Where it came from, for messages: `urls.txt:3`, or `argument 2`.
+    var origin: String
+    var url: String
+    /// `out=NAME`
+    var fileName: String?
+    /// `dir=SUBDIR`
+    var subdirectory: String?
+    /// `checksum=ALGO=HEX`
+    var checksum: String?
+    /// `header=K: V`, in order.
+    var headers: [String] = []
+}
+
+/// Something wrong with the input, named by where it is.
+struct InputProblem: Error, Equatable, CustomStringConvertible {
+    var origin: String
+    var message: String
+    var description: String { "\(origin): \(message)" }
+}
+
+/// Reads the `--input-file` format: one URL per line; blank lines and lines starting with `#` are ignored; a
+/// URL may be followed by indented option lines (aria2 style) `out=NAME`, `dir=SUBDIR`, `checksum=ALGO=HEX`,
+/// `header=K: V`.
+enum InputFile {
+    static let optionNames = ["out", "dir", "checksum", "header"]
+
+    /// The entries of `text` and every problem found in it (all of them, so one run reports them all).
+    static func parse(_ text: String, name: String) -> (entries: [InputEntry], problems: [InputProblem]) {
+        var entries: [InputEntry] = []
+        var problems: [InputProblem] = []
+        // Both line ends: files written on Windows must read the same.
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        for (index, rawLine) in lines.enumerated() {
+            let origin = "\(name):\(index + 1)"
+            let line = rawLine.hasSuffix("\r") ? rawLine.dropLast() : rawLine
+            let trimmed = line.drop(while: { $0 == " " || $0 == "\t" })
+            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
+            if trimmed.count != line.count {
+                guard !entries.isEmpty else {
+                    problems.append(InputProblem(origin: origin, message: "an option line must follow a URL line"))
+                    continue
+                }
+                if let problem = apply(option: String(trimmed), to: &entries[entries.count - 1]) {
+                    problems.append(InputProblem(origin: origin, message: problem))
+                }
+                continue
+            }
+            let url = trimmed.trimmingSpaces()
+            if url.contains(where: { $0 == " " || $0 == "\t" }) {
+                problems.append(
+                    InputProblem(
+                        origin: origin,
+                        message: "'\(url)' is not one URL: put one URL per line, and options on indented lines"))
+                continue
+            }
+            entries.append(InputEntry(origin: origin, url: url))
+        }
+        return (entries, problems)
+    }
+
+    /// Applies `key=value` to `entry`; returns what is wrong with it, if anything.
+    private static func apply(option: String, to entry: inout InputEntry) -> String? {
+        guard let equals = option.firstIndex(of: "=") else {
+            return "'\(option)' is not an option line: expected KEY=VALUE with KEY one of \(optionList)"
+        }
+        let key = option[..<equals].trimmingSpaces()
+        let value = option[option.index(after: equals)...].trimmingSpaces()
+        guard !value.isEmpty || key == "header" else { return "'\(key)=' needs a value" }
+        switch key {
+        case "out":
+            guard entry.fileName == nil else { return "'out' given twice for \(entry.url)" }
+            entry.fileName = value
+        case "dir":
+            guard entry.subdirectory == nil else { return "'dir' given twice for \(entry.url)" }
+            entry.subdirectory = value
+        case "checksum":
+            guard entry.checksum == nil else { return "'checksum' given twice for \(entry.url)" }
+            entry.checksum = value
+        case "header":
+            entry.headers.append(value)
+        default:
+            return "unknown option '\(key)' (expected one of \(optionList))"
+        }
+        return nil
+    }
+
+    private static var optionList: String { optionNames.joined(separator: ", ") }
+}
+
+extension StringProtocol {
+    /// Without leading and trailing spaces and tabs.
+    func trimmingSpaces() -> String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+        return String(drop(while: isSpace).reversed().drop(while: isSpace).reversed())
+    }
+}

@@ -1,0 +1,199 @@
+import Foundation
+import Haul
+import HTTPTypes
+
+/// A download the command will run, with where it came from for messages.
+struct PlannedDownload {
+    var request: DownloadRequest
+    var origin: String
+    /// The name shown in progress lines: the planned file name, else the URL's last component.
+    var displayName: String
+}
+
+/// What applies to every URL of one `haul get`.
+struct PlanSettings {
+    var directory: URL
+    /// `-o`: only with exactly one URL.
+    var fileName: String?
+    /// `--checksum`: only with exactly one URL.
+    var checksum: String?
+    /// `--header`, in order (per-URL `header=` lines come after them, so they win).
+    var headers: [String] = []
+    var maxSize: Int64?
+    var conflictPolicy: ConflictPolicy = .fail
+    var useContentDisposition = false
+}
+
+/// Turns the user's URLs and options into requests, or reports every problem with them (nothing is
+/// downloaded when anything is wrong: exit 2).
+enum Planner {
+    static func plan(_ entries: [InputEntry], settings: PlanSettings) -> Result<[PlannedDownload], UsageFailure> {
+        var problems: [InputProblem] = []
+        if entries.isEmpty {
+            problems.append(InputProblem(origin: "haul get", message: "no URL given (pass URLs or --input-file FILE)"))
+        }
+        if settings.fileName != nil, entries.count > 1 {
+            problems.append(
+                InputProblem(
+                    origin: "-o/--output",
+                    message:
+                        "names one file, but \(entries.count) URLs were given; use 'out=NAME' lines in an input file"))
+        }
+        if settings.checksum != nil, entries.count > 1 {
+            problems.append(
+                InputProblem(
+                    origin: "--checksum",
+                    message:
+                        "is for a single URL, but \(entries.count) were given; use 'checksum=' lines in an input file"
+                ))
+        }
+        var globalHeaders = HTTPFields()
+        for header in settings.headers {
+            switch parseHeader(header) {
+            case .success(let field): globalHeaders.append(field)
+            case .failure(let problem): problems.append(InputProblem(origin: "--header", message: problem.message))
+            }
+        }
+        var planned: [PlannedDownload] = []
+        for entry in entries {
+            switch plan(entry, settings: settings, headers: globalHeaders) {
+            case .success(let download): planned.append(download)
+            case .failure(let failure): problems += failure.problems
+            }
+        }
+        problems += duplicateDestinations(planned)
+        return problems.isEmpty ? .success(planned) : .failure(UsageFailure(problems))
+    }
+
+    private static func plan(
+        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields
+    ) -> Result<PlannedDownload, UsageFailure> {
+        var problems: [String] = []
+        let url = validateURL(entry.url, problems: &problems)
+        var directory = settings.directory
+        if let subdirectory = entry.subdirectory {
+            let parts = subdirectory.split(separator: "/")
+            if subdirectory.hasPrefix("/") || parts.contains("..") || parts.isEmpty {
+                problems.append("dir='\(subdirectory)' must be a relative path inside the destination, without '..'")
+            } else {
+                directory = directory.appendingPathComponent(subdirectory, isDirectory: true)
+            }
+        }
+        let fileName = entry.fileName ?? settings.fileName
+        if let fileName, let problem = problemWithFileName(fileName) { problems.append(problem) }
+        var fields = headers
+        for header in entry.headers {
+            switch parseHeader(header) {
+            case .success(let field): fields[field.name] = field.value
+            case .failure(let problem): problems.append(problem.message)
+            }
+        }
+        var digest: Digest?
+        if let checksum = entry.checksum ?? settings.checksum {
+            do { digest = try Digest(parsing: checksum) } catch { problems.append(error.message) }
+        }
+        guard let url, problems.isEmpty else {
+            return .failure(UsageFailure(problems.map { InputProblem(origin: entry.origin, message: $0) }))
+        }
+        let destination: Destination =
+            fileName.map { .file(directory.appendingPathComponent($0, isDirectory: false)) }
+            ?? .directory(directory, useContentDisposition: settings.useContentDisposition)
+        let request = DownloadRequest(
+            url: url, destination: destination, headerFields: fields, expectedDigest: digest,
+            maxSize: settings.maxSize, conflictPolicy: settings.conflictPolicy)
+        if request.plannedFileURL == nil, !settings.useContentDisposition {
+            return .failure(
+                UsageFailure([
+                    InputProblem(
+                        origin: entry.origin,
+                        message: "no safe file name in '\(entry.url)'; give one with -o or an 'out=NAME' line")
+                ]))
+        }
+        let name =
+            request.plannedFileURL?.lastPathComponent ?? DownloadRequest.fileName(for: url) ?? url.absoluteString
+        return .success(PlannedDownload(request: request, origin: entry.origin, displayName: name))
+    }
+
+    /// The URL, if it is an absolute http(s) URL with a host; otherwise a problem saying which part is wrong.
+    static func validateURL(_ text: String, problems: inout [String]) -> URL? {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased() else {
+            problems.append("'\(text)' is not a valid URL (expected http://HOST/PATH or https://HOST/PATH)")
+            return nil
+        }
+        guard scheme == "http" || scheme == "https" else {
+            problems.append("unsupported scheme '\(scheme)' in '\(text)': only http and https")
+            return nil
+        }
+        guard let host = url.host(percentEncoded: false), !host.isEmpty else {
+            problems.append("'\(text)' is not a valid URL: it has no host")
+            return nil
+        }
+        return url
+    }
+
+    private static func problemWithFileName(_ name: String) -> String? {
+        if name.isEmpty || name == "." || name == ".." || name.contains("/") || name.contains("\0") {
+            return "'\(name)' is not a file name (no '/', not '.' or '..'); use dir= or -d for directories"
+        }
+        if name == ".haul" { return "'.haul' is where Haul keeps its records; choose another name" }
+        return nil
+    }
+
+    static func parseHeader(_ text: String) -> Result<HTTPField, HeaderProblem> {
+        guard let colon = text.firstIndex(of: ":") else {
+            return .failure(HeaderProblem("header '\(text)' is not 'Name: value'"))
+        }
+        let name = text[..<colon].trimmingSpaces()
+        let value = text[text.index(after: colon)...].trimmingSpaces()
+        guard let fieldName = HTTPField.Name(name) else {
+            return .failure(HeaderProblem("header name '\(name)' is not a valid HTTP field name"))
+        }
+        guard !value.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+            return .failure(HeaderProblem("header '\(name)' has a line break or NUL in its value"))
+        }
+        return .success(HTTPField(name: fieldName, value: value))
+    }
+
+    /// Two downloads that would write one file: each pair is named.
+    private static func duplicateDestinations(_ planned: [PlannedDownload]) -> [InputProblem] {
+        var firstByPath: [String: PlannedDownload] = [:]
+        var problems: [InputProblem] = []
+        for download in planned {
+            guard let path = download.request.plannedFileURL?.standardizedFileURL.path else { continue }
+            if let first = firstByPath[path] {
+                problems.append(
+                    InputProblem(
+                        origin: download.origin,
+                        message:
+                            "'\(download.request.url.absoluteString)' and '\(first.request.url.absoluteString)' (\(first.origin)) would both write '\(path)'; give one of them another name (out=NAME)"
+                    ))
+            } else {
+                firstByPath[path] = download
+            }
+        }
+        return problems
+    }
+}
+
+/// `12345`, `64K`, `1.5M`, `2G` (powers of 1024), for `--max-size`.
+func parseByteCount(_ text: String) -> Int64? {
+    let multipliers: [Character: Double] = [
+        "K": 1024, "M": 1024 * 1024, "G": 1024 * 1024 * 1024, "T": 1024 * 1024 * 1024 * 1024,
+    ]
+    var digits = Substring(text.trimmingSpaces())
+    var multiplier: Double = 1
+    if let last = digits.last?.uppercased().first, let factor = multipliers[last] {
+        multiplier = factor
+        digits = digits.dropLast()
+    }
+    guard let number = Double(digits), number.isFinite, number >= 0 else { return nil }
+    let value = (number * multiplier).rounded()
+    guard value <= Double(Int64.max / 2) else { return nil }
+    return Int64(value)
+}
+
+/// What is wrong with a `K: V` header.
+struct HeaderProblem: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
+}
