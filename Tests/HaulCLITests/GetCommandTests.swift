@@ -4,6 +4,12 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// `haul get`'s contract, checked by running the built binary against a loopback HaulTestServer: every option,
 /// every exit status, and the files it leaves.
 @Suite("haul get", .timeLimit(.minutes(2)))
@@ -473,4 +479,49 @@ struct GetCommandTests {
 /// The SHA-256 of `bytes` in hex.
 func sha256Hex(_ bytes: [UInt8]) -> String? {
     SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+}
+
+/// `--connect-timeout`, against a listener whose accept queue is full: Linux then drops new SYNs, so a connect
+/// hangs until the client gives up — the one way to make a loopback connect slow.
+@Suite("haul get --connect-timeout", .timeLimit(.minutes(1)))
+struct ConnectTimeoutTests {
+    @Test("a connection that cannot be established fails after --connect-timeout, not the default 10 s")
+    func connectTimeout() async throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(listener >= 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                try #require(bind(listener, $0, length) == 0)
+                try #require(listen(listener, 0) == 0)
+                try #require(getsockname(listener, $0, &length) == 0)
+            }
+        }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        // Fill the accept queue (never accepted), non-blocking so the extra ones just sit in SYN-SENT.
+        var fillers: [Int32] = []
+        defer { fillers.forEach { close($0) } }
+        for _ in 0..<4 {
+            let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            _ = fcntl(client, F_SETFL, O_NONBLOCK)
+            _ = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
+            }
+            fillers.append(client)
+        }
+        let dir = try TemporaryDirectory()
+        let started = ContinuousClock.now
+        let run = try await HaulProcess.run([
+            "get", "-d", dir.path, "--connect-timeout", "1", "--retries", "0", "http://127.0.0.1:\(port)/x.bin",
+        ])
+        let elapsed = ContinuousClock.now - started
+        #expect(run.status == 1, "\(run)")
+        #expect(run.stderr.lowercased().contains("connect"), "\(run)")
+        #expect(elapsed < .seconds(8), "gave up after \(elapsed), not after about 1 s")
+        #expect(dir.contents().filter { !$0.hasPrefix(".") }.isEmpty)
+    }
 }
