@@ -490,27 +490,19 @@ struct ConnectTimeoutTests {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         try #require(listener >= 0)
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        try withUnsafeMutablePointer(to: &address) { pointer in
-            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                try #require(bind(listener, $0, length) == 0)
-                try #require(listen(listener, 0) == 0)
-                try #require(getsockname(listener, $0, &length) == 0)
-            }
+        let (listening, port) = withLoopbackAddress { address, length in
+            var length = length
+            return bind(listener, address, length) == 0 && listen(listener, 0) == 0
+                && getsockname(listener, address, &length) == 0
         }
-        let port = Int(UInt16(bigEndian: address.sin_port))
+        try #require(listening)
         // Fill the accept queue (never accepted), non-blocking so the extra ones just sit in SYN-SENT.
         var fillers: [Int32] = []
         defer { fillers.forEach { close($0) } }
         for _ in 0..<4 {
             let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             _ = fcntl(client, F_SETFL, O_NONBLOCK)
-            _ = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
-            }
+            _ = withLoopbackAddress(port: port) { connect(client, $0, $1) }
             fillers.append(client)
         }
         let dir = try TemporaryDirectory()

@@ -1,6 +1,13 @@
-// Helpers shared by the test targets (HaulTests, HaulCombineTests): a scratch directory and bounded polling.
+// Helpers shared by the test targets: a scratch directory, bounded polling, blocking work off Swift concurrency's
+// threads, loopback socket addresses.
 package import Foundation
 package import Testing
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// A fresh directory under the system temporary directory, removed when the test is done with it.
 package final class TemporaryDirectory: Sendable {
@@ -51,4 +58,21 @@ package func onOwnThread<Result: Sendable>(_ body: @escaping @Sendable () throws
     try await withCheckedThrowingContinuation { continuation in
         Thread { continuation.resume(with: Swift.Result { try body() }) }.start()
     }
+}
+
+/// A TCP socket address on 127.0.0.1 (`port` 0: any), passed to `body` as the `sockaddr` that `bind`, `connect`
+/// and `getsockname` take; `body` may change it (getsockname), and the final address is returned with its result.
+package func withLoopbackAddress<Result>(
+    port: Int = 0, _ body: (UnsafeMutablePointer<sockaddr>, socklen_t) throws -> Result
+) rethrows -> (result: Result, port: Int) {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let result = try withUnsafeMutablePointer(to: &address) {
+        try $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            try body($0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+    }
+    return (result, Int(UInt16(bigEndian: address.sin_port)))
 }
