@@ -10,10 +10,11 @@ struct DemoCommand: AsyncParsableCommand {
         commandName: "demo",
         abstract: "Download a generated batch from an in-process test server, with faults, and verify every file.",
         discussion: """
-            Starts HaulTestServer on 127.0.0.1 (a free port) serving 10 files of mixed sizes: one fails with 503
-            twice before it succeeds, one is cut mid-body and resumes with Range, one is throttled, and one does
-            not exist (404). They are downloaded with `haul get`'s defaults (4 at once, 3 retries) into a fresh
+            Starts HaulTestServer on 127.0.0.1 (a free port) serving 10 files of mixed sizes: one fails with 503 \
+            twice before it succeeds, one is cut mid-body and resumes with Range, one is throttled, and one does \
+            not exist (404). They are downloaded with `haul get`'s defaults (4 at once, 3 retries) into a fresh \
             temporary directory, then each file is compared with what the server generated.
+
             Exit status 0 when every outcome is the expected one (the 404 is expected to fail).
             """
     )

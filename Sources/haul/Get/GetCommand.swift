@@ -8,44 +8,53 @@ struct GetCommand: AsyncParsableCommand {
         commandName: "get",
         abstract: "Download URLs into a directory, a few at a time, with retries, resume and live progress.",
         discussion: """
-            Input file format (-i): one URL per line; blank lines and lines starting with '#' are ignored. A URL may
-            be followed by indented option lines:
+            Input file format (-i): one URL per line; blank lines and lines starting with '#' are ignored. \
+            A URL may be followed by indented option lines:
               out=NAME              file name for this URL
               dir=SUBDIR            directory under --dir for this URL
               checksum=sha-256=HEX  expected digest (sha-256, sha-384, sha-512)
               header=K: V           extra request header (repeatable)
 
-            Exit status: 0 all succeeded; 1 at least one download failed (the others still completed); 2 usage
-            error or invalid input (nothing is downloaded; every bad line is reported); 130 interrupted by
-            SIGINT/SIGTERM (no partial file at any destination; run the same command again to finish).
+            Exit status: 0 all succeeded; 1 at least one download failed (the others still completed); \
+            2 usage error or invalid input (nothing is downloaded; every bad line is reported); \
+            130 interrupted by SIGINT/SIGTERM (no partial file at any destination; run the same command \
+            again to finish).
 
-            Haul remembers what it completed in DIR/.haul/, so rerunning a command skips files it already wrote
-            (if unchanged) and resumes partial ones.
+            Haul remembers what it completed in DIR/.haul/, so rerunning a command skips files it already \
+            wrote (if unchanged) and resumes partial ones.
             """
     )
 
     @Argument(help: "URLs to download (http or https).")
     var urls: [String] = []
 
-    @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from FILE ('-' = stdin).")
+    @Option(
+        name: [.customShort("i"), .customLong("input-file")],
+        help: ArgumentHelp("Read URLs from FILE ('-' = stdin).", valueName: "FILE"))
     var inputFile: String?
 
-    @Option(name: [.customShort("d"), .customLong("dir")], help: "Destination directory (created if missing).")
+    @Option(
+        name: [.customShort("d"), .customLong("dir")],
+        help: ArgumentHelp("Destination directory (created if missing).", valueName: "DIR"))
     var directory: String = "."
 
-    @Option(name: [.customShort("o"), .customLong("output")], help: "File name; only with exactly one URL.")
+    @Option(
+        name: [.customShort("o"), .customLong("output")],
+        help: ArgumentHelp("File name; only with exactly one URL.", valueName: "NAME"))
     var output: String?
 
     // Unconditional, so that `-j -1` reaches validate() and is reported as a bad number, not a missing value.
     @Option(
         name: [.customShort("j"), .customLong("max-concurrent")], parsing: .unconditional,
-        help: "Downloads at once (1 = one at a time, in input order).")
+        help: ArgumentHelp("Downloads at once (1 = one at a time, in input order).", valueName: "N"))
     var maxConcurrent: Int = 4
 
-    @Option(name: .customLong("per-host"), help: "Downloads at once per host (default: no limit).")
+    @Option(
+        name: .customLong("per-host"),
+        help: ArgumentHelp("Downloads at once per host (default: no limit).", valueName: "N"))
     var perHost: Int?
 
-    @Option(help: "Retries of transient failures (0 = none).")
+    @Option(help: ArgumentHelp("Retries of transient failures (0 = none).", valueName: "N"))
     var retries: Int = 3
 
     @Option(help: ArgumentHelp("Expected digest for a single URL.", valueName: "ALGO=HEX"))
