@@ -22,6 +22,7 @@ let package = Package(
         .library(name: "Haul", targets: ["Haul"]),
         .library(name: "HaulAsyncHTTPClient", targets: ["HaulAsyncHTTPClient"]),
         .library(name: "HaulCombine", targets: ["HaulCombine"]),
+        .library(name: "HaulSQLite", targets: ["HaulSQLite"]),
         .library(name: "HaulTestServer", targets: ["HaulTestServer"]),
         .executable(name: "haul", targets: ["haul"]),
     ],
@@ -34,7 +35,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
-        // SQLite for the quotes example now, and the journal (HaulSQLite) later.
+        // SQLite: the journal (HaulSQLite) and the quotes example.
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
@@ -65,6 +66,16 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
+        ),
+
+        // The durable journal: SQLite through GRDB. Kept apart so that SQLite stays out of `Haul`.
+        .target(
+            name: "HaulSQLite",
+            dependencies: ["Haul", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
+        .testTarget(
+            name: "HaulSQLiteTests",
+            dependencies: ["HaulSQLite", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport"]
         ),
 
         // Publishers over the queue: Combine on Apple platforms, OpenCombine elsewhere.
@@ -99,7 +110,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
-                "Haul", "HaulAsyncHTTPClient", "HaulTestServer",
+                "Haul", "HaulAsyncHTTPClient", "HaulSQLite", "HaulTestServer",
             ]
         ),
 

@@ -74,8 +74,7 @@ struct DemoCommand: AsyncParsableCommand {
             return PlannedDownload(request: request, origin: item.name, displayName: item.name)
         }
         // Demo runs always start fresh, so nothing is remembered between them.
-        var settings = RunSettings(directory: target)
-        settings.remembers = false
+        let settings = RunSettings(directory: target)
         let report = await GetRun.run(plan, settings: settings)
         try await server.shutdown()
 

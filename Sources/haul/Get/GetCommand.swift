@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Haul
+import HaulOperations
+import HaulSQLite
 
 /// `haul get`: download URLs through a queue with controlled concurrency.
 struct GetCommand: AsyncParsableCommand {
@@ -20,8 +22,9 @@ struct GetCommand: AsyncParsableCommand {
             130 interrupted by SIGINT/SIGTERM (no partial file at any destination; run the same command \
             again to finish).
 
-            Haul remembers what it completed in DIR/.haul/, so rerunning a command skips files it already \
-            wrote (if unchanged) and resumes partial ones.
+            Haul remembers what it completed and what it left partial in a journal (DIR/.haul/journal.sqlite \
+            unless --journal or --no-journal), so rerunning a command skips files it already wrote (if \
+            unchanged) and resumes partial ones with Range.
             """
     )
 
@@ -103,6 +106,15 @@ struct GetCommand: AsyncParsableCommand {
         help: "Log requests, responses, retry and redirect decisions to stderr (plain lines instead of bars).")
     var verbose = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Where completed and partial downloads are remembered (default: DIR/.haul/journal.sqlite).",
+            valueName: "PATH"))
+    var journal: String?
+
+    @Flag(name: .customLong("no-journal"), help: "Remember nothing: a rerun starts over.")
+    var noJournal = false
+
     @Option(help: ArgumentHelp("How bytes move.", valueName: "urlsession|async-http-client"))
     var transport: String = TransportChoice.asyncHTTPClient.rawValue
 
@@ -124,6 +136,7 @@ struct GetCommand: AsyncParsableCommand {
             throw ValidationError("--transport must be urlsession or async-http-client, not '\(transport)'")
         }
         if json && quiet { throw ValidationError("--json and --quiet cannot be combined") }
+        if journal != nil && noJournal { throw ValidationError("--journal and --no-journal cannot be combined") }
     }
 
     mutating func run() async throws {
@@ -154,8 +167,29 @@ struct GetCommand: AsyncParsableCommand {
         settings.output = json ? .json : .automatic
         settings.quiet = quiet
         settings.verbose = verbose
+        settings.journal = try openJournal(directory: directory)
         let report = await GetRun.run(plan, settings: settings)
         if report.exitCode != 0 { throw ExitCode(report.exitCode) }
+    }
+
+    private func openJournal(directory: URL) throws -> (any Journal)? {
+        guard !noJournal else { return nil }
+        let path =
+            journal.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+            ?? directory.appendingPathComponent(".haul/journal.sqlite").path
+        let warned = Locked(false)
+        do {
+            return try SQLiteJournal(path: path) { error in
+                // Downloads go on; only what a rerun can skip or resume is affected. Said once.
+                let first = warned.withLock { warned in
+                    defer { warned = true }
+                    return !warned
+                }
+                if first { Console.err("haul: warning: journal '\(path)': \(error); a rerun may fetch again\n") }
+            }
+        } catch {
+            throw UsageFailure([InputProblem(origin: "--journal", message: "cannot open '\(path)': \(error)")])
+        }
     }
 
     /// The URLs of the command line, then those of the input file, each with where it came from.

@@ -30,8 +30,8 @@ struct RunSettings {
     var output = OutputMode.automatic
     var quiet = false
     var verbose = false
-    /// Where completed and partial downloads are remembered between runs (`DIR/.haul/`); `false` for none.
-    var remembers = true
+    /// Where completed and partial downloads are remembered between runs; `nil` for nowhere.
+    var journal: (any Journal)?
 
     enum OutputMode {
         case automatic, json
@@ -60,7 +60,7 @@ enum GetRun {
         configuration.connectTimeout = settings.connectTimeout
         configuration.stallTimeout = settings.stallTimeout
         configuration.keepsPartialOnCancel = true
-        if settings.remembers { configuration.journal = ManifestJournal(directory: settings.directory) }
+        configuration.journal = settings.journal
         if settings.verbose {
             var logger = Logger(label: "haul", factory: { StreamLogHandler.standardError(label: $0) })
             logger.logLevel = .debug
