@@ -126,7 +126,8 @@ let package = Package(
         .testTarget(
             name: "HaulCLITests",
             dependencies: [
-                "HaulTestServer", "HaulTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                "Haul", "HaulSQLite", "HaulTestServer", "HaulTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .testTarget(

@@ -1,0 +1,74 @@
+import Crypto
+import Foundation
+import Haul
+import HaulSQLite
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// A killed `haul get` loses nothing: SIGKILL at 20 random moments of a throttled batch, then rerun until it exits 0.
+/// The moments are random on purpose (they land in transfers, renames and journal writes alike); what is checked
+/// holds whenever they land.
+@Suite("haul get killed", .timeLimit(.minutes(3)))
+struct CrashTests {
+    @Test("SIGKILL at 20 random moments, then reruns: every file identical, resumed not restarted, journal truthful")
+    func killedRunsResume() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let sizes = [40_000, 90_000, 150_000, 300_000, 450_000, 600_000, 800_000, 1_000_000, 1_200_000, 1_500_000]
+            let names = sizes.indices.map { "file\($0).bin" }
+            let list = zip(names, sizes).map { name, size in
+                server.url(path: "/bytes/\(name)", query: ["size": "\(size)", "rate": "800000"]).absoluteString
+            }.joined(separator: "\n")
+            let input = dir.url.appendingPathComponent("urls.txt")
+            try Data(list.utf8).write(to: input)
+            let target = dir.url.appendingPathComponent("out")
+            let arguments = ["get", "-q", "-j", "4", "-d", target.path, "-i", input.path]
+
+            var generator = SystemRandomNumberGenerator()
+            var killed = 0
+            for _ in 0..<20 {
+                let process = try HaulProcess(arguments)
+                try await Task.sleep(for: .milliseconds(Int.random(in: 30...400, using: &generator)))
+                process.send(SIGKILL)
+                let run = await process.finish()
+                if run.status != 0 { killed += 1 }  // it may have finished before the kill came
+                // Whatever the moment, a destination holds either nothing or the whole, right file.
+                for (name, size) in zip(names, sizes) {
+                    if let bytes = contentsOf(target.appendingPathComponent(name)) {
+                        #expect(bytes == TestServer.expectedBytes(name: name, size: size), "\(name) wrong after a kill")
+                    }
+                }
+            }
+            var final = try await HaulProcess.run(arguments)
+            for _ in 0..<3 where final.status != 0 { final = try await HaulProcess.run(arguments) }
+            #expect(final.status == 0, "\(final)")
+            #expect(killed > 0, "no run was killed mid-way")
+
+            for (name, size) in zip(names, sizes) {
+                #expect(
+                    contentsOf(target.appendingPathComponent(name)) == TestServer.expectedBytes(name: name, size: size),
+                    "\(name)")
+            }
+            let visible = (try? FileManager.default.contentsOfDirectory(atPath: target.path)) ?? []
+            #expect(visible.filter { !$0.hasPrefix(".") }.sorted() == names.sorted())
+            #expect(!visible.contains { $0.hasSuffix(".haul-partial") }, "partials left: \(visible)")
+
+            let total = sizes.reduce(0, +)
+            let served = server.stats.bodyBytesSent
+            #expect(
+                Double(served) <= 1.25 * Double(total), "served \(served) bytes for \(total): restarted, not resumed")
+
+            // No journal entry says "done" for a file that is missing or different.
+            let journal = try SQLiteJournal(path: target.appendingPathComponent(".haul/journal.sqlite").path)
+            for record in journal.allRecords() {
+                guard case .completed(let size, let sha256, _) = record.state else { continue }
+                let bytes = try #require(contentsOf(URL(fileURLWithPath: record.path)), "\(record.path) missing")
+                #expect(Int64(bytes.count) == size)
+                #expect(SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() == sha256)
+            }
+            print(
+                "killed \(killed) of 20 runs; served \(served) bytes for \(total) (\(Double(served) / Double(total))x)")
+        }
+    }
+}
