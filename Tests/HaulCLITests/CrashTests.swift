@@ -72,3 +72,52 @@ struct CrashTests {
         }
     }
 }
+
+/// A disk that fills up mid-batch: a clear error, no corrupt file at a destination, and once there is room a rerun
+/// finishes without fetching the completed files again.
+@Suite("haul get on a full disk", .timeLimit(.minutes(1)))
+struct FullDiskTests {
+    @Test(
+        "a full tmpfs fails the downloads that do not fit; after growing it a rerun finishes the job",
+        .enabled(if: getuid() == 0, "needs root to mount a small tmpfs"))
+    func fullDiskThenRerun() async throws {
+        let mountPoint = try TemporaryDirectory()
+        try mount(["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint.path])
+        defer { try? mount(["-l", mountPoint.path], command: "/bin/umount") }
+        try await TestServer.withRunning { server in
+            let names = ["a.bin", "b.bin", "c.bin", "d.bin"]
+            let urls = names.map { server.url(path: "/bytes/\($0)", query: ["size": "400000"]).absoluteString }
+            let arguments = ["get", "-j", "1", "-d", mountPoint.path] + urls
+            let full = try await HaulProcess.run(arguments)
+            #expect(full.status == 1, "\(full)")
+            #expect(full.stderr.contains("No space left on device"), "\(full)")
+            var completed = 0
+            for name in names {
+                guard let bytes = contentsOf(mountPoint.file(name)) else { continue }
+                #expect(bytes == TestServer.expectedBytes(name: name, size: 400_000), "\(name) is corrupt")
+                completed += 1
+            }
+            #expect(completed >= 1 && completed < names.count)
+            let requestsBefore = server.stats.requestCount
+
+            try mount(["-o", "remount,size=8m", mountPoint.path])
+            let rerun = try await HaulProcess.run(arguments)
+            #expect(rerun.status == 0, "\(rerun)")
+            for name in names {
+                #expect(contentsOf(mountPoint.file(name)) == TestServer.expectedBytes(name: name, size: 400_000))
+            }
+            // Only what had not completed was fetched again.
+            #expect(server.stats.requestCount - requestsBefore == names.count - completed)
+            #expect(rerun.stdout.contains("\(completed) already complete"))
+        }
+    }
+
+    private func mount(_ arguments: [String], command: String = "/bin/mount") throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: command)
+        process.arguments = arguments
+        try process.run()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0, "\(command) \(arguments.joined(separator: " ")) failed")
+    }
+}
