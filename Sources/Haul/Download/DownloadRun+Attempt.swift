@@ -118,7 +118,10 @@ extension DownloadRun {
                 if skippedResult != nil { return }
             }
             try ensurePartial()
-            if let journal = configuration.journal, let validator, let destinationPath {
+            // Small bodies are not worth a journal write: an interrupted one is fetched again whole, cheaply.
+            if let journal = configuration.journal, let validator, let destinationPath,
+                (totalBytes ?? .max) > BackgroundWriter.inlineLimit
+            {
                 journal.store(
                     JournalRecord(
                         key: JournalKey(request), path: destinationPath,

@@ -158,24 +158,37 @@ final class DownloadRun: @unchecked Sendable {
         }
         await configuration.hooks.beforePublish?()
         if Task.isCancelled { throw cancelledError() }
-        let journal = configuration.journal
-        // Recorded before the rename, so that a crash between the two still lets the next run recognise the file.
-        journal?.store(
-            JournalRecord(
-                key: JournalKey(request), path: destinationPath, state: .verified(size: size, sha256: sha256.hexString))
-        )
-        let published = try publish(partial, to: destinationPath)
-        if let journal, let stamp = FileStamp(ofFileAt: published) {
-            journal.store(
-                JournalRecord(
-                    key: JournalKey(request), path: published,
-                    state: .completed(size: size, sha256: sha256.hexString, stamp: stamp)))
-        }
+        let published = try recordAndPublish(partial, at: destinationPath, size: size, sha256: sha256.hexString)
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
         return DownloadResult(
             fileURL: URL(fileURLWithPath: published, isDirectory: false), size: size, sha256: sha256.hexString,
             finalURL: finalURL,
             attempts: attempts, bytesTransferred: bytesTransferred)
+    }
+
+    /// Publishes `partial`, recording it in the journal with one write where it can: rename and link keep the
+    /// inode and modification time, so the sealed partial's stamp is the published file's, and the record can be
+    /// written before the rename (a crash between the two leaves a record whose file is absent, which counts as
+    /// not done). Only the rename policy, whose final name is known after the fact, needs two writes.
+    private func recordAndPublish(
+        _ partial: PartialFile, at path: String, size: Int64, sha256: String
+    ) throws(DownloadError) -> String {
+        guard let journal = configuration.journal else { return try publish(partial, to: path) }
+        let key = JournalKey(request)
+        try partial.seal(durable: configuration.durability == .powerLoss, url: finalURL)
+        if request.conflictPolicy != .rename, let stamp = FileStamp(ofFileAt: partial.path) {
+            journal.store(
+                JournalRecord(key: key, path: path, state: .completed(size: size, sha256: sha256, stamp: stamp)))
+            return try publish(partial, to: path)
+        }
+        // Recorded before the rename, so that a crash between the two still lets the next run recognise the file.
+        journal.store(JournalRecord(key: key, path: path, state: .verified(size: size, sha256: sha256)))
+        let published = try publish(partial, to: path)
+        if let stamp = FileStamp(ofFileAt: published) {
+            journal.store(
+                JournalRecord(key: key, path: published, state: .completed(size: size, sha256: sha256, stamp: stamp)))
+        }
+        return published
     }
 
     private func publish(_ partial: PartialFile, to path: String) throws(DownloadError) -> String {

@@ -3,10 +3,11 @@ import Foundation
 /// Remembers, across processes, what downloads left behind: partial files that can be resumed, and files
 /// Haul published and may skip when they are still unchanged. Give one to ``Downloader/Configuration/journal``.
 ///
-/// The engine calls it synchronously from the downloading task, at a few moments per download (never per
-/// chunk): when a partial gains a validator, just before publishing, after publishing, and when a download
-/// fails for good. Implementations must be thread-safe; a write should be durable enough for the caller's
-/// purpose when the call returns (the `haul` command appends a line to a file).
+/// The engine calls it synchronously from the downloading task, a few times per download and never per chunk:
+/// one lookup at the start; a write when a partial of more than 256 KiB gains a validator; one write just before
+/// publishing (two with the `rename` conflict policy); a removal when a download fails for good. Implementations
+/// must be thread-safe, and a write must be durable enough for the caller's purpose when the call returns
+/// (`SQLiteJournal`: it survives the process being killed).
 public protocol Journal: Sendable {
     /// The last record stored for `key`, if any.
     func record(for key: JournalKey) -> JournalRecord?
@@ -54,8 +55,9 @@ public struct JournalRecord: Sendable, Hashable, Codable {
         /// The file is complete and verified and about to be published at `path` (a crash may have hit the
         /// rename): a file there with this size and SHA-256 is this download's.
         case verified(size: Int64, sha256: String)
-        /// The file was published at `path`; it counts as still there while its size, modification time and
-        /// inode are those recorded.
+        /// The file was published at `path` (or is about to be: the engine records it just before the rename,
+        /// with the stamp the rename keeps); it counts as there only while a file at `path` has this size,
+        /// modification time and inode.
         case completed(size: Int64, sha256: String, stamp: FileStamp)
     }
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Journal cost (issue "Durable journal"): 10,000 x 4 KiB files from nginx on loopback with `haul get -j 8`, with
+# the SQLite journal (the default, DIR/.haul/journal.sqlite) and with --no-journal, alternating, warm-up then
+# medians of RUNS runs; on the real disk and on tmpfs (where the file system costs least, so the journal's share
+# is largest).   target: the journal adds < 10% to the run time
+# Usage: bash bench/journal/run.sh [RUNS]   (default 3). Needs root for apt-get.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source bench/lib.sh
+RUNS=${1:-3}
+FILES=${FILES:-10000}
+
+install_missing nginx
+swift build -c release --product haul >/dev/null
+HAUL=$(pwd)/.build/release/haul
+
+WORK=$(mktemp -d /var/tmp/haul-bench-journal.XXXXXX)   # /var/tmp: the real disk, not tmpfs
+chmod 755 "$WORK"
+SHM=$(mktemp -d /dev/shm/haul-bench-journal.XXXXXX)
+trap 'stop_nginx; rm -rf "$WORK" "$SHM"' EXIT
+mkdir -p "$WORK/www/small"
+head -c $((FILES * 4096)) /dev/urandom > "$WORK/blob"
+split -b 4096 -a 5 -d "$WORK/blob" "$WORK/www/small/f"
+rm "$WORK/blob"
+start_nginx "$WORK/www"
+ls "$WORK/www/small" | sed "s|^|http://127.0.0.1:$NGINX_PORT/small/|" > "$WORK/list.txt"
+FAILURES=/tmp/haul-bench-journal-failures.log
+: > "$FAILURES"
+
+# run_into DIR [--no-journal]: seconds of one `haul get` into a fresh DIR; "nan" unless all files arrived.
+run_into() {
+    local dir=$1 start end count
+    shift
+    rm -rf "$dir"; mkdir -p "$dir"; sync
+    start=$(date +%s.%N)
+    if ! "$HAUL" get -q -j 8 -d "$dir" -i "$WORK/list.txt" "$@" 2>>"$FAILURES"; then echo nan; return; fi
+    end=$(date +%s.%N)
+    count=$(find "$dir" -maxdepth 1 -type f -name 'f*' | wc -l)
+    if [ "$count" -ne "$FILES" ]; then echo "== $dir $*: $count of $FILES files" >> "$FAILURES"; echo nan; return; fi
+    python3 -c "print(f'{$end - $start:.4f}')"
+}
+
+echo "warm-up..."
+run_into "$WORK/out" >/dev/null
+run_into "$WORK/out" --no-journal >/dev/null
+declare -A T
+for _ in $(seq 1 "$RUNS"); do
+    for place in disk tmpfs; do
+        dir="$WORK/out"; [ "$place" = tmpfs ] && dir="$SHM/out"
+        T[$place-journal]="${T[$place-journal]:-} $(run_into "$dir")"
+        T[$place-none]="${T[$place-none]:-} $(run_into "$dir" --no-journal)"
+    done
+done
+
+echo
+echo "## Journal cost: $FILES x 4 KiB, haul get -j 8, medians of $RUNS ($(nproc) cores, $(uname -r))"
+echo
+echo "| destination | --no-journal (s) | journal (s) | journal adds | target < 10% |"
+echo "|---|---|---|---|---|"
+for place in disk tmpfs; do
+    none=$(median ${T[$place-none]})
+    with=$(median ${T[$place-journal]})
+    python3 - "$place" "$none" "$with" <<'PY'
+import sys
+place, none, with_ = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+added = (with_ / none - 1) * 100
+print(f"| {place} | {none:.2f} | {with_:.2f} | {added:+.1f}% | {'met' if added < 10 else 'MISSED'} |")
+PY
+done
+if [ -s "$FAILURES" ]; then echo; echo "failed runs (not counted): see $FAILURES"; fi
