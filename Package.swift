@@ -126,7 +126,7 @@ let package = Package(
         .testTarget(
             name: "HaulCLITests",
             dependencies: [
-                "Haul", "HaulSQLite", "HaulTestServer", "HaulTestSupport",
+                "Haul", "HaulOperations", "HaulSQLite", "HaulTestServer", "HaulTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),

@@ -18,17 +18,8 @@ struct ExamplesTests {
     @Test("each example runs against its loopback server and passes its own checks", arguments: examples.map(\.name))
     func example(name: String) async throws {
         let binary = try #require(Self.binary(named: name), "\(name) is not built; run `swift build` first")
-        let (status, text) = try await onOwnThread {
-            let process = Process()
-            process.executableURL = binary
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            return (process.terminationStatus, text)
-        }
+        let (status, stdout, stderr) = try await ChildProcess(binary.path, []).finish()
+        let text = stdout + stderr
         #expect(status == 0, "\(name) failed:\n\(text)")
         let expected = try #require(Self.examples.first { $0.name == name }).mustPrint
         #expect(text.contains(expected), "\(name) did not print '\(expected)':\n\(text)")

@@ -82,8 +82,20 @@ struct FullDiskTests {
         .enabled(if: getuid() == 0, "needs root to mount a small tmpfs"))
     func fullDiskThenRerun() async throws {
         let mountPoint = try TemporaryDirectory()
-        try mount(["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint.path])
-        defer { try? mount(["-l", mountPoint.path], command: "/bin/umount") }
+        try await mount(["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint.path])
+        // Unmounted whatever happens in between (a test that throws still leaves no mount behind).
+        let outcome: Result<Void, any Error>
+        do {
+            try await fill(mountPoint)
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
+        }
+        _ = try? await ChildProcess("/bin/umount", ["-l", mountPoint.path]).finish()
+        try outcome.get()
+    }
+
+    private func fill(_ mountPoint: TemporaryDirectory) async throws {
         try await TestServer.withRunning { server in
             let names = ["a.bin", "b.bin", "c.bin", "d.bin"]
             let urls = names.map { server.url(path: "/bytes/\($0)", query: ["size": "400000"]).absoluteString }
@@ -100,7 +112,7 @@ struct FullDiskTests {
             #expect(completed >= 1 && completed < names.count)
             let requestsBefore = server.stats.requestCount
 
-            try mount(["-o", "remount,size=8m", mountPoint.path])
+            try await mount(["-o", "remount,size=8m", mountPoint.path])
             let rerun = try await HaulProcess.run(arguments)
             #expect(rerun.status == 0, "\(rerun)")
             for name in names {
@@ -112,12 +124,8 @@ struct FullDiskTests {
         }
     }
 
-    private func mount(_ arguments: [String], command: String = "/bin/mount") throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: command)
-        process.arguments = arguments
-        try process.run()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0, "\(command) \(arguments.joined(separator: " ")) failed")
+    private func mount(_ arguments: [String], command: String = "/bin/mount") async throws {
+        let (status, stdout, stderr) = try await ChildProcess(command, arguments).finish()
+        try #require(status == 0, "\(command) \(arguments.joined(separator: " ")) failed: \(stdout)\(stderr)")
     }
 }

@@ -148,7 +148,7 @@ struct GetCommandTests {
                 try Data(inputFile.utf8).write(to: file)
                 arguments += ["-i", file.path]
             }
-            let run = try await HaulProcess.run(arguments, in: dir.url)
+            let run = try await HaulProcess.run(arguments)
             #expect(run.status == 2, "\(run)")
             for fragment in bad.mustSay {
                 #expect(run.stderr.contains(fragment), "stderr does not say '\(fragment)':\n\(run.stderr)")

@@ -1,13 +1,15 @@
 import Foundation
 import HaulTestServer
 
+import HaulOperations
+import HaulTestSupport
+import Testing
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import HaulTestSupport
-import Testing
 
 /// `haul get` in a real pseudo-terminal (tmux, with `script` recording the raw bytes): bars render, stay within
 /// the width, redraw at most about 10 times a second, and are cleared at the end and on Ctrl-C.
@@ -19,73 +21,75 @@ struct TerminalDisplayTests {
     final class Session: Sendable {
         let socket = "haul-test-\(UUID().uuidString.prefix(8))"
         let raw: URL
+        private let serverPID = Locked<pid_t>(0)
 
-        init(command: String, raw: URL) throws {
+        /// Starts the session; call ``kill()`` when done (the pane stays, with remain-on-exit, until then).
+        init(command: String, raw: URL) async throws {
             self.raw = raw
             // `script` gives haul a terminal of the pane's size and records every byte it writes.
             let recorded = "script -qefc \(Self.quote(command)) \(Self.quote(raw.path))"
-            try Self.tmux(
+            try await Self.tmux(
                 socket,
                 [
                     "new-session", "-d", "-x", "\(TerminalDisplayTests.columns)", "-y", "15",
                     "\(recorded); echo HAUL-EXIT=$?",
                     ";", "set-option", "remain-on-exit", "on",
                 ])
+            let pid = try await Self.tmux(socket, ["display-message", "-p", "#{pid}"])
+            serverPID.withLock { $0 = pid_t(pid.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 }
         }
 
-        /// The pane stays (remain-on-exit) until the session is killed here.
-        deinit { _ = try? Self.tmux(socket, ["kill-server"]) }
+        /// Ends the session and its server. (`kill-server` alone left servers running here, even past SIGTERM, so
+        /// the server is also sent SIGKILL.)
+        func kill() async {
+            _ = try? await Self.tmux(socket, ["kill-server"])
+            let pid = serverPID.withLock { $0 }
+            guard pid > 0 else { return }
+            #if canImport(Glibc)
+            Glibc.kill(pid, SIGKILL)
+            #else
+            Darwin.kill(pid, SIGKILL)
+            #endif
+        }
 
         /// The screen as shown now (wrapped lines joined).
-        func screen() throws -> [String] {
-            try Self.tmux(socket, ["capture-pane", "-p", "-J"]).components(separatedBy: "\n")
+        func screen() async -> [String] {
+            ((try? await Self.tmux(socket, ["capture-pane", "-p", "-J"])) ?? "").components(separatedBy: "\n")
         }
 
-        func press(_ key: String) throws { try Self.tmux(socket, ["send-keys", key]) }
+        func press(_ key: String) async throws { try await Self.tmux(socket, ["send-keys", key]) }
 
-        /// Runs tmux with posix_spawn and waitpid, output through a file: Foundation's `Process` did not notice
-        /// `tmux new-session` exiting (its client stayed a zombie) and hung the test.
-        @discardableResult
-        static func tmux(_ socket: String, _ arguments: [String]) throws -> String {
-            let outputPath = FileManager.default.temporaryDirectory
-                .appendingPathComponent("haul-tmux-\(UUID().uuidString)").path
-            defer { unlink(outputPath) }
-            var actions = posix_spawn_file_actions_t()
-            posix_spawn_file_actions_init(&actions)
-            defer { posix_spawn_file_actions_destroy(&actions) }
-            // Only these three may reach the tmux server, which outlives the call: an inherited copy of another
-            // test's socket kept it open, so that test's client never saw the server close it (and hung).
-            // (glibc here has no posix_spawn_file_actions_addclosefrom_np; a descriptor closed meanwhile is fine,
-            // glibc ignores EBADF from a close action.)
-            let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
-            for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
-                posix_spawn_file_actions_addclose(&actions, descriptor)
+        /// Polls the screen (bounded) until `condition` holds; returns the screen that satisfied it.
+        func waitForScreen(
+            _ what: String, within limit: Duration, _ condition: ([String]) -> Bool,
+            sourceLocation: SourceLocation = #_sourceLocation
+        ) async throws -> [String] {
+            let deadline = ContinuousClock.now + limit
+            while true {
+                let lines = await screen()
+                if condition(lines) { return lines }
+                if ContinuousClock.now > deadline {
+                    Issue.record("never happened: \(what)", sourceLocation: sourceLocation)
+                    return lines
+                }
+                try await Task.sleep(for: .milliseconds(20))
             }
-            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-            posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-            posix_spawn_file_actions_adddup2(&actions, 1, 2)
-            let argv = ["tmux", "-L", socket] + arguments
+        }
+
+        /// Runs tmux to the end (a ChildProcess: nothing of the test process leaks into the tmux server, which
+        /// outlives the call and would otherwise keep other tests' sockets and pipes open).
+        @discardableResult
+        static func tmux(_ socket: String, _ arguments: [String]) async throws -> String {
             var environment = ProcessInfo.processInfo.environment
             environment["TERM"] = "xterm-256color"
             environment.removeValue(forKey: "TMUX")
-            let envp = environment.map { "\($0.key)=\($0.value)" }
-            var pid: pid_t = 0
-            let spawned = withCStrings(argv) { argvPointers in
-                withCStrings(envp) { envPointers in
-                    posix_spawnp(&pid, "tmux", &actions, nil, argvPointers, envPointers)
-                }
+            let (status, stdout, stderr) = try await ChildProcess(
+                "tmux", ["-L", socket] + arguments, environment: environment
+            ).finish()
+            guard status == 0 else {
+                throw TmuxError(message: "tmux \(arguments.joined(separator: " ")): \(stdout)\(stderr)")
             }
-            guard spawned == 0 else {
-                throw TmuxError(message: "cannot start tmux: \(String(cString: strerror(spawned)))")
-            }
-            var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0, errno == EINTR {}
-            let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-            // WIFEXITED && WEXITSTATUS == 0
-            guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
-                throw TmuxError(message: "tmux \(arguments.joined(separator: " ")): \(text)")
-            }
-            return text
+            return stdout
         }
 
         static func quote(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
@@ -128,17 +132,14 @@ struct TerminalDisplayTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let raw = dir.url.appendingPathComponent("raw.txt")
-            let session = try Session(command: haulCommand(server, dir: dir, rate: 500_000), raw: raw)
-            var during: [String] = []
-            try await eventually("bars on the screen", within: .seconds(20)) {
-                during = (try? session.screen()) ?? []
-                return during.contains { $0.contains("[#") } && during.contains { $0.hasPrefix("All ") }
+            let session = try await Session(command: haulCommand(server, dir: dir, rate: 500_000), raw: raw)
+            let during = try await session.waitForScreen("bars on the screen", within: .seconds(20)) { screen in
+                screen.contains { $0.contains("[#") } && screen.contains { $0.hasPrefix("All ") }
             }
-            var after: [String] = []
-            try await eventually("haul exits", within: .seconds(30)) {
-                after = (try? session.screen()) ?? []
-                return after.contains { $0.hasPrefix("HAUL-EXIT=") }
+            let after = try await session.waitForScreen("haul exits", within: .seconds(30)) { screen in
+                screen.contains { $0.hasPrefix("HAUL-EXIT=") }
             }
+            await session.kill()
             print("--- while running (\(Self.columns) columns):\n" + during.joined(separator: "\n"))
             print("--- at the end:\n" + after.joined(separator: "\n"))
 
@@ -166,16 +167,15 @@ struct TerminalDisplayTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let raw = dir.url.appendingPathComponent("raw.txt")
-            let session = try Session(command: haulCommand(server, dir: dir, rate: 100_000), raw: raw)
-            try await eventually("bars on the screen", within: .seconds(20)) {
-                ((try? session.screen()) ?? []).contains { $0.contains("[#") }
+            let session = try await Session(command: haulCommand(server, dir: dir, rate: 100_000), raw: raw)
+            _ = try await session.waitForScreen("bars on the screen", within: .seconds(20)) { screen in
+                screen.contains { $0.contains("[#") }
             }
-            try session.press("C-c")
-            var after: [String] = []
-            try await eventually("haul exits", within: .seconds(30)) {
-                after = (try? session.screen()) ?? []
-                return after.contains { $0.hasPrefix("HAUL-EXIT=") }
+            try await session.press("C-c")
+            let after = try await session.waitForScreen("haul exits", within: .seconds(30)) { screen in
+                screen.contains { $0.hasPrefix("HAUL-EXIT=") }
             }
+            await session.kill()
             print("--- after Ctrl-C:\n" + after.joined(separator: "\n"))
             #expect(after.contains("HAUL-EXIT=130"))
             #expect(!after.contains(where: Self.isBar), "bars left on the screen")
@@ -204,18 +204,5 @@ enum Format {
                 || (0xFF00...0xFF60).contains(scalar.value) || (0x1F300...0x1FAFF).contains(scalar.value)
             return total + (wide ? 2 : 1)
         }
-    }
-}
-
-/// Calls `body` with `strings` as a NULL-terminated array of C strings.
-private func withCStrings<Result>(
-    _ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> Result
-) -> Result {
-    let pointers = strings.map { strdup($0) } + [nil]
-    defer { pointers.forEach { free($0) } }
-    return pointers.withUnsafeBufferPointer { buffer in
-        // Never empty: it ends with the NULL terminator.
-        guard let base = buffer.baseAddress else { preconditionFailure("an array with a terminator has storage") }
-        return body(base)
     }
 }

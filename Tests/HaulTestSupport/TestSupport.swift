@@ -76,3 +76,82 @@ package func withLoopbackAddress<Result>(
     }
     return (result, Int(UInt16(bigEndian: address.sin_port)))
 }
+
+/// A child process run with `posix_spawn` and reaped with `waitpid`, its output going to files.
+///
+/// Not Foundation's `Process` with pipes: under a loaded test run its exit was sometimes never noticed (the child
+/// stayed a zombie while `waitUntilExit` spun), and a pipe's write end inherited by another child (tests run in
+/// parallel and spawn many) kept `readDataToEndOfFile` waiting. Files have no end-of-file to wait for, and every
+/// descriptor above 2 is closed in the child.
+package final class ChildProcess: Sendable {
+    /// The child's process id.
+    package let pid: pid_t
+    private let stdoutPath: String
+    private let stderrPath: String
+
+    /// Starts `executable` (a path, or a name looked up in `PATH`) with `arguments`, `input` on standard input.
+    package init(
+        _ executable: String, _ arguments: [String], input: String = "", environment: [String: String]? = nil
+    ) throws {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("haul-child-\(UUID().uuidString)")
+        let stdinPath = scratch.path + ".in"
+        stdoutPath = scratch.path + ".out"
+        stderrPath = scratch.path + ".err"
+        try Data(input.utf8).write(to: URL(fileURLWithPath: stdinPath))
+        defer { unlink(stdinPath) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        // glibc ignores EBADF from a close action, so a descriptor closed meanwhile does no harm.
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
+            posix_spawn_file_actions_addclose(&actions, descriptor)
+        }
+        posix_spawn_file_actions_addopen(&actions, 0, stdinPath, O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let environment = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
+        var pid: pid_t = 0
+        let spawned = withCStrings([executable] + arguments) { argv in
+            withCStrings(environment) { envp in posix_spawnp(&pid, executable, &actions, nil, argv, envp) }
+        }
+        guard spawned == 0 else { throw POSIXError(POSIXErrorCode(rawValue: spawned) ?? .EIO) }
+        self.pid = pid
+    }
+
+    /// Sends `signal` to the child.
+    package func send(_ signal: Int32) { kill(pid, signal) }
+
+    /// Waits (on a thread of its own) for the child to exit; returns its exit status (128 + N when killed by signal
+    /// N, as a shell reports it) and what it wrote.
+    package func finish() async -> (status: Int32, stdout: String, stderr: String) {
+        let pid = pid
+        let status: Int32 = await withCheckedContinuation { continuation in
+            Thread {
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+                let signal = status & 0x7f
+                continuation.resume(returning: signal == 0 ? (status >> 8) & 0xff : 128 + signal)
+            }.start()
+        }
+        defer {
+            unlink(stdoutPath)
+            unlink(stderrPath)
+        }
+        let read = { (path: String) in (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+        return (status, read(stdoutPath), read(stderrPath))
+    }
+}
+
+/// Calls `body` with `strings` as a NULL-terminated array of C strings.
+private func withCStrings<Result>(
+    _ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> Result
+) -> Result {
+    let pointers = strings.map { strdup($0) } + [nil]
+    defer { pointers.forEach { free($0) } }
+    return pointers.withUnsafeBufferPointer { buffer in
+        // Never empty: it ends with the NULL terminator.
+        guard let base = buffer.baseAddress else { preconditionFailure("an array with a terminator has storage") }
+        return body(base)
+    }
+}

@@ -1,5 +1,5 @@
-import Dispatch
 import Foundation
+import HaulTestSupport
 import Testing
 
 /// What a finished `haul` process left: its exit status and everything it wrote.
@@ -11,71 +11,30 @@ struct HaulOutput: CustomStringConvertible {
     var description: String { "exit \(status)\n--- stdout\n\(stdout)--- stderr\n\(stderr)" }
 }
 
-/// The built `haul` binary, run as a user would run it.
-final class HaulProcess: @unchecked Sendable {
-    // unchecked Sendable: `process` is configured before `run()` and afterwards only signalled and awaited.
-    private let process = Process()
-    private let stdout = Pipe()
-    private let stderr = Pipe()
-    private let collected = DispatchGroup()
-    private let stdoutData = Box()
-    private let stderrData = Box()
+/// The built `haul` binary, run as a user would run it (standard output not a terminal, `TERM=dumb`).
+final class HaulProcess: Sendable {
+    private let child: ChildProcess
 
-    private final class Box: @unchecked Sendable {
-        // Written by one reader thread, read after `collected` is done.
-        var data = Data()
-    }
-
-    /// Starts `haul ARGUMENTS` in `directory`, with `input` on standard input (or none).
-    init(_ arguments: [String], in directory: URL? = nil, input: String? = nil) throws {
-        process.executableURL = try Self.binary()
-        process.arguments = arguments
-        if let directory { process.currentDirectoryURL = directory }
+    /// Starts `haul ARGUMENTS` with `input` on standard input.
+    init(_ arguments: [String], input: String? = nil) throws {
         var environment = ProcessInfo.processInfo.environment
         environment["TERM"] = "dumb"
-        process.environment = environment
-        process.standardOutput = stdout
-        process.standardError = stderr
-        let stdinPipe = Pipe()
-        process.standardInput = stdinPipe
-        try process.run()
-        stdinPipe.fileHandleForWriting.write(Data((input ?? "").utf8))
-        try stdinPipe.fileHandleForWriting.close()
-        // Threads of their own: blocking reads on Dispatch's global queues would take the threads Swift
-        // concurrency runs the tests on (the pool is as wide as the machine: 2 here), and a test polling the
-        // server while haul runs would stall until haul exits.
-        for (pipe, box) in [(stdout, stdoutData), (stderr, stderrData)] {
-            collected.enter()
-            Thread { [collected] in
-                box.data = pipe.fileHandleForReading.readDataToEndOfFile()
-                collected.leave()
-            }.start()
-        }
+        child = try ChildProcess(
+            try Self.binary().path, arguments, input: input ?? "", environment: environment)
     }
 
     /// Sends `signal` (SIGINT by default), as Ctrl-C would.
-    func send(_ signal: Int32 = SIGINT) {
-        kill(process.processIdentifier, signal)
-    }
+    func send(_ signal: Int32 = SIGINT) { child.send(signal) }
 
     /// Waits for the process to exit and returns what it wrote.
     func finish() async -> HaulOutput {
-        await withCheckedContinuation { continuation in
-            Thread { [self] in
-                process.waitUntilExit()
-                collected.wait()
-                continuation.resume(
-                    returning: HaulOutput(
-                        status: process.terminationStatus,
-                        stdout: String(decoding: stdoutData.data, as: UTF8.self),
-                        stderr: String(decoding: stderrData.data, as: UTF8.self)))
-            }.start()
-        }
+        let (status, stdout, stderr) = await child.finish()
+        return HaulOutput(status: status, stdout: stdout, stderr: stderr)
     }
 
     /// Runs `haul ARGUMENTS` to the end.
-    static func run(_ arguments: [String], in directory: URL? = nil, input: String? = nil) async throws -> HaulOutput {
-        try await HaulProcess(arguments, in: directory, input: input).finish()
+    static func run(_ arguments: [String], input: String? = nil) async throws -> HaulOutput {
+        try await HaulProcess(arguments, input: input).finish()
     }
 
     /// The `haul` binary beside the running test bundle (the same build folder), else in `.build/debug`.
