@@ -29,9 +29,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         configuration.decompression = .disabled
         configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = maximumConnectionsPerHost
         // Idle and minimum-speed limits are the engine's watchdog's job, not the client's.
-        let milliseconds =
-            connectTimeout.components.seconds * 1000 + connectTimeout.components.attoseconds / 1_000_000_000_000_000
-        configuration.timeout = .init(connect: .milliseconds(max(milliseconds, 1)), read: nil)
+        configuration.timeout = .init(connect: .milliseconds(max(Int64(connectTimeout.seconds * 1000), 1)), read: nil)
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         ownsClient = true
     }

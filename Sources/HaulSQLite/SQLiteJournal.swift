@@ -44,11 +44,7 @@ public final class SQLiteJournal: Journal {
         pool = try DatabasePool(path: path, configuration: configuration)
         self.onError = onError
         try Self.migrator.migrate(pool)
-        let records = try pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM download").compactMap { row in
-                Self.record(from: row, key: JournalKey(url: row["url"], destination: row["destination"]))
-            }
-        }
+        let records = try pool.read(Self.fetchAll)
         cache = Locked(Dictionary(records.map { ($0.key, $0) }, uniquingKeysWith: { _, last in last }))
     }
 
@@ -111,14 +107,16 @@ public final class SQLiteJournal: Journal {
     /// Every record in the database, in no particular order (read from the file: for inspection and tests).
     public func allRecords() -> [JournalRecord] {
         do {
-            return try pool.read { db in
-                try Row.fetchAll(db, sql: "SELECT * FROM download").compactMap { row in
-                    Self.record(from: row, key: JournalKey(url: row["url"], destination: row["destination"]))
-                }
-            }
+            return try pool.read(Self.fetchAll)
         } catch {
             onError(error)
             return []
+        }
+    }
+
+    private static func fetchAll(_ db: Database) throws -> [JournalRecord] {
+        try Row.fetchAll(db, sql: "SELECT * FROM download").compactMap { row in
+            record(from: row, key: JournalKey(url: row["url"], destination: row["destination"]))
         }
     }
 

@@ -17,24 +17,12 @@ struct ExamplesTests {
 
     @Test("each example runs against its loopback server and passes its own checks", arguments: examples.map(\.name))
     func example(name: String) async throws {
-        let binary = try #require(Self.binary(named: name), "\(name) is not built; run `swift build` first")
+        let binary = try #require(builtProduct(named: name), "\(name) is not built; run `swift build` first")
         let (status, stdout, stderr) = try await ChildProcess(binary.path, []).finish()
         let text = stdout + stderr
         #expect(status == 0, "\(name) failed:\n\(text)")
         let expected = try #require(Self.examples.first { $0.name == name }).mustPrint
         #expect(text.contains(expected), "\(name) did not print '\(expected)':\n\(text)")
         #expect(text.contains("OK: "))
-    }
-
-    /// The example's binary beside the running test bundle (the same build folder), else in `.build/debug`.
-    static func binary(named name: String) -> URL? {
-        var candidates: [URL] = []
-        if let executable = Bundle.main.executableURL {
-            candidates.append(executable.deletingLastPathComponent().appendingPathComponent(name))
-        }
-        let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        candidates.append(packageRoot.appendingPathComponent(".build/debug/\(name)"))
-        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
     }
 }

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import Haul
 import HaulSQLite
@@ -65,7 +64,7 @@ struct CrashTests {
                 guard case .completed(let size, let sha256, _) = record.state else { continue }
                 let bytes = try #require(contentsOf(URL(fileURLWithPath: record.path)), "\(record.path) missing")
                 #expect(Int64(bytes.count) == size)
-                #expect(SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() == sha256)
+                #expect(sha256Hex(bytes) == sha256)
             }
             print(
                 "killed \(killed) of 20 runs; served \(served) bytes for \(total) (\(Double(served) / Double(total))x)")

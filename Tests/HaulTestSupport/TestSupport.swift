@@ -155,3 +155,17 @@ private func withCStrings<Result>(
         return body(base)
     }
 }
+
+/// A product of this package (`haul`, an example) built beside the running test bundle (the same build folder),
+/// else in `.build/debug`; `nil` when it is not built.
+package func builtProduct(named name: String) -> URL? {
+    var candidates: [URL] = []
+    if let executable = Bundle.main.executableURL {
+        candidates.append(executable.deletingLastPathComponent().appendingPathComponent(name))
+    }
+    // This file is Tests/HaulTestSupport/TestSupport.swift: three levels below the package root.
+    let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    candidates.append(packageRoot.appendingPathComponent(".build/debug/\(name)"))
+    return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
+}

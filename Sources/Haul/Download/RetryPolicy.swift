@@ -91,7 +91,8 @@ public struct ContinuousBackoffClock: BackoffClock {
 }
 
 extension Duration {
-    var seconds: Double {
+    /// The duration in seconds, as a `Double` (also for the `haul` command's output).
+    package var seconds: Double {
         let parts = components
         return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
     }

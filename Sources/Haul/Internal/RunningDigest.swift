@@ -33,16 +33,17 @@ struct RunningDigest {
         }
     }
 
-    /// Feeds the first `count` bytes of the file at `path` (the bytes an earlier run left in a partial).
-    mutating func update(fileAt path: String, count: Int64) throws {
+    /// Feeds the bytes of the file at `path`: the first `count` (the bytes an earlier run left in a partial), or
+    /// all of them when `count` is `nil`.
+    mutating func update(fileAt path: String, count: Int64? = nil) throws {
         guard let handle = FileHandle(forReadingAtPath: path) else { throw CocoaError(.fileReadNoSuchFile) }
         defer { try? handle.close() }
-        var left = count
+        var left = count ?? .max
         while left > 0, let data = try handle.read(upToCount: Int(min(left, 1 << 20))), !data.isEmpty {
             data.withUnsafeBytes { update($0) }
             left -= Int64(data.count)
         }
-        guard left == 0 else { throw CocoaError(.fileReadCorruptFile) }
+        guard count == nil || left == 0 else { throw CocoaError(.fileReadCorruptFile) }
     }
 
     /// The SHA-256 and, if asked for, the other digest's bytes.
@@ -58,12 +59,8 @@ struct RunningDigest {
 
     /// The SHA-256 of a file already on disk (the `skip` conflict policy reports it).
     static func sha256(ofFileAt path: String) throws -> [UInt8] {
-        guard let handle = FileHandle(forReadingAtPath: path) else { throw CocoaError(.fileReadNoSuchFile) }
-        defer { try? handle.close() }
-        var hasher = SHA256()
-        while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty {
-            data.withUnsafeBytes { hasher.update(bufferPointer: $0) }
-        }
-        return Array(hasher.finalize())
+        var digest = RunningDigest(also: nil)
+        try digest.update(fileAt: path)
+        return digest.finalize(for: nil).sha256
     }
 }

@@ -87,7 +87,7 @@ extension Result where Success == DownloadResult, Failure == DownloadError {
 
 extension DownloadEvent {
     /// `.finished` or `.failed`: nothing follows it.
-    var isTerminal: Bool {
+    package var isTerminal: Bool {
         switch self {
         case .finished, .failed: true
         default: false

@@ -93,8 +93,7 @@ struct RunReport: Sendable {
     }
 
     var averageSpeed: Double {
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        return seconds > 0 ? Double(bytesTransferred) / seconds : 0
+        elapsed.seconds > 0 ? Double(bytesTransferred) / elapsed.seconds : 0
     }
 
     /// The human summary: counts, bytes, time, average speed, then each failure with its reason.

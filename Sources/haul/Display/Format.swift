@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 
 /// Numbers as people read them in a progress line: short and of steady width.
 enum Format {
@@ -35,7 +36,7 @@ enum Format {
 
     /// `0.42 s`, `12.3 s`, `2 min 05 s`.
     static func elapsed(_ duration: Duration) -> String {
-        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        let seconds = duration.seconds
         if seconds < 10 { return String(format: "%.2f s", seconds) }
         if seconds < 60 { return String(format: "%.1f s", seconds) }
         return String(format: "%d min %02d s", Int(seconds) / 60, Int(seconds) % 60)

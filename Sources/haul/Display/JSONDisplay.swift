@@ -112,10 +112,3 @@ final class JSONDisplay: Display {
         Console.out(String(decoding: data, as: UTF8.self) + "\n")
     }
 }
-
-extension Duration {
-    /// The duration in seconds, as a `Double`.
-    var seconds: Double {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
-    }
-}

@@ -41,7 +41,7 @@ final class TerminalDisplay: Display {
         state.withLock { state in
             apply(event, to: &state)
             state.dirty = true
-            drawIfDue(&state, force: false)
+            drawIfDue(&state)
         }
     }
 
@@ -49,7 +49,7 @@ final class TerminalDisplay: Display {
         state.withLock { state in
             // Speeds and times change even when no event comes (a stalled download): redraw twice a second.
             if let last = state.lastFrame, ContinuousClock.now - last >= .milliseconds(500) { state.dirty = true }
-            drawIfDue(&state, force: false)
+            drawIfDue(&state)
         }
     }
 
@@ -103,10 +103,10 @@ final class TerminalDisplay: Display {
         }
     }
 
-    private func drawIfDue(_ state: inout State, force: Bool) {
+    private func drawIfDue(_ state: inout State) {
         guard !state.closed, state.dirty else { return }
         let now = ContinuousClock.now
-        if !force, let last = state.lastFrame, now - last < Self.frameInterval { return }
+        if let last = state.lastFrame, now - last < Self.frameInterval { return }
         let (columns, rows) = size()
         // One column short of the edge: writing the last column makes some terminals wrap early.
         let width = max(columns - 1, 10)

@@ -77,7 +77,7 @@ enum GetRun {
             var ended = 0
             for await event in events {
                 display.handle(event)
-                if case .download(_, let downloadEvent) = event, downloadEvent.isEnd {
+                if case .download(_, let downloadEvent) = event, downloadEvent.isTerminal {
                     ended += 1
                     if ended == expected { break }
                 }
@@ -120,16 +120,6 @@ enum GetRun {
             return LineDisplay(quiet: settings.quiet)
         }
         return TerminalDisplay()
-    }
-}
-
-extension DownloadEvent {
-    /// `.finished` or `.failed`: the download's last event.
-    var isEnd: Bool {
-        switch self {
-        case .finished, .failed: true
-        default: false
-        }
     }
 }
 

@@ -109,9 +109,7 @@ enum Planner {
                         message: "no safe file name in '\(entry.url)'; give one with -o or an 'out=NAME' line")
                 ]))
         }
-        let name =
-            request.plannedFileURL?.lastPathComponent ?? DownloadRequest.fileName(for: url) ?? url.absoluteString
-        return .success(PlannedDownload(request: request, origin: entry.origin, displayName: name))
+        return .success(PlannedDownload(request: request, origin: entry.origin, displayName: displayName(of: request)))
     }
 
     /// The URL, if it is an absolute http(s) URL with a host; otherwise a problem saying which part is wrong.

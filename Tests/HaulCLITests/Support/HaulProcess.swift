@@ -37,17 +37,8 @@ final class HaulProcess: Sendable {
         try await HaulProcess(arguments, input: input).finish()
     }
 
-    /// The `haul` binary beside the running test bundle (the same build folder), else in `.build/debug`.
+    /// The built `haul` binary.
     static func binary() throws -> URL {
-        var candidates: [URL] = []
-        if let executable = Bundle.main.executableURL {
-            candidates.append(executable.deletingLastPathComponent().appendingPathComponent("haul"))
-        }
-        let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent()
-        candidates.append(packageRoot.appendingPathComponent(".build/debug/haul"))
-        return try #require(
-            candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) },
-            "haul is not built; run `swift build` first")
+        try #require(builtProduct(named: "haul"), "haul is not built; run `swift build` first")
     }
 }
