@@ -52,7 +52,7 @@ enum GetRun {
             transport = client
             ownedTransport = client
         case .urlSession:
-            transport = URLSessionTransport()
+            transport = URLSessionTransport(maximumConnectionsPerHost: max(settings.maxConcurrent, 1))
             ownedTransport = nil
         }
         var configuration = Downloader.Configuration()
