@@ -34,6 +34,8 @@ struct ServeCommand: AsyncParsableCommand {
               dropConnection=1            close without a response
               headOnly=1                  send the head, never the body
               hold=GATE                   hold until the gate opens (test API only)
+            On SIGINT or SIGTERM it stops and prints one line: requests received, body bytes sent (headers
+            excluded) and the most requests in flight at once.
             """
     )
 
@@ -71,7 +73,14 @@ struct ServeCommand: AsyncParsableCommand {
                     .utf8)
         )
         await Self.waitForTerminationSignal()
+        let stats = server.stats
         try await server.shutdown()
+        // One line a script can parse: what was served, e.g. to count bytes fetched again after faults.
+        FileHandle.standardOutput.write(
+            Data(
+                "Stopped after \(stats.requestCount) requests; \(stats.bodyBytesSent) body bytes sent; at most \(stats.maxInFlight) in flight\n"
+                    .utf8)
+        )
     }
 
     /// Suspends until SIGINT or SIGTERM; the default handlers are replaced so shutdown can run.

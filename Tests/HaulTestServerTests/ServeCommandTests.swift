@@ -52,6 +52,9 @@ struct ServeCommandTests {
         try await eventually("haul serve exits") { exited.withLock { $0 != nil } }
         #expect(exited.withLock { $0 } == 0)
         #expect(process.terminationReason == .exit)
+        // 15 bytes of hello.txt and the 10 sent before the cut.
+        try await eventually("haul serve prints what it served") { collected.withLock { $0.contains("Stopped") } }
+        #expect(collected.withLock { $0 }.contains("Stopped after 2 requests; 25 body bytes sent; at most 1 in flight"))
         output.fileHandleForReading.readabilityHandler = nil
     }
 
