@@ -31,14 +31,17 @@ enum InputFile {
     static func parse(_ text: String, name: String) -> (entries: [InputEntry], problems: [InputProblem]) {
         var entries: [InputEntry] = []
         var problems: [InputProblem] = []
-        // Both line ends: files written on Windows must read the same.
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        // Split and trimmed as UTF-8 bytes (every character that matters here is ASCII): as Characters, a list
+        // of 10,000 URLs took tens of milliseconds. Both line ends: files written on Windows must read the same.
+        let lines = text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
         for (index, rawLine) in lines.enumerated() {
+            let line = rawLine.last == UInt8(ascii: "\r") ? rawLine.dropLast() : rawLine
+            let indented = line.first == UInt8(ascii: " ") || line.first == UInt8(ascii: "\t")
+            let trimmedBytes = line.drop(while: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
+            if trimmedBytes.isEmpty || trimmedBytes.first == UInt8(ascii: "#") { continue }
+            let trimmed = Substring(trimmedBytes)
             let origin = "\(name):\(index + 1)"
-            let line = rawLine.hasSuffix("\r") ? rawLine.dropLast() : rawLine
-            let trimmed = line.drop(while: { $0 == " " || $0 == "\t" })
-            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
-            if trimmed.count != line.count {
+            if indented {
                 guard !entries.isEmpty else {
                     problems.append(InputProblem(origin: origin, message: "an option line must follow a URL line"))
                     continue
@@ -90,10 +93,11 @@ enum InputFile {
     private static var optionList: String { optionNames.joined(separator: ", ") }
 }
 
-extension StringProtocol {
+extension Substring {
     /// Without leading and trailing spaces and tabs.
     func trimmingSpaces() -> String {
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
-        return String(drop(while: isSpace).reversed().drop(while: isSpace).reversed())
+        let isText: (UInt8) -> Bool = { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }
+        guard let first = utf8.firstIndex(where: isText), let last = utf8.lastIndex(where: isText) else { return "" }
+        return String(self[first...last])
     }
 }

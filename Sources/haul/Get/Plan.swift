@@ -178,7 +178,7 @@ func parseByteCount(_ text: String) -> Int64? {
     let multipliers: [Character: Double] = [
         "K": 1024, "M": 1024 * 1024, "G": 1024 * 1024 * 1024, "T": 1024 * 1024 * 1024 * 1024,
     ]
-    var digits = Substring(text.trimmingSpaces())
+    var digits = Substring(text[...].trimmingSpaces())
     var multiplier: Double = 1
     if let last = digits.last?.uppercased().first, let factor = multipliers[last] {
         multiplier = factor

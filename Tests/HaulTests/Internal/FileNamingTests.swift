@@ -21,6 +21,26 @@ struct FileNamingTests {
         #expect(FileNaming.name(for: try #require(URL(string: url))) == expected)
     }
 
+    @Test("the quick path for plain names gives what the full cleaning gives")
+    func quickPathAgrees() throws {
+        // Every printable ASCII byte, at the start, in the middle and at the end of a name, and names around the
+        // 255-byte limit: the cases the quick path takes and the ones it must hand to the long way.
+        var names = ["f00001", "a.b.c", "~x-y_z+1", "(1).tar.gz", String(repeating: "n", count: 255) + ".bin"]
+        for byte in UInt8(0x21)..<0x7f
+        where byte != UInt8(ascii: "/") && byte != UInt8(ascii: "?")
+            && byte != UInt8(ascii: "#")
+        {
+            let char = String(UnicodeScalar(byte))
+            names += [char + "name", "na" + char + "me", "name" + char]
+        }
+        for name in names {
+            let encoded = try #require(name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed))
+            let url = try #require(URL(string: "http://h/dir/" + encoded), "\(name)")
+            let expected = FileNaming.sanitize(url.lastPathComponent)
+            #expect(FileNaming.name(for: url) == expected, "\(name)")
+        }
+    }
+
     @Test("nothing safe left: nil", arguments: ["http://h/..", "http://h/%2E%2E", "http://h/%00"])
     func unsafe(url: String) throws {
         #expect(FileNaming.name(for: try #require(URL(string: url))) == nil)
