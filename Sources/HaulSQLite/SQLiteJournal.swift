@@ -3,13 +3,25 @@ import GRDB
 import HaulOperations
 public import Haul
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The journal in an SQLite database (GRDB, WAL): what `haul get` keeps in `DIR/.haul/journal.sqlite`.
 ///
-/// Each call is one short transaction. In WAL mode with `synchronous = NORMAL` a committed record survives the
-/// process being killed at any instant (it is in the WAL file, in the page cache); like the engine's default
-/// durability, not a power loss. After a power loss the engine trusts a completed record only while the file's
-/// size, modification time and inode still match, so a lost or stale record costs a re-download, never a wrong
-/// file.
+/// Each call is one short transaction (records the engine commits while many downloads finish together share
+/// one). How far a committed record survives follows `durability`, like the engine's files:
+/// - ``Downloader/Durability/processCrash`` (the default): `synchronous = OFF`. A record survives the process
+///   being killed at any instant (it is in the WAL file, in the page cache) and nothing is ever `fsync`ed: on
+///   ext4 one `fsync` forces out every file written since the last journal commit, which cost a batch of small
+///   downloads up to 70% more time. After a power loss the database may be unreadable; opening it then fails
+///   with a message naming it (delete it: only resumability is lost).
+/// - ``Downloader/Durability/powerLoss``: `synchronous = FULL`, every commit is on disk when the call returns.
+///
+/// Either way the engine trusts a completed record only while the file's size, modification time and inode
+/// still match, so a lost or stale record costs a re-download, never a wrong file.
 ///
 /// ```swift
 /// var configuration = Downloader.Configuration()
@@ -22,19 +34,35 @@ public final class SQLiteJournal: Journal {
     /// Every record, read once at open and kept in step by this instance's writes: lookups (one per download)
     /// cost no query. Another process writing the same journal meanwhile is not seen until it is reopened.
     private let cache: Locked<[JournalKey: JournalRecord]>
+    /// Records passed to ``commit(_:)`` and not yet written, with their waiting callers; and whether the
+    /// committer is draining them.
+    private let group = Locked<(pending: [(JournalRecord, CheckedContinuation<Void, Never>)], draining: Bool)>(
+        ([], false))
+    private let committer = DispatchQueue(label: "haul-journal-commit")
 
     /// Opens (creating if needed, with its directory) the journal at `path`.
     ///
-    /// - Parameter onError: called when a later read or write fails (the download goes on; only what a later
-    ///   run can resume or skip is affected). By default errors are dropped.
+    /// - Parameters:
+    ///   - durability: how far a committed record must survive (see the type's discussion); give it the
+    ///     downloader's ``Downloader/Configuration/durability``.
+    ///   - onError: called when a later read or write fails (the download goes on; only what a later run can
+    ///     resume or skip is affected). By default errors are dropped.
     /// - Throws: when the database cannot be opened or migrated (a clear message: path and SQLite's reason).
-    public init(path: String, onError: @escaping @Sendable (any Error) -> Void = { _ in }) throws {
+    public init(
+        path: String, durability: Downloader.Durability = .processCrash,
+        onError: @escaping @Sendable (any Error) -> Void = { _ in }
+    ) throws {
         try FileManager.default.createDirectory(
             atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        // Owner-only from the start (SQLite gives its -wal and -shm files the same mode): requests are stored
+        // with their header fields, which may carry credentials.
+        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        if descriptor >= 0 { close(descriptor) }
         var configuration = Configuration()
         configuration.label = "haul-journal"
+        let synchronous = durability == .powerLoss ? "FULL" : "OFF"
         configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
             // Fewer, larger checkpoints: the same few b-tree pages change with every record, so checkpointing
             // every 1,000 WAL pages (the default) copies them into the database over and over.
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 20000")
@@ -42,6 +70,8 @@ public final class SQLiteJournal: Journal {
         // Another process (a second `haul get` on the same directory) waits for the lock instead of failing.
         configuration.busyMode = .timeout(10)
         pool = try DatabasePool(path: path, configuration: configuration)
+        // Again on the writer: GRDB sets NORMAL there when it turns WAL on, after prepareDatabase.
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
         self.onError = onError
         try Self.migrator.migrate(pool)
         let records = try pool.read(Self.fetchAll)
@@ -55,7 +85,7 @@ public final class SQLiteJournal: Journal {
                 table.column("url", .text).notNull()
                 table.column("destination", .text).notNull()
                 table.column("path", .text).notNull()
-                table.column("state", .text).notNull()  // partial | verified | completed
+                table.column("state", .text).notNull()  // requested | partial | verified | completed | failed
                 table.column("validator", .text)
                 table.column("totalBytes", .integer)
                 table.column("size", .integer)
@@ -64,6 +94,12 @@ public final class SQLiteJournal: Journal {
                 table.column("inode", .integer)
                 table.column("updatedAt", .datetime).notNull()
                 table.primaryKey(["url", "destination"])
+            }
+        }
+        migrator.registerMigration("v2: requests and failures") { db in
+            try db.alter(table: "download") { table in
+                table.add(column: "request", .text)  // JSON of the DownloadRequest
+                table.add(column: "failure", .text)
             }
         }
         return migrator
@@ -76,8 +112,68 @@ public final class SQLiteJournal: Journal {
 
     /// Stores `record`, replacing the one for its key.
     public func store(_ record: JournalRecord) {
+        store([record])
+    }
+
+    /// Stores `record` and returns once it is written. Records committed while a write is under way wait for it
+    /// and go together in the next one: with many downloads finishing at once, one transaction serves several.
+    /// (Nothing is delayed on purpose: a lone record is written at once.)
+    public func commit(_ record: JournalRecord) async {
+        await withCheckedContinuation { continuation in
+            let leads = group.withLock { group in
+                group.pending.append((record, continuation))
+                defer { group.draining = true }
+                return !group.draining
+            }
+            if leads { committer.async { self.drain() } }
+        }
+    }
+
+    private func drain() {
+        while true {
+            let batch = group.withLock { group in
+                let batch = group.pending
+                group.pending = []
+                if batch.isEmpty { group.draining = false }
+                return batch
+            }
+            if batch.isEmpty { return }
+            store(batch.map(\.0))
+            for (_, continuation) in batch { continuation.resume() }
+        }
+    }
+
+    /// Stores `records` in one transaction.
+    public func store(_ records: [JournalRecord]) {
+        let rows = records.map(Self.values(of:))
+        cache.withLock { cache in
+            for record in records { cache[record.key] = record }
+        }
+        write { db in
+            // An upsert, not INSERT OR REPLACE: the row keeps its rowid, so allRecords() keeps the order in which
+            // downloads were first requested.
+            let statement = try db.cachedStatement(
+                sql: """
+                    INSERT INTO download
+                    (url, destination, path, state, validator, totalBytes, size, sha256, modifiedNanoseconds, inode,
+                     request, failure, updatedAt)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'))
+                    ON CONFLICT (url, destination) DO UPDATE SET
+                    path = excluded.path, state = excluded.state, validator = excluded.validator,
+                    totalBytes = excluded.totalBytes, size = excluded.size, sha256 = excluded.sha256,
+                    modifiedNanoseconds = excluded.modifiedNanoseconds, inode = excluded.inode,
+                    request = excluded.request, failure = excluded.failure, updatedAt = excluded.updatedAt
+                    """)
+            for row in rows { try statement.execute(arguments: StatementArguments(row)) }
+        }
+    }
+
+    private static func values(of record: JournalRecord) -> [(any DatabaseValueConvertible)?] {
         var values: [(any DatabaseValueConvertible)?] = [record.key.url, record.key.destination, record.path]
+        var failure: String?
         switch record.state {
+        case .requested:
+            values += ["requested", nil, nil, nil, nil, nil, nil]
         case .partial(let validator, let totalBytes):
             values += ["partial", validator, totalBytes, nil, nil, nil, nil]
         case .verified(let size, let sha256):
@@ -86,25 +182,39 @@ public final class SQLiteJournal: Journal {
             values += [
                 "completed", nil, nil, size, sha256, stamp.modifiedNanoseconds, Int64(bitPattern: stamp.inode),
             ]
+        case .failed(let message):
+            values += ["failed", nil, nil, nil, nil, nil, nil]
+            failure = message
         }
-        values.append(Date())
-        cache.withLock { $0[record.key] = record }
-        write(
-            sql: """
-                INSERT OR REPLACE INTO download
-                (url, destination, path, state, validator, totalBytes, size, sha256, modifiedNanoseconds, inode,
-                 updatedAt)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: StatementArguments(values))
+        let request = record.request.flatMap { try? encoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
+        // updatedAt is SQLite's own clock (formatting a Date in Swift for every record cost more than the insert).
+        values += [request, failure]
+        return values
     }
 
     /// Forgets `key`.
     public func remove(_ key: JournalKey) {
-        cache.withLock { _ = $0.removeValue(forKey: key) }
-        write(sql: "DELETE FROM download WHERE url = ? AND destination = ?", arguments: [key.url, key.destination])
+        remove([key])
     }
 
-    /// Every record in the database, in no particular order (read from the file: for inspection and tests).
+    /// Forgets `keys` in one transaction.
+    public func remove(_ keys: [JournalKey]) {
+        cache.withLock { cache in
+            for key in keys { cache.removeValue(forKey: key) }
+        }
+        write { db in
+            let statement = try db.cachedStatement(sql: "DELETE FROM download WHERE url = ? AND destination = ?")
+            for key in keys { try statement.execute(arguments: [key.url, key.destination]) }
+        }
+    }
+
+    /// SQLite's `synchronous` setting of the writing connection (0 OFF, 1 NORMAL, 2 FULL): for tests.
+    package var synchronousSetting: Int? {
+        try? pool.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+    }
+
+    /// Every record in the database, in the order their keys were first stored (read from the file, so it also
+    /// shows what another process wrote).
     public func allRecords() -> [JournalRecord] {
         do {
             return try pool.read(Self.fetchAll)
@@ -115,28 +225,34 @@ public final class SQLiteJournal: Journal {
     }
 
     private static func fetchAll(_ db: Database) throws -> [JournalRecord] {
-        try Row.fetchAll(db, sql: "SELECT * FROM download").compactMap { row in
+        try Row.fetchAll(db, sql: "SELECT * FROM download ORDER BY rowid").compactMap { row in
             record(from: row, key: JournalKey(url: row["url"], destination: row["destination"]))
         }
     }
 
-    private func write(sql: String, arguments: StatementArguments) {
+    private func write(_ statements: (Database) throws -> Void) {
         do {
-            // A cached statement in its own implicit transaction: the cheapest durable write SQLite has. (Group
-            // commit across downloads was tried and measured no gain: the engine calls from at most as many
-            // threads as cores, 2 here, so writes seldom overlap.)
-            try pool.writeWithoutTransaction { db in
-                try db.cachedStatement(sql: sql).execute(arguments: arguments)
-            }
+            // Cached statements in one transaction: the cheapest durable write SQLite has.
+            try pool.write(statements)
         } catch {
             onError(error)
         }
     }
 
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return encoder
+    }()
+
     private static func record(from row: Row, key: JournalKey) -> JournalRecord? {
         let path: String = row["path"]
         let state: JournalRecord.State
         switch row["state"] as String? {
+        case "requested":
+            state = .requested
+        case "failed":
+            state = .failed(message: row["failure"] ?? "")
         case "partial":
             guard let validator: String = row["validator"] else { return nil }
             state = .partial(validator: validator, totalBytes: row["totalBytes"])
@@ -153,6 +269,9 @@ public final class SQLiteJournal: Journal {
         default:
             return nil
         }
-        return JournalRecord(key: key, path: path, state: state)
+        let request = (row["request"] as String?).flatMap {
+            try? JSONDecoder().decode(DownloadRequest.self, from: Data($0.utf8))
+        }
+        return JournalRecord(key: key, path: path, state: state, request: request)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Haul
 import HaulAsyncHTTPClient
 import HaulSQLite
@@ -15,6 +16,8 @@ struct SQLiteJournalTests {
         let key = JournalKey(url: "http://127.0.0.1:1/a", destination: "/d/")
         let other = JournalKey(url: "http://127.0.0.1:1/b", destination: "/d/x.bin")
         let states: [JournalRecord.State] = [
+            .requested,
+            .failed(message: "the server answered 404"),
             .partial(validator: "\"etag\"", totalBytes: 123),
             .partial(validator: "Tue, 01 Jan 2030 00:00:00 GMT", totalBytes: nil),
             .verified(size: 9, sha256: "ab"),
@@ -22,17 +25,50 @@ struct SQLiteJournalTests {
                 size: 9, sha256: "cd",
                 stamp: FileStamp(size: 9, modifiedNanoseconds: 1_700_000_000_123_456_789, inode: UInt64.max - 1)),
         ]
+        var request = DownloadRequest(
+            url: URL(string: "http://127.0.0.1:1/a?x=1%202")!, destination: .directory(URL(fileURLWithPath: "/d")),
+            expectedDigest: try Digest(parsing: "sha256=" + String(repeating: "ab", count: 32)),
+            expectedSize: 9, maxSize: 100, conflictPolicy: .rename, priority: -3)
+        request.headerFields[.authorization] = "Bearer t"
+        request.headerFields[HTTPField.Name("X-Trace")!] = "1"
         for state in states {
-            let record = JournalRecord(key: key, path: "/d/a", state: state)
+            let record = JournalRecord(key: key, path: "/d/a", state: state, request: request)
             try SQLiteJournal(path: path).store(record)
             #expect(try SQLiteJournal(path: path).record(for: key) == record)  // a later process sees it
         }
         let journal = try SQLiteJournal(path: path)
         journal.store(JournalRecord(key: other, path: "/d/x.bin", state: .verified(size: 1, sha256: "ef")))
-        #expect(journal.allRecords().count == 2)
+        journal.store(JournalRecord(key: key, path: "/d/a", state: .requested))
+        // Replacing a record keeps its place: the order is the order first stored.
+        #expect(journal.allRecords().map(\.key) == [key, other])
         journal.remove(key)
         #expect(journal.record(for: key) == nil)
         #expect(journal.allRecords().map(\.key) == [other])
+        // Requests may carry credentials: the database is the owner's alone.
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+    }
+
+    @Test("durability: nothing is fsynced for process-crash safety, every commit for power-loss safety")
+    func durability() throws {
+        let dir = try TemporaryDirectory()
+        #expect(try SQLiteJournal(path: dir.url.appendingPathComponent("a.sqlite").path).synchronousSetting == 0)
+        let strict = try SQLiteJournal(path: dir.url.appendingPathComponent("b.sqlite").path, durability: .powerLoss)
+        #expect(strict.synchronousSetting == 2)
+    }
+
+    @Test("a batch of records is one write, in order; a batch removal forgets them all")
+    func batches() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.url.appendingPathComponent("j.sqlite").path
+        let records = (0..<500).map {
+            JournalRecord(
+                key: JournalKey(url: "http://h/\($0)", destination: "/d/"), path: "/d/\($0)", state: .requested)
+        }
+        try SQLiteJournal(path: path).store(records)
+        #expect(try SQLiteJournal(path: path).allRecords() == records)
+        try SQLiteJournal(path: path).remove(records.prefix(499).map(\.key))
+        #expect(try SQLiteJournal(path: path).allRecords() == [records[499]])
     }
 
     @Test("stores from many threads at once all land")
@@ -90,6 +126,82 @@ struct SQLiteJournalTests {
             #expect(server.stats.bodyBytesSent - sentBefore < size)
             let again = try await downloader().download(request)
             #expect(again.skipped)
+        }
+    }
+
+    @Test("a queue on the journal re-admits after a restart what it had not finished, in order, and nothing else")
+    func queueReadmitsUnfinished() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let path = dir.url.appendingPathComponent(".haul/journal.sqlite").path
+            func queue(width: Int) throws -> DownloadQueue {
+                var configuration = Downloader.Configuration()
+                configuration.journal = try SQLiteJournal(path: path)  // a new instance: what a new process sees
+                configuration.keepsPartialOnCancel = true
+                return DownloadQueue(
+                    downloader: Downloader(transport: AsyncHTTPClientTransport.shared, configuration: configuration),
+                    configuration: .init(maxConcurrentDownloads: width))
+            }
+            func bytes(_ name: String, _ query: [String: String] = [:], priority: Int = 0) -> DownloadRequest {
+                var request = DownloadRequest(
+                    url: server.url(path: "/bytes/\(name)", query: ["size": "1000"].merging(query) { $1 }),
+                    destination: .directory(dir.url), priority: priority)
+                request.headerFields[HTTPField.Name("X-Run")!] = name
+                return request
+            }
+            let small = ["a", "b", "c"].map { bytes($0) }
+            let big = bytes("big", ["size": "1000000", "rate": "500000"], priority: 1)
+            let missing = bytes("missing", ["status": "404"], priority: 2)
+            let done = bytes("done", priority: 3)
+            let size = 1_000_000
+
+            // The first process: one at a time, highest priority first. `done` completes, `missing` fails, `big`
+            // is stopped with a partial (as a kill would leave it), and the small ones never start.
+            let first = try queue(width: 1)
+            first.pause()
+            let handles = first.add(small + [big, missing, done])
+            let cancelled = first.add(bytes("cancelled"))
+            cancelled.cancel()  // the caller gave up on this one: it is forgotten
+            first.resume()
+            _ = try await handles[5].result
+            await #expect(throws: DownloadError.self) { try await handles[4].result }
+            let journal = try SQLiteJournal(path: path)
+            let partial = dir.url.appendingPathComponent(".big.haul-partial").path
+            try await eventually("big has a partial of 300,000 bytes or more, in the journal") {
+                let recorded = journal.allRecords().first { $0.key == JournalKey(big) }
+                let written = (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0
+                return recorded?.state.isUnfinished == true && recorded?.request == big && written >= 300_000
+            }
+            first.pause()
+            handles[3].cancel()  // keeps its partial (keepsPartialOnCancel)
+            await #expect(throws: DownloadError.self) { try await handles[3].result }
+            #expect(journal.allRecords().count == 6)
+
+            // The next process re-admits the small ones and the partial, in the order first added.
+            let second = try queue(width: 2)
+            let resumed = second.resumeUnfinished()
+            #expect(resumed.map(\.request) == small + [big])  // every setting, headers included, as given
+            for (handle, name) in zip(resumed, ["a", "b", "c", "big"]) {
+                let result = try await handle.result
+                let intact =
+                    contentsOf(result.fileURL)
+                    == TestServer.expectedBytes(name: name, size: name == "big" ? size : 1000)
+                #expect(intact, "\(name) is not what the server sent")
+            }
+            let bigRequests = server.stats.requests.filter { $0.path == "/bytes/big" }
+            #expect(bigRequests.count == 2)
+            #expect(bigRequests.last?.range?.hasPrefix("bytes=") == true)
+            #expect(server.stats.requests(toPath: "/bytes/done") == 1)
+            #expect(server.stats.requests(toPath: "/bytes/missing") == 1)
+            #expect(server.stats.requests(toPath: "/bytes/cancelled") == 0)
+            #expect(server.stats.requests.allSatisfy { $0.value(forHeader: "X-Run") != nil })
+
+            // Only failures are left, and only when asked for.
+            let third = try queue(width: 2)
+            #expect(third.resumeUnfinished().isEmpty)
+            let retried = third.resumeUnfinished(includingFailed: true)
+            #expect(retried.map(\.request) == [missing])
+            await #expect(throws: DownloadError.self) { try await retried[0].result }
         }
     }
 }

@@ -9,7 +9,7 @@ public import HTTPTypes
 /// request.maxSize = 100 << 20
 /// let result = try await downloader.download(request)
 /// ```
-public struct DownloadRequest: Sendable {
+public struct DownloadRequest: Sendable, Hashable, Codable {
     /// The URL to fetch (`http` or `https`).
     public var url: URL
     /// Where the file goes.
@@ -70,7 +70,7 @@ extension DownloadRequest {
 }
 
 /// Where a download is written.
-public enum Destination: Sendable, Hashable {
+public enum Destination: Sendable, Hashable, Codable {
     /// Exactly this file path.
     case file(URL)
     /// A file in this directory, named from the URL's last path component (percent-decoded, made safe;
@@ -81,7 +81,7 @@ public enum Destination: Sendable, Hashable {
 }
 
 /// What to do when a file already exists at the destination.
-public enum ConflictPolicy: String, Sendable, Hashable, CaseIterable {
+public enum ConflictPolicy: String, Sendable, Hashable, CaseIterable, Codable {
     /// Fail with ``DownloadError/Code/destinationExists``, leaving the existing file untouched (the default).
     case fail
     /// Do not download; report the existing file as the result.
@@ -153,6 +153,26 @@ public struct Digest: Sendable, Hashable, CustomStringConvertible {
 
     /// `ALGO=HEX`.
     public var description: String { "\(algorithm.rawValue)=\(hex)" }
+}
+
+/// Encoded as its `ALGO=HEX` text, so a decoded digest passes the same checks as a parsed one.
+extension Digest: Codable {
+    /// Decodes `ALGO=HEX`; fails on text ``init(parsing:)`` refuses.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        let text = try container.decode(String.self)
+        do {
+            try self.init(parsing: text)
+        } catch {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: error.message)
+        }
+    }
+
+    /// Encodes `ALGO=HEX`.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
 }
 
 extension [UInt8] {

@@ -122,10 +122,10 @@ extension DownloadRun {
             if let journal = configuration.journal, let validator, let destinationPath,
                 (totalBytes ?? .max) > BackgroundWriter.inlineLimit
             {
-                journal.store(
+                await journal.commit(
                     JournalRecord(
                         key: JournalKey(request), path: destinationPath,
-                        state: .partial(validator: validator, totalBytes: totalBytes)))
+                        state: .partial(validator: validator, totalBytes: totalBytes), request: request))
             }
             try await receive(response.body, length: Self.contentLength(response.head), url: url)
             return

@@ -158,7 +158,8 @@ final class DownloadRun: @unchecked Sendable {
         }
         await configuration.hooks.beforePublish?()
         if Task.isCancelled { throw cancelledError() }
-        let published = try recordAndPublish(partial, at: destinationPath, size: size, sha256: sha256.hexString)
+        let published = try await recordAndPublish(
+            partial, at: destinationPath, size: size, sha256: sha256.hexString)
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
         return DownloadResult(
             fileURL: URL(fileURLWithPath: published, isDirectory: false), size: size, sha256: sha256.hexString,
@@ -172,20 +173,20 @@ final class DownloadRun: @unchecked Sendable {
     /// not done). Only the rename policy, whose final name is known after the fact, needs two writes.
     private func recordAndPublish(
         _ partial: PartialFile, at path: String, size: Int64, sha256: String
-    ) throws(DownloadError) -> String {
+    ) async throws(DownloadError) -> String {
         guard let journal = configuration.journal else { return try publish(partial, to: path) }
         let key = JournalKey(request)
         try partial.seal(durable: configuration.durability == .powerLoss, url: finalURL)
         if request.conflictPolicy != .rename, let stamp = FileStamp(ofFileAt: partial.path) {
-            journal.store(
+            await journal.commit(
                 JournalRecord(key: key, path: path, state: .completed(size: size, sha256: sha256, stamp: stamp)))
             return try publish(partial, to: path)
         }
         // Recorded before the rename, so that a crash between the two still lets the next run recognise the file.
-        journal.store(JournalRecord(key: key, path: path, state: .verified(size: size, sha256: sha256)))
+        await journal.commit(JournalRecord(key: key, path: path, state: .verified(size: size, sha256: sha256)))
         let published = try publish(partial, to: path)
         if let stamp = FileStamp(ofFileAt: published) {
-            journal.store(
+            await journal.commit(
                 JournalRecord(key: key, path: published, state: .completed(size: size, sha256: sha256, stamp: stamp)))
         }
         return published
@@ -227,8 +228,10 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     /// Removes what this run wrote, unless a cancelled run should keep its partial for a later resume (which
-    /// needs a validator to resume against and a journal to find it again).
-    func cleanUp(cancelled: Bool) {
+    /// needs a validator to resume against and a journal to find it again), and tells the journal: a failure is
+    /// recorded with its request, a cancellation that kept nothing is forgotten (the caller gave up on it).
+    func cleanUp(after error: DownloadError) {
+        let cancelled = error.isCancellation
         if cancelled, configuration.keepsPartialOnCancel, configuration.journal != nil, validator != nil,
             writer != nil
         {
@@ -236,13 +239,25 @@ final class DownloadRun: @unchecked Sendable {
         }
         writer?.file.remove()
         writer = nil
-        configuration.journal?.remove(JournalKey(request))
+        guard let journal = configuration.journal else { return }
+        if cancelled {
+            journal.remove(JournalKey(request))
+        } else {
+            journal.store(
+                JournalRecord(
+                    key: JournalKey(request), path: destinationPath ?? "", state: .failed(message: error.message),
+                    request: request))
+        }
     }
 
     /// Applies what the journal knows: returns a result when an earlier run completed this download and the file
     /// is unchanged; otherwise continues a partial an earlier run left, if its validator is known.
     private func resume(from journal: any Journal) throws(DownloadError) -> DownloadResult? {
         guard let record = journal.record(for: JournalKey(request)) else { return nil }
+        switch record.state {
+        case .requested, .failed: return nil  // nothing of it on disk to resume or skip
+        case .partial, .verified, .completed: break
+        }
         // A name chosen from Content-Disposition in the earlier run is the name to look at now.
         if destinationPath == nil { destinationPath = record.path }
         guard record.path == destinationPath else { return nil }
@@ -265,6 +280,8 @@ final class DownloadRun: @unchecked Sendable {
                     ))
                 return skipped(size, sha256)
             }
+        case .requested, .failed:
+            break  // handled above
         case .partial(let validator, let total):
             guard let file = PartialFile(resumingAt: PartialFile.partialPath(forDestination: record.path)),
                 file.size > 0

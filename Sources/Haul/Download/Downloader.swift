@@ -93,7 +93,7 @@ public final class Downloader: Sendable {
             onEvent?(.finished(result))
             return result
         } catch {
-            run.cleanUp(cancelled: error.isCancellation)
+            run.cleanUp(after: error)
             onEvent?(.failed(error))
             throw error
         }

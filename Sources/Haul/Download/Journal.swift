@@ -1,20 +1,52 @@
 import Foundation
 
-/// Remembers, across processes, what downloads left behind: partial files that can be resumed, and files
-/// Haul published and may skip when they are still unchanged. Give one to ``Downloader/Configuration/journal``.
+/// Remembers, across processes, what downloads left behind: requests a queue had not finished, partial files
+/// that can be resumed, files Haul published and may skip when they are still unchanged, and failures. Give one
+/// to ``Downloader/Configuration/journal``; a ``DownloadQueue`` on that downloader records what it is given and
+/// re-admits it after a restart (``DownloadQueue/resumeUnfinished(includingFailed:)``).
 ///
-/// The engine calls it synchronously from the downloading task, a few times per download and never per chunk:
-/// one lookup at the start; a write when a partial of more than 256 KiB gains a validator; one write just before
-/// publishing (two with the `rename` conflict policy); a removal when a download fails for good. Implementations
-/// must be thread-safe, and a write must be durable enough for the caller's purpose when the call returns
-/// (`SQLiteJournal`: it survives the process being killed).
+/// The engine calls it from the downloading task, a few times per download and never per chunk: one lookup at
+/// the start; a write (``commit(_:)``) when a partial of more than 256 KiB gains a validator; one just before
+/// publishing (two with the `rename` conflict policy); a write when a download fails for good, a removal when it
+/// is cancelled with nothing kept. A queue adds one batch write per ``DownloadQueue/add(_:)-([DownloadRequest])``
+/// call. Implementations must be thread-safe, and a write must be durable enough for the caller's purpose when
+/// the call returns (`SQLiteJournal`: it survives the process being killed).
 public protocol Journal: Sendable {
     /// The last record stored for `key`, if any.
     func record(for key: JournalKey) -> JournalRecord?
     /// Stores `record`, replacing any earlier record for its key.
     func store(_ record: JournalRecord)
-    /// Forgets `key` (the download failed for good; nothing of it is left to resume).
+    /// Stores `record` like ``store(_:)-(JournalRecord)``, suspending instead of blocking a thread until it is
+    /// durable. The engine uses it for the records it writes while downloading, so an implementation may commit
+    /// the records of downloads that finish together in one write. The default calls
+    /// ``store(_:)-(JournalRecord)``.
+    func commit(_ record: JournalRecord) async
+    /// Stores `records` in one write (all or none survive a crash), each replacing any earlier record for its
+    /// key. The default stores them one by one.
+    func store(_ records: [JournalRecord])
+    /// Forgets `key`.
     func remove(_ key: JournalKey)
+    /// Forgets `keys` in one write. The default forgets them one by one.
+    func remove(_ keys: [JournalKey])
+    /// Every record, in the order their keys were first stored (what a queue re-admits keeps its order).
+    func allRecords() -> [JournalRecord]
+}
+
+extension Journal {
+    /// Stores `record` (blocking).
+    public func commit(_ record: JournalRecord) async {
+        store(record)
+    }
+
+    /// Stores `records` one by one.
+    public func store(_ records: [JournalRecord]) {
+        for record in records { store(record) }
+    }
+
+    /// Forgets `keys` one by one.
+    public func remove(_ keys: [JournalKey]) {
+        for key in keys { remove(key) }
+    }
 }
 
 /// Identifies one download across runs: its URL and its destination as requested (a directory destination
@@ -49,6 +81,8 @@ public struct JournalKey: Hashable, Sendable, Codable, CustomStringConvertible {
 public struct JournalRecord: Sendable, Hashable, Codable {
     /// Where a download stands.
     public enum State: Sendable, Hashable, Codable {
+        /// A queue was given the request and has not finished it; nothing of it is on disk yet.
+        case requested
         /// Bytes are in the partial file of `path`; they may be resumed while the server's validator (strong
         /// ETag or Last-Modified) still matches.
         case partial(validator: String, totalBytes: Int64?)
@@ -59,20 +93,42 @@ public struct JournalRecord: Sendable, Hashable, Codable {
         /// with the stamp the rename keeps); it counts as there only while a file at `path` has this size,
         /// modification time and inode.
         case completed(size: Int64, sha256: String, stamp: FileStamp)
+        /// The download failed for good with this message; nothing of it was kept.
+        case failed(message: String)
+
+        /// Whether the download failed for good.
+        public var isFailure: Bool {
+            if case .failed = self { true } else { false }
+        }
+
+        /// Whether a queue should run the download again after a restart: it was requested and not finished,
+        /// or has a partial to resume.
+        public var isUnfinished: Bool {
+            switch self {
+            case .requested, .partial: true
+            case .verified, .completed, .failed: false
+            }
+        }
     }
 
     /// The download this is about.
     public var key: JournalKey
-    /// The destination file path (for a directory destination, the name chosen inside it).
+    /// The destination file path (for a directory destination, the name chosen inside it); empty for a
+    /// ``State/requested`` download, which has written nothing yet.
     public var path: String
     /// Where it stands.
     public var state: State
+    /// The whole request, kept while it may have to run again (``State/requested``, ``State/partial(validator:totalBytes:)``,
+    /// ``State/failed(message:)``): what a queue re-admits after a restart. Its header fields are stored as
+    /// given, credentials included.
+    public var request: DownloadRequest?
 
     /// Creates a record.
-    public init(key: JournalKey, path: String, state: State) {
+    public init(key: JournalKey, path: String, state: State, request: DownloadRequest? = nil) {
         self.key = key
         self.path = path
         self.state = state
+        self.request = request
     }
 }
 

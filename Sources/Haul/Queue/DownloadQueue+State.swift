@@ -27,9 +27,13 @@ extension DownloadQueue {
     struct SideEffects {
         var resolutions: [(box: ResultBox<Outcome>, outcome: Outcome)] = []
         var cancellations: [Task<Void, Never>] = []
+        /// Requests cancelled while waiting, to remove from the journal (a write: not under the lock).
+        var forgotten: [JournalKey] = []
+        var journal: (any Journal)?
         var idleWaiters: [ResultBox<Void>] = []
 
         func run() {
+            if let journal, !forgotten.isEmpty { journal.remove(forgotten) }
             for task in cancellations { task.cancel() }
             for resolution in resolutions { resolution.box.resolve(resolution.outcome) }
             for waiter in idleWaiters { waiter.resolve(()) }
@@ -240,6 +244,11 @@ extension DownloadQueue {
         if state.joined[entry.joinKey] == id { state.joined[entry.joinKey] = nil }
         leaveWaiting(entry.request, in: &state)
         state.batch.cancelledFiles += 1
+        // It never ran, so the engine will not tell the journal; the caller gave up on it.
+        if let journal = downloader.configuration.journal {
+            effects.journal = journal
+            effects.forgotten.append(JournalKey(entry.request))
+        }
         let error = DownloadError(
             .cancelled, message: "cancelled before it started", url: entry.request.url)
         if !state.subscribers.isEmpty { state.publish(.download(DownloadID(rawValue: id), .failed(error))) }

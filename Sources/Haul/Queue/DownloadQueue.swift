@@ -25,6 +25,11 @@ public final class DownloadQueue: Sendable {
         public var perHostLimit: Int?
         /// What happens to the other downloads when one fails for good (a cancellation is not a failure).
         public var failurePolicy: FailurePolicy
+        /// Whether requests are recorded in the downloader's journal when added, so that
+        /// ``DownloadQueue/resumeUnfinished(includingFailed:)`` can re-admit them after a restart. Turn it off when
+        /// the caller can add the same requests again by itself (the `haul` command: rerunning the command does),
+        /// to save a journal write per batch added and a few microseconds per request.
+        public var recordsRequests: Bool
         /// The shortest time between two ``QueueEvent/batchProgress(_:)`` events (one always follows the end
         /// of the batch). Per-download progress is throttled by ``Downloader/Configuration/progressInterval``.
         public var progressInterval: Duration
@@ -34,11 +39,13 @@ public final class DownloadQueue: Sendable {
             maxConcurrentDownloads: Int = 4,
             perHostLimit: Int? = nil,
             failurePolicy: FailurePolicy = .continueOthers,
+            recordsRequests: Bool = true,
             progressInterval: Duration = .milliseconds(100)
         ) {
             self.maxConcurrentDownloads = maxConcurrentDownloads
             self.perHostLimit = perHostLimit
             self.failurePolicy = failurePolicy
+            self.recordsRequests = recordsRequests
             self.progressInterval = progressInterval
         }
     }
@@ -46,6 +53,7 @@ public final class DownloadQueue: Sendable {
     /// The engine every download runs on.
     public let downloader: Downloader
     let progressInterval: Duration
+    let recordsRequests: Bool
     let state: Locked<State>
 
     /// Creates a queue that runs its downloads on `downloader`.
@@ -60,6 +68,7 @@ public final class DownloadQueue: Sendable {
             "perHostLimit must be at least 1 or nil, not \(configuration.perHostLimit ?? 0)")
         self.downloader = downloader
         progressInterval = configuration.progressInterval
+        recordsRequests = configuration.recordsRequests
         state = Locked(
             State(
                 scheduler: AdmissionScheduler(
@@ -77,8 +86,15 @@ public final class DownloadQueue: Sendable {
     }
 
     /// Adds `requests` in order (see ``add(_:)``); the handles are in the same order.
+    ///
+    /// With a journal on the downloader (and ``Configuration/recordsRequests``), the requests are recorded
+    /// first, in one write, so a process killed before they finish can re-admit them
+    /// (``resumeUnfinished(includingFailed:)``).
     @discardableResult
     public func add(_ requests: [DownloadRequest]) -> [DownloadHandle] {
+        if recordsRequests, let journal = downloader.configuration.journal {
+            Self.recordRequested(requests, in: journal)
+        }
         let added = state.withLock { state in
             let added = requests.map { enqueue($0, in: &state) }
             startAdmitted(in: &state)
@@ -87,6 +103,41 @@ public final class DownloadQueue: Sendable {
         return zip(requests, added).map { request, added in
             DownloadHandle(id: added.0, request: request, box: added.1, queue: self)
         }
+    }
+
+    /// Re-admits what an earlier process left unfinished in the downloader's journal: requests added to a
+    /// queue and never finished, and downloads with a partial to resume (from where they stopped), in the order
+    /// they were first added. Completed downloads are not fetched again; failed ones only with
+    /// `includingFailed`; ones cancelled through the queue were forgotten (unless they kept a partial, see
+    /// ``Downloader/Configuration/keepsPartialOnCancel``). Returns their handles; none without a journal.
+    ///
+    /// ```swift
+    /// var configuration = Downloader.Configuration()
+    /// configuration.journal = try SQLiteJournal(path: journalPath)
+    /// let queue = DownloadQueue(downloader: Downloader(transport: transport, configuration: configuration))
+    /// let resumed = queue.resumeUnfinished()      // after a crash or an app kill
+    /// ```
+    @discardableResult
+    public func resumeUnfinished(includingFailed: Bool = false) -> [DownloadHandle] {
+        guard let journal = downloader.configuration.journal else { return [] }
+        let requests = journal.allRecords().compactMap { record -> DownloadRequest? in
+            guard record.state.isUnfinished || (includingFailed && record.state.isFailure) else { return nil }
+            return record.request
+        }
+        return add(requests)
+    }
+
+    /// Records `requests` as requested, except those the journal already knows as waiting, partial or done
+    /// (a partial must stay resumable, a completed file skippable).
+    private static func recordRequested(_ requests: [DownloadRequest], in journal: any Journal) {
+        var seen = Set<JournalKey>()
+        let records = requests.compactMap { request -> JournalRecord? in
+            let key = JournalKey(request)
+            guard seen.insert(key).inserted else { return nil }
+            if let known = journal.record(for: key), !known.state.isFailure { return nil }
+            return JournalRecord(key: key, path: "", state: .requested, request: request)
+        }
+        if !records.isEmpty { journal.store(records) }
     }
 
     // MARK: - Limits and admission

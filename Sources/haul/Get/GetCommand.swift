@@ -188,7 +188,11 @@ struct GetCommand: AsyncParsableCommand {
                 if first { Console.err("haul: warning: journal '\(path)': \(error); a rerun may fetch again\n") }
             }
         } catch {
-            throw UsageFailure([InputProblem(origin: "--journal", message: "cannot open '\(path)': \(error)")])
+            throw UsageFailure([
+                InputProblem(
+                    origin: "--journal",
+                    message: "cannot open '\(path)': \(error) (delete it to start over, or use --no-journal)")
+            ])
         }
     }
 

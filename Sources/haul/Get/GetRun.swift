@@ -68,7 +68,9 @@ enum GetRun {
         }
         let queue = DownloadQueue(
             downloader: Downloader(transport: transport, configuration: configuration),
-            configuration: .init(maxConcurrentDownloads: settings.maxConcurrent, perHostLimit: settings.perHost))
+            // Rerunning the command is how `haul get` resumes, so the queue need not record the requests.
+            configuration: .init(
+                maxConcurrentDownloads: settings.maxConcurrent, perHostLimit: settings.perHost, recordsRequests: false))
 
         let started = ContinuousClock.now
         let events = queue.events  // subscribed before adding, so no event is missed

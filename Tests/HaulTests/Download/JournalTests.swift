@@ -7,11 +7,23 @@ import Testing
 
 /// A journal in memory: what a later process would find, without the storage.
 final class MemoryJournal: Journal {
-    private let records = Locked<[JournalKey: JournalRecord]>([:])
-    var all: [JournalRecord] { records.withLock { Array($0.values) } }
-    func record(for key: JournalKey) -> JournalRecord? { records.withLock { $0[key] } }
-    func store(_ record: JournalRecord) { records.withLock { $0[record.key] = record } }
-    func remove(_ key: JournalKey) { records.withLock { _ = $0.removeValue(forKey: key) } }
+    /// The records, and their keys in the order first stored.
+    private let records = Locked<(byKey: [JournalKey: JournalRecord], order: [JournalKey])>(([:], []))
+    var all: [JournalRecord] { allRecords() }
+    func record(for key: JournalKey) -> JournalRecord? { records.withLock { $0.byKey[key] } }
+    func store(_ record: JournalRecord) {
+        records.withLock { records in
+            if records.byKey.updateValue(record, forKey: record.key) == nil { records.order.append(record.key) }
+        }
+    }
+    func remove(_ key: JournalKey) {
+        records.withLock { records in
+            if records.byKey.removeValue(forKey: key) != nil { records.order.removeAll { $0 == key } }
+        }
+    }
+    func allRecords() -> [JournalRecord] {
+        records.withLock { records in records.order.compactMap { records.byKey[$0] } }
+    }
 }
 
 /// The engine with a journal: a completed, unchanged file is not fetched again; a cancelled download's partial
@@ -126,20 +138,47 @@ struct JournalTests {
         }
     }
 
-    @Test("without keepsPartialOnCancel, or after a failure, nothing is kept and the journal forgets the download")
-    func failureForgets() async throws {
+    @Test("after a failure nothing is kept and the journal holds the failure with its request")
+    func failureIsRecorded() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
             let request = DownloadRequest(
-                url: server.url(path: "/bytes/f.bin", query: ["size": "100000", "cutAfter": "30000"]),
-                destination: .directory(dir.url))
+                url: server.url(path: "/bytes/f.bin", query: ["size": "400000", "cutAfter": "300000"]),
+                destination: .directory(dir.url), priority: 7)
             var configuration = testConfiguration(retries: 0)
             configuration.journal = journal
             configuration.keepsPartialOnCancel = true
             let downloader = Downloader(
                 transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
-            await #expect(throws: DownloadError.self) { try await downloader.download(request) }
+            let error = try await #require(throws: DownloadError.self) { try await downloader.download(request) }
+            #expect(dir.contents().isEmpty)
+            let record = try #require(journal.all.first)
+            #expect(journal.all.count == 1)
+            #expect(record.state == .failed(message: error.message))
+            #expect(record.request == request)
+        }
+    }
+
+    @Test("a cancelled download that keeps nothing is forgotten")
+    func cancellationForgets() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let request = DownloadRequest(
+                url: server.url(path: "/bytes/c.bin", query: ["size": "400000", "rate": "100000"]),
+                destination: .directory(dir.url))
+            let downloader = downloader(journal, keepPartial: false)
+            let (started, reached) = AsyncStream<Void>.makeStream()
+            let task = Task {
+                try await downloader.download(request) { event in
+                    if case .progress(let progress) = event, progress.bytesWritten > 0 { reached.yield() }
+                }
+            }
+            for await _ in started { break }
+            #expect(journal.record(for: JournalKey(request)) != nil)  // the partial was recorded
+            task.cancel()
+            await #expect(throws: DownloadError.self) { try await task.value }
             #expect(dir.contents().isEmpty)
             #expect(journal.all.isEmpty)
         }
