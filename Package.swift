@@ -75,7 +75,10 @@ let package = Package(
         ),
         .testTarget(
             name: "HaulSQLiteTests",
-            dependencies: ["HaulSQLite", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport"]
+            dependencies: [
+                "HaulSQLite", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]
         ),
 
         // Publishers over the queue: Combine on Apple platforms, OpenCombine elsewhere.

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import HTTPTypes
 import Haul
 import HaulAsyncHTTPClient
@@ -57,6 +58,42 @@ struct SQLiteJournalTests {
         #expect(strict.synchronousSetting == 2)
     }
 
+    @Test("a journal written by the first schema is carried over: records, their order, a completed stamp")
+    func migratesTheFirstSchema() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.url.appendingPathComponent("old.sqlite").path
+        do {
+            let old = try DatabaseQueue(path: path)
+            try old.write { db in
+                try db.execute(
+                    sql: """
+                        CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+                        INSERT INTO grdb_migrations VALUES ('v1');
+                        CREATE TABLE download (
+                            url TEXT NOT NULL, destination TEXT NOT NULL, path TEXT NOT NULL, state TEXT NOT NULL,
+                            validator TEXT, totalBytes INTEGER, size INTEGER, sha256 TEXT,
+                            modifiedNanoseconds INTEGER, inode INTEGER, updatedAt DATETIME NOT NULL,
+                            PRIMARY KEY (url, destination));
+                        INSERT INTO download VALUES ('http://h/b', '/d/', '/d/b', 'partial', '"e"', 10, NULL, NULL,
+                            NULL, NULL, '2026-01-01 00:00:00.000');
+                        INSERT INTO download VALUES ('http://h/a', '/d/', '/d/a', 'completed', NULL, NULL, 3, 'ab',
+                            42, 7, '2026-01-01 00:00:00.000');
+                        """)
+            }
+        }
+        let journal = try SQLiteJournal(path: path)
+        let a = JournalKey(url: "http://h/a", destination: "/d/")
+        let b = JournalKey(url: "http://h/b", destination: "/d/")
+        #expect(journal.allRecords().map(\.key) == [b, a])
+        #expect(
+            journal.record(for: a)?.state
+                == .completed(size: 3, sha256: "ab", stamp: FileStamp(size: 3, modifiedNanoseconds: 42, inode: 7)))
+        #expect(journal.record(for: b)?.state == .partial(validator: "\"e\"", totalBytes: 10))
+        let c = JournalKey(url: "http://h/c", destination: "/d/")
+        journal.store(JournalRecord(key: c, path: "/d/c", state: .requested))
+        #expect(try SQLiteJournal(path: path).allRecords().map(\.key) == [b, a, c])
+    }
+
     @Test("a batch of records is one write, in order; a batch removal forgets them all")
     func batches() throws {
         let dir = try TemporaryDirectory()
@@ -84,6 +121,25 @@ struct SQLiteJournalTests {
             }
         }
         #expect(journal.allRecords().count == 200)
+    }
+
+    @Test("commits from many tasks at once are each in the database when they return")
+    func concurrentCommits() async throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.url.appendingPathComponent("j.sqlite").path
+        let journal = try SQLiteJournal(path: path)
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<300 {
+                group.addTask {
+                    let key = JournalKey(url: "http://h/\(index)", destination: "/d/")
+                    await journal.commit(JournalRecord(key: key, path: "/d/\(index)", state: .requested))
+                    // Another instance reads the file: the record is there, not only in this one's memory.
+                    let seen = try? SQLiteJournal(path: path).record(for: key)
+                    #expect(seen != nil, "record \(index) not written when commit returned")
+                }
+            }
+        }
+        #expect(journal.allRecords().count == 300)
     }
 
     @Test("a database that cannot be opened is an error naming it, not a crash")
