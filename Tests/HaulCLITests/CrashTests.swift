@@ -128,3 +128,51 @@ struct FullDiskTests {
         try #require(status == 0, "\(command) \(arguments.joined(separator: " ")) failed: \(stdout)\(stderr)")
     }
 }
+
+/// A destination the user may not write: a clear error naming it, nothing half-written, the journal truthful, and
+/// a rerun once it is writable fetches only what failed.
+@Suite("haul get without permission to write", .timeLimit(.minutes(1)))
+struct PermissionTests {
+    @Test(
+        "an unwritable directory fails its downloads with the path and the reason; the rest complete; a rerun finishes",
+        .enabled(if: getuid() == 0, "needs root to run haul as another user (root may write anywhere)"))
+    func unwritableDirectoryThenRerun() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let locked = dir.file("locked")
+            try FileManager.default.createDirectory(at: locked, withIntermediateDirectories: false)
+            try FileManager.default.setAttributes([.posixPermissions: 0o777], ofItemAtPath: dir.path)
+            try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: locked.path)
+            let url = { (name: String) in server.url(path: "/bytes/\(name)", query: ["size": "300000"]).absoluteString }
+            let list = dir.file("list.txt")
+            try "\(url("a.bin"))\n\(url("b.bin"))\n\(url("c.bin"))\n  dir=locked\n".write(
+                to: list, atomically: true, encoding: .utf8)
+            try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: list.path)
+            // As "nobody": root could write into the locked directory anyway.
+            let command = [
+                "--reuid=65534", "--regid=65534", "--clear-groups", try HaulProcess.binary().path,
+                "get", "-j", "2", "-d", dir.path, "-i", list.path,
+            ]
+            let first = try await ChildProcess("/usr/bin/setpriv", command, environment: ["TERM": "dumb"]).finish()
+            #expect(first.status == 1, "\(first)")
+            #expect(first.stderr.contains("Permission denied") && first.stderr.contains(locked.path), "\(first)")
+            for name in ["a.bin", "b.bin"] {
+                let intact = contentsOf(dir.file(name)) == TestServer.expectedBytes(name: name, size: 300_000)
+                #expect(intact, "\(name)")
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: locked.path).isEmpty)
+            #expect(!dir.contents().contains { $0.hasSuffix(".haul-partial") })
+            let requestsBefore = server.stats.requestCount
+
+            try FileManager.default.setAttributes([.posixPermissions: 0o777], ofItemAtPath: locked.path)
+            let rerun = try await ChildProcess("/usr/bin/setpriv", command, environment: ["TERM": "dumb"]).finish()
+            #expect(rerun.status == 0, "\(rerun)")
+            let intact =
+                contentsOf(locked.appendingPathComponent("c.bin"))
+                == TestServer.expectedBytes(name: "c.bin", size: 300_000)
+            #expect(intact)
+            #expect(server.stats.requestCount - requestsBefore == 1)  // only c.bin; a and b were complete
+            #expect(rerun.stdout.contains("2 already complete"), "\(rerun)")
+        }
+    }
+}

@@ -1,0 +1,571 @@
+#!/usr/bin/env python3
+"""Haul against curl, wget2, aria2c and wget in one run (run it through `bench/compare`, which installs the tools
+and builds `haul`).
+
+Scenarios (destination on the real disk, RUNS repetitions after a warm-up, tools alternating; then each once more
+on tmpfs, where the file system costs least, to separate network from file-system cost):
+  s1  one 1 GiB file from nginx
+  s2  200 x 1 MiB from nginx at width 1 (s2w1) and width 8 (s2w8)
+  s3  10,000 x 4 KiB from nginx at width 8
+  s4  50 x 4 MiB from `haul serve` throttled to 4 MiB/s per response, width 8: concurrency, not CPU, decides
+  s5  s4 with 10% of the files failing once with 503 and 5% cut mid-body once; only correct files count,
+      and the bytes the server sent beyond the total size are reported
+
+Every run starts from an empty destination and is checked byte for byte against the reference files; a run that
+fails or leaves a wrong or missing file counts as failed, never as a time. Figures: wall time, throughput (MB/s =
+10^6 bytes/s, or files/s), CPU seconds (user + system of the tool's process) and peak RSS, both from GNU time.
+"""
+
+import argparse
+import datetime
+import filecmp
+import math
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAUL = os.path.join(ROOT, ".build", "release", "haul")
+MIB = 1 << 20
+
+# s4/s5: the throttle and the faults. 50 files over 8 slots take ceil(50 / 8) = 7 rounds of SIZE / RATE seconds at
+# best; that is the "throttle limit" the target measures against.
+THROTTLED_FILES, THROTTLED_SIZE, THROTTLED_RATE = 50, 4 * MIB, 4 * MIB
+
+
+def fails_once(index):
+    """10% of the throttled files answer 503 to their first request."""
+    return index % 10 == 3
+
+
+def cut_once(index):
+    """5% (rounded up: 3 of 50) are cut after half their body on their first request."""
+    return index % 20 == 7
+
+
+@dataclass
+class Item:
+    url: str
+    name: str  # the file name every tool ends up with (wget and wget2 append the query; see find_output)
+    reference: str  # path of the expected bytes
+
+
+@dataclass
+class Scenario:
+    key: str
+    title: str
+    width: int
+    tools: list
+    unit: str  # "MB/s" or "files/s"
+    server: str  # "nginx" or "haul-serve"
+    timeout: float
+    total_bytes: int = 0
+    files: int = 0
+    items: list = field(default_factory=list)  # nginx scenarios: fixed; haul-serve: rebuilt per run (new port)
+
+
+@dataclass
+class Run:
+    wall: float
+    cpu: float
+    rss_mib: float
+    ok: bool
+    extra_bytes: float = math.nan  # served beyond the total size (haul-serve scenarios only)
+    why: str = ""
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measured(argv, timeout, stderr_path):
+    """Runs argv; returns (exit status, wall seconds, CPU seconds, peak RSS in MiB) of that process alone.
+
+    CPU and RSS come from GNU time rather than from wait4 here: a child forked from this Python process would
+    count Python's own pages (~20 MiB) in its peak RSS before it execs; time's are ~2 MiB."""
+    usage_path = stderr_path + ".time"
+    with open(stderr_path, "wb") as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(["/usr/bin/time", "-o", usage_path, "-f", "%U %S %M", *argv],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            status = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            subprocess.run(["pkill", "-KILL", "-P", str(process.pid)])  # the tool, then time itself
+            process.kill()
+            process.wait()
+            return -9, math.nan, math.nan, math.nan
+        wall = time.perf_counter() - start
+    with open(usage_path) as f:
+        fields = f.read().split()[-3:]  # after "Command exited with non-zero status N", if any
+    user, system, rss_kib = float(fields[0]), float(fields[1]), float(fields[2])
+    return status, wall, user + system, rss_kib / 1024
+
+
+# --- tools -------------------------------------------------------------------------------------------------------
+
+TOOLS = {
+    "haul (AsyncHTTPClient)": "haul-ahc",
+    "haul (URLSession)": "haul-urlsession",
+    "curl": "curl",
+    "wget2": "wget2",
+    "aria2c": "aria2c",
+    "wget": "wget",
+}
+PARALLEL_TOOLS = ["haul (AsyncHTTPClient)", "haul (URLSession)", "curl", "wget2", "aria2c"]
+ALL_TOOLS = PARALLEL_TOOLS + ["wget"]  # wget -i is sequential only
+HAUL_DEFAULT = "haul (AsyncHTTPClient)"  # the ratios are to this one: Haul's Linux default
+
+
+def write_inputs(items, directory):
+    """The URL list (haul, wget2, aria2c, wget) and curl's config (URL and output name pairs)."""
+    urls = os.path.join(directory, "list.txt")
+    with open(urls, "w") as f:
+        f.writelines(item.url + "\n" for item in items)
+    config = os.path.join(directory, "list.curl")
+    with open(config, "w") as f:
+        for item in items:
+            f.write(f'url = "{item.url}"\noutput = "{item.name}"\n')
+    return urls, config
+
+
+def command(tool, width, dest, urls, config):
+    """Each tool as a user would run it for a batch, with retries on (the same flags in every scenario)."""
+    if tool.startswith("haul"):
+        transport = "async-http-client" if "AsyncHTTPClient" in tool else "urlsession"
+        return [HAUL, "get", "-q", "-j", str(width), "-d", dest, "-i", urls, "--transport", transport]
+    if tool == "curl":
+        # --fail: without it a 503 body is saved as the file; --retry-all-errors: retry a cut body too.
+        parallel = ["--parallel", "--parallel-max", str(width)] if width > 1 else []
+        return ["curl", "-s", "--fail", "--retry", "5", "--retry-all-errors", *parallel,
+                "--output-dir", dest, "-K", config]
+    if tool == "wget2":
+        return ["wget2", "-q", "--no-robots", "--tries", "5", "--max-threads", str(width), "-nd", "-P", dest,
+                "-i", urls]
+    if tool == "aria2c":
+        # --retry-wait > 0 is what makes aria2c retry a 503.
+        return ["aria2c", "-q", "-j", str(width), "--max-tries=5", "--retry-wait=1", "-d", dest, "-i", urls]
+    if tool == "wget":
+        return ["wget", "-q", "--tries=5", "--retry-on-http-error=503", "-nd", "-P", dest, "-i", urls]
+    raise ValueError(tool)
+
+
+def find_output(dest, name):
+    """The file a tool wrote for `name`: wget and wget2 keep the URL's query in the file name."""
+    exact = os.path.join(dest, name)
+    if os.path.exists(exact):
+        return exact
+    for entry in os.listdir(dest):
+        if entry.startswith(name + "?"):
+            return os.path.join(dest, entry)
+    return None
+
+
+def verify(items, dest):
+    """"" when every file is there and byte-identical, else what is wrong (first few)."""
+    problems = []
+    for item in items:
+        path = find_output(dest, item.name)
+        if path is None:
+            problems.append(f"{item.name} missing")
+        elif not filecmp.cmp(path, item.reference, shallow=False):
+            problems.append(f"{item.name} differs ({os.path.getsize(path)} bytes)")
+        if len(problems) >= 3:
+            break
+    return "; ".join(problems)
+
+
+# --- servers -----------------------------------------------------------------------------------------------------
+
+class Nginx:
+    def __init__(self, work, root):
+        self.work, self.port = work, free_port()
+        self.conf = os.path.join(work, "nginx.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"""worker_processes 2;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    server {{ listen 127.0.0.1:{self.port}; root {root}; }}
+}}
+""")
+        subprocess.run(["nginx", "-c", self.conf], check=True)
+
+    def stop(self):
+        subprocess.run(["nginx", "-c", self.conf, "-s", "stop"], stderr=subprocess.DEVNULL)
+
+
+class HaulServe:
+    """`haul serve` for one run: a fresh process, so every "fail once" and "cut once" fault fires again."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.process = subprocess.Popen([HAUL, "serve", "--port", str(self.port)], stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True)
+        line = self.process.stdout.readline()
+        if not line.startswith("Serving on"):
+            raise RuntimeError(f"haul serve did not start: {line!r}")
+
+    def stop(self):
+        """Stops it and returns the body bytes it sent."""
+        self.process.send_signal(2)
+        output, _ = self.process.communicate(timeout=30)
+        match = re.search(r"(\d+) body bytes sent", output)
+        if not match:
+            raise RuntimeError(f"haul serve printed no summary: {output!r}")
+        return int(match.group(1))
+
+
+def throttled_items(port, faults, reference_dir):
+    items = []
+    for i in range(THROTTLED_FILES):
+        name = f"t{i:02d}"
+        query = f"size={THROTTLED_SIZE}&rate={THROTTLED_RATE}"
+        if faults and fails_once(i):
+            query += "&fail=1"
+        if faults and cut_once(i):
+            query += f"&cutAfter={THROTTLED_SIZE // 2}&cutTimes=1"
+        items.append(Item(f"http://127.0.0.1:{port}/bytes/{name}?{query}", name, os.path.join(reference_dir, name)))
+    return items
+
+
+# --- the run -----------------------------------------------------------------------------------------------------
+
+def make_content(work):
+    """Generated files for nginx (random bytes) and the reference copies of `haul serve`'s generated ones."""
+    www = os.path.join(work, "www")
+    log("generating files...")
+    os.makedirs(os.path.join(www, "mid"))
+    os.makedirs(os.path.join(www, "small"))
+    with open("/dev/urandom", "rb") as random, open(os.path.join(www, "big"), "wb") as f:
+        for _ in range(1024):
+            f.write(random.read(MIB))
+    for i in range(200):
+        with open(os.path.join(www, "mid", f"m{i:03d}"), "wb") as f:
+            f.write(os.urandom(MIB))
+    for i in range(10000):
+        with open(os.path.join(www, "small", f"f{i:05d}"), "wb") as f:
+            f.write(os.urandom(4096))
+    # `haul serve`'s bytes depend only on name and size; fetch them once, without throttle or faults.
+    reference = os.path.join(work, "reference")
+    os.makedirs(reference)
+    server = HaulServe()
+    try:
+        items = throttled_items(server.port, False, reference)
+        urls = [item.url.split("?")[0] + f"?size={THROTTLED_SIZE}" for item in items]
+        args = ["curl", "-s", "--fail", "--parallel"]
+        for url, item in zip(urls, items):
+            args += [url, "-o", item.reference]
+        subprocess.run(args, check=True)
+    finally:
+        server.stop()
+    return www, reference
+
+
+def scenarios(nginx, www, reference):
+    def nginx_items(directory, names):
+        return [Item(f"http://127.0.0.1:{nginx.port}/{directory}{name}", name,
+                     os.path.join(www, directory, name)) for name in names]
+
+    mids = [f"m{i:03d}" for i in range(200)]
+    smalls = [f"f{i:05d}" for i in range(10000)]
+    result = [
+        Scenario("s1", "one 1 GiB file", 1, ALL_TOOLS, "MB/s", "nginx", 300,
+                 items=nginx_items("", ["big"])),
+        Scenario("s2w1", "200 x 1 MiB, width 1", 1, ALL_TOOLS, "MB/s", "nginx", 300,
+                 items=nginx_items("mid/", mids)),
+        Scenario("s2w8", "200 x 1 MiB, width 8", 8, PARALLEL_TOOLS, "MB/s", "nginx", 300,
+                 items=nginx_items("mid/", mids)),
+        Scenario("s3", "10,000 x 4 KiB, width 8", 8, PARALLEL_TOOLS, "files/s", "nginx", 900,
+                 items=nginx_items("small/", smalls)),
+        Scenario("s4", f"50 x 4 MiB throttled to {THROTTLED_RATE // MIB} MiB/s per response, width 8", 8,
+                 PARALLEL_TOOLS, "MB/s", "haul-serve", 300),
+        Scenario("s5", "as s4, 10% of files 503 once, 5% cut mid-body once", 8, PARALLEL_TOOLS, "MB/s",
+                 "haul-serve", 300),
+    ]
+    for s in result:
+        if s.items:
+            s.files = len(s.items)
+            s.total_bytes = sum(os.path.getsize(item.reference) for item in s.items)
+        else:
+            s.files, s.total_bytes = THROTTLED_FILES, THROTTLED_FILES * THROTTLED_SIZE
+    return result
+
+
+def run_once(scenario, tool, dest_root, work, reference):
+    dest = os.path.join(dest_root, "out")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(dest)
+    os.sync()  # the previous run's dirty pages are written back before the clock starts, not during this run
+    server = HaulServe() if scenario.server == "haul-serve" else None
+    items = scenario.items or throttled_items(server.port, scenario.key == "s5", reference)
+    inputs = os.path.join(work, "inputs")
+    os.makedirs(inputs, exist_ok=True)
+    urls, config = write_inputs(items, inputs)
+    stderr_path = os.path.join(work, "stderr.txt")
+    try:
+        status, wall, cpu, rss = measured(command(tool, scenario.width, dest, urls, config), scenario.timeout,
+                                          stderr_path)
+    finally:
+        served = server.stop() if server else None
+    why = f"exit status {status}" if status != 0 else verify(items, dest)
+    if why:
+        with open(stderr_path, errors="replace") as f:
+            tail = f.read()[-300:].strip().replace("\n", " | ")
+        log(f"  {scenario.key} {tool}: FAILED ({why}) {tail}")
+    extra = (served - scenario.total_bytes) if served is not None else math.nan
+    shutil.rmtree(dest, ignore_errors=True)
+    return Run(wall, cpu, rss, not why, extra, why)
+
+
+def median(values):
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def summarize(scenario, runs):
+    good = [r for r in runs if r.ok]
+    if not good:
+        return None
+    wall = median([r.wall for r in good])
+    amount = scenario.files if scenario.unit == "files/s" else scenario.total_bytes / 1e6
+    return {
+        "wall": wall,
+        "rate": amount / wall,
+        "cpu": median([r.cpu for r in good]),
+        "rss": max(r.rss_mib for r in good),
+        "extra": median([r.extra_bytes for r in good]),
+        "ok": len(good),
+        "n": len(runs),
+    }
+
+
+def fmt_rate(value):
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def table(scenario, results, fs, runs_per_tool):
+    """Markdown rows for one scenario on one file system; "vs haul" is Haul's speed over that tool's (>1: Haul
+    faster)."""
+    base = results.get((scenario.key, fs, HAUL_DEFAULT))
+    base = summarize(scenario, base) if base else None
+    throttled = scenario.server == "haul-serve"
+    header = f"| tool | wall s | {scenario.unit} | Haul vs it | CPU s | peak RSS MiB |"
+    rule = "|---|---|---|---|---|---|"
+    if throttled:
+        header += " over the throttle limit | extra bytes |"
+        rule += "---|---|"
+    lines = [header, rule]
+    for tool in scenario.tools:
+        runs = results.get((scenario.key, fs, tool), [])
+        s = summarize(scenario, runs)
+        if s is None:
+            failure = next((r.why for r in runs if not r.ok), "not run")
+            lines.append(f"| {tool} | failed in {len(runs)} of {runs_per_tool}: {failure} |" + " |" * (
+                6 if throttled else 4))
+            continue
+        ratio = f"{s['wall'] / base['wall']:.2f}x" if base and tool != HAUL_DEFAULT else "—"
+        failed = f" ({s['n'] - s['ok']} of {s['n']} runs failed)" if s["ok"] < s["n"] else ""
+        row = (f"| {tool}{failed} | {s['wall']:.2f} | {fmt_rate(s['rate'])} | {ratio} | {s['cpu']:.2f} | "
+               f"{s['rss']:.0f} |")
+        if throttled:
+            over = s["wall"] / ideal_seconds(scenario) - 1
+            row += f" {over * 100:+.1f}% | {s['extra'] / scenario.total_bytes * 100:.1f}% |"
+        lines.append(row)
+    return lines
+
+
+def ideal_seconds(scenario):
+    return math.ceil(scenario.files / scenario.width) * THROTTLED_SIZE / THROTTLED_RATE
+
+
+def targets(by_key, results):
+    """(target, met, detail) for each of the issue's targets, on the real disk."""
+    def get(key, tool):
+        runs = results.get((key, "disk", tool))
+        return summarize(by_key[key], runs) if runs and key in by_key else None
+
+    verdicts = []
+    if "s1" in by_key:
+        haul, curl, wget2 = get("s1", HAUL_DEFAULT), get("s1", "curl"), get("s1", "wget2")
+        met = bool(haul and curl and haul["rate"] >= curl["rate"])
+        detail = f"Haul {haul['rate']:.0f} MB/s" if haul else "Haul failed"
+        if curl:
+            detail += f", curl {curl['rate']:.0f}"
+        if wget2:
+            detail += f", wget2 {wget2['rate']:.0f}"
+        verdicts.append(("1 GiB: Haul >= 1.0x curl", met, detail))
+    for key in ["s2w1", "s2w8", "s3"]:
+        if key not in by_key:
+            continue
+        haul = get(key, HAUL_DEFAULT)
+        others = {t: get(key, t) for t in ["curl", "wget2", "aria2c"]}
+        others = {t: s for t, s in others.items() if s}
+        best_tool = max(others, key=lambda t: others[t]["rate"]) if others else None
+        met = bool(haul and (best_tool is None or haul["rate"] >= others[best_tool]["rate"]))
+        unit = by_key[key].unit
+        detail = f"Haul {fmt_rate(haul['rate'])} {unit}" if haul else "Haul failed"
+        if best_tool:
+            detail += f", best other {best_tool} {fmt_rate(others[best_tool]['rate'])} ({haul['rate'] / others[best_tool]['rate']:.2f}x)" if haul else ""
+        verdicts.append((f"{by_key[key].title}: Haul >= the best of curl, wget2, aria2c", met, detail))
+    if "s4" in by_key:
+        haul = get("s4", HAUL_DEFAULT)
+        ideal = ideal_seconds(by_key["s4"])
+        met = bool(haul and haul["wall"] <= ideal * 1.05)
+        detail = f"Haul {haul['wall']:.2f} s, limit {ideal:.2f} s ({(haul['wall'] / ideal - 1) * 100:+.1f}%)" \
+            if haul else "Haul failed"
+        verdicts.append(("throttled: within 5% of the throttle limit", met, detail))
+    if "s5" in by_key:
+        runs = results.get(("s5", "disk", HAUL_DEFAULT), [])
+        haul = get("s5", HAUL_DEFAULT)
+        all_ok = bool(runs) and all(r.ok for r in runs)
+        extra = max((r.extra_bytes for r in runs if r.ok), default=math.nan)
+        met = all_ok and extra <= 0.10 * by_key["s5"].total_bytes
+        detail = f"{sum(r.ok for r in runs)} of {len(runs)} runs correct, at most {extra / MIB:.1f} MiB " \
+                 f"({extra / by_key['s5'].total_bytes * 100:.1f}%) sent again"
+        verdicts.append(("faults: every file correct, <= 10% extra bytes", met, detail))
+    return verdicts
+
+
+def tool_version(argv):
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def machine_line(disk):
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    fs = subprocess.run(["df", "-T", disk], capture_output=True, text=True).stdout.splitlines()[-1].split()[1]
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.system()} {platform.release()}; " \
+           f"destination {fs} ({disk}), tmpfs pass in /dev/shm"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="?", type=int, default=3, help="repetitions per tool on the real disk (3)")
+    parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5")
+    parser.add_argument("--no-tmpfs", action="store_true", help="skip the tmpfs pass")
+    parser.add_argument("--output", default=os.path.join(ROOT, "bench", "RESULTS.md"),
+                        help="where the Markdown goes (bench/RESULTS.md)")
+    args = parser.parse_args()
+    if not os.access(HAUL, os.X_OK):
+        sys.exit(f"error: {HAUL} is missing; run `swift build -c release --product haul` (bench/compare does)")
+
+    disk_root = tempfile.mkdtemp(prefix="haul-compare.", dir="/var/tmp")  # /var/tmp: the real disk, not tmpfs
+    shm_root = tempfile.mkdtemp(prefix="haul-compare.", dir="/dev/shm")
+    os.chmod(disk_root, 0o755)
+    nginx = None
+    started = time.time()
+    try:
+        www, reference = make_content(disk_root)
+        nginx = Nginx(disk_root, www)
+        all_scenarios = scenarios(nginx, www, reference)
+        keys = args.only.split(",") if args.only else [s.key for s in all_scenarios]
+        unknown = set(keys) - {s.key for s in all_scenarios}
+        if unknown:
+            sys.exit(f"error: unknown scenario in --only: {', '.join(sorted(unknown))}")
+        chosen = [s for s in all_scenarios if s.key in keys]
+        results = {}
+        for scenario in chosen:
+            log(f"{scenario.key}: {scenario.title} — warm-up, then {args.runs} runs per tool, alternating")
+            for tool in scenario.tools:
+                run_once(scenario, tool, disk_root, disk_root, reference)
+            for _ in range(args.runs):
+                for tool in scenario.tools:
+                    results.setdefault((scenario.key, "disk", tool), []).append(
+                        run_once(scenario, tool, disk_root, disk_root, reference))
+            if not args.no_tmpfs:
+                log(f"{scenario.key}: once more on tmpfs")
+                for tool in scenario.tools:
+                    results.setdefault((scenario.key, "tmpfs", tool), []).append(
+                        run_once(scenario, tool, shm_root, disk_root, reference))
+        elapsed = time.time() - started
+        verdicts = targets({s.key: s for s in chosen}, results)
+        report = render(chosen, results, verdicts, args, disk_root, elapsed)
+    finally:
+        if nginx:
+            nginx.stop()
+        shutil.rmtree(disk_root, ignore_errors=True)
+        shutil.rmtree(shm_root, ignore_errors=True)
+    print(report)
+    with open(args.output, "w") as f:
+        f.write(report)
+    log(f"written to {os.path.relpath(args.output, ROOT)}")
+    sys.exit(0 if all(met for _, met, _ in verdicts) else 1)
+
+
+def render(chosen, results, verdicts, args, disk_root, elapsed):
+    haul_version = tool_version([HAUL, "--version"])
+    lines = [
+        "# bench/compare: Haul against curl, wget2, aria2c and wget",
+        "",
+        f"Run on {datetime.date.today().isoformat()} with `bench/compare {args.runs}` "
+        f"({elapsed / 60:.0f} min). Machine: {machine_line(disk_root)}.",
+        "",
+        f"Tools: haul {haul_version}; {tool_version(['curl', '--version'])}; "
+        f"{tool_version(['wget2', '--version'])}; {tool_version(['aria2c', '--version'])}; "
+        f"{tool_version(['wget', '--version'])}.",
+        "",
+        f"Method: each scenario after a warm-up run of every tool, {args.runs} runs per tool with the tools "
+        "alternating, medians; every run into an empty directory, `sync` before the clock starts, files checked "
+        "byte for byte afterwards (a failed or wrong run is never a time). CPU s is user + system time of the "
+        "tool's process, peak RSS its maximum resident set from GNU time (largest of the runs). \"Haul vs it\" is Haul's speed "
+        "(AsyncHTTPClient, its Linux default, journal on as by default) over that tool's: above 1.00x Haul is faster. "
+        "nginx serves s1-s3 from files; `haul serve` (a fresh process per run, so every fault fires again) serves "
+        "s4-s5 as generated bytes, and its count of body bytes sent gives \"extra bytes\".",
+        "",
+        "Flags, the same in every scenario: `haul get -q -j W -i LIST --transport T`; "
+        "`curl -s --fail --retry 5 --retry-all-errors [--parallel --parallel-max W] -K CONFIG`; "
+        "`wget2 -q --no-robots --tries 5 --max-threads W -nd -i LIST`; "
+        "`aria2c -q -j W --max-tries=5 --retry-wait=1 -i LIST`; "
+        "`wget -q --tries=5 --retry-on-http-error=503 -nd -i LIST` (sequential, so only at width 1).",
+        "",
+        "## Targets (real disk)",
+        "",
+        "| target | verdict | figures |",
+        "|---|---|---|",
+    ]
+    for name, met, detail in verdicts:
+        lines.append(f"| {name} | {'met' if met else '**MISSED**'} | {detail} |")
+    for scenario in chosen:
+        lines += ["", f"## {scenario.key}: {scenario.title}", "",
+                  f"Real disk, medians of {args.runs}:", ""]
+        lines += table(scenario, results, "disk", args.runs)
+        if scenario.server == "haul-serve":
+            lines += ["", f"Throttle limit: {ideal_seconds(scenario):.2f} s (ceil({scenario.files} / "
+                      f"{scenario.width}) rounds of {THROTTLED_SIZE // MIB} MiB at {THROTTLED_RATE // MIB} MiB/s)."]
+        if not args.no_tmpfs:
+            lines += ["", "tmpfs, one run:", ""]
+            lines += table(scenario, results, "tmpfs", 1)
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
