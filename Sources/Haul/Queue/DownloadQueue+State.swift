@@ -33,7 +33,13 @@ extension DownloadQueue {
         var idleWaiters: [ResultBox<Void>] = []
 
         func run() {
-            if let journal, !forgotten.isEmpty { journal.remove(forgotten) }
+            if let journal, !forgotten.isEmpty {
+                // Only what was merely requested: a partial kept from an earlier run stays resumable.
+                let requested = forgotten.filter { key in
+                    if case .requested = journal.record(for: key)?.state { true } else { false }
+                }
+                if !requested.isEmpty { journal.remove(requested) }
+            }
             for task in cancellations { task.cancel() }
             for resolution in resolutions { resolution.box.resolve(resolution.outcome) }
             for waiter in idleWaiters { waiter.resolve(()) }

@@ -183,6 +183,26 @@ struct JournalTests {
             #expect(journal.all.isEmpty)
         }
     }
+    @Test("a queue forgets a request cancelled while waiting, but not the partial an earlier run left for it")
+    func waitingCancellation() async throws {
+        let dir = try TemporaryDirectory()
+        let journal = MemoryJournal()
+        let queue = DownloadQueue(downloader: downloader(journal))
+        queue.pause()
+        let fresh = DownloadRequest(url: URL(string: "http://127.0.0.1:1/fresh")!, destination: .directory(dir.url))
+        let resumable = DownloadRequest(url: URL(string: "http://127.0.0.1:1/old")!, destination: .directory(dir.url))
+        let partial = JournalRecord(
+            key: JournalKey(resumable), path: dir.file("old").path,
+            state: .partial(validator: "\"v\"", totalBytes: 1 << 20), request: resumable)
+        journal.store(partial)
+        let handles = queue.add([fresh, resumable])
+        #expect(journal.record(for: JournalKey(fresh))?.state == .requested)
+        #expect(journal.record(for: JournalKey(resumable)) == partial)  // not overwritten by "requested"
+        queue.cancelAll()
+        for handle in handles { await #expect(throws: DownloadError.self) { try await handle.result } }
+        #expect(journal.record(for: JournalKey(fresh)) == nil)
+        #expect(journal.record(for: JournalKey(resumable)) == partial)
+    }
 }
 
 extension URL {
