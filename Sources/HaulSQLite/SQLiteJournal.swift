@@ -78,9 +78,8 @@ public final class SQLiteJournal: Journal {
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
         self.onError = onError
         try Self.migrator.migrate(pool)
-        let records = try pool.read(Self.fetchAll)
+        let (records, last) = try pool.read(Self.fetchAll)
         cache = Locked(Dictionary(records.map { ($0.key, $0) }, uniquingKeysWith: { _, last in last }))
-        let last = try pool.read { db in try Int64.fetchOne(db, sql: "SELECT max(sequence) FROM record") }
         nextSequence = Locked((last ?? 0) + 1)
     }
 
@@ -251,17 +250,20 @@ public final class SQLiteJournal: Journal {
     /// shows what another process wrote).
     public func allRecords() -> [JournalRecord] {
         do {
-            return try pool.read(Self.fetchAll)
+            return try pool.read(Self.fetchAll).records
         } catch {
             onError(error)
             return []
         }
     }
 
-    private static func fetchAll(_ db: Database) throws -> [JournalRecord] {
-        try Row.fetchAll(db, sql: "SELECT * FROM record ORDER BY sequence").compactMap { row in
+    /// Every record in sequence order, and the last sequence (the largest: the rows come sorted by it).
+    private static func fetchAll(_ db: Database) throws -> (records: [JournalRecord], lastSequence: Int64?) {
+        let rows = try Row.fetchAll(db, sql: "SELECT * FROM record ORDER BY sequence")
+        let records = rows.compactMap { row in
             record(from: row, key: JournalKey(url: row["url"], destination: row["destination"]))
         }
+        return (records, rows.last?["sequence"])
     }
 
     private func write(_ statements: (Database) throws -> Void) {
