@@ -24,7 +24,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -84,12 +83,6 @@ class Run:
 
 def log(message):
     print(message, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def measured(argv, timeout, stderr_path):
@@ -191,39 +184,36 @@ def verify(items, dest):
 
 # --- servers -----------------------------------------------------------------------------------------------------
 
+LIB = os.path.join(ROOT, "bench", "lib.sh")
+
+
 class Nginx:
+    """nginx on a free loopback port serving `root`, with the configuration every bench script uses (bench/lib.sh's
+    start_nginx and stop_nginx)."""
+
     def __init__(self, work, root):
-        self.work, self.port = work, free_port()
-        self.conf = os.path.join(work, "nginx.conf")
-        with open(self.conf, "w") as f:
-            f.write(f"""worker_processes 2;
-pid {work}/nginx.pid;
-error_log {work}/nginx-error.log;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 1000000;
-    server {{ listen 127.0.0.1:{self.port}; root {root}; }}
-}}
-""")
-        subprocess.run(["nginx", "-c", self.conf], check=True)
+        self.work = work
+        started = subprocess.run(
+            ["bash", "-c", 'source "$0" && WORK="$1" && start_nginx "$2" && echo "$NGINX_PORT"', LIB, work, root],
+            check=True, capture_output=True, text=True)
+        self.port = int(started.stdout.split()[-1])
 
     def stop(self):
-        subprocess.run(["nginx", "-c", self.conf, "-s", "stop"], stderr=subprocess.DEVNULL)
+        subprocess.run(["bash", "-c", 'source "$0" && WORK="$1" && stop_nginx', LIB, self.work])
 
 
 class HaulServe:
     """`haul serve` for one run: a fresh process, so every "fail once" and "cut once" fault fires again."""
 
     def __init__(self):
-        self.port = free_port()
-        self.process = subprocess.Popen([HAUL, "serve", "--port", str(self.port)], stdout=subprocess.PIPE,
+        # Port 0: the server picks a free one and says which ("Serving on http://127.0.0.1:PORT").
+        self.process = subprocess.Popen([HAUL, "serve", "--port", "0"], stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True)
         line = self.process.stdout.readline()
-        if not line.startswith("Serving on"):
+        match = re.match(r"Serving on http://127\.0\.0\.1:(\d+)", line)
+        if not match:
             raise RuntimeError(f"haul serve did not start: {line!r}")
+        self.port = int(match.group(1))
 
     def stop(self):
         """Stops it and returns the body bytes it sent."""
