@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import HTTPTypesFoundation
+import HaulOperations
 import Logging
 
 extension DownloadRun {
@@ -8,32 +9,31 @@ extension DownloadRun {
     /// transfer is cancelled and the attempt fails as `stalled` (transient).
     func attemptWithWatchdog() async throws(AttemptFailure) {
         lastActivity.touch()
-        do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await self.attempt() }
-                group.addTask { try await self.watchStalls() }
-                try await group.next()
-                group.cancelAll()
-            }
-        } catch let failure as AttemptFailure {
-            throw failure
-        } catch {
-            if Task.isCancelled { throw .permanent(cancelledError()) }
-            throw transportFailure(error, url: finalURL)
+        // Its own task, so that a stall can cancel this attempt alone and the download can still retry.
+        let transfer = Task { try await self.attempt() }
+        let stalled = Locked(false)
+        let token = stallWatch.watch(lastActivity) {
+            stalled.withLock { $0 = true }
+            transfer.cancel()
         }
-    }
-
-    private func watchStalls() async throws {
-        let timeout = configuration.stallTimeout
-        let tick = min(timeout / 4, .seconds(1))
-        while true {
-            try await Task.sleep(for: tick)
-            if lastActivity.idle >= timeout {
-                throw AttemptFailure.transient(
+        defer { stallWatch.stop(token) }
+        do {
+            try await withTaskCancellationHandler {
+                try await transfer.value
+            } onCancel: {
+                transfer.cancel()
+            }
+        } catch {
+            if stalled.withLock({ $0 }) {
+                throw .transient(
                     DownloadError(
-                        .stalled, message: "no data for \(timeout) (stall timeout); the server or network stopped",
+                        .stalled,
+                        message: "no data for \(stallWatch.timeout) (stall timeout); the server or network stopped",
                         url: finalURL))
             }
+            if let failure = error as? AttemptFailure { throw failure }
+            if Task.isCancelled { throw .permanent(cancelledError()) }
+            throw transportFailure(error, url: finalURL)
         }
     }
 
@@ -126,6 +126,7 @@ extension DownloadRun {
                     JournalRecord(
                         key: JournalKey(request), path: destinationPath,
                         state: .partial(validator: validator, totalBytes: totalBytes), request: request))
+                recordedPartial = true
             }
             try await receive(response.body, length: Self.contentLength(response.head), url: url)
             return
@@ -241,6 +242,7 @@ extension DownloadRun {
             throw AttemptFailure.permanent(error)
         }
         validator = nil
+        recordedPartial = false
     }
 
     private func chooseDestinationName(from head: HTTPResponse) throws {
@@ -264,8 +266,16 @@ extension DownloadRun {
     private func ensurePartial() throws {
         guard writer == nil, let destinationPath else { return }
         do {
-            let file = try PartialFile(
-                creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
+            // A small body that nobody would resume (see the journal write above) and that must not replace a file
+            // goes to an unnamed file where the system has them: one directory change to publish, not three.
+            let small = (totalBytes ?? .max) <= BackgroundWriter.inlineLimit && request.conflictPolicy != .overwrite
+            let file: PartialFile
+            if small, let unnamed = PartialFile(unnamedFor: destinationPath) {
+                file = unnamed
+            } else {
+                file = try PartialFile(
+                    creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
+            }
             writer = BackgroundWriter(
                 file: file, algorithm: request.expectedDigest?.algorithm, expectedSize: totalBytes)
         } catch {

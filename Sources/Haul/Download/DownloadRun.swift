@@ -12,6 +12,7 @@ final class DownloadRun: @unchecked Sendable {
     let request: DownloadRequest
     let configuration: Downloader.Configuration
     let transport: any HTTPTransport
+    let stallWatch: StallWatch
     let emit: @Sendable (DownloadEvent) -> Void
     var logger: Logger
 
@@ -26,6 +27,8 @@ final class DownloadRun: @unchecked Sendable {
     var bytesTransferred: Int64 = 0
     var finalURL: URL
     var attempts = 0
+    /// Whether the journal holds a partial record for the bytes in `writer` (so a later run can resume them).
+    var recordedPartial = false
     /// Set when the destination named by `Content-Disposition` exists and the policy is `skip`.
     var skippedResult: DownloadResult?
     var meter: ProgressMeter
@@ -35,6 +38,7 @@ final class DownloadRun: @unchecked Sendable {
         self.request = request
         configuration = downloader.configuration
         transport = downloader.transport
+        stallWatch = downloader.stallWatch
         self.emit = emit
         logger = downloader.configuration.logger
         logger[metadataKey: "url"] = "\(request.url.absoluteString)"
@@ -177,7 +181,7 @@ final class DownloadRun: @unchecked Sendable {
         guard let journal = configuration.journal else { return try publish(partial, to: path) }
         let key = JournalKey(request)
         try partial.seal(durable: configuration.durability == .powerLoss, url: finalURL)
-        if request.conflictPolicy != .rename, let stamp = FileStamp(ofFileAt: partial.path) {
+        if request.conflictPolicy != .rename, let stamp = partial.stamp() {
             await journal.commit(
                 JournalRecord(key: key, path: path, state: .completed(size: size, sha256: sha256, stamp: stamp)))
             return try publish(partial, to: path)
@@ -228,13 +232,12 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     /// Removes what this run wrote, unless a cancelled run should keep its partial for a later resume (which
-    /// needs a validator to resume against and a journal to find it again), and tells the journal: a failure is
-    /// recorded with its request, a cancellation that kept nothing is forgotten (the caller gave up on it).
+    /// needs the partial recorded in the journal, with a validator to resume against: small bodies never are),
+    /// and tells the journal: a failure is recorded with its request, a cancellation that kept nothing is
+    /// forgotten (the caller gave up on it).
     func cleanUp(after error: DownloadError) {
         let cancelled = error.isCancellation
-        if cancelled, configuration.keepsPartialOnCancel, configuration.journal != nil, validator != nil,
-            writer != nil
-        {
+        if cancelled, configuration.keepsPartialOnCancel, recordedPartial, writer != nil {
             return
         }
         writer?.file.remove()
@@ -290,6 +293,7 @@ final class DownloadRun: @unchecked Sendable {
                 resuming: file, algorithm: request.expectedDigest?.algorithm, expectedSize: total, url: request.url)
             self.validator = validator
             totalBytes = total
+            recordedPartial = true
             logger.debug("resuming a partial from an earlier run", metadata: ["bytes": "\(file.size)"])
         }
         return nil

@@ -77,7 +77,11 @@ public final class Downloader: Sendable {
     public init(transport: any HTTPTransport, configuration: Configuration = Configuration()) {
         self.transport = transport
         self.configuration = configuration
+        stallWatch = StallWatch(timeout: configuration.stallTimeout)
     }
+
+    /// Watches this downloader's running attempts for stalls.
+    let stallWatch: StallWatch
 
     /// Downloads `request` and returns once the file is published (or was skipped by the conflict policy).
     ///

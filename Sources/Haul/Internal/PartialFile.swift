@@ -11,10 +11,17 @@ import Musl
 /// The hidden file a download is written to before it is published at its destination (DESIGN.md,
 /// invariants 1 and 9): same directory as the destination, so publishing is an atomic rename; created, never
 /// followed (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600 until published).
+///
+/// On Linux a small body that will not be kept for a later resume goes to an unnamed file instead
+/// (``init(unnamedFor:url:)``, `O_TMPFILE`), published with one `linkat`: one directory change per file where a
+/// named partial takes three (create, link, unlink), and nothing to clean up after a crash.
 final class PartialFile {
+    /// The partial's path (for an unnamed file, the name it would have had: used in messages only).
     let path: String
     private var descriptor: Int32
     private(set) var size: Int64 = 0
+    /// The file has no name (`O_TMPFILE`); it gets one when published, and vanishes if it never is.
+    let isUnnamed: Bool
 
     /// The partial's name for a destination file name: `.NAME.haul-partial`.
     static func partialPath(forDestination destination: String) -> String {
@@ -41,6 +48,7 @@ final class PartialFile {
             unlink(path)
             fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         }
+        isUnnamed = false
         guard fd >= 0 else {
             let code = errno
             if code == EEXIST || code == ELOOP {
@@ -66,7 +74,31 @@ final class PartialFile {
         self.path = path
         descriptor = fd
         size = Int64(info.st_size)
+        isUnnamed = false
     }
+
+    /// Creates an unnamed file in the directory of `destination` (Linux `O_TMPFILE`), or returns `nil` where that
+    /// is not available (another system, a file system without it, no `/proc` to link it through); the caller then
+    /// creates a named partial, whose errors are the ones to report.
+    init?(unnamedFor destination: String) {
+        #if os(Linux)
+        guard Self.canLinkUnnamed else { return nil }
+        let directory = (destination as NSString).deletingLastPathComponent
+        let fd = open(directory.isEmpty ? "." : directory, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return nil }
+        path = Self.partialPath(forDestination: destination)
+        descriptor = fd
+        isUnnamed = true
+        #else
+        return nil
+        #endif
+    }
+
+    #if os(Linux)
+    /// Whether an unnamed file can be given a name: `linkat` reaches it through `/proc/self/fd` (linking by
+    /// descriptor directly, `AT_EMPTY_PATH`, needs a capability ordinary users lack).
+    private static let canLinkUnnamed = access("/proc/self/fd", X_OK) == 0
+    #endif
 
     deinit {
         if descriptor >= 0 { close(descriptor) }
@@ -99,20 +131,35 @@ final class PartialFile {
         size = 0
     }
 
-    /// Makes the finished file ready to publish: synced when `durable`, readable by others (0644), closed.
-    /// Idempotent.
+    /// Makes the finished file ready to publish: synced when `durable`, readable by others (0644), closed (an
+    /// unnamed file stays open until it is linked: the descriptor is its only handle). Idempotent.
     func seal(durable: Bool, url: URL) throws(DownloadError) {
-        guard descriptor >= 0 else { return }
+        guard descriptor >= 0, !sealed else { return }
         if durable, fsync(descriptor) != 0 { throw Self.fileSystemError(errno, "syncing", path, url) }
         if fchmod(descriptor, 0o644) != 0 { throw Self.fileSystemError(errno, "setting permissions of", path, url) }
-        close(descriptor)
-        descriptor = -1
+        sealed = true
+        if !isUnnamed {
+            close(descriptor)
+            descriptor = -1
+        }
+    }
+
+    private var sealed = false
+
+    /// The stamp of the sealed file, which publishing keeps (a link or rename changes neither inode nor times).
+    func stamp() -> FileStamp? {
+        guard isUnnamed, descriptor >= 0 else { return FileStamp(ofFileAt: path) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return nil }
+        return FileStamp(info)
     }
 
     /// Moves the sealed file to `destination`. With `replace == false` it never clobbers: it fails with
     /// ``DownloadError/Code/destinationExists`` if a file appeared there meanwhile.
     func move(to destination: String, replace: Bool, durable: Bool, url: URL) throws(DownloadError) {
-        if replace {
+        if isUnnamed {
+            try linkUnnamed(to: destination, url: url)
+        } else if replace {
             guard rename(path, destination) == 0 else {
                 throw Self.fileSystemError(errno, "renaming to '\(destination)'", path, url)
             }
@@ -132,13 +179,32 @@ final class PartialFile {
         if durable { Self.syncDirectory(of: destination) }
     }
 
-    /// Closes and deletes the partial (Haul created it, so Haul may remove it).
+    /// Gives the unnamed file its name, never replacing what is there (`linkat` fails if `destination` exists).
+    private func linkUnnamed(to destination: String, url: URL) throws(DownloadError) {
+        #if os(Linux)
+        precondition(descriptor >= 0, "an unnamed partial is linked once")
+        guard linkat(AT_FDCWD, "/proc/self/fd/\(descriptor)", AT_FDCWD, destination, AT_SYMLINK_FOLLOW) == 0 else {
+            let code = errno
+            if code == EEXIST {
+                throw DownloadError(
+                    .destinationExists, message: "'\(destination)' appeared while downloading; left untouched",
+                    url: url, path: destination)
+            }
+            throw Self.fileSystemError(code, "publishing to '\(destination)'", path, url)
+        }
+        close(descriptor)
+        descriptor = -1
+        #endif
+    }
+
+    /// Closes and deletes the partial (Haul created it, so Haul may remove it). An unnamed one goes with its
+    /// descriptor.
     func remove() {
         if descriptor >= 0 {
             close(descriptor)
             descriptor = -1
         }
-        unlink(path)
+        if !isUnnamed { unlink(path) }
     }
 
     private static func syncDirectory(of file: String) {
@@ -180,6 +246,10 @@ extension FileStamp {
     public init?(ofFileAt path: String) {
         var info = stat()
         guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        self.init(info)
+    }
+
+    init(_ info: stat) {
         #if canImport(Darwin)
         let modified = Int64(info.st_mtimespec.tv_sec) * 1_000_000_000 + Int64(info.st_mtimespec.tv_nsec)
         #else

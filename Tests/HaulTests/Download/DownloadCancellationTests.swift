@@ -88,26 +88,36 @@ struct DownloadCancellationTests {
         }
     }
 
-    @Test("keepsPartialOnCancel keeps the hidden partial for a later resume, never the destination")
+    @Test(
+        "keepsPartialOnCancel keeps a hidden partial for a later resume (none for a small body), never the destination")
     func keepsPartial() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             var configuration = testConfiguration()
             configuration.keepsPartialOnCancel = true
-            configuration.journal = MemoryJournal()  // a kept partial is only of use to a run that can find it
+            let journal = MemoryJournal()  // a kept partial is only of use to a run that can find it
+            configuration.journal = journal
             let downloader = Downloader(
                 transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
-            let sawBytes = Signal()
-            let url = server.url(
-                path: "/bytes/half", query: ["size": "100000", "stallAfter": "50000", "stall": "forever"])
-            let task = Task {
-                try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url))) { event in
-                    if case .progress(let progress) = event, progress.bytesWritten > 0 { sawBytes.fire() }
+            func cancelMidway(_ name: String, size: Int) async {
+                let sawBytes = Signal()
+                let url = server.url(
+                    path: "/bytes/\(name)", query: ["size": "\(size)", "stallAfter": "\(size / 2)", "stall": "forever"])
+                let task = Task {
+                    try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url))) {
+                        event in
+                        if case .progress(let progress) = event, progress.bytesWritten > 0 { sawBytes.fire() }
+                    }
                 }
+                await sawBytes.wait()
+                task.cancel()
+                _ = await task.result
             }
-            await sawBytes.wait()
-            task.cancel()
-            _ = await task.result
+            await cancelMidway("half", size: 600_000)  // above BackgroundWriter.inlineLimit
+            #expect(dir.contents() == [".half.haul-partial"])
+            let kept = journal.allRecords().map(\.state)
+            #expect(kept.count == 1 && { if case .partial = kept[0] { true } else { false } }())
+            await cancelMidway("small", size: 100_000)
             #expect(dir.contents() == [".half.haul-partial"])
         }
     }

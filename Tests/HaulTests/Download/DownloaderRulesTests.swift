@@ -123,13 +123,24 @@ struct DownloaderRulesTests {
             let victim = dir.file("victim")
             try Data("precious".utf8).write(to: victim)
             let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
-            let url = server.url(path: "/bytes/evil", query: ["size": "100"])
+            // Above BackgroundWriter.inlineLimit, so that the body goes to a named partial on every system.
+            let url = server.url(path: "/bytes/evil", query: ["size": "300000"])
             try FileManager.default.createSymbolicLink(
                 atPath: dir.file(".evil.haul-partial").path, withDestinationPath: victim.path)
             let partialError = try await #require(throws: DownloadError.self) {
                 try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
             }
             #expect(partialError.code == .unsafePath)
+            #if os(Linux)
+            // A small body is written to an unnamed file: the planted link is neither followed nor needed.
+            let small = server.url(path: "/bytes/small", query: ["size": "100"])
+            try FileManager.default.createSymbolicLink(
+                atPath: dir.file(".small.haul-partial").path, withDestinationPath: victim.path)
+            let result = try await downloader.download(DownloadRequest(url: small, destination: .directory(dir.url)))
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "small", size: 100))
+            try FileManager.default.removeItem(atPath: dir.file(".small.haul-partial").path)
+            try FileManager.default.removeItem(at: result.fileURL)
+            #endif
             try FileManager.default.removeItem(atPath: dir.file(".evil.haul-partial").path)
 
             try FileManager.default.createSymbolicLink(atPath: dir.file("evil").path, withDestinationPath: victim.path)
