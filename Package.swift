@@ -71,7 +71,11 @@ let package = Package(
         // The durable journal: SQLite through GRDB. Kept apart so that SQLite stays out of `Haul`.
         .target(
             name: "HaulSQLite",
-            dependencies: ["Haul", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: [
+                "Haul", .product(name: "GRDB", package: "GRDB.swift"),
+                // SQLite's C interface for the write path (see SQLiteJournal's WriteStatements).
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ]
         ),
         .testTarget(
             name: "HaulSQLiteTests",
