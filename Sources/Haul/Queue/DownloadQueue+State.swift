@@ -25,7 +25,8 @@ extension DownloadQueue {
     /// What a locked section decided to do once the lock is released: resolve results, cancel tasks (whose
     /// cancellation handlers run synchronously and must not find the lock held), wake idle waiters.
     struct SideEffects {
-        var resolutions: [(box: ResultBox<Outcome>, outcome: Outcome)] = []
+        /// Outcomes already stored (under the lock, see ``ResultBox/store(_:)``) whose waiters are to be woken.
+        var resolutions: [ResultBox<Outcome>.Wakeup] = []
         var cancellations: [Task<Void, Never>] = []
         /// Requests cancelled while waiting, to remove from the journal (a write: not under the lock).
         var forgotten: [JournalKey] = []
@@ -41,7 +42,7 @@ extension DownloadQueue {
                 if !requested.isEmpty { journal.remove(requested) }
             }
             for task in cancellations { task.cancel() }
-            for resolution in resolutions { resolution.box.resolve(resolution.outcome) }
+            for resolution in resolutions { resolution.run() }
             for waiter in idleWaiters { waiter.resolve(()) }
         }
     }
@@ -215,7 +216,7 @@ extension DownloadQueue {
         let effects = state.withLock { state -> SideEffects in
             var effects = SideEffects()
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
-            effects.resolutions.append((entry.box, outcome))
+            if let wakeup = entry.box.store(outcome) { effects.resolutions.append(wakeup) }
             if state.joined[entry.joinKey] == id { state.joined[entry.joinKey] = nil }
             state.scheduler.finish(id)
             switch outcome {
@@ -258,7 +259,7 @@ extension DownloadQueue {
         let error = DownloadError(
             .cancelled, message: "cancelled before it started", url: entry.request.url)
         if !state.subscribers.isEmpty { state.publish(.download(DownloadID(rawValue: id), .failed(error))) }
-        effects.resolutions.append((entry.box, .failure(error)))
+        if let wakeup = entry.box.store(.failure(error)) { effects.resolutions.append(wakeup) }
     }
 
     /// Cancels through one handle: only when no other handle still wants the download.

@@ -144,6 +144,30 @@ struct DownloadQueueTests {
         }
     }
 
+    // `haul get` reads every handle's outcome right after waitUntilIdle; once, a handle still had none: the
+    // outcomes were set after the lock that made the queue idle, behind the journal write of the cancellation.
+    // The journal here holds that write until the test has looked, which makes the window certain.
+    @Test("when waitUntilIdle returns, every handle already has its outcome")
+    func outcomesBeforeIdle() async throws {
+        let dir = try TemporaryDirectory()
+        let journal = HeldRemovalJournal()
+        var configuration = testConfiguration()
+        configuration.journal = journal
+        let queue = DownloadQueue(
+            downloader: Downloader(
+                transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration))
+        queue.pause()
+        let handles = queue.add(
+            (0..<4).map {
+                DownloadRequest(url: URL(string: "http://127.0.0.1:9/w\($0)")!, destination: .directory(dir.url))
+            })
+        Thread { queue.cancelAll() }.start()
+        try await onOwnThread { journal.removalStarted.wait() }
+        await queue.waitUntilIdle()
+        #expect(handles.filter { $0.outcome == nil }.count == 0)
+        journal.proceed.signal()
+    }
+
     @Test("cancelling one handle cancels only that download")
     func cancelOne() async throws {
         try await TestServer.withRunning { server in
@@ -423,5 +447,28 @@ struct DownloadQueueSideEffectTests {
             #expect(transport.seenRunning.withLock { $0.count } == 2)
             #expect(dir.contents() == [])
         }
+    }
+}
+
+/// A journal in memory whose first removal waits for ``proceed``, having signalled ``removalStarted``.
+final class HeldRemovalJournal: Journal {
+    let removalStarted = DispatchSemaphore(value: 0)
+    let proceed = DispatchSemaphore(value: 0)
+    private let memory = MemoryJournal()
+    private let held = Locked(false)
+
+    func record(for key: JournalKey) -> JournalRecord? { memory.record(for: key) }
+    func store(_ record: JournalRecord) { memory.store(record) }
+    func allRecords() -> [JournalRecord] { memory.allRecords() }
+    func remove(_ key: JournalKey) {
+        let first = held.withLock { held in
+            defer { held = true }
+            return !held
+        }
+        if first {
+            removalStarted.signal()
+            proceed.wait()
+        }
+        memory.remove(key)
     }
 }

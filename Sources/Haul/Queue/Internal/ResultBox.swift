@@ -38,13 +38,31 @@ final class ResultBox<Value: Sendable>: Sendable {
     /// Sets the value and wakes every waiter; later calls are ignored. Returns `true` for the first call.
     @discardableResult
     func resolve(_ value: Value) -> Bool {
+        guard let wakeup = store(value) else { return false }
+        wakeup.run()
+        return true
+    }
+
+    /// Sets the value, leaving the waiters to ``Wakeup/run()``; `nil` when it was already set.
+    ///
+    /// The queue stores outcomes while it holds its own lock, so whoever then sees the queue idle also sees
+    /// every outcome; waking the waiters is left for after that lock.
+    func store(_ value: Value) -> Wakeup? {
         let waiters = state.withLock { state -> [CheckedContinuation<Value, Never>]? in
             guard case .pending(let waiters) = state else { return nil }
             state = .resolved(value)
             return waiters
         }
-        guard let waiters else { return false }
-        for waiter in waiters { waiter.resume(returning: value) }
-        return true
+        return waiters.map { Wakeup(waiters: $0, value: value) }
+    }
+
+    /// The waiters of a value just stored, to wake.
+    struct Wakeup {
+        let waiters: [CheckedContinuation<Value, Never>]
+        let value: Value
+
+        func run() {
+            for waiter in waiters { waiter.resume(returning: value) }
+        }
     }
 }
