@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "HaulOperations", targets: ["HaulOperations"]),
         .library(name: "Haul", targets: ["Haul"]),
         .library(name: "HaulAsyncHTTPClient", targets: ["HaulAsyncHTTPClient"]),
+        .library(name: "HaulNIO", targets: ["HaulNIO"]),
         .library(name: "HaulCombine", targets: ["HaulCombine"]),
         .library(name: "HaulSQLite", targets: ["HaulSQLite"]),
         .library(name: "HaulTestServer", targets: ["HaulTestServer"]),
@@ -65,6 +66,19 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+
+        // Haul's own HTTP/1.1 client on SwiftNIO: plain http, the default for `haul get` (HTTPS goes to a fallback).
+        .target(
+            name: "HaulNIO",
+            dependencies: [
+                "Haul",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
 
@@ -117,7 +131,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
-                "Haul", "HaulAsyncHTTPClient", "HaulSQLite", "HaulTestServer",
+                "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulSQLite", "HaulTestServer",
             ]
         ),
 
@@ -139,7 +153,11 @@ let package = Package(
         ),
         .testTarget(
             name: "HaulTests",
-            dependencies: ["Haul", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport"]
+            dependencies: [
+                "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulTestServer", "HaulTestSupport",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
+            ]
         ),
         // Helpers the test targets share (scratch directories, bounded polling).
         .target(name: "HaulTestSupport", path: "Tests/HaulTestSupport"),

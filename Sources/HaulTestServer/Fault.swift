@@ -28,10 +28,11 @@
 /// | `requireAuth=V` | answer 401 with `WWW-Authenticate` unless `Authorization` equals `V` |
 /// | `gzip=1` | send the body gzip-compressed with `Content-Encoding: gzip`, whatever was asked |
 /// | `dropConnection=1` | close the connection without any response |
+/// | `dropTimes=N` | apply `dropConnection` to the first `N` requests to this path only |
 /// | `headOnly=1` | send the head, then nothing; the connection stays open until the client closes |
 /// | `hold=GATE` | hold the request before the head until ``TestServer/openGate(_:)`` opens `GATE` |
 ///
-/// "Per path" counters (`fail`, `cutTimes`, `changeAfterFirst`) are keyed by the path without the
+/// "Per path" counters (`fail`, `cutTimes`, `dropTimes`, `changeAfterFirst`) are keyed by the path without the
 /// query and reset by ``TestServer/resetStats()``.
 public struct Fault: Sendable, Hashable {
     /// How long a stall lasts.
@@ -86,6 +87,8 @@ public struct Fault: Sendable, Hashable {
     public var gzip: Bool?
     /// Close without any response (`dropConnection=1`).
     public var dropConnection: Bool?
+    /// Drop only the first this many requests to the path (`dropTimes=`); `nil` drops every time.
+    public var dropTimes: Int?
     /// Send the head and never the body (`headOnly=1`).
     public var headOnly: Bool?
     /// Hold the request until this gate opens (`hold=`).
@@ -98,7 +101,8 @@ public struct Fault: Sendable, Hashable {
     public static let queryParameterNames: [String] = [
         "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "cutAfter", "cutTimes",
         "stallAfter", "stall", "shortBy", "ignoreRange", "changeAfterFirst", "redirects", "redirectLoop",
-        "redirectTo", "redirectStatus", "disposition", "requireAuth", "gzip", "dropConnection", "headOnly", "hold",
+        "redirectTo", "redirectStatus", "disposition", "requireAuth", "gzip", "dropConnection", "dropTimes", "headOnly",
+        "hold",
     ]
 }
 

@@ -63,7 +63,7 @@ extension TestServer {
         return ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .childChannelOption(
                 ChannelOptions.writeBufferWaterMark,
                 value: ChannelOptions.Types.WriteBufferWaterMark(low: 256 << 10, high: 1 << 20)
@@ -115,6 +115,7 @@ struct ConnectionRegistry: Sendable {
     let server: TestServer
 
     func add(_ channel: any Channel) {
+        server.state.connectionAccepted()
         server.register(channel)
         channel.closeFuture.whenComplete { [server] _ in server.unregister(channel) }
     }

@@ -41,6 +41,8 @@ public struct RecordedRequest: Sendable, Hashable {
 public struct TestServerStats: Sendable, Hashable {
     /// Number of requests received.
     public var requestCount = 0
+    /// Number of connections accepted (a client that keeps connections alive makes fewer than requests).
+    public var connectionsAccepted = 0
     /// Requests per path (without query).
     public var requestsByPath: [String: Int] = [:]
     /// The requests in arrival order (at most ``TestServer/Configuration/maxRecordedRequests``).

@@ -31,7 +31,7 @@ struct ServeCommand: AsyncParsableCommand {
               disposition=V               Content-Disposition: V
               requireAuth=V               401 unless Authorization is V
               gzip=1                      gzip the body (Content-Encoding: gzip)
-              dropConnection=1            close without a response
+              dropConnection=1 dropTimes=N   close without a response (only the first N requests)
               headOnly=1                  send the head, never the body
               hold=GATE                   hold until the gate opens (test API only)
             On SIGINT or SIGTERM it stops and prints one line: requests received, body bytes sent (headers

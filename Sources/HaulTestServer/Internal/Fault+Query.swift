@@ -32,6 +32,7 @@ extension Fault {
         case "requireAuth": requiredAuthorization = value
         case "gzip": gzip = flag
         case "dropConnection": dropConnection = flag
+        case "dropTimes": dropTimes = Int(value)
         case "headOnly": headOnly = flag
         case "hold": holdGate = value
         default: break
@@ -63,6 +64,7 @@ extension Fault {
         result.requiredAuthorization = override.requiredAuthorization ?? requiredAuthorization
         result.gzip = override.gzip ?? gzip
         result.dropConnection = override.dropConnection ?? dropConnection
+        result.dropTimes = override.dropTimes ?? dropTimes
         result.headOnly = override.headOnly ?? headOnly
         result.holdGate = override.holdGate ?? holdGate
         return result

@@ -20,8 +20,12 @@ struct ResponsePlanner {
     private static let baseModified = 1_700_000_000
 
     func plan() -> ResponseAction {
-        if fault.dropConnection == true { return .drop }
         let path = String(target.path)
+        if fault.dropConnection == true,
+            fault.dropTimes.map({ server.state.nextDropOrdinal(path: path) <= $0 }) ?? true
+        {
+            return .drop
+        }
         if let expected = fault.requiredAuthorization, head.headers.first(name: "authorization") != expected {
             var headers = HTTPHeaders()
             headers.add(name: "WWW-Authenticate", value: "Basic realm=\"haul-test\"")

@@ -12,6 +12,7 @@ final class ServerState: Sendable {
         // Per-path counters: how many requests asked for the fault so far.
         var failCounters: [String: Int] = [:]
         var cutCounters: [String: Int] = [:]
+        var dropCounters: [String: Int] = [:]
         var versionCounters: [String: Int] = [:]
         var contentCache: [String: GeneratedContent] = [:]
     }
@@ -40,6 +41,7 @@ final class ServerState: Sendable {
             state.openGates = []
             state.failCounters = [:]
             state.cutCounters = [:]
+            state.dropCounters = [:]
             state.versionCounters = [:]
         }
     }
@@ -89,6 +91,18 @@ final class ServerState: Sendable {
             state.failCounters[path] = ordinal
             return ordinal
         }
+    }
+
+    func nextDropOrdinal(path: String) -> Int {
+        guarded.withLockedValue { state in
+            let ordinal = state.dropCounters[path, default: 0] + 1
+            state.dropCounters[path] = ordinal
+            return ordinal
+        }
+    }
+
+    func connectionAccepted() {
+        guarded.withLockedValue { $0.stats.connectionsAccepted += 1 }
     }
 
     func nextCutOrdinal(path: String) -> Int {

@@ -115,8 +115,12 @@ struct GetCommand: AsyncParsableCommand {
     @Flag(name: .customLong("no-journal"), help: "Remember nothing: a rerun starts over.")
     var noJournal = false
 
-    @Option(help: ArgumentHelp("How bytes move.", valueName: "urlsession|async-http-client"))
-    var transport: String = TransportChoice.asyncHTTPClient.rawValue
+    @Option(
+        help: ArgumentHelp(
+            "How bytes move: nio (Haul's own HTTP/1.1 client; https goes through async-http-client), "
+                + "async-http-client or urlsession.",
+            valueName: "nio|async-http-client|urlsession"))
+    var transport: String = TransportChoice.nio.rawValue
 
     func validate() throws {
         if maxConcurrent < 1 { throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)") }
@@ -133,7 +137,7 @@ struct GetCommand: AsyncParsableCommand {
             throw ValidationError("--on-conflict must be fail, skip, overwrite or rename, not '\(onConflict)'")
         }
         if TransportChoice(rawValue: transport) == nil {
-            throw ValidationError("--transport must be urlsession or async-http-client, not '\(transport)'")
+            throw ValidationError("--transport must be nio, async-http-client or urlsession, not '\(transport)'")
         }
         if json && quiet { throw ValidationError("--json and --quiet cannot be combined") }
         if journal != nil && noJournal { throw ValidationError("--journal and --no-journal cannot be combined") }
@@ -163,7 +167,7 @@ struct GetCommand: AsyncParsableCommand {
         settings.retries = retries
         settings.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
         settings.stallTimeout = .milliseconds(Int64(stallTimeout * 1000))
-        settings.transport = TransportChoice(rawValue: transport) ?? .asyncHTTPClient
+        settings.transport = TransportChoice(rawValue: transport) ?? .nio
         settings.output = json ? .json : .automatic
         settings.quiet = quiet
         settings.verbose = verbose

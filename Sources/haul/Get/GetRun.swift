@@ -3,6 +3,7 @@ import Synchronization
 import Foundation
 import Haul
 import HaulAsyncHTTPClient
+import HaulNIO
 import HaulOperations
 import Logging
 
@@ -14,6 +15,8 @@ import Darwin
 
 /// Which transport moves the bytes.
 enum TransportChoice: String, CaseIterable {
+    /// Haul's own HTTP/1.1 client (HaulNIO) for http, AsyncHTTPClient for https: the default.
+    case nio
     case asyncHTTPClient = "async-http-client"
     case urlSession = "urlsession"
 }
@@ -26,7 +29,7 @@ struct RunSettings {
     var retries = 3
     var connectTimeout: Duration = .seconds(10)
     var stallTimeout: Duration = .seconds(30)
-    var transport = TransportChoice.asyncHTTPClient
+    var transport = TransportChoice.nio
     var output = OutputMode.automatic
     var quiet = false
     var verbose = false
@@ -46,10 +49,10 @@ enum GetRun {
         let transport: any HTTPTransport
         let ownedTransport: AsyncHTTPClientTransport?
         switch settings.transport {
-        case .asyncHTTPClient:
+        case .nio, .asyncHTTPClient:
             let client = AsyncHTTPClientTransport(
                 maximumConnectionsPerHost: max(settings.maxConcurrent, 1), connectTimeout: settings.connectTimeout)
-            transport = client
+            transport = settings.transport == .nio ? NIOTransport(fallback: client) : client
             ownedTransport = client
         case .urlSession:
             transport = URLSessionTransport(maximumConnectionsPerHost: max(settings.maxConcurrent, 1))

@@ -241,7 +241,7 @@ struct DownloaderTests {
             let url = server.url(path: "/bytes/zipped", query: ["size": "5000", "gzip": "1"])
             let request = DownloadRequest(url: url, destination: .directory(dir.url))
             switch kind {
-            case .asyncHTTPClient:
+            case .asyncHTTPClient, .nio:
                 let result = try await downloader.download(request)
                 let bytes = try #require(contentsOf(result.fileURL))
                 #expect(bytes.prefix(2) == [0x1f, 0x8b])

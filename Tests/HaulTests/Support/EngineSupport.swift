@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulAsyncHTTPClient
+import HaulNIO
 import HaulOperations
 import HaulTestServer
 import HaulTestSupport
@@ -10,6 +11,7 @@ import Testing
 enum TransportKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case asyncHTTPClient
     case urlSession
+    case nio
 
     var testDescription: String { rawValue }
 
@@ -17,6 +19,7 @@ enum TransportKind: String, CaseIterable, Sendable, CustomTestStringConvertible 
         switch self {
         case .asyncHTTPClient: AsyncHTTPClientTransport.shared
         case .urlSession: URLSessionTransport()
+        case .nio: NIOTransport()
         }
     }
 }

@@ -1,0 +1,220 @@
+import HTTPTypes
+import Haul
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+
+/// A connection and the handler that routes its responses.
+struct Connection: Sendable {
+    let channel: any Channel
+    let handler: ExchangeHandler
+}
+
+/// One request and its response on one connection: filled by the handler on the event loop, read by the
+/// engine's task. Everything mutable is under `lock`; continuations are resumed outside it.
+final class Exchange: @unchecked Sendable {
+    let connection: Connection
+    private let endpoint: Endpoint
+    private weak var transport: NIOTransport?
+
+    private let lock = NIOLock()
+    private var headWaiter: CheckedContinuation<HTTPResponseHead, any Error>?
+    private var pendingHead: HTTPResponseHead?
+    private var headDelivered = false
+    private var chunks = CircularBuffer<ByteBuffer>()
+    private var buffered = 0
+    /// The handler stopped reading from the socket because too much is buffered.
+    private var readingPaused = false
+    private var ended = false
+    private var failure: (any Error)?
+    private var bodyWaiter: CheckedContinuation<ByteBuffer?, any Error>?
+    /// Set when nobody will read the rest (the body was abandoned or the task cancelled).
+    private var abandoned = false
+    /// Whether any byte of the response arrived (a reused connection that closed before one did is retried).
+    private var sawBytes = false
+
+    /// Reading from the socket pauses above this many buffered body bytes and resumes below half of it.
+    static let highWater = 1 << 20
+
+    init(connection: Connection, transport: NIOTransport, endpoint: Endpoint) {
+        self.connection = connection
+        self.transport = transport
+        self.endpoint = endpoint
+    }
+
+    /// Sends the request and waits for the response head.
+    func start(_ head: HTTPRequestHead) async throws -> HTTPResponseHead {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                // A task cancelled before it got here has already run `onCancel`: nothing would resume a waiter
+                // stored now, so the failure is reported at once.
+                let earlier = lock.withLock { () -> (any Error)? in
+                    if let failure { return failure }
+                    headWaiter = continuation
+                    return nil
+                }
+                if let earlier {
+                    continuation.resume(throwing: earlier)
+                    return
+                }
+                let handler = connection.handler
+                connection.channel.eventLoop.execute { handler.begin(self, head) }
+            }
+        } onCancel: {
+            fail(CancellationError(), abandon: true)
+        }
+    }
+
+    /// The body as the engine iterates it. When the iteration (or the response itself) is dropped before the
+    /// end, the connection is closed: its unread rest would otherwise arrive as the next response.
+    func body() -> ResponseBody {
+        let lease = Lease(self)
+        return ResponseBody {
+            { try await lease.exchange.next(lease) }
+        }
+    }
+
+    private func next(_ lease: Lease) async throws -> (any ByteChunk)? {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
+                enum Now { case chunk(ByteBuffer, resumeReading: Bool), end, error(any Error), wait }
+                let now = lock.withLock { () -> Now in
+                    if let chunk = chunks.popFirst() {
+                        buffered -= chunk.readableBytes
+                        let resume = readingPaused && buffered <= Self.highWater / 2
+                        if resume { readingPaused = false }
+                        return .chunk(chunk, resumeReading: resume)
+                    }
+                    if let failure { return .error(failure) }
+                    if ended { return .end }
+                    bodyWaiter = continuation
+                    return .wait
+                }
+                switch now {
+                case .chunk(let chunk, let resumeReading):
+                    if resumeReading { connection.handler.resumeReading(on: connection.channel) }
+                    continuation.resume(returning: chunk)
+                case .end: continuation.resume(returning: nil)
+                case .error(let error): continuation.resume(throwing: error)
+                case .wait: break
+                }
+            }
+        } onCancel: {
+            fail(CancellationError(), abandon: true)
+        }
+        .map(BufferChunk.init)
+    }
+
+    // MARK: Called by the handler, on the event loop
+
+    func received() {
+        lock.withLock { sawBytes = true }
+    }
+
+    func receive(head: HTTPResponseHead) {
+        lock.withLock { pendingHead = head }
+    }
+
+    /// Hands the head over once the read that brought it is parsed: for a small response, the body and its end
+    /// are in by then, and the engine reads them without waiting again.
+    func readComplete() {
+        let (waiter, head) = lock.withLock {
+            () -> (CheckedContinuation<HTTPResponseHead, any Error>?, HTTPResponseHead?) in
+            guard let head = pendingHead, !headDelivered else { return (nil, nil) }
+            headDelivered = true
+            pendingHead = nil
+            defer { headWaiter = nil }
+            return (headWaiter, head)
+        }
+        if let waiter, let head { waiter.resume(returning: head) }
+    }
+
+    /// Stores or hands over a body chunk; returns whether reading should pause.
+    func receive(body: ByteBuffer) -> Bool {
+        let (waiter, pause) = lock.withLock { () -> (CheckedContinuation<ByteBuffer?, any Error>?, Bool) in
+            if let waiter = bodyWaiter {
+                bodyWaiter = nil
+                return (waiter, false)
+            }
+            if !abandoned {
+                chunks.append(body)
+                buffered += body.readableBytes
+            }
+            if buffered > Self.highWater { readingPaused = true }
+            return (nil, readingPaused)
+        }
+        waiter?.resume(returning: body)
+        return pause
+    }
+
+    /// The response ended: the connection goes back to the pool if it may be reused and nobody abandoned it.
+    func receiveEnd(keepAlive: Bool) {
+        let (waiter, reusable) = lock.withLock { () -> (CheckedContinuation<ByteBuffer?, any Error>?, Bool) in
+            ended = true
+            defer { bodyWaiter = nil }
+            return (bodyWaiter, keepAlive && !abandoned && failure == nil)
+        }
+        // Back in the pool before the reader learns of the end: a caller that downloads one file after another
+        // then finds it there for the next request instead of opening another connection.
+        if reusable, let transport {
+            transport.release(connection, to: endpoint)
+        } else {
+            connection.channel.close(promise: nil)
+        }
+        readComplete()
+        waiter?.resume(returning: nil)
+    }
+
+    /// Fails whatever waits (the head or the next chunk) and closes the connection, unless the response has
+    /// already ended.
+    func fail(_ error: any Error, abandon: Bool = false) {
+        let (headWaiter, bodyWaiter, close) = lock.withLock {
+            () -> (
+                CheckedContinuation<HTTPResponseHead, any Error>?, CheckedContinuation<ByteBuffer?, any Error>?, Bool
+            )
+            in
+            if abandon { abandoned = true }
+            guard !ended, failure == nil else { return (nil, nil, false) }
+            // Before any byte of a response, every connection failure reads the same (and a reused connection is
+            // then retried); once the head is in, a close is a cut body.
+            let reported: any Error =
+                if error is CancellationError {
+                    error
+                } else if !sawBytes {
+                    NIOTransportError.closedBeforeResponse
+                } else if let closed = error as? NIOTransportError, closed == .closedBeforeResponse {
+                    NIOTransportError.closedDuringBody
+                } else {
+                    error
+                }
+            failure = reported
+            defer {
+                self.headWaiter = nil
+                self.bodyWaiter = nil
+            }
+            return (self.headWaiter, self.bodyWaiter, true)
+        }
+        let reported = lock.withLock { failure } ?? error
+        headWaiter?.resume(throwing: reported)
+        bodyWaiter?.resume(throwing: reported)
+        if close { connection.channel.close(promise: nil) }
+    }
+
+    /// Lets the exchange notice that nobody reads the body any more.
+    final class Lease: Sendable {
+        let exchange: Exchange
+        init(_ exchange: Exchange) { self.exchange = exchange }
+        deinit { exchange.fail(CancellationError(), abandon: true) }
+    }
+}
+
+/// A body chunk as NIO delivers it, read in place.
+struct BufferChunk: ByteChunk {
+    let buffer: ByteBuffer
+
+    var count: Int { buffer.readableBytes }
+
+    func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        try buffer.withUnsafeReadableBytes(body)
+    }
+}

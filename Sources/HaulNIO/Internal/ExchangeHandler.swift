@@ -1,0 +1,92 @@
+import NIOCore
+import NIOHTTP1
+
+/// Routes a connection's response parts to its current exchange. Touched only on the channel's event loop.
+final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundIn = HTTPClientRequestPart
+    typealias OutboundOut = HTTPClientRequestPart
+
+    private var exchange: Exchange?
+    private var context: ChannelHandlerContext?
+    /// A read the pipeline asked for while the exchange had too much buffered; issued when it drains.
+    private var heldRead = false
+    private var paused = false
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+
+    /// Starts `exchange` on this connection: writes its request.
+    func begin(_ exchange: Exchange, _ head: HTTPRequestHead) {
+        guard let context, context.channel.isActive else {
+            exchange.fail(NIOTransportError.closedBeforeResponse)
+            return
+        }
+        self.exchange = exchange
+        paused = false
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenFailure { [weak exchange] error in
+            exchange?.fail(error)
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard let exchange else { return }
+        exchange.received()
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            // 1xx heads (100 Continue, 103 Early Hints) come before the real one.
+            if head.status.code >= 200 || head.status.code == 101 { exchange.receive(head: head) }
+            keepAlive = head.isKeepAlive
+        case .body(let buffer):
+            if exchange.receive(body: buffer) { paused = true }
+        case .end:
+            self.exchange = nil
+            paused = false
+            exchange.receiveEnd(keepAlive: keepAlive)
+        }
+    }
+
+    private var keepAlive = true
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        exchange?.readComplete()
+        context.fireChannelReadComplete()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if paused {
+            heldRead = true
+        } else {
+            context.read()
+        }
+    }
+
+    /// Called from the reading task once the exchange has drained: issues the read held back.
+    func resumeReading(on channel: any Channel) {
+        channel.eventLoop.execute { [self] in
+            paused = false
+            if heldRead, let context {
+                heldRead = false
+                context.read()
+            }
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        exchange?.fail(error)
+        exchange = nil
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        exchange?.fail(NIOTransportError.closedBeforeResponse)
+        exchange = nil
+        context.fireChannelInactive()
+    }
+}

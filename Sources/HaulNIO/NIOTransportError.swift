@@ -1,0 +1,40 @@
+/// Why a ``NIOTransport`` request failed.
+///
+/// A struct over a private code, so that kinds can be added without breaking callers; compare with the static
+/// members (`error == .closedDuringBody`). The engine treats every one of them as a transport error: retried
+/// when it may be transient (a closed connection), reported otherwise.
+public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
+    private enum Code: Hashable {
+        case unsupportedScheme, invalidAuthority, closedBeforeResponse, closedDuringBody
+    }
+
+    private let code: Code
+    /// The scheme or authority the error is about; empty for the others.
+    public let detail: String
+
+    private init(_ code: Code, _ detail: String = "") {
+        self.code = code
+        self.detail = detail
+    }
+
+    /// The URL's scheme is not `http` and no fallback transport was given.
+    public static func unsupportedScheme(_ scheme: String) -> Self { Self(.unsupportedScheme, scheme) }
+    /// The request's authority has no host, or a port that is not a number from 1 to 65535.
+    public static func invalidAuthority(_ authority: String) -> Self { Self(.invalidAuthority, authority) }
+    /// The server closed the connection before a response head arrived.
+    public static let closedBeforeResponse = Self(.closedBeforeResponse)
+    /// The server closed the connection before the body ended.
+    public static let closedDuringBody = Self(.closedDuringBody)
+
+    /// A sentence naming what went wrong and what to do.
+    public var description: String {
+        switch code {
+        case .unsupportedScheme:
+            "scheme '\(detail)' is not plain http and no fallback transport was given "
+                + "(pass one, e.g. an AsyncHTTPClientTransport, to NIOTransport(fallback:))"
+        case .invalidAuthority: "invalid host or port in '\(detail)'"
+        case .closedBeforeResponse: "the server closed the connection before sending a response"
+        case .closedDuringBody: "the server closed the connection before the body ended"
+        }
+    }
+}

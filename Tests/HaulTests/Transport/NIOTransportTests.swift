@@ -1,0 +1,146 @@
+import Foundation
+import HTTPTypes
+import HTTPTypesFoundation
+import Haul
+import HaulNIO
+import HaulOperations
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// What NIOTransport does beyond the engine tests every transport runs (TransportKind): connection reuse,
+/// stale connections, back-pressure, schemes it leaves to its fallback.
+@Suite("NIOTransport", .timeLimit(.minutes(1)))
+struct NIOTransportTests {
+    @Test("keeps connections alive: 20 downloads one after another use one connection")
+    func keepAlive() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let downloader = Downloader(transport: NIOTransport(), configuration: testConfiguration())
+            for index in 0..<20 {
+                let url = server.url(path: "/bytes/f\(index)", query: ["size": "\(1000 + index)"])
+                _ = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+            }
+            #expect(server.stats.requestCount == 20)
+            #expect(server.stats.connectionsAccepted == 1)
+            #expect(contentsOf(dir.file("f7")) == TestServer.expectedBytes(name: "f7", size: 1007))
+        }
+    }
+
+    @Test("a kept-alive connection the server closed without answering is replaced, with no error and no retry")
+    func staleConnection() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let events = EventLog()
+            let downloader = Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0))
+            _ = try await downloader.download(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/first", query: ["size": "10"]), destination: .directory(dir.url)))
+            // The first request on the pooled connection is dropped, as a server that timed the connection out
+            // would; the transport sends it again on a new connection.
+            let dropped = server.url(
+                path: "/bytes/second", query: ["size": "10", "dropConnection": "1", "dropTimes": "1"])
+            let result = try await downloader.download(
+                DownloadRequest(url: dropped, destination: .directory(dir.url)), onEvent: events.record)
+            #expect(result.attempts == 1 && events.retries == 0)
+            #expect(server.stats.requests(toPath: "/bytes/second") == 2)
+            #expect(server.stats.connectionsAccepted == 2)
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "second", size: 10))
+        }
+    }
+
+    @Test("a body nobody reads is not read from the socket beyond a bound; read later, it arrives whole")
+    func backPressure() async throws {
+        try await TestServer.withRunning { server in
+            let size = 32 << 20
+            let transport = NIOTransport()
+            let url = server.url(path: "/bytes/big", query: ["size": "\(size)"])
+            let response = try await transport.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(5))
+            #expect(response.head.status.code == 200)
+            try await eventually("the server sent the first megabyte") { server.stats.bodyBytesSent >= 1 << 20 }
+            // Unbounded reading would take all 32 MiB into memory within milliseconds on loopback.
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(server.stats.bodyBytesSent < 8 << 20)
+            var received = 0
+            var matches = true
+            let expected = TestServer.expectedBytes(name: "big", size: size)
+            for try await chunk in response.body {
+                chunk.withUnsafeBytes { bytes in
+                    if !bytes.elementsEqual(expected[received..<received + bytes.count]) { matches = false }
+                }
+                received += chunk.count
+            }
+            #expect(received == size)
+            #expect(matches)
+        }
+    }
+
+    @Test("a task cancelled before its request is written fails with CancellationError instead of waiting forever")
+    func cancelledBeforeSend() async throws {
+        try await TestServer.withRunning { server in
+            let transport = NIOTransport()
+            let url = server.url(path: "/bytes/never", query: ["size": "10"])
+            let task = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                return try await transport.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(5))
+            }
+            await #expect(throws: CancellationError.self) { try await task.value }
+            #expect(server.stats.requests(toPath: "/bytes/never") == 0)
+        }
+    }
+
+    @Test(
+        "an authority without a host or with a bad port is an error naming it, before any connection",
+        arguments: ["", ":80", "host:0", "host:65536", "host:http", "[::1", "[::1]x", "user@:8080"])
+    func invalidAuthority(authority: String) async throws {
+        let request = HTTPRequest(method: .get, scheme: "http", authority: authority, path: "/file")
+        let error = try await #require(throws: NIOTransportError.self) {
+            _ = try await NIOTransport().send(request, connectTimeout: .seconds(1))
+        }
+        #expect(error == .invalidAuthority(authority))
+        #expect("\(error)".contains("'\(authority)'"))
+    }
+
+    @Test("user info in the authority is never sent, not even in Host")
+    func validAuthorities() async throws {
+        try await TestServer.withRunning { server in
+            for authority in ["127.0.0.1:\(server.port)", "user:secret@127.0.0.1:\(server.port)"] {
+                let request = HTTPRequest(
+                    method: .get, scheme: "http", authority: authority, path: "/bytes/a?size=3")
+                let response = try await NIOTransport().send(request, connectTimeout: .seconds(5))
+                #expect(response.head.status.code == 200, "\(authority)")
+            }
+            let hosts = server.stats.requests.map(\.host)
+            #expect(hosts == ["127.0.0.1:\(server.port)", "127.0.0.1:\(server.port)"])
+        }
+    }
+
+    @Test("https goes to the fallback transport; without one it fails with a clear error")
+    func fallback() async throws {
+        let url = try #require(URL(string: "https://example.invalid/file"))
+        let alone = NIOTransport()
+        let error = try await #require(throws: NIOTransportError.self) {
+            _ = try await alone.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(1))
+        }
+        #expect(error == .unsupportedScheme("https"))
+        #expect("\(error)".contains("https"))
+
+        let recorder = RecordingTransport()
+        let routed = NIOTransport(fallback: recorder)
+        let response = try await routed.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(1))
+        #expect(response.head.status.code == 204)
+        #expect(recorder.authorities == ["example.invalid"])
+    }
+}
+
+/// A transport that answers 204 to everything and records where requests went: it stands in for the fallback
+/// (AsyncHTTPClient) to show which requests NIOTransport hands over, not for HTTP.
+final class RecordingTransport: HTTPTransport {
+    private let seen = Locked<[String]>([])
+    var authorities: [String] { seen.withLock { $0 } }
+
+    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+        seen.withLock { $0.append(request.authority ?? "") }
+        return TransportResponse(head: HTTPResponse(status: .noContent), body: .empty)
+    }
+}
