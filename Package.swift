@@ -157,6 +157,8 @@ let package = Package(
                 "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulTestServer", "HaulTestSupport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         // Helpers the test targets share (scratch directories, bounded polling).

@@ -42,7 +42,10 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     }
 
     deinit {
-        if ownsClient { try? client.syncShutdown() }
+        // Not syncShutdown: the last reference may go on one of NIO's event loop threads (where Swift concurrency
+        // itself runs in `haul`), and blocking there is a precondition failure. An already shut-down client
+        // answers with an error, which is of no interest here.
+        if ownsClient { client.shutdown { _ in } }
     }
 
     /// Shuts the client down (only a client this transport created).
