@@ -1,0 +1,324 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// One change to the journal, as the intent log holds it until it is folded into the database.
+enum JournalOperation: Equatable {
+    case upsert(WriteStatements.Row)
+    case remove(url: String, destination: String)
+}
+
+/// An append-only file of journal changes beside the database (`journal.sqlite-log.<pid>.<n>`), one per open
+/// journal: a change costs one `write(2)` instead of an SQLite transaction (BEGIN, a page or more into the WAL,
+/// COMMIT, and four `fcntl` locks, ~35 µs here), and a batch of them is folded into the database at once.
+///
+/// A change is in the page cache when ``append(_:)`` returns, so it survives the process being killed at any
+/// instant, as the WAL did with `synchronous = OFF`; with `syncEachAppend` it is also on disk.
+///
+/// Ownership: the journal that creates a log holds an exclusive `flock` on it for as long as it is open. A log
+/// nobody holds belongs to a process that died: the next journal to open replays it into the database and deletes
+/// it. A log that is held belongs to a live journal (another process, or another instance in this one): its
+/// changes are read, never folded or deleted.
+///
+/// Frames: payload length (4 bytes), FNV-1a 64 checksum of the payload (8 bytes), payload. Reading stops at the
+/// first frame that is incomplete or does not match its checksum: what a write cut short by a power loss leaves.
+final class IntentLog: @unchecked Sendable {  // the descriptor is set once; appends are serialized by the journal
+    /// The log's path.
+    let path: String
+    private let descriptor: Int32
+    private let syncEachAppend: Bool
+
+    /// Creates this journal's own log beside `databasePath` and takes its lock.
+    init(databasePath: String, syncEachAppend: Bool) throws {
+        self.syncEachAppend = syncEachAppend
+        // Created and locked under a name no other journal looks at, then renamed: another journal opening at the
+        // same moment must never find it unlocked and take it for a dead one.
+        let unique = "\(getpid()).\(UInt64.random(in: 0...UInt64.max))"
+        let hidden = "\(databasePath)-newlog.\(unique)"
+        let final = "\(databasePath)-log.\(unique)"
+        let descriptor = open(hidden, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw Self.error("cannot create the journal's log '\(hidden)'") }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, rename(hidden, final) == 0 else {
+            let error = Self.error("cannot lock the journal's log '\(hidden)'")
+            close(descriptor)
+            unlink(hidden)
+            throw error
+        }
+        self.descriptor = descriptor
+        path = final
+    }
+
+    deinit {
+        close(descriptor)
+    }
+
+    /// The frames of `operations`, stamped with the time now, for ``append(_:)`` (encoded before taking the
+    /// journal's lock). The stamp orders the changes of several logs (open journals) among themselves.
+    static func encode(_ operations: [JournalOperation], time: Int64) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(operations.count * 256)
+        for operation in operations { frame(operation, time: time, into: &bytes) }
+        return bytes
+    }
+
+    /// Appends encoded frames with one write.
+    func append(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { buffer in
+            guard let start = buffer.baseAddress else { return }
+            var offset = 0
+            while offset < buffer.count {
+                let written = write(descriptor, start + offset, buffer.count - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw Self.error("cannot append to the journal's log '\(path)'")
+                }
+                offset += written
+            }
+        }
+        if syncEachAppend, fsync(descriptor) != 0 { throw Self.error("cannot sync the journal's log '\(path)'") }
+    }
+
+    /// Empties the log: everything in it is in the database.
+    func truncate() throws {
+        guard ftruncate(descriptor, 0) == 0 else { throw Self.error("cannot empty the journal's log '\(path)'") }
+    }
+
+    /// Deletes the log (the journal is closing, with everything folded).
+    func remove() {
+        unlink(path)
+    }
+
+    // MARK: Other journals' logs
+
+    /// The logs of other journals on `databasePath`: with `takingDead`, the dead ones apart (their paths, and
+    /// their changes in time order, for the caller to replay and delete while it holds their `descriptors`,
+    /// locked); the changes of the others in time order.
+    static func others(
+        of databasePath: String, takingDead: Bool
+    ) -> (dead: (paths: [String], descriptors: [Int32], operations: [JournalOperation]), live: [JournalOperation]) {
+        let directory = (databasePath as NSString).deletingLastPathComponent
+        let prefix = (databasePath as NSString).lastPathComponent + "-log."
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        let names = entries.filter { $0.hasPrefix(prefix) }
+        if takingDead {
+            // A log whose journal was killed between creating and naming it: empty, and nobody's.
+            let unnamed = (databasePath as NSString).lastPathComponent + "-newlog."
+            for name in entries where name.hasPrefix(unnamed) {
+                let path = (directory as NSString).appendingPathComponent(name)
+                let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+                guard descriptor >= 0 else { continue }
+                if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
+                close(descriptor)
+            }
+        }
+        var dead: (paths: [String], descriptors: [Int32], operations: [Timed]) = ([], [], [])
+        var live: [Timed] = []
+        for name in names {
+            let path = (directory as NSString).appendingPathComponent(name)
+            let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            guard descriptor >= 0 else { continue }  // deleted meanwhile by its owner
+            if takingDead, flock(descriptor, LOCK_EX | LOCK_NB) == 0 {
+                dead.paths.append(path)
+                dead.descriptors.append(descriptor)
+                dead.operations += read(descriptor)
+            } else {
+                live += read(descriptor)
+                close(descriptor)
+            }
+        }
+        return ((dead.paths, dead.descriptors, inOrder(dead.operations)), inOrder(live))
+    }
+
+    /// The wall clock in nanoseconds since 1970: when a change is written (several processes share the clock).
+    static func now() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+
+    /// A change and when it was written.
+    typealias Timed = (time: Int64, operation: JournalOperation)
+
+    /// The changes of several logs by time (the order within one log kept), so that the later change to a key
+    /// wins.
+    private static func inOrder(_ changes: [Timed]) -> [JournalOperation] {
+        changes.enumerated().sorted { ($0.element.time, $0.offset) < ($1.element.time, $1.offset) }.map(
+            \.element.operation)
+    }
+
+    /// Every complete, intact change in the file behind `descriptor`, from its start.
+    static func read(_ descriptor: Int32) -> [Timed] {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        var offset: off_t = 0
+        while true {
+            let count = chunk.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, offset) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            bytes += chunk[..<count]
+            offset += off_t(count)
+        }
+        return parse(bytes)
+    }
+
+    // MARK: Frames
+
+    static func parse(_ bytes: [UInt8]) -> [Timed] {
+        var operations: [Timed] = []
+        var offset = 0
+        while bytes.count - offset >= 12 {
+            var reader = Reader(bytes: bytes, offset: offset)
+            let length = Int(reader.uint32())
+            let checksum = reader.uint64()
+            let start = reader.offset
+            guard length <= bytes.count - start, fnv1a(bytes[start..<start + length]) == checksum,
+                let time = reader.number(), let operation = reader.operation(), reader.offset == start + length
+            else { break }
+            if case .upsert(var row) = operation {
+                row.changedAt = time
+                operations.append((time, .upsert(row)))
+            } else {
+                operations.append((time, operation))
+            }
+            offset = start + length
+        }
+        return operations
+    }
+
+    static func frame(_ operation: JournalOperation, time: Int64, into bytes: inout [UInt8]) {
+        var payload: [UInt8] = []
+        payload.reserveCapacity(256)
+        put(time, into: &payload)
+        switch operation {
+        case .upsert(let row):
+            payload.append(1)
+            for text in [row.url, row.destination, row.path, row.state] { put(text, into: &payload) }
+            for text in [row.validator, row.sha256, row.request, row.failure] { put(text, into: &payload) }
+            put(row.sequence, into: &payload)
+            for number in [row.totalBytes, row.size, row.modifiedNanoseconds, row.inode] { put(number, into: &payload) }
+        case .remove(let url, let destination):
+            payload.append(2)
+            put(url, into: &payload)
+            put(destination, into: &payload)
+        }
+        put(UInt32(payload.count), into: &bytes)
+        put(fnv1a(payload[...]), into: &bytes)
+        bytes += payload
+    }
+
+    private static func put(_ text: String?, into bytes: inout [UInt8]) {
+        guard let text else { return put(UInt32.max, into: &bytes) }
+        put(UInt32(text.utf8.count), into: &bytes)
+        bytes += text.utf8
+    }
+
+    private static func put(_ number: Int64?, into bytes: inout [UInt8]) {
+        guard let number else { return bytes.append(0) }
+        bytes.append(1)
+        put(UInt64(bitPattern: number), into: &bytes)
+    }
+
+    private static func put<Integer: FixedWidthInteger & UnsignedInteger>(_ value: Integer, into bytes: inout [UInt8]) {
+        withUnsafeBytes(of: value.littleEndian) { bytes += $0 }
+    }
+
+    private static func fnv1a(_ bytes: ArraySlice<UInt8>) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return hash
+    }
+
+    private static func error(_ message: String) -> NSError {
+        let reason = String(cString: strerror(errno))
+        return NSError(
+            domain: NSPOSIXErrorDomain, code: Int(errno),
+            userInfo: [NSLocalizedDescriptionKey: "\(message): \(reason)"])
+    }
+
+    /// Reads a payload; every accessor returns `nil` (or 0) past the end, which `parse` then rejects.
+    private struct Reader {
+        let bytes: [UInt8]
+        var offset: Int
+        private var failed = false
+
+        init(bytes: [UInt8], offset: Int) {
+            self.bytes = bytes
+            self.offset = offset
+        }
+
+        mutating func operation() -> JournalOperation? {
+            guard offset < bytes.count else { return nil }
+            let kind = bytes[offset]
+            offset += 1
+            switch kind {
+            case 1:
+                guard let url = text(), let destination = text(), let path = text(), let state = text() else {
+                    return nil
+                }
+                let (validator, sha256, request, failure) = (text(), text(), text(), text())
+                guard let sequence = number() else { return nil }
+                let (totalBytes, size, modified, inode) = (number(), number(), number(), number())
+                guard !failed else { return nil }
+                return .upsert(
+                    WriteStatements.Row(
+                        url: url, destination: destination, path: path, state: state, sequence: sequence,
+                        validator: validator, totalBytes: totalBytes, size: size, sha256: sha256,
+                        modifiedNanoseconds: modified, inode: inode, request: request, failure: failure))
+            case 2:
+                guard let url = text(), let destination = text(), !failed else { return nil }
+                return .remove(url: url, destination: destination)
+            default:
+                return nil
+            }
+        }
+
+        mutating func uint32() -> UInt32 {
+            guard bytes.count - offset >= 4 else {
+                failed = true
+                return 0
+            }
+            defer { offset += 4 }
+            return (0..<4).reduce(0) { $0 | UInt32(bytes[offset + $1]) << (8 * $1) }
+        }
+
+        mutating func uint64() -> UInt64 {
+            guard bytes.count - offset >= 8 else {
+                failed = true
+                return 0
+            }
+            defer { offset += 8 }
+            return (0..<8).reduce(0) { $0 | UInt64(bytes[offset + $1]) << (8 * $1) }
+        }
+
+        /// A string, or `nil` for an absent one (and on failure, which `failed` records).
+        mutating func text() -> String? {
+            let length = uint32()
+            guard !failed, length != UInt32.max else { return nil }
+            guard bytes.count - offset >= Int(length) else {
+                failed = true
+                return nil
+            }
+            defer { offset += Int(length) }
+            return String(decoding: bytes[offset..<offset + Int(length)], as: UTF8.self)
+        }
+
+        mutating func number() -> Int64? {
+            guard offset < bytes.count else {
+                failed = true
+                return nil
+            }
+            let present = bytes[offset]
+            offset += 1
+            guard present == 1 else { return nil }
+            let value = uint64()
+            return failed ? nil : Int64(bitPattern: value)
+        }
+    }
+}

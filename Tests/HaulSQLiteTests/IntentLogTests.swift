@@ -1,0 +1,92 @@
+import Foundation
+import GRDB
+import Haul
+import HaulSQLite
+import HaulTestSupport
+import Testing
+
+/// The journal's write path: one append to a log per change, folded into the database in batches, at close, or by
+/// the next journal after a kill.
+@Suite("SQLite journal's log", .timeLimit(.minutes(1)))
+struct IntentLogTests {
+    func record(_ index: Int, _ state: JournalRecord.State = .requested) -> JournalRecord {
+        JournalRecord(key: JournalKey(url: "http://h/\(index)", destination: "/d/"), path: "/d/\(index)", state: state)
+    }
+
+    /// Rows in the database file itself, read past any journal.
+    func rowsInDatabase(_ path: String) throws -> Int {
+        try DatabaseQueue(path: path).read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM record") ?? 0 }
+    }
+
+    func logs(in directory: URL) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).filter { $0.contains("-log.") }
+    }
+
+    @Test("a killed journal's log is folded by the next one: every change in order, a torn last frame ignored")
+    func killedJournalIsReplayed() throws {
+        let live = try TemporaryDirectory()
+        let journal = try SQLiteJournal(path: live.file("j.sqlite").path)
+        for index in 0..<300 { journal.store(record(index)) }
+        journal.store((0..<20).map { record($0, .verified(size: Int64($0), sha256: "ab")) })
+        journal.remove((20..<30).map { record($0).key })
+        let expected =
+            (0..<20).map { record($0, .verified(size: Int64($0), sha256: "ab")) } + (30..<300).map { record($0) }
+
+        // What a kill leaves: the files as they are now, with nobody holding the log.
+        let killed = try TemporaryDirectory()
+        let names = try FileManager.default.contentsOfDirectory(atPath: live.path).filter { $0.hasPrefix("j.sqlite") }
+        for name in names { try FileManager.default.copyItem(at: live.file(name), to: killed.file(name)) }
+        let log = try #require(logs(in: killed.url).first)
+        #expect(try rowsInDatabase(killed.file("j.sqlite").path) == 0)  // everything is still in the log
+        // A frame cut short, as a power loss in the middle of an append would leave it.
+        let handle = try FileHandle(forWritingTo: killed.file(log))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data([0x40, 0, 0, 0, 1, 2, 3, 4, 5]))
+        try handle.close()
+
+        let reopened = try SQLiteJournal(path: killed.file("j.sqlite").path)
+        #expect(reopened.allRecords() == expected)
+        #expect(try rowsInDatabase(killed.file("j.sqlite").path) == expected.count)
+        #expect(!logs(in: killed.url).contains(log))
+        #expect(journal.allRecords() == expected)  // the live one is untouched
+    }
+
+    @Test("changes reach the database every 4,096 and when the journal closes, which deletes its log")
+    func foldsInBatchesAndAtClose() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        do {
+            let journal = try SQLiteJournal(path: path)
+            for index in 0..<(SQLiteJournal.foldThreshold - 1) { journal.store(record(index)) }
+            #expect(try rowsInDatabase(path) == 0)
+            journal.store(record(SQLiteJournal.foldThreshold - 1))
+            #expect(try rowsInDatabase(path) == SQLiteJournal.foldThreshold)
+            let log = try #require(logs(in: dir.url).first)
+            #expect(try FileManager.default.attributesOfItem(atPath: dir.file(log).path)[.size] as? Int == 0)
+            journal.store(record(-1))
+            #expect(try rowsInDatabase(path) == SQLiteJournal.foldThreshold)
+        }
+        #expect(try rowsInDatabase(path) == SQLiteJournal.foldThreshold + 1)
+        #expect(logs(in: dir.url).isEmpty)
+        #expect(try SQLiteJournal(path: path).allRecords().last == record(-1))
+    }
+
+    @Test("a journal opened while another is open sees its changes; a later change in either wins")
+    func twoOpenJournals() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        let first = try SQLiteJournal(path: path)
+        first.store(record(1))
+        first.store(record(2))
+        let second = try SQLiteJournal(path: path)
+        #expect(second.allRecords() == [record(1), record(2)])
+        second.store(record(1, .failed(message: "404")))
+        do { _ = try SQLiteJournal(path: path) }  // opened and closed: folds nothing of the others
+        first.store(record(2, .verified(size: 1, sha256: "ab")))
+        #expect(
+            try SQLiteJournal(path: path).allRecords() == [
+                record(1, .failed(message: "404")), record(2, .verified(size: 1, sha256: "ab")),
+            ])
+        #expect(logs(in: dir.url).count == 2)
+    }
+}
