@@ -82,12 +82,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         if syncEachAppend, fsync(descriptor) != 0 { throw Self.error("cannot sync the journal's log '\(path)'") }
     }
 
-    /// Empties the log: everything in it is in the database.
-    func truncate() throws {
-        guard ftruncate(descriptor, 0) == 0 else { throw Self.error("cannot empty the journal's log '\(path)'") }
-    }
-
-    /// Deletes the log (the journal is closing, with everything folded).
+    /// Deletes the log (everything in it is in the database).
     func remove() {
         unlink(path)
     }
@@ -189,25 +184,38 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         return operations
     }
 
+    /// Appends the frame of `operation` to `bytes`: the payload is written in place and its length and checksum
+    /// filled in before it (no payload array, no temporary arrays of fields: this runs once per download).
     static func frame(_ operation: JournalOperation, time: Int64, into bytes: inout [UInt8]) {
-        var payload: [UInt8] = []
-        payload.reserveCapacity(256)
-        put(time, into: &payload)
+        let header = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: 12))
+        let start = bytes.count
+        put(time, into: &bytes)
         switch operation {
         case .upsert(let row):
-            payload.append(1)
-            for text in [row.url, row.destination, row.path, row.state] { put(text, into: &payload) }
-            for text in [row.validator, row.sha256, row.request, row.failure] { put(text, into: &payload) }
-            put(row.sequence, into: &payload)
-            for number in [row.totalBytes, row.size, row.modifiedNanoseconds, row.inode] { put(number, into: &payload) }
+            bytes.append(1)
+            put(row.url, into: &bytes)
+            put(row.destination, into: &bytes)
+            put(row.path, into: &bytes)
+            put(row.state, into: &bytes)
+            put(row.validator, into: &bytes)
+            put(row.sha256, into: &bytes)
+            put(row.request, into: &bytes)
+            put(row.failure, into: &bytes)
+            put(row.sequence, into: &bytes)
+            put(row.totalBytes, into: &bytes)
+            put(row.size, into: &bytes)
+            put(row.modifiedNanoseconds, into: &bytes)
+            put(row.inode, into: &bytes)
         case .remove(let url, let destination):
-            payload.append(2)
-            put(url, into: &payload)
-            put(destination, into: &payload)
+            bytes.append(2)
+            put(url, into: &bytes)
+            put(destination, into: &bytes)
         }
-        put(UInt32(payload.count), into: &bytes)
-        put(fnv1a(payload[...]), into: &bytes)
-        bytes += payload
+        let length = UInt32(bytes.count - start)
+        let checksum = fnv1a(bytes[start...])
+        for index in 0..<4 { bytes[header + index] = UInt8(truncatingIfNeeded: length >> (8 * index)) }
+        for index in 0..<8 { bytes[header + 4 + index] = UInt8(truncatingIfNeeded: checksum >> (8 * index)) }
     }
 
     private static func put(_ text: String?, into bytes: inout [UInt8]) {
