@@ -100,13 +100,25 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         let names = entries.filter { $0.hasPrefix(prefix) }
         if takingDead {
-            // A log whose journal was killed between creating and naming it: empty, and nobody's.
+            // A log whose journal was killed between creating and naming it: empty, and nobody's. Only an old one:
+            // a journal being opened right now has created its log and not locked it yet.
             let unnamed = (databasePath as NSString).lastPathComponent + "-newlog."
             for name in entries where name.hasPrefix(unnamed) {
                 let path = (directory as NSString).appendingPathComponent(name)
                 let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
                 guard descriptor >= 0 else { continue }
-                if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
+                var info = stat()
+                let stated = fstat(descriptor, &info) == 0
+                #if canImport(Darwin)
+                let modified = info.st_mtimespec.tv_sec
+                #else
+                let modified = info.st_mtim.tv_sec
+                #endif
+                if stated, time(nil) - modified > 60,
+                    flock(descriptor, LOCK_EX | LOCK_NB) == 0
+                {
+                    unlink(path)
+                }
                 close(descriptor)
             }
         }
