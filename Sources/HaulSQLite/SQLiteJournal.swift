@@ -239,16 +239,20 @@ public final class SQLiteJournal: Journal {
         _ operations: [JournalOperation], time: Int64, cache update: (inout [JournalKey: JournalRecord]) -> Void
     ) {
         let bytes = IntentLog.encode(operations, time: time)
-        let full = current.withLock { current -> (IntentLog, [JournalOperation])? in
-            do {
-                try current.log.append(bytes)
-            } catch {
-                // Not lost yet: still folded into the database with the rest (only a kill before that loses it).
-                onError(error)
-            }
+        let (log, full) = current.withLock { current in
             cache.withLock(update)
             current.operations += operations
-            return current.operations.count >= Self.foldThreshold ? rotate(&current) : nil
+            return (current.log, current.operations.count >= Self.foldThreshold ? rotate(&current) : nil)
+        }
+        // The write itself is outside the lock: held across a system call, the lock had the downloads finishing
+        // together wait on each other (futex sleeps and wake-ups, twice the futex calls of a run without a
+        // journal). A fold that starts meanwhile may write these changes into the database before they reach the
+        // log, which is fine: they are in the database.
+        do {
+            try log.append(bytes)
+        } catch {
+            // Not lost yet: still folded into the database with the rest (only a kill before that loses it).
+            onError(error)
         }
         if let (log, operations) = full { fold(operations, from: log, later: true) }
     }

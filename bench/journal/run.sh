@@ -13,7 +13,7 @@ source bench/lib.sh
 RUNS=${1:-3}
 FILES=${FILES:-10000}
 
-install_missing nginx
+install_missing nginx /usr/bin/time:time
 swift build -c release --product haul >/dev/null
 HAUL=$(pwd)/.build/release/haul
 
@@ -44,29 +44,34 @@ ls "$WORK/www/small" | sed "s|^|http://127.0.0.1:$NGINX_PORT/small/|" > "$WORK/l
 FAILURES=/tmp/haul-bench-journal-failures.log
 : > "$FAILURES"
 
-# run_into DIR [--no-journal]: seconds of one `haul get` into a fresh DIR; "nan" unless all files arrived.
+# run_into DIR [--no-journal]: "WALL,CPU" seconds of one `haul get` into a fresh DIR (CPU: user + system, from GNU
+# time); "nan,nan" unless all files arrived.
 run_into() {
     local dir=$1 start end count
     shift
     rm -rf "$dir"; mkdir -p "$dir"; sync
     start=$(date +%s.%N)
-    if ! "$HAUL" get -q -j 8 -d "$dir" -i "$WORK/list.txt" "$@" 2>>"$FAILURES"; then echo nan; return; fi
+    if ! /usr/bin/time -o "$WORK/usage" -f "%U %S" "$HAUL" get -q -j 8 -d "$dir" -i "$WORK/list.txt" "$@" \
+        2>>"$FAILURES"; then echo nan,nan; return; fi
     end=$(date +%s.%N)
     count=$(find "$dir" -maxdepth 1 -type f -name 'f*' | wc -l)
-    if [ "$count" -ne "$FILES" ]; then echo "== $dir $*: $count of $FILES files" >> "$FAILURES"; echo nan; return; fi
-    python3 -c "print(f'{$end - $start:.4f}')"
+    if [ "$count" -ne "$FILES" ]; then echo "== $dir $*: $count of $FILES files" >> "$FAILURES"; echo nan,nan; return; fi
+    python3 -c "u, s = open('$WORK/usage').read().split()[-2:]; print(f'{$end - $start:.4f},{float(u) + float(s):.2f}')"
 }
 
 echo "warm-up..."
 run_into "$WORK/out" >/dev/null
 run_into "$WORK/out" --no-journal >/dev/null
 declare -A T
-for _ in $(seq 1 "$RUNS"); do
+# Each round runs both on each destination; which goes first alternates from round to round.
+for round in $(seq 1 "$RUNS"); do
     for place in disk tmpfs; do
-        if [ "$place" = tmpfs ]; then dir="$SHM/out"; else dir=$(fresh_disk); fi
-        T[$place-journal]="${T[$place-journal]:-} $(run_into "$dir")"
-        if [ "$place" = disk ]; then dir=$(fresh_disk); fi
-        T[$place-none]="${T[$place-none]:-} $(run_into "$dir" --no-journal)"
+        for mode in journal none; do
+            if [ $((round % 2)) = 0 ]; then [ "$mode" = journal ] && mode=none || mode=journal; fi
+            if [ "$place" = tmpfs ]; then dir="$SHM/out"; else dir=$(fresh_disk); fi
+            if [ "$mode" = none ]; then flag=--no-journal; else flag=; fi
+            T[$place-$mode]="${T[$place-$mode]:-} $(run_into "$dir" $flag)"
+        done
     done
 done
 
@@ -74,17 +79,24 @@ echo
 echo "## Journal cost: $FILES x 4 KiB, haul get -j 8, medians of $RUNS ($(nproc) cores, $(uname -r))"
 if [ "$FRESH" = 1 ]; then echo "disk: a fresh ext4 (loop file in /var/tmp) for every run"; else echo "disk: /var/tmp"; fi
 echo
-echo "| destination | --no-journal (s) | journal (s) | journal adds | target < 10% |"
-echo "|---|---|---|---|---|"
+echo "| destination | --no-journal wall (s) | journal wall (s) | journal adds | target < 10% | CPU s without / with | CPU adds |"
+echo "|---|---|---|---|---|---|---|"
 missed=0
 for place in disk tmpfs; do
-    none=$(median ${T[$place-none]})
-    with=$(median ${T[$place-journal]})
-    if python3 - "$place" "$none" "$with" <<'PY'
-import sys
-place, none, with_ = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-added = (with_ / none - 1) * 100
-print(f"| {place} | {none:.2f} | {with_:.2f} | {added:+.1f}% | {'met' if added < 10 else 'MISSED'} |")
+    if python3 - "$place" "${T[$place-none]}" "${T[$place-journal]}" <<'PY'
+import statistics, sys
+place = sys.argv[1]
+def runs(text):
+    pairs = [tuple(map(float, item.split(","))) for item in text.split()]
+    return [p for p in pairs if p[0] == p[0]]  # drop nan
+none, with_ = runs(sys.argv[2]), runs(sys.argv[3])
+wall = lambda r: statistics.median(p[0] for p in r)
+cpu = lambda r: statistics.median(p[1] for p in r)
+added = (wall(with_) / wall(none) - 1) * 100
+print(f"| {place} | {wall(none):.2f} | {wall(with_):.2f} | {added:+.1f}% | {'met' if added < 10 else 'MISSED'} "
+      f"| {cpu(none):.2f} / {cpu(with_):.2f} | {(cpu(with_) / cpu(none) - 1) * 100:+.1f}% |")
+print(f"<!-- {place} wall, no journal: {' '.join(f'{p[0]:.2f}' for p in none)}; journal: "
+      f"{' '.join(f'{p[0]:.2f}' for p in with_)} -->", file=sys.stderr)
 sys.exit(0 if added < 10 else 1)
 PY
     then :; else missed=1; fi
