@@ -24,6 +24,52 @@ public enum QueueEvent: Sendable {
     /// The batch's counters (throttled to ``DownloadQueue/Configuration/progressInterval``; a last one
     /// always follows the end of the batch).
     case batchProgress(BatchProgress)
+
+    /// What an event is about, to subscribe to some kinds only (``DownloadQueue/events(including:)``).
+    public enum Kind: Hashable, Sendable, CaseIterable {
+        /// ``QueueEvent/queued(_:_:)``.
+        case queued
+        /// A download's ``DownloadEvent/started(attempt:resumingAt:)``.
+        case started
+        /// A download's ``DownloadEvent/progress(_:)``.
+        case progress
+        /// A download's ``DownloadEvent/redirected(to:)``.
+        case redirected
+        /// A download's ``DownloadEvent/retrying(attempt:after:error:)``.
+        case retrying
+        /// A download's ``DownloadEvent/finished(_:)`` (skipped ones included).
+        case finished
+        /// A download's ``DownloadEvent/failed(_:)``, cancellations included.
+        case failed
+        /// ``QueueEvent/batchProgress(_:)``.
+        case batchProgress
+
+        /// The kinds a download event can be.
+        public init(_ event: DownloadEvent) {
+            switch event {
+            case .started: self = .started
+            case .progress: self = .progress
+            case .redirected: self = .redirected
+            case .retrying: self = .retrying
+            case .finished: self = .finished
+            case .failed: self = .failed
+            }
+        }
+
+        /// Every kind.
+        public static let all = Set(allCases)
+        /// How each download ended: ``finished`` and ``failed``.
+        public static let outcomes: Set<Kind> = [.finished, .failed]
+    }
+
+    /// This event's kind.
+    public var kind: Kind {
+        switch self {
+        case .queued: .queued
+        case .download(_, let event): Kind(event)
+        case .batchProgress: .batchProgress
+        }
+    }
 }
 
 extension DownloadQueue {
@@ -40,23 +86,52 @@ extension DownloadQueue {
     ///     }
     /// }
     /// ```
-    public var events: AsyncStream<QueueEvent> {
+    public var events: AsyncStream<QueueEvent> { events(including: QueueEvent.Kind.all) }
+
+    /// The events of the given kinds from now on, like ``events``. Events of kinds no subscriber takes are not
+    /// made at all, which matters for large batches of small files: a display that draws no bars wants
+    /// neither ``QueueEvent/Kind/progress`` nor ``QueueEvent/Kind/batchProgress``.
+    ///
+    /// ```swift
+    /// for await case .download(let id, .failed(let error)) in queue.events(including: [.failed]) {
+    ///     print("\(id) failed: \(error)")
+    /// }
+    /// ```
+    public func events(including kinds: Set<QueueEvent.Kind>) -> AsyncStream<QueueEvent> {
         let (stream, continuation) = AsyncStream<QueueEvent>.makeStream(bufferingPolicy: .unbounded)
         let key = state.withLock { state in
             state.nextSubscriber += 1
-            state.subscribers[state.nextSubscriber] = continuation
+            state.subscribers[state.nextSubscriber] = Subscriber(continuation: continuation, kinds: kinds)
+            state.updateInterest()
             return state.nextSubscriber
         }
         continuation.onTermination = { [weak self] _ in
-            self?.state.withLock { _ = $0.subscribers.removeValue(forKey: key) }
+            self?.state.withLock { state in
+                state.subscribers.removeValue(forKey: key)
+                state.updateInterest()
+            }
         }
         return stream
+    }
+
+    /// Ends every event sequence subscribed so far: each delivers the events it has buffered, then ends. For a
+    /// program done with the queue: after ``waitUntilIdle()`` every event of the batch is buffered, so a consumer
+    /// can finish without counting the events it expects.
+    public func finishEvents() {
+        let subscribers = state.withLock { state in
+            defer {
+                state.subscribers = [:]
+                state.updateInterest()
+            }
+            return Array(state.subscribers.values)
+        }
+        for subscriber in subscribers { subscriber.continuation.finish() }
     }
 
     /// The events of one download, ending with its `.finished` or `.failed`. Subscribes now: events before
     /// this call are not repeated, but the sequence ends at once if the download has already ended.
     func events(of id: DownloadID, box: ResultBox<Outcome>) -> AsyncStream<DownloadEvent> {
-        let all = events
+        let all = events(including: QueueEvent.Kind.all.subtracting([.queued, .batchProgress]))
         return AsyncStream { continuation in
             let forwarder = Task {
                 if let outcome = box.value {

@@ -10,6 +10,8 @@ import Darwin
 /// One rendering of a run's events: live bars on a terminal, plain lines otherwise, or NDJSON. The queue's
 /// events arrive in order on one task; ``tick()`` comes from another, so implementations lock their state.
 protocol Display: Sendable {
+    /// The kinds of events it draws: the run subscribes to these only.
+    var interest: Set<QueueEvent.Kind> { get }
     /// Takes one event of the queue.
     func handle(_ event: QueueEvent)
     /// Called about 10 times a second, so a display can redraw speeds and times even when no byte moves.
@@ -21,6 +23,7 @@ protocol Display: Sendable {
 }
 
 extension Display {
+    var interest: Set<QueueEvent.Kind> { QueueEvent.Kind.all }
     func tick() {}
 }
 

@@ -5,28 +5,28 @@ import HaulOperations
 /// Not a terminal (a pipe, a log file, CI): one plain line per start, retry, finish and failure, no escape
 /// codes. Failures go to standard error; with `quiet` nothing else is written.
 final class LineDisplay: Display {
-    private struct State {
-        var names: [DownloadID: String] = [:]
-        var started: [DownloadID: ContinuousClock.Instant] = [:]
-    }
-
-    private let state = Locked(State())
+    private let started = Locked([DownloadID: ContinuousClock.Instant]())
     private let quiet: Bool
+    /// The planned downloads' names, in the order they were added to a new queue: download `#N` is `names[N-1]`
+    /// (a queue numbers downloads from 1 in that order, and `haul get` never adds one twice). So no `.queued`
+    /// event is needed for a name.
+    private let names: [String]
 
-    init(quiet: Bool) {
+    init(quiet: Bool, names: [String]) {
         self.quiet = quiet
+        self.names = names
     }
+
+    /// The lines it writes: only failures when quiet. No progress: it draws none.
+    var interest: Set<QueueEvent.Kind> { quiet ? [.failed] : [.started, .retrying, .finished, .failed] }
 
     func handle(_ event: QueueEvent) {
-        guard case .download(let id, let event) = event else {
-            if case .queued(let id, let request) = event {
-                state.withLock { $0.names[id] = displayName(of: request) }
-            }
-            return
-        }
-        let (name, started) = state.withLock { state in
-            if case .started(1, _) = event { state.started[id] = .now }
-            return (state.names[id] ?? id.description, state.started[id])
+        guard case .download(let id, let event) = event else { return }
+        let index = Int(id.number) - 1
+        let name = names.indices.contains(index) ? names[index] : id.description
+        let started = started.withLock { started in
+            if case .started(1, _) = event { started[id] = .now }
+            return started[id]
         }
         switch event {
         case .started(let attempt, let resumingAt):

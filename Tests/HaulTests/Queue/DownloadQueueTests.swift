@@ -328,6 +328,34 @@ struct DownloadQueueTests {
         }
     }
 
+    @Test("a subscription takes only the kinds it asked for; finishEvents ends every stream after its buffered events")
+    func eventKinds() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2, progressInterval: .milliseconds(1)), retries: 0)
+            func collect(_ stream: AsyncStream<QueueEvent>) -> Task<[QueueEvent.Kind], Never> {
+                Task { await stream.reduce(into: []) { $0.append($1.kind) } }
+            }
+            let outcomes = collect(queue.events(including: QueueEvent.Kind.outcomes))
+            let failures = collect(queue.events(including: [.failed]))
+            let everything = collect(queue.events)
+            let requests = [("a", "200"), ("b", "404"), ("c", "200")].map { name, status in
+                DownloadRequest(
+                    url: server.url(
+                        path: "/bytes/\(name)", query: ["size": "300000", "rate": "3000000", "status": status]),
+                    destination: .directory(dir.url))
+            }
+            _ = await queue.downloadAll(requests)
+            await queue.waitUntilIdle()
+            queue.finishEvents()  // without it the collectors would wait forever
+            let (outcomeKinds, failureKinds, allKinds) = await (outcomes.value, failures.value, everything.value)
+            #expect(outcomeKinds.sorted { "\($0)" < "\($1)" } == [.failed, .finished, .finished])
+            #expect(failureKinds == [.failed])
+            #expect(Set(allKinds).isSuperset(of: [.queued, .started, .progress, .finished, .failed, .batchProgress]))
+            #expect(allKinds.filter(QueueEvent.Kind.outcomes.contains) == outcomeKinds)  // one order for all
+        }
+    }
+
     @Test("async: results in input order; cancelling the awaiting task cancels the download")
     func asyncFrontEnd() async throws {
         try await TestServer.withRunning { server in
