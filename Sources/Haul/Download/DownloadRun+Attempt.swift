@@ -124,7 +124,7 @@ extension DownloadRun {
             {
                 await journal.commit(
                     JournalRecord(
-                        key: JournalKey(request), path: destinationPath,
+                        key: journalKey, path: destinationPath,
                         state: .partial(validator: validator, totalBytes: totalBytes), request: request))
                 recordedPartial = true
             }

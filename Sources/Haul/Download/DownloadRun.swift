@@ -33,6 +33,8 @@ final class DownloadRun: @unchecked Sendable {
     var skippedResult: DownloadResult?
     var meter: ProgressMeter
     let lastActivity = ActivityClock()
+    /// The request's key in the journal, made once (URL and paths as strings: a few microseconds each time).
+    lazy var journalKey = JournalKey(request)
 
     init(request: DownloadRequest, downloader: Downloader, emit: @escaping @Sendable (DownloadEvent) -> Void) {
         self.request = request
@@ -179,7 +181,7 @@ final class DownloadRun: @unchecked Sendable {
         _ partial: PartialFile, at path: String, size: Int64, sha256: String
     ) async throws(DownloadError) -> String {
         guard let journal = configuration.journal else { return try publish(partial, to: path) }
-        let key = JournalKey(request)
+        let key = journalKey
         try partial.seal(durable: configuration.durability == .powerLoss, url: finalURL)
         if request.conflictPolicy != .rename, let stamp = partial.stamp() {
             await journal.commit(
@@ -244,11 +246,11 @@ final class DownloadRun: @unchecked Sendable {
         writer = nil
         guard let journal = configuration.journal else { return }
         if cancelled {
-            journal.remove(JournalKey(request))
+            journal.remove(journalKey)
         } else {
             journal.store(
                 JournalRecord(
-                    key: JournalKey(request), path: destinationPath ?? "", state: .failed(message: error.message),
+                    key: journalKey, path: destinationPath ?? "", state: .failed(message: error.message),
                     request: request))
         }
     }
@@ -256,7 +258,7 @@ final class DownloadRun: @unchecked Sendable {
     /// Applies what the journal knows: returns a result when an earlier run completed this download and the file
     /// is unchanged; otherwise continues a partial an earlier run left, if its validator is known.
     private func resume(from journal: any Journal) throws(DownloadError) -> DownloadResult? {
-        guard let record = journal.record(for: JournalKey(request)) else { return nil }
+        guard let record = journal.record(for: journalKey) else { return nil }
         switch record.state {
         case .requested, .failed: return nil  // nothing of it on disk to resume or skip
         case .partial, .verified, .completed: break
