@@ -179,8 +179,8 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         var offset = 0
         while bytes.count - offset >= 12 {
             var reader = Reader(bytes: bytes, offset: offset)
-            let length = Int(reader.uint32())
-            let checksum = reader.uint64()
+            let length = Int(reader.integer(UInt32.self))
+            let checksum = reader.integer(UInt64.self)
             let start = reader.offset
             guard length <= bytes.count - start, fnv1a(bytes[start..<start + length]) == checksum,
                 let time = reader.number(), let operation = reader.operation(), reader.offset == start + length
@@ -299,27 +299,20 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             }
         }
 
-        mutating func uint32() -> UInt32 {
-            guard bytes.count - offset >= 4 else {
+        /// A little-endian unsigned integer (0, and `failed`, past the end).
+        mutating func integer<Value: FixedWidthInteger & UnsignedInteger>(_: Value.Type) -> Value {
+            let size = MemoryLayout<Value>.size
+            guard bytes.count - offset >= size else {
                 failed = true
                 return 0
             }
-            defer { offset += 4 }
-            return (0..<4).reduce(0) { $0 | UInt32(bytes[offset + $1]) << (8 * $1) }
-        }
-
-        mutating func uint64() -> UInt64 {
-            guard bytes.count - offset >= 8 else {
-                failed = true
-                return 0
-            }
-            defer { offset += 8 }
-            return (0..<8).reduce(0) { $0 | UInt64(bytes[offset + $1]) << (8 * $1) }
+            defer { offset += size }
+            return (0..<size).reduce(0) { $0 | Value(bytes[offset + $1]) << (8 * $1) }
         }
 
         /// A string, or `nil` for an absent one (and on failure, which `failed` records).
         mutating func text() -> String? {
-            let length = uint32()
+            let length = integer(UInt32.self)
             guard !failed, length != UInt32.max else { return nil }
             guard bytes.count - offset >= Int(length) else {
                 failed = true
@@ -337,7 +330,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             let present = bytes[offset]
             offset += 1
             guard present == 1 else { return nil }
-            let value = uint64()
+            let value = integer(UInt64.self)
             return failed ? nil : Int64(bitPattern: value)
         }
     }
