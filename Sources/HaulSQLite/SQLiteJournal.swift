@@ -245,10 +245,9 @@ public final class SQLiteJournal: Journal {
             current.operations += operations
             return (current.log, current.operations.count >= Self.foldThreshold ? rotate(&current) : nil)
         }
-        // The write itself is outside the lock: held across a system call, the lock had the downloads finishing
-        // together wait on each other (futex sleeps and wake-ups, twice the futex calls of a run without a
-        // journal). A fold that starts meanwhile may write these changes into the database before they reach the
-        // log, which is fine: they are in the database.
+        // The write itself is outside the lock, which would otherwise make downloads finishing together wait on
+        // each other for a system call. A fold that starts meanwhile may put these changes into the database
+        // before they reach the log, which is fine: they are in the database.
         do {
             try log.append(bytes)
         } catch {
@@ -312,9 +311,7 @@ public final class SQLiteJournal: Journal {
     /// row came later, from a journal that has folded its log since. (An older change to a key removed later
     /// comes back, and an older removal applies: two journals changing one key at once is two processes downloading
     /// one file to one place.)
-    private static func overlay(_ operations: [JournalOperation], on rows: [WriteStatements.Row]) -> [WriteStatements
-        .Row]
-    {
+    private static func overlay(_ operations: [JournalOperation], on rows: [RecordRow]) -> [RecordRow] {
         guard !operations.isEmpty else { return rows }
         var byKey = Dictionary(
             rows.map { (JournalKey(url: $0.url, destination: $0.destination), $0) }, uniquingKeysWith: { $1 })
@@ -357,7 +354,7 @@ public final class SQLiteJournal: Journal {
     }
 
     /// Every row in sequence order.
-    private static func fetchRows(_ db: Database) throws -> [WriteStatements.Row] {
+    private static func fetchRows(_ db: Database) throws -> [RecordRow] {
         try Row.fetchAll(db, sql: "SELECT * FROM record ORDER BY sequence").map { row in
             WriteStatements.Row(
                 url: row["url"], destination: row["destination"], path: row["path"], state: row["state"],
@@ -373,7 +370,7 @@ public final class SQLiteJournal: Journal {
         return encoder
     }()
 
-    private static func record(from row: WriteStatements.Row) -> JournalRecord? {
+    private static func record(from row: RecordRow) -> JournalRecord? {
         let key = JournalKey(url: row.url, destination: row.destination)
         let state: JournalRecord.State
         switch row.state {
@@ -401,3 +398,6 @@ public final class SQLiteJournal: Journal {
         return JournalRecord(key: key, path: row.path, state: state, request: request)
     }
 }
+
+/// One record's columns (GRDB has a `Row` of its own).
+typealias RecordRow = WriteStatements.Row
