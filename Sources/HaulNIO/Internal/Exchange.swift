@@ -11,23 +11,26 @@ struct Connection: Sendable {
 }
 
 /// One request and its response on one connection: filled by the handler on the event loop, read by the
-/// engine's task. Everything mutable is under `lock`; continuations are resumed outside it.
+/// engine's task. Everything mutable is under `lock`; continuations are resumed outside it and carry no value:
+/// the head and the chunks are taken under the lock the event loop handed them over with, a hand-off that
+/// ThreadSanitizer sees (it reported the head and the chunks as races when they travelled in the continuation).
 final class Exchange: @unchecked Sendable {
     let connection: Connection
     private let endpoint: Endpoint
     private weak var transport: NIOTransport?
 
     private let lock = NIOLock()
-    private var headWaiter: CheckedContinuation<HTTPResponseHead, any Error>?
+    private var headWaiter: CheckedContinuation<Void, any Error>?
     private var pendingHead: HTTPResponseHead?
-    private var headDelivered = false
+    /// The head once handed over (after the read that brought it was parsed).
+    private var deliveredHead: HTTPResponseHead?
     private var chunks = CircularBuffer<ByteBuffer>()
     private var buffered = 0
     /// The handler stopped reading from the socket because too much is buffered.
     private var readingPaused = false
     private var ended = false
     private var failure: (any Error)?
-    private var bodyWaiter: CheckedContinuation<ByteBuffer?, any Error>?
+    private var bodyWaiter: CheckedContinuation<Void, any Error>?
     /// Set when nobody will read the rest (the body was abandoned or the task cancelled).
     private var abandoned = false
     /// Whether any byte of the response arrived (a reused connection that closed before one did is retried).
@@ -45,7 +48,7 @@ final class Exchange: @unchecked Sendable {
     /// Sends the request and waits for the response head.
     func start(_ head: HTTPRequestHead) async throws -> HTTPResponseHead {
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 // A task cancelled before it got here has already run `onCancel`: nothing would resume a waiter
                 // stored now, so the failure is reported at once.
                 let earlier = lock.withLock { () -> (any Error)? in
@@ -63,6 +66,10 @@ final class Exchange: @unchecked Sendable {
         } onCancel: {
             fail(CancellationError(), abandon: true)
         }
+        return try lock.withLock {
+            guard let head = deliveredHead else { throw failure ?? NIOTransportError.closedBeforeResponse }
+            return head
+        }
     }
 
     /// The body as the engine iterates it. When the iteration (or the response itself) is dropped before the
@@ -74,35 +81,46 @@ final class Exchange: @unchecked Sendable {
         }
     }
 
+    /// The next chunk, `nil` at the end. Chunks already in are taken without suspending (for a small response,
+    /// all of them: no continuation, no cancellation handler).
     private func next(_ lease: Lease) async throws -> (any ByteChunk)? {
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
-                enum Now { case chunk(ByteBuffer, resumeReading: Bool), end, error(any Error), wait }
-                let now = lock.withLock { () -> Now in
-                    if let chunk = chunks.popFirst() {
-                        buffered -= chunk.readableBytes
-                        let resume = readingPaused && buffered <= Self.highWater / 2
-                        if resume { readingPaused = false }
-                        return .chunk(chunk, resumeReading: resume)
-                    }
-                    if let failure { return .error(failure) }
-                    if ended { return .end }
-                    bodyWaiter = continuation
-                    return .wait
-                }
-                switch now {
-                case .chunk(let chunk, let resumeReading):
-                    if resumeReading { connection.handler.resumeReading(on: connection.channel) }
-                    continuation.resume(returning: chunk)
-                case .end: continuation.resume(returning: nil)
-                case .error(let error): continuation.resume(throwing: error)
-                case .wait: break
-                }
+        while true {
+            if Task.isCancelled {
+                fail(CancellationError(), abandon: true)
+                throw CancellationError()
             }
-        } onCancel: {
-            fail(CancellationError(), abandon: true)
+            enum Now { case chunk(ByteBuffer, resumeReading: Bool), end, error(any Error), wait }
+            let now = lock.withLock { () -> Now in
+                if let chunk = chunks.popFirst() {
+                    buffered -= chunk.readableBytes
+                    let resume = readingPaused && buffered <= Self.highWater / 2
+                    if resume { readingPaused = false }
+                    return .chunk(chunk, resumeReading: resume)
+                }
+                if let failure { return .error(failure) }
+                return ended ? .end : .wait
+            }
+            switch now {
+            case .chunk(let chunk, let resumeReading):
+                if resumeReading { connection.handler.resumeReading(on: connection.channel) }
+                return BufferChunk(buffer: chunk)
+            case .end: return nil
+            case .error(let error): throw error
+            case .wait: break
+            }
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                    let ready = lock.withLock { () -> Bool in
+                        if !chunks.isEmpty || failure != nil || ended { return true }
+                        bodyWaiter = continuation
+                        return false
+                    }
+                    if ready { continuation.resume() }
+                }
+            } onCancel: {
+                fail(CancellationError(), abandon: true)
+            }
         }
-        .map(BufferChunk.init)
     }
 
     // MARK: Called by the handler, on the event loop
@@ -118,38 +136,34 @@ final class Exchange: @unchecked Sendable {
     /// Hands the head over once the read that brought it is parsed: for a small response, the body and its end
     /// are in by then, and the engine reads them without waiting again.
     func readComplete() {
-        let (waiter, head) = lock.withLock {
-            () -> (CheckedContinuation<HTTPResponseHead, any Error>?, HTTPResponseHead?) in
-            guard let head = pendingHead, !headDelivered else { return (nil, nil) }
-            headDelivered = true
+        let waiter = lock.withLock { () -> CheckedContinuation<Void, any Error>? in
+            guard let head = pendingHead, deliveredHead == nil else { return nil }
+            deliveredHead = head
             pendingHead = nil
             defer { headWaiter = nil }
-            return (headWaiter, head)
+            return headWaiter
         }
-        if let waiter, let head { waiter.resume(returning: head) }
+        waiter?.resume()
     }
 
-    /// Stores or hands over a body chunk; returns whether reading should pause.
+    /// Stores a body chunk and wakes the reader; returns whether reading should pause.
     func receive(body: ByteBuffer) -> Bool {
-        let (waiter, pause) = lock.withLock { () -> (CheckedContinuation<ByteBuffer?, any Error>?, Bool) in
-            if let waiter = bodyWaiter {
-                bodyWaiter = nil
-                return (waiter, false)
-            }
+        let (waiter, pause) = lock.withLock { () -> (CheckedContinuation<Void, any Error>?, Bool) in
             if !abandoned {
                 chunks.append(body)
                 buffered += body.readableBytes
             }
             if buffered > Self.highWater { readingPaused = true }
-            return (nil, readingPaused)
+            defer { bodyWaiter = nil }
+            return (bodyWaiter, readingPaused)
         }
-        waiter?.resume(returning: body)
+        waiter?.resume()
         return pause
     }
 
     /// The response ended: the connection goes back to the pool if it may be reused and nobody abandoned it.
     func receiveEnd(keepAlive: Bool) {
-        let (waiter, reusable) = lock.withLock { () -> (CheckedContinuation<ByteBuffer?, any Error>?, Bool) in
+        let (waiter, reusable) = lock.withLock { () -> (CheckedContinuation<Void, any Error>?, Bool) in
             ended = true
             defer { bodyWaiter = nil }
             return (bodyWaiter, keepAlive && !abandoned && failure == nil)
@@ -162,17 +176,14 @@ final class Exchange: @unchecked Sendable {
             connection.channel.close(promise: nil)
         }
         readComplete()
-        waiter?.resume(returning: nil)
+        waiter?.resume()
     }
 
     /// Fails whatever waits (the head or the next chunk) and closes the connection, unless the response has
     /// already ended.
     func fail(_ error: any Error, abandon: Bool = false) {
         let (headWaiter, bodyWaiter, close) = lock.withLock {
-            () -> (
-                CheckedContinuation<HTTPResponseHead, any Error>?, CheckedContinuation<ByteBuffer?, any Error>?, Bool
-            )
-            in
+            () -> (CheckedContinuation<Void, any Error>?, CheckedContinuation<Void, any Error>?, Bool) in
             if abandon { abandoned = true }
             guard !ended, failure == nil else { return (nil, nil, false) }
             // Before any byte of a response, every connection failure reads the same (and a reused connection is
