@@ -22,7 +22,7 @@ struct ResponsePlanner {
     func plan() -> ResponseAction {
         let path = String(target.path)
         if fault.dropConnection == true,
-            fault.dropTimes.map({ server.state.nextDropOrdinal(path: path) <= $0 }) ?? true
+            fault.dropTimes.map({ server.state.nextOrdinal(.drop, path: path) <= $0 }) ?? true
         {
             return .drop
         }
@@ -34,7 +34,7 @@ struct ResponsePlanner {
         if let status = fault.status {
             return simple(HTTPResponseStatus(statusCode: status), headers: retryAfterHeaders())
         }
-        if let failCount = fault.failCount, server.state.nextFailOrdinal(path: path) <= failCount {
+        if let failCount = fault.failCount, server.state.nextOrdinal(.fail, path: path) <= failCount {
             return simple(HTTPResponseStatus(statusCode: fault.failStatus ?? 503), headers: retryAfterHeaders())
         }
         if let redirect = redirectLocation() {
@@ -91,7 +91,8 @@ struct ResponsePlanner {
     }
 
     private func content(path: String) -> ResponseAction {
-        let version = fault.changeAfterFirst == true ? server.state.nextVersion(path: path) : 0
+        // The content version: 0 for the first request, then 1, 2, ...
+        let version = fault.changeAfterFirst == true ? server.state.nextOrdinal(.version, path: path) - 1 : 0
         var content: Content
         switch resolveContent(path: path, version: version) {
         case .found(let found): content = found
@@ -146,7 +147,7 @@ struct ResponsePlanner {
         var sendCount = range.count
         if let shortBy = fault.shortByBytes { sendCount = max(0, sendCount - shortBy) }
         if let cutAfter = fault.cutAfterBytes {
-            let applies = fault.cutTimes.map { server.state.nextCutOrdinal(path: path) <= $0 } ?? true
+            let applies = fault.cutTimes.map { server.state.nextOrdinal(.cut, path: path) <= $0 } ?? true
             if applies { sendCount = min(sendCount, max(0, cutAfter)) }
         }
         var stallAfter = fault.stallAfterBytes

@@ -4,16 +4,18 @@ import NIOConcurrencyHelpers
 /// Everything the connections of one server share: statistics, rules, gates and per-path counters.
 /// One lock guards it; promise completions happen after the lock is released.
 final class ServerState: Sendable {
+    /// The faults that count requests per path (`fail`, `cutTimes`, `dropTimes`, `changeAfterFirst`).
+    enum PerPathCounter: Hashable {
+        case fail, cut, drop, version
+    }
+
     private struct Guarded {
         var stats = TestServerStats()
         var rules: [FaultRule] = []
         var openGates: Set<String> = []
         var gateWaiters: [String: [EventLoopPromise<Void>]] = [:]
         // Per-path counters: how many requests asked for the fault so far.
-        var failCounters: [String: Int] = [:]
-        var cutCounters: [String: Int] = [:]
-        var dropCounters: [String: Int] = [:]
-        var versionCounters: [String: Int] = [:]
+        var counters: [PerPathCounter: [String: Int]] = [:]
         var contentCache: [String: GeneratedContent] = [:]
     }
 
@@ -39,10 +41,7 @@ final class ServerState: Sendable {
             state.stats.inFlightByHost = inFlightByHost
             state.stats.maxInFlightByHost = inFlightByHost
             state.openGates = []
-            state.failCounters = [:]
-            state.cutCounters = [:]
-            state.dropCounters = [:]
-            state.versionCounters = [:]
+            state.counters = [:]
         }
     }
 
@@ -85,41 +84,16 @@ final class ServerState: Sendable {
     }
 
     /// Counts a request against a per-path fault; returns the 1-based number of this request.
-    func nextFailOrdinal(path: String) -> Int {
+    func nextOrdinal(_ counter: PerPathCounter, path: String) -> Int {
         guarded.withLockedValue { state in
-            let ordinal = state.failCounters[path, default: 0] + 1
-            state.failCounters[path] = ordinal
-            return ordinal
-        }
-    }
-
-    func nextDropOrdinal(path: String) -> Int {
-        guarded.withLockedValue { state in
-            let ordinal = state.dropCounters[path, default: 0] + 1
-            state.dropCounters[path] = ordinal
+            let ordinal = state.counters[counter, default: [:]][path, default: 0] + 1
+            state.counters[counter, default: [:]][path] = ordinal
             return ordinal
         }
     }
 
     func connectionAccepted() {
         guarded.withLockedValue { $0.stats.connectionsAccepted += 1 }
-    }
-
-    func nextCutOrdinal(path: String) -> Int {
-        guarded.withLockedValue { state in
-            let ordinal = state.cutCounters[path, default: 0] + 1
-            state.cutCounters[path] = ordinal
-            return ordinal
-        }
-    }
-
-    /// The content version for this request: 0 for the first request, then 1, 2, ...
-    func nextVersion(path: String) -> Int {
-        guarded.withLockedValue { state in
-            let version = state.versionCounters[path, default: 0]
-            state.versionCounters[path] = version + 1
-            return version
-        }
     }
 
     func content(name: String, version: Int) -> GeneratedContent {
