@@ -125,12 +125,14 @@ final class Exchange: @unchecked Sendable {
 
     // MARK: Called by the handler, on the event loop
 
-    func received() {
-        lock.withLock { sawBytes = true }
-    }
-
+    /// Takes a response head. Every response starts with one, so this is also where the exchange learns that
+    /// bytes of a response arrived. An informational head (1xx but 101) precedes the real one and is not kept.
     func receive(head: HTTPResponseHead) {
-        lock.withLock { pendingHead = head }
+        let informational = head.status.code < 200 && head.status.code != 101
+        lock.withLock {
+            sawBytes = true
+            if !informational { pendingHead = head }
+        }
     }
 
     /// Hands the head over once the read that brought it is parsed: for a small response, the body and its end

@@ -37,11 +37,9 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let exchange else { return }
-        exchange.received()
         switch unwrapInboundIn(data) {
         case .head(let head):
-            // 1xx heads (100 Continue, 103 Early Hints) come before the real one.
-            if head.status.code >= 200 || head.status.code == 101 { exchange.receive(head: head) }
+            exchange.receive(head: head)
             keepAlive = head.isKeepAlive
         case .body(let buffer):
             if exchange.receive(body: buffer) { paused = true }
