@@ -87,11 +87,7 @@ public final class NIOTransport: HTTPTransport {
         if let idle { return (idle, true) }
         let handler = ExchangeHandler()
         let channel = try await ClientBootstrap(group: group)
-            .connectTimeout(
-                .nanoseconds(
-                    Int64(connectTimeout.components.seconds) * 1_000_000_000
-                        + connectTimeout.components.attoseconds / 1_000_000_000)
-            )
+            .connectTimeout(.nanoseconds(Int64(connectTimeout.seconds * 1e9)))
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
