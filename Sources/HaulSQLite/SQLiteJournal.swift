@@ -48,6 +48,8 @@ public final class SQLiteJournal: Journal {
     /// The `sequence` the next new key gets.
     private let nextSequence: Locked<Int64>
     private let path: String
+    /// Whether every append is `fsync`ed (``Downloader/Durability/powerLoss``); each new log gets it too.
+    private let syncEachAppend: Bool
     /// This journal's current log, where every change goes first, and the changes in it. The lock also keeps
     /// appends in the order of the list.
     private let current: Locked<(log: IntentLog, operations: [JournalOperation])>
@@ -109,8 +111,6 @@ public final class SQLiteJournal: Journal {
         syncEachAppend = durability == .powerLoss
         current = Locked((try IntentLog(databasePath: path, syncEachAppend: syncEachAppend), []))
     }
-
-    private let syncEachAppend: Bool
 
     private static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
