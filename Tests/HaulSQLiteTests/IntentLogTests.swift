@@ -69,25 +69,26 @@ struct IntentLogTests {
         #expect(journal.allRecords() == expected)  // the live one is untouched
     }
 
-    @Test("every 4,096 changes a new log is started and the full one folded, then deleted; closing folds the rest")
+    @Test("every foldThreshold changes the log is replaced and the full one folded, then deleted; close folds the rest")
     func foldsInBatchesAndAtClose() async throws {
         let dir = try TemporaryDirectory()
         let path = dir.file("j.sqlite").path
+        let threshold = 100
         do {
-            let journal = try SQLiteJournal(path: path)
-            for index in 0..<(SQLiteJournal.foldThreshold - 1) { journal.store(record(index)) }
+            let journal = try SQLiteJournal(path: path, foldThreshold: threshold)
+            for index in 0..<(threshold - 1) { journal.store(record(index)) }
             let first = logs(in: dir.url)
             #expect(first.count == 1)
             #expect(try rowsInDatabase(path) == 0)
-            journal.store(record(SQLiteJournal.foldThreshold - 1))
+            journal.store(record(threshold - 1))
             try await eventually("the full log is folded") {
-                (try? rowsInDatabase(path)) == SQLiteJournal.foldThreshold
+                (try? rowsInDatabase(path)) == threshold
             }
             try await eventually("and deleted") { logs(in: dir.url).count == 1 && logs(in: dir.url) != first }
             journal.store(record(-1))
-            #expect(try rowsInDatabase(path) == SQLiteJournal.foldThreshold)
+            #expect(try rowsInDatabase(path) == threshold)
         }
-        #expect(try rowsInDatabase(path) == SQLiteJournal.foldThreshold + 1)
+        #expect(try rowsInDatabase(path) == threshold + 1)
         #expect(logs(in: dir.url).isEmpty)
         #expect(try SQLiteJournal(path: path).allRecords().last == record(-1))
     }

@@ -17,24 +17,25 @@ enum JournalOperation: Equatable {
 /// COMMIT, and four `fcntl` locks, ~35 µs here), and a batch of them is folded into the database at once.
 ///
 /// A change is in the page cache when ``append(_:)`` returns, so it survives the process being killed at any
-/// instant, as the WAL did with `synchronous = OFF`; with `syncEachAppend` it is also on disk.
+/// instant, as the WAL did with `synchronous = OFF`; after ``sync()`` it is also on disk.
 ///
 /// Ownership: the journal that creates a log holds an exclusive `flock` on it for as long as it is open. A log
 /// nobody holds belongs to a process that died: the next journal to open replays it into the database and deletes
 /// it. A log that is held belongs to a live journal (another process, or another instance in this one): its
 /// changes are read, never folded or deleted.
 ///
-/// Frames: payload length (4 bytes), FNV-1a 64 checksum of the payload (8 bytes), payload. Reading stops at the
-/// first frame that is incomplete or does not match its checksum: what a write cut short by a power loss leaves.
+/// Frames: payload length (4 bytes), checksum of the payload (8 bytes, see ``checksum(_:)``), payload. Reading
+/// stops at the first frame that is incomplete or does not match its checksum: what a write cut short by a power
+/// loss leaves.
 final class IntentLog: @unchecked Sendable {  // the descriptor is set once; appends are serialized by the journal
     /// The log's path.
     let path: String
     private let descriptor: Int32
-    private let syncEachAppend: Bool
+    /// The bytes of whole frames appended so far (appends are serialized by the journal's lock).
+    private var length: off_t = 0
 
     /// Creates this journal's own log beside `databasePath` and takes its lock.
-    init(databasePath: String, syncEachAppend: Bool) throws {
-        self.syncEachAppend = syncEachAppend
+    init(databasePath: String) throws {
         // Created and locked under a name no other journal looks at, then renamed: another journal opening at the
         // same moment must never find it unlocked and take it for a dead one.
         let unique = "\(getpid()).\(UInt64.random(in: 0...UInt64.max))"
@@ -65,7 +66,8 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         return bytes
     }
 
-    /// Appends encoded frames with one write.
+    /// Appends encoded frames with one write. If that fails part way (a full disk), the part written is cut off
+    /// again: a torn frame would hide every frame appended after it.
     func append(_ bytes: [UInt8]) throws {
         try bytes.withUnsafeBytes { buffer in
             guard let start = buffer.baseAddress else { return }
@@ -74,12 +76,25 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
                 let written = write(descriptor, start + offset, buffer.count - offset)
                 if written < 0 {
                     if errno == EINTR { continue }
-                    throw Self.error("cannot append to the journal's log '\(path)'")
+                    let error = Self.error("cannot append to the journal's log '\(path)'")
+                    if offset > 0 { _ = ftruncate(descriptor, length) }
+                    throw error
                 }
                 offset += written
             }
         }
-        if syncEachAppend, fsync(descriptor) != 0 { throw Self.error("cannot sync the journal's log '\(path)'") }
+        length += off_t(bytes.count)
+    }
+
+    /// Forces what was appended to the disk.
+    func sync() throws {
+        if fsync(descriptor) != 0 { throw Self.error("cannot sync the journal's log '\(path)'") }
+    }
+
+    /// Hands every change in this log to `body`, in the order appended (for a fold, once no more are appended),
+    /// one at a time: a fold of tens of thousands then keeps none of them around.
+    func forEachChange(_ body: (JournalOperation) throws -> Void) rethrows {
+        try Self.read(descriptor) { _, operation in try body(operation) }
     }
 
     /// Deletes the log (everything in it is in the database).
@@ -159,41 +174,60 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
 
     /// Every complete, intact change in the file behind `descriptor`, from its start.
     static func read(_ descriptor: Int32) -> [Timed] {
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1 << 16)
-        var offset: off_t = 0
-        while true {
-            let count = chunk.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, offset) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { break }
-            bytes += chunk[..<count]
-            offset += off_t(count)
+        var operations: [Timed] = []
+        read(descriptor) { time, operation in operations.append((time, operation)) }
+        return operations
+    }
+
+    /// Hands every complete, intact change in the file behind `descriptor` to `body`, in order.
+    private static func read(_ descriptor: Int32, into body: (Int64, JournalOperation) throws -> Void) rethrows {
+        var info = stat()
+        var bytes = [UInt8](repeating: 0, count: fstat(descriptor, &info) == 0 ? max(Int(info.st_size), 0) : 0)
+        var count = 0
+        while count < bytes.count {
+            let read = bytes[count...].withUnsafeMutableBytes { rest in
+                pread(descriptor, rest.baseAddress, rest.count, off_t(count))
+            }
+            if read < 0 && errno == EINTR { continue }
+            guard read > 0 else { break }
+            count += read
         }
-        return parse(bytes)
+        try parse(bytes[..<count], into: body)
     }
 
     // MARK: Frames
 
     static func parse(_ bytes: [UInt8]) -> [Timed] {
         var operations: [Timed] = []
-        var offset = 0
-        while bytes.count - offset >= 12 {
-            var reader = Reader(bytes: bytes, offset: offset)
-            let length = Int(reader.integer(UInt32.self))
-            let checksum = reader.integer(UInt64.self)
-            let start = reader.offset
-            guard length <= bytes.count - start, fnv1a(bytes[start..<start + length]) == checksum,
-                let time = reader.number(), let operation = reader.operation(), reader.offset == start + length
-            else { break }
-            if case .upsert(var row) = operation {
-                row.changedAt = time
-                operations.append((time, .upsert(row)))
-            } else {
-                operations.append((time, operation))
-            }
-            offset = start + length
-        }
+        parse(bytes[...]) { time, operation in operations.append((time, operation)) }
         return operations
+    }
+
+    /// Hands the frames of `bytes` to `body` up to the first incomplete or damaged one. Reads through a raw buffer:
+    /// a fold parses tens of thousands of frames while the caller waits (closing the journal).
+    private static func parse(
+        _ bytes: ArraySlice<UInt8>, into body: (Int64, JournalOperation) throws -> Void
+    ) rethrows {
+        try bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while buffer.count - offset >= 12 {
+                var reader = Reader(buffer: buffer, offset: offset)
+                let length = Int(reader.integer(UInt32.self))
+                let checksum = reader.integer(UInt64.self)
+                let start = reader.offset
+                guard length <= buffer.count - start,
+                    Self.checksum(UnsafeRawBufferPointer(rebasing: buffer[start..<start + length])) == checksum,
+                    let time = reader.number(), let operation = reader.operation(), reader.offset == start + length
+                else { break }
+                if case .upsert(var row) = operation {
+                    row.changedAt = time
+                    try body(time, .upsert(row))
+                } else {
+                    try body(time, operation)
+                }
+                offset = start + length
+            }
+        }
     }
 
     /// Appends the frame of `operation` to `bytes`: the payload is written in place and its length and checksum
@@ -225,7 +259,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             put(destination, into: &bytes)
         }
         let length = UInt32(bytes.count - start)
-        let checksum = fnv1a(bytes[start...])
+        let checksum = bytes.withUnsafeBytes { Self.checksum(UnsafeRawBufferPointer(rebasing: $0[start...])) }
         for index in 0..<4 { bytes[header + index] = UInt8(truncatingIfNeeded: length >> (8 * index)) }
         for index in 0..<8 { bytes[header + 4 + index] = UInt8(truncatingIfNeeded: checksum >> (8 * index)) }
     }
@@ -246,11 +280,21 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         withUnsafeBytes(of: value.littleEndian) { bytes += $0 }
     }
 
-    private static func fnv1a(_ bytes: ArraySlice<UInt8>) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in bytes {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
+    /// FNV-1a's constants over 8-byte words, with a shift that folds the high bits back down (a multiply only
+    /// carries bits upward), then over the last bytes one by one. Byte-wise FNV-1a, the first format, ran at
+    /// ~0.5 GB/s: parsing a log of 10,000 changes on closing took 5 ms in the checksum alone.
+    private static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        let prime: UInt64 = 0x100_0000_01b3
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(bytes.count)
+        var index = 0
+        while bytes.count - index >= 8 {
+            hash = (hash ^ UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self))) &* prime
+            hash ^= hash >> 29
+            index += 8
+        }
+        while index < bytes.count {
+            hash = (hash ^ UInt64(bytes[index])) &* prime
+            index += 1
         }
         return hash
     }
@@ -264,18 +308,18 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
 
     /// Reads a payload; every accessor returns `nil` (or 0) past the end, which `parse` then rejects.
     private struct Reader {
-        let bytes: [UInt8]
+        let buffer: UnsafeRawBufferPointer
         var offset: Int
         private var failed = false
 
-        init(bytes: [UInt8], offset: Int) {
-            self.bytes = bytes
+        init(buffer: UnsafeRawBufferPointer, offset: Int) {
+            self.buffer = buffer
             self.offset = offset
         }
 
         mutating func operation() -> JournalOperation? {
-            guard offset < bytes.count else { return nil }
-            let kind = bytes[offset]
+            guard offset < buffer.count else { return nil }
+            let kind = buffer[offset]
             offset += 1
             switch kind {
             case 1:
@@ -302,32 +346,33 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         /// A little-endian unsigned integer (0, and `failed`, past the end).
         mutating func integer<Value: FixedWidthInteger & UnsignedInteger>(_: Value.Type) -> Value {
             let size = MemoryLayout<Value>.size
-            guard bytes.count - offset >= size else {
+            guard buffer.count - offset >= size else {
                 failed = true
                 return 0
             }
             defer { offset += size }
-            return (0..<size).reduce(0) { $0 | Value(bytes[offset + $1]) << (8 * $1) }
+            return Value(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: Value.self))
         }
 
         /// A string, or `nil` for an absent one (and on failure, which `failed` records).
         mutating func text() -> String? {
             let length = integer(UInt32.self)
             guard !failed, length != UInt32.max else { return nil }
-            guard bytes.count - offset >= Int(length) else {
+            guard buffer.count - offset >= Int(length) else {
                 failed = true
                 return nil
             }
             defer { offset += Int(length) }
-            return String(decoding: bytes[offset..<offset + Int(length)], as: UTF8.self)
+            let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + Int(length)])
+            return String(decoding: bytes, as: UTF8.self)
         }
 
         mutating func number() -> Int64? {
-            guard offset < bytes.count else {
+            guard offset < buffer.count else {
                 failed = true
                 return nil
             }
-            let present = bytes[offset]
+            let present = buffer[offset]
             offset += 1
             guard present == 1 else { return nil }
             let value = integer(UInt64.self)

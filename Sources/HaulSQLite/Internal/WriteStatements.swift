@@ -31,12 +31,18 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
     private var rollback: OpaquePointer?
     private var insert: OpaquePointer?
     private var remove: OpaquePointer?
+    private var clock: OpaquePointer?
+    /// SQLite's clock when the transaction began: every row of a fold gets it as `updatedAt`, formatted once
+    /// rather than once per row (a tenth of a fold's time).
+    private var now = ""
 
     /// Runs `body` between `BEGIN IMMEDIATE` and `COMMIT` (rolled back if it throws).
     func transaction(on db: Database, _ body: (WriteStatements) throws -> Void) throws {
         guard let handle = db.sqliteConnection else { throw DatabaseError(message: "the journal is closed") }
         if connection != handle { try prepare(handle) }
         try run(begin)
+        now = sqlite3_step(clock) == SQLITE_ROW ? sqlite3_column_text(clock, 0).map { String(cString: $0) } ?? "" : ""
+        sqlite3_reset(clock)
         do {
             try body(self)
             try run(commit)
@@ -47,8 +53,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
     }
 
     /// Inserts `row`, or updates the record with its key leaving `sequence` alone (so that allRecords() keeps the
-    /// order in which keys were first stored). `updatedAt` is SQLite's clock: formatting a Date in Swift for
-    /// every record cost more than the insert.
+    /// order in which keys were first stored). `updatedAt` is SQLite's clock at the start of the transaction.
     func upsert(_ row: Row) throws {
         let statement = insert
         bind(statement, 1, row.url)
@@ -65,6 +70,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         bind(statement, 12, row.failure)
         bind(statement, 13, row.sequence)
         bind(statement, 14, row.changedAt)
+        bind(statement, 15, now)
         try run(statement)
     }
 
@@ -75,8 +81,8 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
     }
 
     func finalize() {
-        for statement in [begin, commit, rollback, insert, remove] { sqlite3_finalize(statement) }
-        (begin, commit, rollback, insert, remove, connection) = (nil, nil, nil, nil, nil, nil)
+        for statement in [begin, commit, rollback, insert, remove, clock] { sqlite3_finalize(statement) }
+        (begin, commit, rollback, insert, remove, clock, connection) = (nil, nil, nil, nil, nil, nil, nil)
     }
 
     private func prepare(_ handle: OpaquePointer) throws {
@@ -99,7 +105,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             INSERT INTO record
             (url, destination, path, state, validator, totalBytes, size, sha256, modifiedNanoseconds, inode,
              request, failure, sequence, changedAt, updatedAt)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'))
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (url, destination) DO UPDATE SET
             path = excluded.path, state = excluded.state, validator = excluded.validator,
             totalBytes = excluded.totalBytes, size = excluded.size, sha256 = excluded.sha256,
@@ -108,6 +114,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             updatedAt = excluded.updatedAt
             """)
         remove = try make("DELETE FROM record WHERE url = ? AND destination = ?")
+        clock = try make("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
     }
 
     /// Steps `statement` to its end and resets it (bindings are cleared, so no string outlives the call).
@@ -127,8 +134,19 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             sqlite3_bind_null(statement, index)
             return
         }
-        // SQLITE_TRANSIENT: SQLite copies the bytes, the Swift string may go.
-        sqlite3_bind_text(statement, index, value, -1, transient)
+        // SQLITE_TRANSIENT: SQLite copies the bytes, the Swift string may go. Through the string's own UTF-8
+        // storage with its length: passing the String as a C string made a null-terminated copy of each one first.
+        // (An empty buffer may have no address, which SQLite would bind as NULL.)
+        guard !value.isEmpty else {
+            sqlite3_bind_text(statement, index, "", 0, transient)
+            return
+        }
+        var text = value
+        text.withUTF8 { bytes in
+            _ = bytes.withMemoryRebound(to: CChar.self) {
+                sqlite3_bind_text(statement, index, $0.baseAddress, Int32($0.count), transient)
+            }
+        }
     }
 
     private func bind(_ statement: OpaquePointer?, _ index: Int32, _ value: Int64?) {
