@@ -93,6 +93,35 @@ struct IntentLogTests {
         #expect(try SQLiteJournal(path: path).allRecords().last == record(-1))
     }
 
+    @Test("a log a killed process of an earlier version left (byte-wise FNV-1a checksums) is still replayed")
+    func earlierChecksumsAreReplayed() throws {
+        let live = try TemporaryDirectory()
+        let journal = try SQLiteJournal(path: live.file("j.sqlite").path)
+        let sha256 = String(repeating: "ab", count: 32)
+        let expected = (0..<50).map { record($0, .verified(size: Int64($0), sha256: sha256)) }
+        journal.store(Array(expected[..<10]))
+        for record in expected[10...] { journal.store(record) }
+        let killed = try TemporaryDirectory()
+        let names = try FileManager.default.contentsOfDirectory(atPath: live.path).filter { $0.hasPrefix("j.sqlite") }
+        for name in names { try FileManager.default.copyItem(at: live.file(name), to: killed.file(name)) }
+        let log = killed.file(try #require(logs(in: killed.url).first))
+        // Each frame: length (4 bytes), checksum (8), payload; the checksums rewritten as the first format had them.
+        var bytes = [UInt8](try Data(contentsOf: log))
+        var offset = 0
+        while bytes.count - offset >= 12 {
+            let length = (0..<4).reduce(0) { $0 | Int(bytes[offset + $1]) << (8 * $1) }
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in bytes[(offset + 12)..<(offset + 12 + length)] {
+                hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3
+            }
+            for index in 0..<8 { bytes[offset + 4 + index] = UInt8(truncatingIfNeeded: hash >> (8 * index)) }
+            offset += 12 + length
+        }
+        #expect(offset == bytes.count)
+        try Data(bytes).write(to: log)
+        #expect(try SQLiteJournal(path: killed.file("j.sqlite").path).allRecords() == expected)
+    }
+
     @Test("a journal opened while another is open sees its changes; a later change in either wins")
     func twoOpenJournals() throws {
         let dir = try TemporaryDirectory()

@@ -216,7 +216,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
                 let checksum = reader.integer(UInt64.self)
                 let start = reader.offset
                 guard length <= buffer.count - start,
-                    Self.checksum(UnsafeRawBufferPointer(rebasing: buffer[start..<start + length])) == checksum,
+                    Self.matches(UnsafeRawBufferPointer(rebasing: buffer[start..<start + length]), checksum),
                     let time = reader.number(), let operation = reader.operation(), reader.offset == start + length
                 else { break }
                 if case .upsert(var row) = operation {
@@ -297,6 +297,15 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             index += 1
         }
         return hash
+    }
+
+    /// Whether `payload` has the stored checksum, or the byte-wise FNV-1a of the logs of earlier versions (a log a
+    /// killed process left before an upgrade is still replayed; computed only when the first does not match).
+    private static func matches(_ payload: UnsafeRawBufferPointer, _ stored: UInt64) -> Bool {
+        if checksum(payload) == stored { return true }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in payload { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return hash == stored
     }
 
     private static func error(_ message: String) -> NSError {
