@@ -116,6 +116,11 @@ struct GetCommandTests {
             inputFile: "http://127.0.0.1:1/a.bin\n  out=x.bin\nhttp://127.0.0.1:1/b.bin\n  out=x.bin\n",
             mustSay: ["urls.txt:3", "urls.txt:1", "would both write"]),
         BadInput(
+            label: "input file: a name from the URL and an out= name in one directory (dir=sub, dir=sub/)",
+            arguments: { _, _ in [] },
+            inputFile: "http://127.0.0.1:1/x.bin\n  dir=sub\nhttp://127.0.0.1:1/y.bin\n  dir=sub/\n  out=x.bin\n",
+            mustSay: ["urls.txt:3", "urls.txt:1", "would both write", "sub/x.bin"]),
+        BadInput(
             label: "input file: option line before any URL", arguments: { _, _ in [] }, inputFile: "  out=x\n",
             mustSay: ["urls.txt:1", "must follow a URL"]),
         BadInput(

@@ -8,6 +8,9 @@ struct PlannedDownload {
     var origin: String
     /// The name shown in progress lines: the planned file name, else the URL's last component.
     var displayName: String
+    /// The standardized path the file will be published at, when known before any response (see
+    /// `DownloadRequest.plannedFileURL`): what two downloads must not share.
+    var plannedPath: String? = nil
 }
 
 /// What applies to every URL of one `haul get`.
@@ -55,8 +58,11 @@ enum Planner {
             }
         }
         var planned: [PlannedDownload] = []
+        planned.reserveCapacity(entries.count)
+        // Standardized once: every download without dir= shares it.
+        let directoryPath = settings.directory.standardizedFileURL.path
         for entry in entries {
-            switch plan(entry, settings: settings, headers: globalHeaders) {
+            switch plan(entry, settings: settings, headers: globalHeaders, directoryPath: directoryPath) {
             case .success(let download): planned.append(download)
             case .failure(let failure): problems += failure.problems
             }
@@ -66,17 +72,19 @@ enum Planner {
     }
 
     private static func plan(
-        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields
+        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields, directoryPath: String
     ) -> Result<PlannedDownload, UsageFailure> {
         var problems: [String] = []
         let url = validateURL(entry.url, problems: &problems)
         var directory = settings.directory
+        var directoryPath = directoryPath
         if let subdirectory = entry.subdirectory {
             let parts = subdirectory.split(separator: "/")
             if subdirectory.hasPrefix("/") || parts.contains("..") || parts.isEmpty {
                 problems.append("dir='\(subdirectory)' must be a relative path inside the destination, without '..'")
             } else {
                 directory = directory.appendingPathComponent(subdirectory, isDirectory: true)
+                directoryPath = directory.standardizedFileURL.path
             }
         }
         let fileName = entry.fileName ?? settings.fileName
@@ -101,7 +109,24 @@ enum Planner {
         let request = DownloadRequest(
             url: url, destination: destination, headerFields: fields, expectedDigest: digest,
             maxSize: settings.maxSize, conflictPolicy: settings.conflictPolicy)
-        if request.plannedFileURL == nil, !settings.useContentDisposition {
+        // What `request.plannedFileURL` gives, by joining strings: building and standardizing a URL for every
+        // download (three times) was most of planning a list of 10,000, before the first could start.
+        let name: String?
+        let plannedPath: String?
+        switch destination {
+        case .file(let file):
+            name = file.lastPathComponent
+            plannedPath = file.standardizedFileURL.path
+        case .directory(_, useContentDisposition: true):
+            name = nil
+            plannedPath = nil
+        case .directory(_, useContentDisposition: false):
+            // A name from the URL is one safe path component (no '/', never '.' or '..'), so joined to a
+            // standardized directory the path is standardized too.
+            name = DownloadRequest.fileName(for: url)
+            plannedPath = name.map { directoryPath.hasSuffix("/") ? directoryPath + $0 : directoryPath + "/" + $0 }
+        }
+        if plannedPath == nil, !settings.useContentDisposition {
             return .failure(
                 UsageFailure([
                     InputProblem(
@@ -109,7 +134,10 @@ enum Planner {
                         message: "no safe file name in '\(entry.url)'; give one with -o or an 'out=NAME' line")
                 ]))
         }
-        return .success(PlannedDownload(request: request, origin: entry.origin, displayName: displayName(of: request)))
+        return .success(
+            PlannedDownload(
+                request: request, origin: entry.origin,
+                displayName: name ?? DownloadRequest.fileName(for: url) ?? url.absoluteString, plannedPath: plannedPath))
     }
 
     /// The URL, if it is an absolute http(s) URL with a host; otherwise a problem saying which part is wrong.
@@ -157,7 +185,7 @@ enum Planner {
         var firstByPath: [String: PlannedDownload] = [:]
         var problems: [InputProblem] = []
         for download in planned {
-            guard let path = download.request.plannedFileURL?.standardizedFileURL.path else { continue }
+            guard let path = download.plannedPath else { continue }
             if let first = firstByPath[path] {
                 problems.append(
                     InputProblem(
