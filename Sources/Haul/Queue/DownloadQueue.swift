@@ -96,6 +96,9 @@ public final class DownloadQueue: Sendable {
             Self.recordRequested(requests, in: journal)
         }
         let added = state.withLock { state in
+            // Room for the whole batch at once: growing one by one moved every entry ~14 times for 10,000.
+            state.entries.reserveCapacity(state.entries.count + requests.count)
+            state.joined.reserveCapacity(state.joined.count + requests.count)
             let added = requests.map { enqueue($0, in: &state) }
             startAdmitted(in: &state)
             return added
