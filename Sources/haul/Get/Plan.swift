@@ -137,7 +137,8 @@ enum Planner {
         return .success(
             PlannedDownload(
                 request: request, origin: entry.origin,
-                displayName: name ?? DownloadRequest.fileName(for: url) ?? url.absoluteString, plannedPath: plannedPath))
+                displayName: name ?? DownloadRequest.fileName(for: url) ?? url.absoluteString, plannedPath: plannedPath)
+        )
     }
 
     /// The URL, if it is an absolute http(s) URL with a host; otherwise a problem saying which part is wrong.
