@@ -8,7 +8,7 @@ import HaulOperations
 /// bounded by back-pressure, not by file size (DESIGN.md invariant 2).
 final class BackgroundWriter: @unchecked Sendable {
     // unchecked Sendable: `file` and `digest` are only touched on `queue` (or after `drain()`, when nothing is
-    // queued); `state` is a Locked.
+    // queued; or, with no queue, by the one task that writes); `state` is a Locked.
 
     static let maxPending = 8 << 20
     /// Bodies known to be at most this large are written inline on the receiving task: for them the overlap
@@ -18,9 +18,9 @@ final class BackgroundWriter: @unchecked Sendable {
     let file: PartialFile
     private var digest: RunningDigest
     private let algorithm: Digest.Algorithm?
-    private let queue = DispatchQueue(label: "haul.writer")
-    /// Writes happen on the caller (see ``inlineLimit``); the queue is then never given work.
-    private let inline: Bool
+    /// Where writes happen; `nil` when they happen on the caller (see ``inlineLimit``): making a queue for every
+    /// small file that never gave it work showed in profiles of batches of 4 KiB files.
+    private let queue: DispatchQueue?
 
     private struct State {
         var pending = 0
@@ -33,7 +33,8 @@ final class BackgroundWriter: @unchecked Sendable {
     init(file: PartialFile, algorithm: Digest.Algorithm?, expectedSize: Int64?) {
         self.file = file
         self.algorithm = algorithm
-        inline = expectedSize.map { $0 <= Self.inlineLimit } ?? false
+        let inline = expectedSize.map { $0 <= Self.inlineLimit } ?? false
+        queue = inline ? nil : DispatchQueue(label: "haul.writer")
         digest = RunningDigest(also: algorithm)
     }
 
@@ -55,7 +56,7 @@ final class BackgroundWriter: @unchecked Sendable {
     /// Queues `chunk` to be written and hashed. Throws the first write error (e.g. a full disk) seen so far.
     func write(_ chunk: any ByteChunk, url: URL) async throws(DownloadError) {
         try throwIfFailed()
-        if inline {
+        guard let queue else {
             // One task writes at a time (the download's), and nothing is ever queued, so no lock is needed.
             try file.write(chunk, url: url)
             chunk.withUnsafeBytes { digest.update($0) }
@@ -96,7 +97,7 @@ final class BackgroundWriter: @unchecked Sendable {
     /// Empties the file and the digest, for an attempt that starts over.
     func restart(url: URL) async throws(DownloadError) {
         try await drain()
-        let result: Result<Void, DownloadError> = queue.sync {
+        let result: Result<Void, DownloadError> = serialized {
             do throws(DownloadError) {
                 try file.truncate(url: url)
                 digest = RunningDigest(also: algorithm)
@@ -109,11 +110,16 @@ final class BackgroundWriter: @unchecked Sendable {
     }
 
     /// Bytes on disk (call after ``drain()`` for an exact figure).
-    var size: Int64 { queue.sync { file.size } }
+    var size: Int64 { serialized { file.size } }
 
     /// The digests of everything written (call after ``drain()``).
     func finalizeDigest() -> (sha256: [UInt8], requested: [UInt8]?) {
-        queue.sync { digest.finalize(for: algorithm) }
+        serialized { digest.finalize(for: algorithm) }
+    }
+
+    /// `body` on the queue, or right here when there is none.
+    private func serialized<Value>(_ body: () -> Value) -> Value {
+        if let queue { queue.sync(execute: body) } else { body() }
     }
 
     private func throwIfFailed() throws(DownloadError) {
