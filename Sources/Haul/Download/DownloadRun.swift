@@ -43,7 +43,7 @@ final class DownloadRun: @unchecked Sendable {
         stallWatch = downloader.stallWatch
         self.emit = emit
         logger = downloader.configuration.logger
-        logger[metadataKey: "url"] = "\(request.url.absoluteString)"
+        logger[metadataKey: "url"] = .stringConvertible(request.url)  // rendered only if something is logged
         finalURL = request.url
         meter = ProgressMeter(interval: downloader.configuration.progressInterval)
     }
