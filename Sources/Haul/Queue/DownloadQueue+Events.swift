@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Identifies one download in a ``DownloadQueue`` (joined duplicates share one).
 public struct DownloadID: Hashable, Sendable, Comparable, CustomStringConvertible {
@@ -56,6 +57,20 @@ public enum QueueEvent: Sendable {
             }
         }
 
+        /// This kind's bit in ``DownloadQueue/interestBits``.
+        var bit: UInt16 {
+            switch self {
+            case .queued: 1 << 0
+            case .started: 1 << 1
+            case .progress: 1 << 2
+            case .redirected: 1 << 3
+            case .retrying: 1 << 4
+            case .finished: 1 << 5
+            case .failed: 1 << 6
+            case .batchProgress: 1 << 7
+            }
+        }
+
         /// Every kind.
         public static let all = Set(allCases)
         /// How each download ended: ``finished`` and ``failed``.
@@ -102,13 +117,13 @@ extension DownloadQueue {
         let key = state.withLock { state in
             state.nextSubscriber += 1
             state.subscribers[state.nextSubscriber] = Subscriber(continuation: continuation, kinds: kinds)
-            state.updateInterest()
+            interestBits.store(state.updateInterest(), ordering: .releasing)
             return state.nextSubscriber
         }
         continuation.onTermination = { [weak self] _ in
             self?.state.withLock { state in
                 state.subscribers.removeValue(forKey: key)
-                state.updateInterest()
+                self?.interestBits.store(state.updateInterest(), ordering: .releasing)
             }
         }
         return stream
@@ -121,7 +136,7 @@ extension DownloadQueue {
         let subscribers = state.withLock { state in
             defer {
                 state.subscribers = [:]
-                state.updateInterest()
+                interestBits.store(state.updateInterest(), ordering: .releasing)
             }
             return Array(state.subscribers.values)
         }

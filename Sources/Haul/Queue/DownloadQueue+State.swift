@@ -1,4 +1,6 @@
 import Foundation
+import HaulOperations
+import Synchronization
 
 extension DownloadQueue {
     typealias Outcome = Result<DownloadResult, DownloadError>
@@ -18,8 +20,9 @@ extension DownloadQueue {
         var handles = 1
         /// The task running it, once admitted.
         var task: Task<Void, Never>?
-        /// The latest progress of a running download.
-        var progress: DownloadProgress?
+        /// The latest progress of a running download (set when it is admitted): its own lock, so that the
+        /// download's events need not take the queue's.
+        var progress: Locked<DownloadProgress?>?
     }
 
     /// What a locked section decided to do once the lock is released: resolve results, cancel tasks (whose
@@ -101,8 +104,10 @@ extension DownloadQueue {
         /// Whether some subscriber takes events of `kind`.
         func wants(_ kind: QueueEvent.Kind) -> Bool { interest.contains(kind) }
 
-        mutating func updateInterest() {
+        /// Recomputes ``interest`` after the subscribers changed; returns it as bits for ``interestBits``.
+        mutating func updateInterest() -> UInt16 {
             interest = subscribers.values.reduce(into: []) { $0.formUnion($1.kinds) }
+            return interest.reduce(0) { $0 | $1.bit }
         }
 
         func batchProgress() -> BatchProgress {
@@ -120,9 +125,10 @@ extension DownloadQueue {
             var speed = 0.0
             for id in scheduler.runningIDs {
                 guard let entry = entries[id] else { continue }
-                let total = entry.progress?.totalBytes ?? entry.request.expectedSize
-                written += entry.progress?.bytesWritten ?? 0
-                speed += entry.progress?.bytesPerSecond ?? 0
+                let current = entry.progress?.withLock { $0 }
+                let total = current?.totalBytes ?? entry.request.expectedSize
+                written += current?.bytesWritten ?? 0
+                speed += current?.bytesPerSecond ?? 0
                 if let total {
                     knownTotal += total
                     knownFiles += 1
@@ -181,7 +187,9 @@ extension DownloadQueue {
             guard var entry = state.entries[id] else { continue }
             leaveWaiting(entry.request, in: &state)
             let request = entry.request
-            entry.task = Task { [self] in await run(id, request) }
+            let progress = Locked<DownloadProgress?>(nil)
+            entry.progress = progress
+            entry.task = Task { [self] in await run(id, request, progress: progress) }
             state.entries[id] = entry
         }
     }
@@ -202,30 +210,39 @@ extension DownloadQueue {
 
     // MARK: - Running
 
-    private func run(_ id: UInt64, _ request: DownloadRequest) async {
+    private func run(_ id: UInt64, _ request: DownloadRequest, progress: Locked<DownloadProgress?>) async {
         let outcome: Outcome
         do {
-            outcome = .success(try await downloader.download(request) { [self] event in record(event, of: id) })
+            outcome = .success(
+                try await downloader.download(request) { [self] event in
+                    record(event, of: id, progress: progress)
+                })
         } catch {
             outcome = .failure(error)
         }
         complete(id, with: outcome)
     }
 
-    private func record(_ event: DownloadEvent, of id: UInt64) {
-        state.withLock { state in
-            switch event {
-            case .progress(let progress):
-                state.entries[id]?.progress = progress
-            case .started(_, let resumingAt):
-                let total = state.entries[id]?.progress?.totalBytes
-                state.entries[id]?.progress = DownloadProgress(
-                    bytesWritten: resumingAt, totalBytes: total, bytesPerSecond: 0)
-            default:
-                break
+    private func record(_ event: DownloadEvent, of id: UInt64, progress: Locked<DownloadProgress?>) {
+        switch event {
+        case .progress(let latest):
+            progress.withLock { $0 = latest }
+        case .started(_, let resumingAt):
+            progress.withLock {
+                $0 = DownloadProgress(bytesWritten: resumingAt, totalBytes: $0?.totalBytes, bytesPerSecond: 0)
             }
-            if state.wants(QueueEvent.Kind(event)) { state.publish(.download(DownloadID(rawValue: id), event)) }
-            if case .progress = event { publishBatchProgress(in: &state, force: false) }
+        default:
+            break
+        }
+        // The bits may lag a subscription made meanwhile (an event concurrent with subscribing may be missed
+        // either way); under the lock `wants` decides.
+        let kind = QueueEvent.Kind(event)
+        let bits = interestBits.load(ordering: .acquiring)
+        let batch: Bool = if case .progress = event { bits & QueueEvent.Kind.batchProgress.bit != 0 } else { false }
+        guard bits & kind.bit != 0 || batch else { return }
+        state.withLock { state in
+            if state.wants(kind) { state.publish(.download(DownloadID(rawValue: id), event)) }
+            if batch { publishBatchProgress(in: &state, force: false) }
         }
     }
 

@@ -25,7 +25,7 @@ struct BatchProgressTests {
         let request = DownloadRequest(url: url, destination: .file(URL(fileURLWithPath: "/tmp/f")))
         var running = DownloadQueue.Entry(
             request: request, joinKey: .init(url: url, destination: request.destination), box: ResultBox())
-        running.progress = DownloadProgress(bytesWritten: 500, totalBytes: 1000, bytesPerSecond: 100)
+        running.progress = Locked(DownloadProgress(bytesWritten: 500, totalBytes: 1000, bytesPerSecond: 100))
         state.entries[1] = running
         state.batch.totalFiles = 3
         state.batch.finishedFiles = 1
