@@ -16,8 +16,11 @@ import Musl
 /// (``init(unnamedFor:url:)``, `O_TMPFILE`), published with one `linkat`: one directory change per file where a
 /// named partial takes three (create, link, unlink), and nothing to clean up after a crash.
 final class PartialFile {
-    /// The partial's path (for an unnamed file, the name it would have had: used in messages only).
-    let path: String
+    /// The partial's path (for an unnamed file, the name it would have had: used in messages only, so made only
+    /// when asked for).
+    var path: String { isUnnamed ? Self.partialPath(forDestination: location) : location }
+    /// The partial's path, or for an unnamed file its destination's.
+    private let location: String
     private var descriptor: Int32
     private(set) var size: Int64 = 0
     /// The file has no name (`O_TMPFILE`); it gets one when published, and vanishes if it never is.
@@ -34,7 +37,7 @@ final class PartialFile {
     /// Creates a new, empty partial at `path`. A leftover regular file there (Haul's own name space) is
     /// replaced; a symbolic link or anything else that is not a regular file is refused.
     init(creatingAt path: String, url: URL) throws(DownloadError) {
-        self.path = path
+        location = path
         // O_EXCL first: the usual case (nothing there) costs one call. Only when something is there is it looked
         // at: a leftover regular file is replaced, anything else refused.
         var fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -71,7 +74,7 @@ final class PartialFile {
             close(fd)
             return nil
         }
-        self.path = path
+        location = path
         descriptor = fd
         size = Int64(info.st_size)
         isUnnamed = false
@@ -83,10 +86,12 @@ final class PartialFile {
     init?(unnamedFor destination: String) {
         #if os(Linux)
         guard Self.canLinkUnnamed else { return nil }
-        let directory = (destination as NSString).deletingLastPathComponent
-        let fd = open(directory.isEmpty ? "." : directory, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0o600)
+        // The directory by the last '/' (NSString's path functions cost more than the open for a small file).
+        let slash = destination.utf8.lastIndex(of: UInt8(ascii: "/"))
+        let directory = slash.map { $0 == destination.startIndex ? "/" : String(destination[..<$0]) } ?? "."
+        let fd = open(directory, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return nil }
-        path = Self.partialPath(forDestination: destination)
+        location = destination
         descriptor = fd
         isUnnamed = true
         #else
