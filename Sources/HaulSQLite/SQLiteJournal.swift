@@ -175,8 +175,8 @@ public final class SQLiteJournal: Journal {
         fold(log)
         // Finalized before the pool closes the connection, which would otherwise report them as unfinalized.
         pool.writeWithoutTransaction { _ in statements.finalize() }
-        // Freeing every cached record (~5 ms for 10,000) is left to the
-        // folding queue, off the caller's thread: a process that is about to exit never waits for it.
+        // Freeing every cached record (~5 ms for 10,000) is left to the folding queue, off the caller's thread: a
+        // process that is about to exit never waits for it.
         folding.async { [cache] in cache.withLock { $0 = [:] } }
     }
 
