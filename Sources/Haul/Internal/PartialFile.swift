@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Darwin)
 import Darwin
@@ -100,9 +101,31 @@ final class PartialFile {
     }
 
     #if os(Linux)
-    /// Whether an unnamed file can be given a name: `linkat` reaches it through `/proc/self/fd` (linking by
-    /// descriptor directly, `AT_EMPTY_PATH`, needs a capability ordinary users lack).
+    /// Whether an unnamed file can be given a name: by descriptor (`AT_EMPTY_PATH`) where the kernel allows it, else
+    /// through `/proc/self/fd`.
     private static let canLinkUnnamed = access("/proc/self/fd", X_OK) == 0
+
+    /// Whether `linkat(fd, "", ..., AT_EMPTY_PATH)` was refused once (it needs `CAP_DAC_READ_SEARCH` before Linux
+    /// 6.10, and there for files the caller did not open itself): then every link goes through `/proc/self/fd`.
+    static let emptyPathRefused = Atomic<Bool>(false)
+    /// `AT_EMPTY_PATH` from <fcntl.h>, which Glibc's module leaves out (it is behind `_GNU_SOURCE`).
+    private static let atEmptyPath: Int32 = 0x1000
+
+    /// Links the unnamed file behind `descriptor` at `destination`; 0 or -1 with `errno` set, like `linkat`.
+    /// By descriptor first: the `/proc/self/fd/N` path walk (procfs lookups and a magic link) was the largest part
+    /// of publishing a small file. `throughProc` forces the fallback (for tests).
+    static func linkDescriptor(_ descriptor: Int32, to destination: String, throughProc: Bool = false) -> Int32 {
+        let tryEmptyPath = !throughProc && !emptyPathRefused.load(ordering: .relaxed)
+        if tryEmptyPath {
+            if linkat(descriptor, "", AT_FDCWD, destination, atEmptyPath) == 0 { return 0 }
+            guard errno == ENOENT || errno == EPERM else { return -1 }
+        }
+        let result = linkat(AT_FDCWD, "/proc/self/fd/\(descriptor)", AT_FDCWD, destination, AT_SYMLINK_FOLLOW)
+        // ENOENT is also what a missing destination directory gives: only a link that then works this way shows
+        // that the kernel refuses the other.
+        if tryEmptyPath && result == 0 { emptyPathRefused.store(true, ordering: .relaxed) }
+        return result
+    }
     #endif
 
     deinit {
@@ -188,7 +211,7 @@ final class PartialFile {
     private func linkUnnamed(to destination: String, url: URL) throws(DownloadError) {
         #if os(Linux)
         precondition(descriptor >= 0, "an unnamed partial is linked once")
-        guard linkat(AT_FDCWD, "/proc/self/fd/\(descriptor)", AT_FDCWD, destination, AT_SYMLINK_FOLLOW) == 0 else {
+        guard Self.linkDescriptor(descriptor, to: destination) == 0 else {
             let code = errno
             if code == EEXIST {
                 throw DownloadError(
