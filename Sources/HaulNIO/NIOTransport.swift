@@ -21,7 +21,7 @@ import NIOPosix
 /// abandoned; no redirects, no decompression (the engine's rules apply, see ``HTTPTransport``).
 /// What it leaves to `fallback`: every other scheme (`https`: TLS stays in AsyncHTTPClient, one well-tested
 /// place). Without a fallback such a request fails with ``NIOTransportError/unsupportedScheme(_:)``.
-public final class NIOTransport: HTTPTransport {
+public final class NIOTransport: InterruptibleHTTPTransport {
     private let group: any EventLoopGroup
     private let fallback: (any HTTPTransport)?
     private let pool = NIOLockedValueBox<Pool>(Pool())
@@ -56,17 +56,42 @@ public final class NIOTransport: HTTPTransport {
 
     /// Sends `request` and returns at the response head; the body streams as the engine reads it.
     public func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
-        guard request.scheme?.lowercased() == "http" else {
+        guard Self.speaks(request) else {
             if let fallback { return try await fallback.send(request, connectTimeout: connectTimeout) }
             throw NIOTransportError.unsupportedScheme(request.scheme ?? "")
         }
+        return try await exchange(request, connectTimeout: connectTimeout, interruption: nil)
+    }
+
+    /// Whether `request` is one of this transport's own (plain `http`): those can be interrupted; the fallback's
+    /// cannot.
+    public func canInterrupt(_ request: HTTPRequest) -> Bool {
+        Self.speaks(request)
+    }
+
+    /// Sends `request` like ``send(_:connectTimeout:)``; interrupting `interruption` fails the wait for the head or
+    /// the body's next read and closes the connection. A request for the fallback goes there uninterruptible.
+    public func send(
+        _ request: HTTPRequest, connectTimeout: Duration, interruption: TransferInterruption
+    ) async throws -> TransportResponse {
+        guard Self.speaks(request) else { return try await send(request, connectTimeout: connectTimeout) }
+        return try await exchange(request, connectTimeout: connectTimeout, interruption: interruption)
+    }
+
+    private static func speaks(_ request: HTTPRequest) -> Bool {
+        request.scheme?.lowercased() == "http"
+    }
+
+    private func exchange(
+        _ request: HTTPRequest, connectTimeout: Duration, interruption: TransferInterruption?
+    ) async throws -> TransportResponse {
         let endpoint = try Endpoint(authority: request.authority ?? "")
         let head = Self.requestHead(of: request, host: endpoint.hostHeader)
         while true {
             let (connection, reused) = try await acquire(endpoint, connectTimeout: connectTimeout)
             let exchange = Exchange(connection: connection, transport: self, endpoint: endpoint)
             do {
-                let responseHead = try await exchange.start(head)
+                let responseHead = try await exchange.start(head, interruption: interruption)
                 return TransportResponse(head: Self.response(from: responseHead), body: exchange.body())
             } catch let error as NIOTransportError where reused && error == .closedBeforeResponse {
                 // A kept-alive connection the server had already closed: the request never reached it.

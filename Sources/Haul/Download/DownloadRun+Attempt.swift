@@ -6,11 +6,37 @@ import Logging
 
 extension DownloadRun {
     /// One attempt, watched: if neither a response head nor a body byte arrives for the stall timeout, the
-    /// transfer is cancelled and the attempt fails as `stalled` (transient).
+    /// transfer is stopped and the attempt fails as `stalled` (transient).
+    ///
+    /// On an ``InterruptibleHTTPTransport`` the attempt runs right here and a stall interrupts its exchange. Any other
+    /// transport can only be stopped by cancelling the task it runs in, so there (and from a redirect on to a request
+    /// the transport cannot interrupt) the attempt goes on in a task of its own.
     func attemptWithWatchdog() async throws(AttemptFailure) {
         lastActivity.touch()
+        var hops = Hops(url: request.url, fields: request.headerFields)
+        if interruptibleTransport != nil {
+            let interruption = TransferInterruption()
+            let stalled = Locked(false)
+            let token = stallWatch.watch(lastActivity) {
+                stalled.withLock { $0 = true }
+                interruption.interrupt()
+            }
+            do {
+                defer { stallWatch.stop(token) }
+                try await attempt(&hops, interruption: interruption)
+                return
+            } catch is NeedsOwnTask {
+                // A redirect led to a request the transport cannot interrupt: go on from there in a task.
+            } catch {
+                throw attemptFailure(error, stalled: stalled.withLock { $0 })
+            }
+        }
         // Its own task, so that a stall can cancel this attempt alone and the download can still retry.
-        let transfer = Task { try await self.attempt() }
+        let from = hops
+        let transfer = Task {
+            var hops = from
+            try await self.attempt(&hops, interruption: nil)
+        }
         let stalled = Locked(false)
         let token = stallWatch.watch(lastActivity) {
             stalled.withLock { $0 = true }
@@ -24,35 +50,60 @@ extension DownloadRun {
                 transfer.cancel()
             }
         } catch {
-            if stalled.withLock({ $0 }) {
-                throw .transient(
-                    DownloadError(
-                        .stalled,
-                        message: "no data for \(stallWatch.timeout) (stall timeout); the server or network stopped",
-                        url: finalURL))
-            }
-            if let failure = error as? AttemptFailure { throw failure }
-            if Task.isCancelled { throw .permanent(cancelledError()) }
-            throw transportFailure(error, url: finalURL)
+            throw attemptFailure(error, stalled: stalled.withLock { $0 })
         }
     }
 
-    /// Requests the file (following redirects) and streams the body into the partial file.
-    private func attempt() async throws {
-        var url = request.url
-        var fields = request.headerFields
-        var visited: Set<String> = [url.absoluteString]
-        var redirects = 0
+    /// What ended an attempt early, as the retry loop sees it.
+    private func attemptFailure(_ error: any Error, stalled: Bool) -> AttemptFailure {
+        if stalled {
+            return .transient(
+                DownloadError(
+                    .stalled,
+                    message: "no data for \(stallWatch.timeout) (stall timeout); the server or network stopped",
+                    url: finalURL))
+        }
+        if let failure = error as? AttemptFailure { return failure }
+        if Task.isCancelled { return .permanent(cancelledError()) }
+        return transportFailure(error, url: finalURL)
+    }
+
+    /// Where an attempt is in its chain of redirects.
+    struct Hops {
+        var url: URL
+        var fields: HTTPFields
+        /// The URLs visited, made at the first redirect (most downloads have none).
+        var visited: Set<String> = []
+        var count = 0
         var mayResume = true
+    }
+
+    /// Thrown before sending a request that the interruptible transport cannot interrupt.
+    private struct NeedsOwnTask: Error {}
+
+    /// Requests the file (following redirects) and streams the body into the partial file. With `interruption`,
+    /// every request goes through ``interruptibleTransport`` (see ``attemptWithWatchdog()``).
+    private func attempt(_ hops: inout Hops, interruption: TransferInterruption?) async throws {
         while true {
-            let resumeFrom = mayResume && validator != nil ? writer?.size ?? 0 : 0
-            let head = makeRequest(url: url, fields: fields, resumeFrom: resumeFrom)
+            let url = hops.url
+            let resumeFrom = hops.mayResume && validator != nil ? writer?.size ?? 0 : 0
+            let head = makeRequest(url: url, fields: hops.fields, resumeFrom: resumeFrom)
             logger.debug("request", metadata: ["url": "\(url.absoluteString)", "range-from": "\(resumeFrom)"])
             // A cancelled task sends nothing: some transports would still put the request on the wire.
             try Task.checkCancellation()
             let response: TransportResponse
             do {
-                response = try await transport.send(head, connectTimeout: configuration.connectTimeout)
+                if let interruption {
+                    guard let interruptibleTransport, interruptibleTransport.canInterrupt(head) else {
+                        throw NeedsOwnTask()
+                    }
+                    response = try await interruptibleTransport.send(
+                        head, connectTimeout: configuration.connectTimeout, interruption: interruption)
+                } else {
+                    response = try await transport.send(head, connectTimeout: configuration.connectTimeout)
+                }
+            } catch let needed as NeedsOwnTask {
+                throw needed
             } catch {
                 if Task.isCancelled { throw CancellationError() }
                 throw transportFailure(error, url: url)
@@ -62,13 +113,15 @@ extension DownloadRun {
             logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.absoluteString)"])
 
             if HTTPRules.redirectStatuses.contains(status) {
-                let target = try followRedirect(response.head, from: url, visited: &visited, count: &redirects)
+                if hops.visited.isEmpty { hops.visited.insert(request.url.absoluteString) }
+                let target = try followRedirect(
+                    response.head, from: url, visited: &hops.visited, count: &hops.count)
                 if HTTPRules.origin(of: target) != HTTPRules.origin(of: url) {
-                    for name in HTTPRules.credentialFields { fields[name] = nil }
+                    for name in HTTPRules.credentialFields { hops.fields[name] = nil }
                 }
                 logger.info("redirect", metadata: ["from": "\(url.absoluteString)", "to": "\(target.absoluteString)"])
                 emit(.redirected(from: url, to: target, status: status))
-                url = target
+                hops.url = target
                 continue
             }
             finalURL = url
@@ -80,7 +133,7 @@ extension DownloadRun {
                     return
                 }
                 try await restartFromZero()
-                mayResume = false
+                hops.mayResume = false
                 continue
             }
             guard (200..<300).contains(status) else { throw statusFailure(response.head, url: url) }
@@ -98,7 +151,7 @@ extension DownloadRun {
                     }
                     // A range that does not continue our bytes: start over without Range.
                     try await restartFromZero()
-                    mayResume = false
+                    hops.mayResume = false
                     continue
                 }
                 totalBytes = range.complete

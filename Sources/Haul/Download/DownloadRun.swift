@@ -12,6 +12,7 @@ final class DownloadRun: @unchecked Sendable {
     let request: DownloadRequest
     let configuration: Downloader.Configuration
     let transport: any HTTPTransport
+    let interruptibleTransport: (any InterruptibleHTTPTransport)?
     let stallWatch: StallWatch
     let emit: @Sendable (DownloadEvent) -> Void
     var logger: Logger
@@ -40,6 +41,7 @@ final class DownloadRun: @unchecked Sendable {
         self.request = request
         configuration = downloader.configuration
         transport = downloader.transport
+        interruptibleTransport = downloader.interruptibleTransport
         stallWatch = downloader.stallWatch
         self.emit = emit
         logger = downloader.configuration.logger

@@ -78,10 +78,13 @@ public final class Downloader: Sendable {
         self.transport = transport
         self.configuration = configuration
         stallWatch = StallWatch(timeout: configuration.stallTimeout)
+        interruptibleTransport = transport as? any InterruptibleHTTPTransport
     }
 
     /// Watches this downloader's running attempts for stalls.
     let stallWatch: StallWatch
+    /// ``transport`` when its exchanges can be interrupted (asked once, not per download).
+    let interruptibleTransport: (any InterruptibleHTTPTransport)?
 
     /// Downloads `request` and returns once the file is published (or was skipped by the conflict policy).
     ///

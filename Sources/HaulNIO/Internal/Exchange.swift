@@ -45,8 +45,10 @@ final class Exchange: @unchecked Sendable {
         self.endpoint = endpoint
     }
 
-    /// Sends the request and waits for the response head.
-    func start(_ head: HTTPRequestHead) async throws -> HTTPResponseHead {
+    /// Sends the request and waits for the response head. From now on, interrupting `interruption` ends this
+    /// exchange as cancelling the task would (the engine tells a stall from a cancellation by itself).
+    func start(_ head: HTTPRequestHead, interruption: TransferInterruption?) async throws -> HTTPResponseHead {
+        interruption?.onInterrupt { [weak self] in self?.fail(CancellationError(), abandon: true) }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 // A task cancelled before it got here has already run `onCancel`: nothing would resume a waiter
