@@ -2,7 +2,11 @@
 /// that followed it there.
 struct InputEntry: Equatable {
     /// Where it came from, for messages: `urls.txt:3`, or `argument 2`.
-    var origin: String
+    var origin: String { line.map { "\(source):\($0)" } ?? source }
+    /// The input file's name (with ``line``), or the whole origin: the text of ``origin`` is made only for a
+    /// message, not for each of 10,000 lines.
+    var source: String
+    var line: Int?
     var url: String
     /// `out=NAME`
     var fileName: String?
@@ -40,7 +44,7 @@ enum InputFile {
             let trimmedBytes = line.drop(while: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
             if trimmedBytes.isEmpty || trimmedBytes.first == UInt8(ascii: "#") { continue }
             let trimmed = Substring(trimmedBytes)
-            let origin = "\(name):\(index + 1)"
+            var origin: String { "\(name):\(index + 1)" }
             if indented {
                 guard !entries.isEmpty else {
                     problems.append(InputProblem(origin: origin, message: "an option line must follow a URL line"))
@@ -52,14 +56,14 @@ enum InputFile {
                 continue
             }
             let url = trimmed.trimmingSpaces()
-            if url.contains(where: { $0 == " " || $0 == "\t" }) {
+            if url.utf8.contains(where: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) {
                 problems.append(
                     InputProblem(
                         origin: origin,
                         message: "'\(url)' is not one URL: put one URL per line, and options on indented lines"))
                 continue
             }
-            entries.append(InputEntry(origin: origin, url: url))
+            entries.append(InputEntry(source: name, line: index + 1, url: url))
         }
         return (entries, problems)
     }

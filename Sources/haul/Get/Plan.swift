@@ -5,12 +5,27 @@ import HTTPTypes
 /// A download the command will run, with where it came from for messages.
 struct PlannedDownload {
     var request: DownloadRequest
-    var origin: String
+    /// Where it came from, for messages (see ``InputEntry/origin``).
+    var origin: String { line.map { "\(source):\($0)" } ?? source }
     /// The name shown in progress lines: the planned file name, else the URL's last component.
     var displayName: String
     /// The standardized path the file will be published at, when known before any response (see
     /// `DownloadRequest.plannedFileURL`): what two downloads must not share.
     var plannedPath: String? = nil
+    private var source: String
+    private var line: Int?
+
+    init(request: DownloadRequest, origin: String, displayName: String, plannedPath: String? = nil) {
+        self.request = request
+        self.displayName = displayName
+        self.plannedPath = plannedPath
+        source = origin
+    }
+
+    init(request: DownloadRequest, entry: InputEntry, displayName: String, plannedPath: String?) {
+        self.init(request: request, origin: entry.source, displayName: displayName, plannedPath: plannedPath)
+        line = entry.line
+    }
 }
 
 /// What applies to every URL of one `haul get`.
@@ -136,7 +151,7 @@ enum Planner {
         }
         return .success(
             PlannedDownload(
-                request: request, origin: entry.origin,
+                request: request, entry: entry,
                 displayName: name ?? DownloadRequest.fileName(for: url) ?? url.absoluteString, plannedPath: plannedPath)
         )
     }
@@ -183,11 +198,14 @@ enum Planner {
 
     /// Two downloads that would write one file: each pair is named.
     private static func duplicateDestinations(_ planned: [PlannedDownload]) -> [InputProblem] {
-        var firstByPath: [String: PlannedDownload] = [:]
+        // Indices, room made up front: growing a dictionary of whole downloads one by one showed in the start-up
+        // of a list of 10,000.
+        var firstByPath: [String: Int] = [:]
+        firstByPath.reserveCapacity(planned.count)
         var problems: [InputProblem] = []
-        for download in planned {
+        for (index, download) in planned.enumerated() {
             guard let path = download.plannedPath else { continue }
-            if let first = firstByPath[path] {
+            if let first = firstByPath[path].map({ planned[$0] }) {
                 problems.append(
                     InputProblem(
                         origin: download.origin,
@@ -195,7 +213,7 @@ enum Planner {
                             "'\(download.request.url.absoluteString)' and '\(first.request.url.absoluteString)' (\(first.origin)) would both write '\(path)'; give one of them another name (out=NAME)"
                     ))
             } else {
-                firstByPath[path] = download
+                firstByPath[path] = index
             }
         }
         return problems
