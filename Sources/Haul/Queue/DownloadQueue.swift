@@ -95,22 +95,46 @@ public final class DownloadQueue: Sendable {
     /// With a journal on the downloader (and ``Configuration/recordsRequests``), the requests are recorded
     /// first, in one write, so a process killed before they finish can re-admit them
     /// (``resumeUnfinished(includingFailed:)``).
+    ///
+    /// A large batch of one priority, on a queue whose failures leave the others running, is entered in slices and
+    /// its first downloads start before the rest is entered (10,000 requests took ~15 ms to enter, and none
+    /// started before all were in); the order of admission is the same. A ``cancelAll()`` made on another thread
+    /// while such a batch is being added may then miss the requests not yet entered.
     @discardableResult
     public func add(_ requests: [DownloadRequest]) -> [DownloadHandle] {
         if recordsRequests, let journal = downloader.configuration.journal {
             Self.recordRequested(requests, in: journal)
         }
-        let added = state.withLock { state in
-            // Room for the whole batch at once: growing one by one moved every entry ~14 times for 10,000.
-            state.entries.reserveCapacity(state.entries.count + requests.count)
-            state.joined.reserveCapacity(state.joined.count + requests.count)
-            let added = requests.map { enqueue($0, in: &state) }
-            startAdmitted(in: &state)
-            return added
-        }
+        var added: [(DownloadID, ResultBox<Outcome>)] = []
+        added.reserveCapacity(requests.count)
+        let sliceSize = slicesAdmission(of: requests) ? Self.admissionSlice : max(requests.count, 1)
+        var start = 0
+        repeat {
+            let slice = requests[start..<min(start + sliceSize, requests.count)]
+            state.withLock { state in
+                if start == 0 {
+                    // Room for the whole batch at once: growing one by one moved every entry ~14 times for 10,000.
+                    state.entries.reserveCapacity(state.entries.count + requests.count)
+                    state.joined.reserveCapacity(state.joined.count + requests.count)
+                }
+                for request in slice { added.append(enqueue(request, in: &state)) }
+                startAdmitted(in: &state)
+            }
+            start += sliceSize
+        } while start < requests.count
         return zip(requests, added).map { request, added in
             DownloadHandle(id: added.0, request: request, box: added.1, queue: self)
         }
+    }
+
+    /// How many requests of a large batch are entered under one hold of the lock.
+    static let admissionSlice = 256
+
+    /// Whether entering `requests` in slices admits them exactly as entering them at once would: one priority (so
+    /// admission follows the order added either way), and no failure policy that must cancel the rest of the batch.
+    private func slicesAdmission(of requests: [DownloadRequest]) -> Bool {
+        guard requests.count > Self.admissionSlice, let priority = requests.first?.priority else { return false }
+        return state.withLock { $0.failurePolicy == .continueOthers } && requests.allSatisfy { $0.priority == priority }
     }
 
     /// Re-admits what an earlier process left unfinished in the downloader's journal: requests added to a
