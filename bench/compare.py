@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HAUL = os.path.join(ROOT, ".build", "release", "haul")
+HAUL = os.path.join(ROOT, ".build-static", "release", "haul")  # bench/compare builds it (bench/lib.sh build_haul)
 MIB = 1 << 20
 
 # s4/s5: the throttle and the faults. 50 files over 8 slots take ceil(50 / 8) = 7 rounds of SIZE / RATE seconds at
@@ -525,11 +525,15 @@ def main():
     parser.add_argument("runs", nargs="?", type=int, default=3, help="repetitions per tool on the real disk (3)")
     parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5")
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the tmpfs pass")
+    parser.add_argument("--haul", help="the haul binary to measure (default: .build-static/release/haul)")
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "RESULTS.md"),
                         help="where the Markdown goes (bench/RESULTS.md)")
     args = parser.parse_args()
+    global HAUL
+    if args.haul:
+        HAUL = os.path.abspath(args.haul)
     if not os.access(HAUL, os.X_OK):
-        sys.exit(f"error: {HAUL} is missing; run `swift build -c release --product haul` (bench/compare does)")
+        sys.exit(f"error: {HAUL} is missing; run bench/compare, which builds it")
 
     disk_root = tempfile.mkdtemp(prefix="haul-compare.", dir="/var/tmp")  # /var/tmp: the real disk, not tmpfs
     shm_root = tempfile.mkdtemp(prefix="haul-compare.", dir="/dev/shm")
@@ -586,7 +590,7 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         f"Run on {datetime.date.today().isoformat()} with `bench/compare {args.runs}` "
         f"({elapsed / 60:.0f} min). Machine: {machine_line(disk_root)}.",
         "",
-        f"Tools: haul {haul_version}; {tool_version(['curl', '--version'])}; "
+        f"Tools: haul {haul_version} (release, `--static-swift-stdlib`); {tool_version(['curl', '--version'])}; "
         f"{tool_version(['wget2', '--version'])}; {tool_version(['aria2c', '--version'])}; "
         f"{tool_version(['wget', '--version'])}.",
         "",

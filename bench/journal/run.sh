@@ -14,8 +14,7 @@ RUNS=${1:-3}
 FILES=${FILES:-10000}
 
 install_missing nginx /usr/bin/time:time
-swift build -c release --product haul >/dev/null
-HAUL=$(pwd)/.build/release/haul
+build_haul
 
 WORK=$(mktemp -d /var/tmp/haul-bench-journal.XXXXXX)   # /var/tmp: the real disk, not tmpfs
 chmod 755 "$WORK"

@@ -11,8 +11,7 @@ RUNS=${1:-5}
 WRK_SECONDS=${WRK_SECONDS:-8}
 
 install_missing nginx curl wrk
-swift build -c release --product haul >/dev/null
-HAUL=.build/release/haul
+build_haul
 
 WORK=$(mktemp -d /var/tmp/haul-bench-server.XXXXXX)
 chmod 755 "$WORK"   # nginx workers run as www-data
