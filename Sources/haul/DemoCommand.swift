@@ -71,7 +71,7 @@ struct DemoCommand: AsyncParsableCommand {
             query["size"] = "\(item.size)"
             let request = DownloadRequest(
                 url: server.url(path: "/bytes/\(item.name)", query: query), destination: .directory(target))
-            return PlannedDownload(request: request, origin: item.name, displayName: item.name)
+            return PlannedDownload(request: request, source: InputOrigin(source: item.name), displayName: item.name)
         }
         // Demo runs always start fresh, so nothing is remembered between them.
         let settings = RunSettings(directory: target)

@@ -202,7 +202,9 @@ struct GetCommand: AsyncParsableCommand {
 
     /// The URLs of the command line, then those of the input file, each with where it came from.
     private func readEntries() throws -> (entries: [InputEntry], problems: [InputProblem]) {
-        let entries = urls.enumerated().map { InputEntry(source: "argument \($0.offset + 1)", url: $0.element) }
+        let entries = urls.enumerated().map {
+            InputEntry(source: InputOrigin(source: "argument \($0.offset + 1)"), url: $0.element)
+        }
         guard let inputFile else { return (entries, []) }
         let text: String
         let name = inputFile == "-" ? "<stdin>" : inputFile

@@ -1,12 +1,10 @@
 /// One URL as the user gave it: on the command line or on a line of an input file, with the option lines
 /// that followed it there.
 struct InputEntry: Equatable {
+    /// Where it came from.
+    var source: InputOrigin
     /// Where it came from, for messages: `urls.txt:3`, or `argument 2`.
-    var origin: String { line.map { "\(source):\($0)" } ?? source }
-    /// The input file's name (with ``line``), or the whole origin: the text of ``origin`` is made only for a
-    /// message, not for each of 10,000 lines.
-    var source: String
-    var line: Int?
+    var origin: String { source.description }
     var url: String
     /// `out=NAME`
     var fileName: String?
@@ -16,6 +14,17 @@ struct InputEntry: Equatable {
     var checksum: String?
     /// `header=K: V`, in order.
     var headers: [String] = []
+}
+
+/// Where an input entry came from: a line of a file, or a command-line argument. Its text is made only for a
+/// message, not for each of 10,000 lines.
+struct InputOrigin: Equatable, CustomStringConvertible {
+    /// The input file's name, or the whole origin (`argument 2`).
+    var source: String
+    /// The line in the input file.
+    var line: Int?
+
+    var description: String { line.map { "\(source):\($0)" } ?? source }
 }
 
 /// Something wrong with the input, named by where it is.
@@ -63,7 +72,7 @@ enum InputFile {
                         message: "'\(url)' is not one URL: put one URL per line, and options on indented lines"))
                 continue
             }
-            entries.append(InputEntry(source: name, line: index + 1, url: url))
+            entries.append(InputEntry(source: InputOrigin(source: name, line: index + 1), url: url))
         }
         return (entries, problems)
     }

@@ -5,27 +5,15 @@ import HTTPTypes
 /// A download the command will run, with where it came from for messages.
 struct PlannedDownload {
     var request: DownloadRequest
-    /// Where it came from, for messages (see ``InputEntry/origin``).
-    var origin: String { line.map { "\(source):\($0)" } ?? source }
+    /// Where it came from.
+    var source: InputOrigin
+    /// Where it came from, for messages (`urls.txt:3`).
+    var origin: String { source.description }
     /// The name shown in progress lines: the planned file name, else the URL's last component.
     var displayName: String
     /// The standardized path the file will be published at, when known before any response (see
     /// `DownloadRequest.plannedFileURL`): what two downloads must not share.
     var plannedPath: String? = nil
-    private var source: String
-    private var line: Int?
-
-    init(request: DownloadRequest, origin: String, displayName: String, plannedPath: String? = nil) {
-        self.request = request
-        self.displayName = displayName
-        self.plannedPath = plannedPath
-        source = origin
-    }
-
-    init(request: DownloadRequest, entry: InputEntry, displayName: String, plannedPath: String?) {
-        self.init(request: request, origin: entry.source, displayName: displayName, plannedPath: plannedPath)
-        line = entry.line
-    }
 }
 
 /// What applies to every URL of one `haul get`.
@@ -151,7 +139,7 @@ enum Planner {
         }
         return .success(
             PlannedDownload(
-                request: request, entry: entry,
+                request: request, source: entry.source,
                 displayName: name ?? DownloadRequest.fileName(for: url) ?? url.absoluteString, plannedPath: plannedPath)
         )
     }
