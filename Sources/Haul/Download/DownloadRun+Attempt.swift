@@ -235,6 +235,12 @@ extension DownloadRun {
     }
 
     private func makeRequest(url: URL, fields: HTTPFields, resumeFrom: Int64) -> HTTPRequest {
+        var head = HTTPRequest.get(url)
+        // Most requests set no fields and resume nothing: the fields made once are theirs, with nothing to copy.
+        if fields.isEmpty && resumeFrom == 0 {
+            head.headerFields = baseFields
+            return head
+        }
         var fields = fields
         // Bodies are stored as sent, so Range offsets are offsets into the file (DESIGN.md invariant 7).
         fields[.acceptEncoding] = "identity"
@@ -245,7 +251,6 @@ extension DownloadRun {
             fields[.range] = "bytes=\(resumeFrom)-"
             fields[.ifRange] = validator
         }
-        var head = HTTPRequest(method: .get, url: url)
         head.headerFields = fields
         return head
     }

@@ -13,6 +13,7 @@ final class DownloadRun: @unchecked Sendable {
     let configuration: Downloader.Configuration
     let transport: any HTTPTransport
     let interruptibleTransport: (any InterruptibleHTTPTransport)?
+    let baseFields: HTTPFields
     let stallWatch: StallWatch
     let emit: @Sendable (DownloadEvent) -> Void
     var logger: Logger
@@ -42,6 +43,7 @@ final class DownloadRun: @unchecked Sendable {
         configuration = downloader.configuration
         transport = downloader.transport
         interruptibleTransport = downloader.interruptibleTransport
+        baseFields = downloader.baseFields
         stallWatch = downloader.stallWatch
         self.emit = emit
         logger = downloader.configuration.logger

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 public import Logging
 
 /// Fetches one URL to one file, correctly under faults: streaming to a hidden partial file, resuming with
@@ -79,12 +80,18 @@ public final class Downloader: Sendable {
         self.configuration = configuration
         stallWatch = StallWatch(timeout: configuration.stallTimeout)
         interruptibleTransport = transport as? any InterruptibleHTTPTransport
+        var fields = HTTPFields()
+        fields[.acceptEncoding] = "identity"
+        fields[.userAgent] = configuration.userAgent
+        baseFields = fields
     }
 
     /// Watches this downloader's running attempts for stalls.
     let stallWatch: StallWatch
     /// ``transport`` when its exchanges can be interrupted (asked once, not per download).
     let interruptibleTransport: (any InterruptibleHTTPTransport)?
+    /// The header fields of a request that sets none and resumes nothing, made once (see `makeRequest`).
+    let baseFields: HTTPFields
 
     /// Downloads `request` and returns once the file is published (or was skipped by the conflict policy).
     ///

@@ -27,6 +27,7 @@ struct DownloaderTests {
             #expect(events.lastProgress?.totalBytes == 300_000)
             let request = try #require(server.stats.requests.first)
             #expect(request.value(forHeader: "accept-encoding") == "identity")
+            #expect(request.value(forHeader: "user-agent") == Downloader.Configuration().userAgent)
         }
     }
 
