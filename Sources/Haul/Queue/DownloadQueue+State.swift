@@ -28,7 +28,8 @@ extension DownloadQueue {
     /// What a locked section decided to do once the lock is released: resolve results, cancel tasks (whose
     /// cancellation handlers run synchronously and must not find the lock held), wake idle waiters.
     struct SideEffects {
-        /// Outcomes already stored (under the lock, see ``ResultBox/store(_:)``) whose waiters are to be woken.
+        /// Outcomes already stored (under the lock, see ``ResultBox/store(_:)``) whose waiters are to be woken; one
+        /// nobody waits for is not kept (most downloads of a batch: no array, no copy of the result).
         var resolutions: [ResultBox<Outcome>.Wakeup] = []
         var cancellations: [Task<Void, Never>] = []
         /// Requests cancelled while waiting, to remove from the journal (a write: not under the lock).
@@ -250,7 +251,7 @@ extension DownloadQueue {
         let effects = state.withLock { state -> SideEffects in
             var effects = SideEffects()
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
-            if let wakeup = entry.box.store(outcome) { effects.resolutions.append(wakeup) }
+            if let wakeup = entry.box.store(outcome), !wakeup.waiters.isEmpty { effects.resolutions.append(wakeup) }
             if state.joined[entry.joinKey] == id { state.joined[entry.joinKey] = nil }
             state.scheduler.finish(id)
             switch outcome {
@@ -293,7 +294,9 @@ extension DownloadQueue {
         let error = DownloadError(
             .cancelled, message: "cancelled before it started", url: entry.request.url)
         if state.wants(.failed) { state.publish(.download(DownloadID(rawValue: id), .failed(error))) }
-        if let wakeup = entry.box.store(.failure(error)) { effects.resolutions.append(wakeup) }
+        if let wakeup = entry.box.store(.failure(error)), !wakeup.waiters.isEmpty {
+            effects.resolutions.append(wakeup)
+        }
     }
 
     /// Cancels through one handle: only when no other handle still wants the download.
