@@ -190,15 +190,20 @@ extension [UInt8] {
         self = bytes
     }
 
+    /// Lower-case hex, written straight into the string's storage (once per download: one allocation, not three).
     var hexString: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(count * 2)
-        for byte in self {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0f)])
+        String(unsafeUninitializedCapacity: count * 2) { buffer in
+            func digit(_ nibble: UInt8) -> UInt8 {
+                nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") - 10 + nibble
+            }
+            var index = 0
+            for byte in self {
+                buffer[index] = digit(byte >> 4)
+                buffer[index + 1] = digit(byte & 0x0f)
+                index += 2
+            }
+            return index
         }
-        return String(decoding: out, as: UTF8.self)
     }
 }
 

@@ -159,7 +159,8 @@ final class DownloadRun: @unchecked Sendable {
             throw DownloadError(
                 .sizeMismatch, message: "got \(size) bytes, expected \(expected)", url: finalURL, bytesReceived: size)
         }
-        let (sha256, requested) = writer.finalizeDigest()
+        let (digest, requested) = writer.finalizeDigest()
+        let sha256 = digest.hexString
         if let expected = request.expectedDigest, requested != expected.bytes {
             throw DownloadError(
                 .checksumMismatch,
@@ -169,10 +170,10 @@ final class DownloadRun: @unchecked Sendable {
         await configuration.hooks.beforePublish?()
         if Task.isCancelled { throw cancelledError() }
         let published = try await recordAndPublish(
-            partial, at: destinationPath, size: size, sha256: sha256.hexString)
+            partial, at: destinationPath, size: size, sha256: sha256)
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
         return DownloadResult(
-            fileURL: URL(fileURLWithPath: published, isDirectory: false), size: size, sha256: sha256.hexString,
+            fileURL: URL(fileURLWithPath: published, isDirectory: false), size: size, sha256: sha256,
             finalURL: finalURL,
             attempts: attempts, bytesTransferred: bytesTransferred)
     }
