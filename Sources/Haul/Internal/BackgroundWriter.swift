@@ -127,8 +127,8 @@ final class BackgroundWriter: @unchecked Sendable {
     }
 
     private func waitUntil(pendingAtMost limit: Int) async {
-        // Nothing queued (always so for an inline writer): no continuation. One resumed at once still suspends the
-        // task and queues it again on its executor, and `drain()` is called twice per download.
+        // Nothing queued (always so for an inline writer): no checked continuation to make and resume at once, and
+        // for an inline writer no lock either; `drain()` runs twice per download.
         if queue == nil || state.withLock({ $0.pending <= limit }) { return }
         await withCheckedContinuation { continuation in
             let now = state.withLock { state -> Bool in

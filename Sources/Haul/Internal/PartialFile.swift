@@ -105,15 +105,15 @@ final class PartialFile {
     /// through `/proc/self/fd`.
     private static let canLinkUnnamed = access("/proc/self/fd", X_OK) == 0
 
-    /// Whether `linkat(fd, "", ..., AT_EMPTY_PATH)` was refused once (it needs `CAP_DAC_READ_SEARCH` before Linux
-    /// 6.10, and there for files the caller did not open itself): then every link goes through `/proc/self/fd`.
+    /// Whether `linkat(fd, "", ..., AT_EMPTY_PATH)` was refused once (older kernels allow it only with
+    /// `CAP_DAC_READ_SEARCH`): then every link goes through `/proc/self/fd`.
     static let emptyPathRefused = Atomic<Bool>(false)
     /// `AT_EMPTY_PATH` from <fcntl.h>, which Glibc's module leaves out (it is behind `_GNU_SOURCE`).
     private static let atEmptyPath: Int32 = 0x1000
 
     /// Links the unnamed file behind `descriptor` at `destination`; 0 or -1 with `errno` set, like `linkat`.
-    /// By descriptor first: the `/proc/self/fd/N` path walk (procfs lookups and a magic link) was the largest part
-    /// of publishing a small file. `throughProc` forces the fallback (for tests).
+    /// By descriptor first, which spares a path walk through procfs (and its magic link) per published file.
+    /// `throughProc` forces the fallback (for tests).
     static func linkDescriptor(_ descriptor: Int32, to destination: String, throughProc: Bool = false) -> Int32 {
         let tryEmptyPath = !throughProc && !emptyPathRefused.load(ordering: .relaxed)
         if tryEmptyPath {

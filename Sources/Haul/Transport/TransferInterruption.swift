@@ -18,8 +18,8 @@ public final class TransferInterruption: Sendable {
     /// Whether ``interrupt()`` was called.
     public var isInterrupted: Bool { state.withLock { $0.interrupted } }
 
-    /// Makes `handler` what ends the current exchange (replacing the one registered before); runs it at once if
-    /// the interruption already happened. The handler runs at most once, on the thread that interrupts.
+    /// Makes `handler` what ends the current exchange (replacing the one registered before). It runs at most once:
+    /// on the thread that interrupts, or right here if the interruption already happened.
     public func onInterrupt(_ handler: @escaping @Sendable () -> Void) {
         let now = state.withLock { state -> Bool in
             if state.interrupted { return true }
