@@ -16,20 +16,15 @@ extension DownloadRun {
         var hops = Hops(url: request.url, fields: request.headerFields)
         if interruptibleTransport != nil {
             let interruption = TransferInterruption()
-            let stalled = Locked(false)
-            let token = stallWatch.watch(lastActivity) {
-                stalled.withLock { $0 = true }
-                interruption.interrupt()
+            var needsOwnTask = false
+            try await watched(onStall: interruption.interrupt) {
+                do {
+                    try await attempt(&hops, interruption: interruption)
+                } catch is NeedsOwnTask {
+                    needsOwnTask = true  // a redirect led to a request the transport cannot interrupt
+                }
             }
-            do {
-                defer { stallWatch.stop(token) }
-                try await attempt(&hops, interruption: interruption)
-                return
-            } catch is NeedsOwnTask {
-                // A redirect led to a request the transport cannot interrupt: go on from there in a task.
-            } catch {
-                throw attemptFailure(error, stalled: stalled.withLock { $0 })
-            }
+            if !needsOwnTask { return }
         }
         // Its own task, so that a stall can cancel this attempt alone and the download can still retry.
         let from = hops
@@ -37,18 +32,28 @@ extension DownloadRun {
             var hops = from
             try await self.attempt(&hops, interruption: nil)
         }
-        let stalled = Locked(false)
-        let token = stallWatch.watch(lastActivity) {
-            stalled.withLock { $0 = true }
-            transfer.cancel()
-        }
-        defer { stallWatch.stop(token) }
-        do {
+        try await watched(onStall: transfer.cancel) {
             try await withTaskCancellationHandler {
                 try await transfer.value
             } onCancel: {
                 transfer.cancel()
             }
+        }
+    }
+
+    /// Runs `body` while the stall watch looks at this attempt's activity; `stop` ends the transfer on a stall.
+    /// What `body` throws comes back as the retry loop sees it.
+    private func watched(
+        onStall stop: @escaping @Sendable () -> Void, _ body: () async throws -> Void
+    ) async throws(AttemptFailure) {
+        let stalled = Locked(false)
+        let token = stallWatch.watch(lastActivity) {
+            stalled.withLock { $0 = true }
+            stop()
+        }
+        defer { stallWatch.stop(token) }
+        do {
+            try await body()
         } catch {
             throw attemptFailure(error, stalled: stalled.withLock { $0 })
         }
