@@ -53,14 +53,15 @@ enum InputFile {
             let trimmedBytes = line.drop(while: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
             if trimmedBytes.isEmpty || trimmedBytes.first == UInt8(ascii: "#") { continue }
             let trimmed = Substring(trimmedBytes)
-            var origin: String { "\(name):\(index + 1)" }
+            let source = InputOrigin(source: name, line: index + 1)
             if indented {
                 guard !entries.isEmpty else {
-                    problems.append(InputProblem(origin: origin, message: "an option line must follow a URL line"))
+                    problems.append(
+                        InputProblem(origin: source.description, message: "an option line must follow a URL line"))
                     continue
                 }
                 if let problem = apply(option: String(trimmed), to: &entries[entries.count - 1]) {
-                    problems.append(InputProblem(origin: origin, message: problem))
+                    problems.append(InputProblem(origin: source.description, message: problem))
                 }
                 continue
             }
@@ -68,11 +69,11 @@ enum InputFile {
             if url.utf8.contains(where: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) {
                 problems.append(
                     InputProblem(
-                        origin: origin,
+                        origin: source.description,
                         message: "'\(url)' is not one URL: put one URL per line, and options on indented lines"))
                 continue
             }
-            entries.append(InputEntry(source: InputOrigin(source: name, line: index + 1), url: url))
+            entries.append(InputEntry(source: source, url: url))
         }
         return (entries, problems)
     }
