@@ -1,5 +1,6 @@
 public import Haul
 public import HTTPTypes
+public import struct Foundation.URL
 import NIOConcurrencyHelpers
 public import NIOCore
 import NIOHTTP1
@@ -14,6 +15,11 @@ import NIOPosix
 /// 38% of the samples). Here one request is one hop to the event loop and one back: the response head is
 /// handed over after the read that brought it has been parsed, so a small body is usually complete by then and
 /// the engine reads it without waiting again.
+///
+/// Downloads started by ``DownloadQueue`` (or ``Downloader/start(_:)``) run on the event loop of their connection
+/// (``preferredExecutor(for:)``): the task resumed by a response runs on the thread that read it, and the next
+/// download starts there on the connection just given back. On Swift's global executor each request and each
+/// response was a switch between threads with a wake-up behind it (10,000 x 4 KiB: -12% wall time, paired).
 ///
 /// What it does: keep-alive connections reused per host and port (an idle connection the server closed is
 /// replaced transparently, once per request); bodies streamed with back-pressure (reading from the socket
@@ -43,6 +49,25 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     public init(fallback: (any HTTPTransport)? = nil, eventLoopGroup: (any EventLoopGroup)? = nil) {
         self.fallback = fallback
         group = eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton
+        executors = group.makeIterator().map(LoopExecutor.init)
+    }
+
+    /// One executor per loop of `group`, in the group's order.
+    private let executors: [LoopExecutor]
+
+    /// The executor of the calling thread's loop, if it is one of ours.
+    private func currentExecutor() -> LoopExecutor? {
+        guard MultiThreadedEventLoopGroup.currentEventLoop != nil else { return nil }
+        return executors.first { $0.loop.inEventLoop }
+    }
+
+    /// The event loop a new download runs on: the calling thread's if it is one of ours (a download that
+    /// finishes there starts the next one there, on the connection it just gave back), else the group's next.
+    public func preferredExecutor(for url: URL) -> (any TaskExecutor)? {
+        guard url.scheme?.lowercased() == "http" else { return nil }
+        if let current = currentExecutor() { return current }
+        let next = group.next()
+        return executors.first { $0.loop === next }
     }
 
     /// Closes the idle connections; requests made afterwards open new ones.
@@ -103,7 +128,13 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     // MARK: Connections
 
     private func acquire(_ endpoint: Endpoint, connectTimeout: Duration) async throws -> (Connection, reused: Bool) {
+        let here = currentExecutor()?.loop
         let idle = pool.withLockedValue { pool -> Connection? in
+            // One on this thread's loop first: its responses then resume this task without a thread switch.
+            if let here, let index = pool.idle[endpoint]?.lastIndex(where: { $0.channel.eventLoop === here }) {
+                let connection = pool.idle[endpoint]!.remove(at: index)
+                if connection.channel.isActive { return connection }
+            }
             while let connection = pool.idle[endpoint]?.popLast() {
                 if connection.channel.isActive { return connection }
             }
@@ -111,7 +142,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         }
         if let idle { return (idle, true) }
         let handler = ExchangeHandler()
-        let channel = try await ClientBootstrap(group: group)
+        let channel = try await ClientBootstrap(group: here ?? group)
             .connectTimeout(.nanoseconds(Int64(connectTimeout.seconds * 1e9)))
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in

@@ -190,7 +190,9 @@ extension DownloadQueue {
             let request = entry.request
             let progress = Locked<DownloadProgress?>(nil)
             entry.progress = progress
-            entry.task = Task { [self] in await run(id, request, progress: progress) }
+            entry.task = Task(executorPreference: downloader.transport.preferredExecutor(for: request.url)) {
+                [self] in await run(id, request, progress: progress)
+            }
             state.entries[id] = entry
         }
     }

@@ -17,6 +17,16 @@ public protocol HTTPTransport: Sendable {
     ///   - connectTimeout: how long establishing the connection may take.
     /// - Throws: `CancellationError` or a transport error if no response head arrives.
     func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse
+
+    /// Where a download of `url` is best run: the executor of the thread that will receive its response, so
+    /// that the engine's work on each response needs no switch between threads. `nil` (the default): Swift's
+    /// global executor. Asked once per download by ``DownloadQueue`` and ``Downloader/start(_:)``.
+    func preferredExecutor(for url: URL) -> (any TaskExecutor)?
+}
+
+extension HTTPTransport {
+    /// No preference: downloads run on Swift's global executor.
+    public func preferredExecutor(for url: URL) -> (any TaskExecutor)? { nil }
 }
 
 /// A transport whose exchanges the engine can end without cancelling a task (see ``TransferInterruption``).

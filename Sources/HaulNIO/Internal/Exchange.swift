@@ -63,7 +63,12 @@ final class Exchange: @unchecked Sendable {
                     return
                 }
                 let handler = connection.handler
-                connection.channel.eventLoop.execute { handler.begin(self, head) }
+                let loop = connection.channel.eventLoop
+                if loop.inEventLoop {
+                    handler.begin(self, head)  // a task running on the connection's loop writes at once
+                } else {
+                    loop.execute { handler.begin(self, head) }
+                }
             }
         } onCancel: {
             fail(CancellationError(), abandon: true)

@@ -6,6 +6,8 @@ import HaulNIO
 import HaulOperations
 import HaulTestServer
 import HaulTestSupport
+import NIOCore
+import NIOPosix
 import Testing
 
 /// What NIOTransport does beyond the engine tests every transport runs (TransportKind): connection reuse,
@@ -115,6 +117,41 @@ struct NIOTransportTests {
         }
     }
 
+    @Test("a queue on NIOTransport runs each download on an event loop of the transport's group; elsewhere not")
+    func downloadsRunOnTheLoops() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let transport = NIOTransport(eventLoopGroup: group)
+        let loops = group.makeIterator().map { $0 }
+        #expect(transport.preferredExecutor(for: try #require(URL(string: "https://example.invalid/f"))) == nil)
+
+        try await TestServer.withRunning { server in
+            // Where each download's task is when it publishes: on one of `group`'s loops, or not.
+            for (transport, onLoops) in [(transport as any HTTPTransport, true), (NoPreference(transport), false)] {
+                let places = Locked<[Bool]>([])
+                var configuration = testConfiguration()
+                configuration.hooks.beforePublish = {
+                    let current = MultiThreadedEventLoopGroup.currentEventLoop
+                    places.withLock { $0.append(loops.contains { $0 === current }) }
+                }
+                let dir = try TemporaryDirectory()
+                let queue = DownloadQueue(
+                    downloader: Downloader(transport: transport, configuration: configuration),
+                    configuration: .init(maxConcurrentDownloads: 4))
+                let requests = (0..<24).map { index in
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/f\(index)", query: ["size": "\(100 + index)"]),
+                        destination: .directory(dir.url))
+                }
+                for handle in queue.add(requests) { _ = try await handle.result }
+                let seen = places.withLock { $0 }
+                #expect(seen.count == 24 && seen.allSatisfy { $0 == onLoops }, "on the loops: \(onLoops)")
+                #expect(contentsOf(dir.file("f9")) == TestServer.expectedBytes(name: "f9", size: 109))
+            }
+        }
+        transport.closeIdleConnections()
+        try await group.shutdownGracefully()
+    }
+
     @Test("https goes to the fallback transport; without one it fails with a clear error")
     func fallback() async throws {
         let url = try #require(URL(string: "https://example.invalid/file"))
@@ -130,6 +167,16 @@ struct NIOTransportTests {
         let response = try await routed.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(1))
         #expect(response.head.status.code == 204)
         #expect(recorder.authorities == ["example.invalid"])
+    }
+}
+
+/// Forwards to another transport but states no preferred executor.
+struct NoPreference: HTTPTransport {
+    let base: any HTTPTransport
+    init(_ base: any HTTPTransport) { self.base = base }
+
+    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+        try await base.send(request, connectTimeout: connectTimeout)
     }
 }
 
