@@ -64,6 +64,16 @@ extension DownloadRequest {
         }
     }
 
+    /// ``plannedFileURL`` as the path the engine writes, made without building a URL.
+    var plannedPath: String? {
+        switch destination {
+        case .file(let file): file.path
+        case .directory(_, useContentDisposition: true): nil
+        case .directory(let directory, useContentDisposition: false):
+            FileNaming.name(for: url).map { (directory.path as NSString).appendingPathComponent($0) }
+        }
+    }
+
     /// The file name the URL alone gives (its last path component, percent-decoded and made safe; `index.html`
     /// for a path ending in `/`), or `nil` when nothing safe is left of it.
     public static func fileName(for url: URL) -> String? { FileNaming.name(for: url) }

@@ -38,8 +38,15 @@ final class DownloadRun: @unchecked Sendable {
     /// The request's key in the journal, made once (URL and paths as strings: a few microseconds each time).
     lazy var journalKey = JournalKey(request)
 
-    init(request: DownloadRequest, downloader: Downloader, emit: @escaping @Sendable (DownloadEvent) -> Void) {
+    /// The destination path, known to have been absent shortly before this run (not looked up again).
+    let absentPath: String?
+
+    init(
+        request: DownloadRequest, downloader: Downloader, absentPath: String? = nil,
+        emit: @escaping @Sendable (DownloadEvent) -> Void
+    ) {
         self.request = request
+        self.absentPath = absentPath
         configuration = downloader.configuration
         transport = downloader.transport
         interruptibleTransport = downloader.interruptibleTransport
@@ -54,18 +61,15 @@ final class DownloadRun: @unchecked Sendable {
 
     func execute() async throws(DownloadError) -> DownloadResult {
         try validateRequest()
-        if case .file(let file) = request.destination {
-            destinationPath = file.path
-        } else if case .directory(let directory, false) = request.destination {
-            guard let name = FileNaming.name(for: request.url) else {
-                throw DownloadError(
-                    .unsafeName, message: "no safe file name in the URL; give one explicitly",
-                    url: request.url)
-            }
-            destinationPath = (directory.path as NSString).appendingPathComponent(name)
+        destinationPath = absentPath ?? request.plannedPath
+        if destinationPath == nil, case .directory(_, false) = request.destination {
+            throw DownloadError(
+                .unsafeName, message: "no safe file name in the URL; give one explicitly", url: request.url)
         }
         if let journal = configuration.journal, let done = try resume(from: journal) { return done }
-        if let destinationPath, let skipped = try checkDestination(destinationPath) { return skipped }
+        if absentPath == nil, let destinationPath, let skipped = try checkDestination(destinationPath) {
+            return skipped
+        }
 
         while true {
             attempts += 1
@@ -169,8 +173,17 @@ final class DownloadRun: @unchecked Sendable {
         }
         await configuration.hooks.beforePublish?()
         if Task.isCancelled { throw cancelledError() }
-        let published = try await recordAndPublish(
-            partial, at: destinationPath, size: size, sha256: sha256)
+        let published: String
+        do {
+            published = try await recordAndPublish(partial, at: destinationPath, size: size, sha256: sha256)
+        } catch where error.code == .destinationExists && request.conflictPolicy == .skip {
+            // A file appeared at the destination after it was found absent: skipped, as if it had been there then.
+            guard let skipped = try checkDestination(destinationPath) else { throw error }
+            partial.remove()
+            self.writer = nil
+            configuration.journal?.remove(journalKey)  // the record written before publishing is not this file's
+            return skipped
+        }
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
         return DownloadResult(
             fileURL: URL(fileURLWithPath: published, isDirectory: false), size: size, sha256: sha256,

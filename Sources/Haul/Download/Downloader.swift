@@ -101,7 +101,15 @@ public final class Downloader: Sendable {
         _ request: DownloadRequest,
         onEvent: (@Sendable (DownloadEvent) -> Void)? = nil
     ) async throws(DownloadError) -> DownloadResult {
-        let run = DownloadRun(request: request, downloader: self, emit: onEvent ?? { _ in })
+        try await download(request, absentPath: nil, onEvent: onEvent)
+    }
+
+    /// Downloads `request`; `absentPath`, when given, is its destination path, which was found absent shortly
+    /// before (see ``DownloadQueue/add(_:)-([DownloadRequest])``): it is not looked up again.
+    func download(
+        _ request: DownloadRequest, absentPath: String?, onEvent: (@Sendable (DownloadEvent) -> Void)?
+    ) async throws(DownloadError) -> DownloadResult {
+        let run = DownloadRun(request: request, downloader: self, absentPath: absentPath, emit: onEvent ?? { _ in })
         do {
             let result = try await run.execute()
             onEvent?(.finished(result))

@@ -16,6 +16,8 @@ extension DownloadQueue {
         let request: DownloadRequest
         let joinKey: JoinKey
         let box: ResultBox<Outcome>
+        /// The destination, when it was absent as the request was added (see ``DestinationSnapshot``).
+        let absentPath: String?
         /// Handles that still want the download; cancelling through the last one cancels it.
         var handles = 1
         /// The task running it, once admitted.
@@ -155,7 +157,9 @@ extension DownloadQueue {
     // MARK: - Admission
 
     /// Adds an entry (or joins an identical one) and announces it. Call ``startAdmitted(in:)`` after.
-    func enqueue(_ request: DownloadRequest, in state: inout State) -> (DownloadID, ResultBox<Outcome>) {
+    func enqueue(
+        _ request: DownloadRequest, absentPath: String?, in state: inout State
+    ) -> (DownloadID, ResultBox<Outcome>) {
         let key = JoinKey(url: request.url, destination: request.destination)
         if let existing = state.joined[key], var entry = state.entries[existing] {
             entry.handles += 1
@@ -167,7 +171,7 @@ extension DownloadQueue {
         }
         state.nextID += 1
         let id = state.nextID
-        let entry = Entry(request: request, joinKey: key, box: ResultBox())
+        let entry = Entry(request: request, joinKey: key, box: ResultBox(), absentPath: absentPath)
         state.entries[id] = entry
         state.joined[key] = id
         state.batch.totalFiles += 1
@@ -188,10 +192,11 @@ extension DownloadQueue {
             guard var entry = state.entries[id] else { continue }
             leaveWaiting(entry.request, in: &state)
             let request = entry.request
+            let absentPath = entry.absentPath
             let progress = Locked<DownloadProgress?>(nil)
             entry.progress = progress
             entry.task = Task(executorPreference: downloader.transport.preferredExecutor(for: request.url)) {
-                [self] in await run(id, request, progress: progress)
+                [self] in await run(id, request, absentPath: absentPath, progress: progress)
             }
             state.entries[id] = entry
         }
@@ -213,11 +218,13 @@ extension DownloadQueue {
 
     // MARK: - Running
 
-    private func run(_ id: UInt64, _ request: DownloadRequest, progress: Locked<DownloadProgress?>) async {
+    private func run(
+        _ id: UInt64, _ request: DownloadRequest, absentPath: String?, progress: Locked<DownloadProgress?>
+    ) async {
         let outcome: Outcome
         do {
             outcome = .success(
-                try await downloader.download(request) { [self] event in
+                try await downloader.download(request, absentPath: absentPath) { [self] event in
                     record(event, of: id, progress: progress)
                 })
         } catch {

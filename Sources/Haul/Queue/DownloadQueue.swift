@@ -96,6 +96,11 @@ public final class DownloadQueue: Sendable {
     /// first, in one write, so a process killed before they finish can re-admit them
     /// (``resumeUnfinished(includingFailed:)``).
     ///
+    /// Where many requests of the batch go into one directory, the directory is listed once, and a download whose
+    /// file was not there when the batch was added does not look for it again when it starts (a look-up per file
+    /// showed on ext4): a file that appears in between is found when publishing, which never replaces it (except
+    /// with ``ConflictPolicy/overwrite``), and the conflict policy applies then, after the request.
+    ///
     /// A large batch of one priority, on a queue whose failures leave the others running, is entered in slices and
     /// its first downloads start before the rest is entered (10,000 requests took ~15 ms to enter, and none
     /// started before all were in); the order of admission is the same. A ``cancelAll()`` made on another thread
@@ -105,6 +110,7 @@ public final class DownloadQueue: Sendable {
         if recordsRequests, let journal = downloader.configuration.journal {
             Self.recordRequested(requests, in: journal)
         }
+        let absent = DestinationSnapshot.absentPaths(of: requests)
         var added: [(DownloadID, ResultBox<Outcome>)] = []
         added.reserveCapacity(requests.count)
         let sliceSize = slicesAdmission(of: requests) ? Self.admissionSlice : max(requests.count, 1)
@@ -117,7 +123,9 @@ public final class DownloadQueue: Sendable {
                     state.entries.reserveCapacity(state.entries.count + requests.count)
                     state.joined.reserveCapacity(state.joined.count + requests.count)
                 }
-                for request in slice { added.append(enqueue(request, in: &state)) }
+                for index in slice.indices {
+                    added.append(enqueue(requests[index], absentPath: absent?[index], in: &state))
+                }
                 startAdmitted(in: &state)
             }
             start += sliceSize

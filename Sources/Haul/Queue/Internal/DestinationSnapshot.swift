@@ -1,0 +1,77 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Which destinations of a batch are absent when the batch is added, learnt by listing each directory once
+/// instead of looking every destination up when its download starts.
+///
+/// Why: the look-up (`lstat`: a search of the directory, under the directory's lock that the downloads publishing
+/// into it take too) was ~10% of the CPU of a batch of 10,000 x 4 KiB files on ext4; listing the directory costs a
+/// few milliseconds. The look-up only spares a request for a file that is there already; what keeps an existing file
+/// safe is publishing, which never replaces a file unless the policy is `overwrite`. A file that appears after the
+/// batch was added is therefore found when publishing, and its policy applies then (see `DownloadRun`).
+///
+/// Linux only: there a name is present exactly when `readdir` lists it. File systems that fold case or normalise
+/// Unicode (the default on Apple platforms) would make "not listed" a wrong "absent".
+package enum DestinationSnapshot {
+    /// A directory with fewer destinations of the batch is not listed: a look-up each is cheaper than listing a
+    /// directory that may hold many other files.
+    package static let minimumPerDirectory = 64
+
+    /// For each request, its destination path if that was absent when listed (`nil` for the rest); `nil` when no
+    /// directory was listed.
+    package static func absentPaths(of requests: [DownloadRequest]) -> [String?]? {
+        #if os(Linux)
+        guard requests.count >= minimumPerDirectory else { return nil }
+        var byDirectory: [Substring: [(index: Int, path: String)]] = [:]
+        for (index, request) in requests.enumerated() {
+            guard let path = request.plannedPath else { continue }
+            byDirectory[directory(of: path), default: []].append((index, path))
+        }
+        var absent = [String?](repeating: nil, count: requests.count)
+        var listed = false
+        for (directory, members) in byDirectory where members.count >= minimumPerDirectory {
+            guard let names = names(in: String(directory)) else { continue }
+            listed = true
+            for member in members where !names.contains(name(in: member.path)) {
+                absent[member.index] = member.path
+            }
+        }
+        return listed ? absent : nil
+        #else
+        return nil
+        #endif
+    }
+
+    #if os(Linux)
+    private static func directory(of path: String) -> Substring {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return "." }
+        return slash == path.startIndex ? "/" : path[..<slash]
+    }
+
+    private static func name(in path: String) -> Substring {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return path[...] }
+        return path[path.utf8.index(after: slash)...]
+    }
+
+    /// The names in `directory`: empty if it does not exist (yet), `nil` if it cannot be listed.
+    static func names(in directory: String) -> Set<Substring>? {
+        guard let stream = opendir(directory) else { return errno == ENOENT ? [] : nil }
+        defer { closedir(stream) }
+        var names = Set<Substring>()
+        errno = 0
+        while let entry = readdir(stream) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
+            }
+            names.insert(name[...])
+        }
+        // A listing cut short by an error would claim that the names it missed are absent.
+        return errno == 0 ? names : nil
+    }
+    #endif
+}
