@@ -142,6 +142,29 @@ struct SQLiteJournalTests {
         #expect(journal.allRecords().count == 300)
     }
 
+    @Test("commits, stores and reads of everything at once, folding every few changes: each key's last change wins")
+    func groupCommitsWithFolds() async throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.url.appendingPathComponent("j.sqlite").path
+        let journal = try SQLiteJournal(path: path, foldThreshold: 7)
+        let stamp = FileStamp(size: 1, modifiedNanoseconds: 2, inode: 3)
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<200 {
+                group.addTask {
+                    let key = JournalKey(url: "http://h/\(index)", destination: "/d/")
+                    journal.store(JournalRecord(key: key, path: "/d/\(index)", state: .requested))
+                    await journal.commit(JournalRecord(key: key, path: "/d/\(index)", state: .verified(size: 1, sha256: "x")))
+                    await journal.commit(
+                        JournalRecord(key: key, path: "/d/\(index)", state: .completed(size: 1, sha256: "x", stamp: stamp)))
+                    if index % 50 == 0 { _ = journal.allRecords() }  // folds what is written meanwhile
+                }
+            }
+        }
+        let reopened = try SQLiteJournal(path: path).allRecords()
+        #expect(reopened.count == 200)
+        #expect(reopened.allSatisfy { $0.state == .completed(size: 1, sha256: "x", stamp: stamp) })
+    }
+
     @Test("a database that cannot be opened is an error naming it, not a crash")
     func unopenable() throws {
         let dir = try TemporaryDirectory()
