@@ -32,6 +32,9 @@ struct GetCommandTests {
             #expect(dir.contents() == [".haul", "a.bin", "b.bin", "c.bin"])
             #expect(contentsOf(dir.file("b.bin")) == TestServer.expectedBytes(name: "b.bin", size: 300_000))
             #expect(contentsOf(dir.file("c.bin")) == [])
+            // The journal was finished before the process exited: its log folded into the database, none left.
+            let journalFiles = try FileManager.default.contentsOfDirectory(atPath: dir.file(".haul").path)
+            #expect(!journalFiles.contains { $0.contains("-log.") }, "\(journalFiles)")
             #expect(run.stdout.contains("start  a.bin"))
             #expect(run.stdout.contains("done   b.bin"))
             #expect(run.stdout.contains("Done: 3 downloaded of 3 files"))

@@ -78,16 +78,31 @@ struct RunReport: Sendable {
         var error: DownloadError
     }
 
-    var downloaded: [DownloadResult] = []
-    var skipped: [DownloadResult] = []
+    /// Counts and sums, not the results themselves: a summary needs no more, and copying 10,000 results into the
+    /// report took longer than everything else between the last download and the exit.
+    var downloaded = 0
+    var skipped = 0
     var failures: [Failure] = []
     var cancelled = 0
     var interrupted = false
     var elapsed: Duration = .zero
+    var bytesTransferred: Int64 = 0
+    var bytesOnDisk: Int64 = 0
+    /// The run's handles, for the command to hold until the process exits (see `GetCommand.run()`).
+    var handles: [DownloadHandle] = []
 
-    var total: Int { downloaded.count + skipped.count + failures.count + cancelled }
-    var bytesTransferred: Int64 { downloaded.reduce(0) { $0 + $1.bytesTransferred } }
-    var bytesOnDisk: Int64 { (downloaded + skipped).reduce(0) { $0 + $1.size } }
+    var total: Int { downloaded + skipped + failures.count + cancelled }
+
+    /// Counts a successful download (or one skipped as already complete).
+    mutating func add(_ result: DownloadResult) {
+        if result.skipped {
+            skipped += 1
+        } else {
+            downloaded += 1
+            bytesTransferred += result.bytesTransferred
+        }
+        bytesOnDisk += result.size
+    }
 
     /// 0 all succeeded; 1 at least one failed; 130 interrupted.
     var exitCode: Int32 {
@@ -101,8 +116,8 @@ struct RunReport: Sendable {
 
     /// The human summary: counts, bytes, time, average speed, then each failure with its reason.
     var text: String {
-        var parts = ["\(downloaded.count) downloaded"]
-        if !skipped.isEmpty { parts.append("\(skipped.count) already complete") }
+        var parts = ["\(downloaded) downloaded"]
+        if skipped > 0 { parts.append("\(skipped) already complete") }
         if !failures.isEmpty { parts.append("\(failures.count) failed") }
         if cancelled > 0 { parts.append("\(cancelled) not finished") }
         var text = interrupted ? "Interrupted: " : "Done: "

@@ -95,8 +95,8 @@ final class JSONDisplay: Display {
     func summarize(_ report: RunReport) {
         var line = Line(event: "summary")
         line.files = report.total
-        line.downloaded = report.downloaded.count
-        line.alreadyComplete = report.skipped.count
+        line.downloaded = report.downloaded
+        line.alreadyComplete = report.skipped
         line.failed = report.failures.count
         line.notFinished = report.cancelled
         line.bytesTransferred = report.bytesTransferred

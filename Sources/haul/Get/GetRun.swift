@@ -102,14 +102,14 @@ enum GetRun {
         var report = RunReport(interrupted: interruption.happened, elapsed: .now - started)
         for (handle, planned) in zip(handles, plan) {
             switch handle.outcome {
-            case .success(let result) where result.skipped: report.skipped.append(result)
-            case .success(let result): report.downloaded.append(result)
+            case .success(let result): report.add(result)
             case .failure(let error) where error.isCancellation: report.cancelled += 1
             case .failure(let error): report.failures.append(.init(name: planned.displayName, error: error))
             case nil: report.cancelled += 1
             }
         }
         display.summarize(report)
+        report.handles = handles
         return report
     }
 
