@@ -131,9 +131,10 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         let here = currentExecutor()?.loop
         let idle = pool.withLockedValue { pool -> Connection? in
             // One on this thread's loop first: its responses then resume this task without a thread switch.
-            if let here, let index = pool.idle[endpoint]?.lastIndex(where: { $0.channel.eventLoop === here }) {
-                let connection = pool.idle[endpoint]!.remove(at: index)
-                if connection.channel.isActive { return connection }
+            if let here, let index = pool.idle[endpoint]?.lastIndex(where: { $0.channel.eventLoop === here }),
+                let connection = pool.idle[endpoint]?.remove(at: index), connection.channel.isActive
+            {
+                return connection
             }
             while let connection = pool.idle[endpoint]?.popLast() {
                 if connection.channel.isActive { return connection }

@@ -153,9 +153,11 @@ struct SQLiteJournalTests {
                 group.addTask {
                     let key = JournalKey(url: "http://h/\(index)", destination: "/d/")
                     journal.store(JournalRecord(key: key, path: "/d/\(index)", state: .requested))
-                    await journal.commit(JournalRecord(key: key, path: "/d/\(index)", state: .verified(size: 1, sha256: "x")))
                     await journal.commit(
-                        JournalRecord(key: key, path: "/d/\(index)", state: .completed(size: 1, sha256: "x", stamp: stamp)))
+                        JournalRecord(key: key, path: "/d/\(index)", state: .verified(size: 1, sha256: "x")))
+                    await journal.commit(
+                        JournalRecord(
+                            key: key, path: "/d/\(index)", state: .completed(size: 1, sha256: "x", stamp: stamp)))
                     if index % 50 == 0 { _ = journal.allRecords() }  // folds what is written meanwhile
                 }
             }

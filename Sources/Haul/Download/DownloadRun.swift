@@ -176,7 +176,7 @@ final class DownloadRun: @unchecked Sendable {
         let published: String
         do {
             published = try await recordAndPublish(partial, at: destinationPath, size: size, sha256: sha256)
-        } catch where error.code == .destinationExists && request.conflictPolicy == .skip {
+        } catch  where error.code == .destinationExists && request.conflictPolicy == .skip {
             // A file appeared at the destination after it was found absent: skipped, as if it had been there then.
             guard let skipped = try checkDestination(destinationPath) else { throw error }
             partial.remove()

@@ -197,7 +197,8 @@ final class PartialFile {
                 let code = errno
                 if code == EEXIST {
                     throw DownloadError(
-                        .destinationExists, message: "'\(destination)' appeared after the download was queued; left untouched",
+                        .destinationExists,
+                        message: "'\(destination)' appeared after the download was queued; left untouched",
                         url: url, path: destination)
                 }
                 throw Self.fileSystemError(code, "publishing to '\(destination)'", path, url)
@@ -215,7 +216,8 @@ final class PartialFile {
             let code = errno
             if code == EEXIST {
                 throw DownloadError(
-                    .destinationExists, message: "'\(destination)' appeared after the download was queued; left untouched",
+                    .destinationExists,
+                    message: "'\(destination)' appeared after the download was queued; left untouched",
                     url: url, path: destination)
             }
             throw Self.fileSystemError(code, "publishing to '\(destination)'", path, url)

@@ -4,7 +4,6 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
-
 /// A batch into one directory lists it once when added (DestinationSnapshot): what was there then is handled
 /// without a request as before; what appears later is never overwritten, and its conflict policy applies when the
 /// download publishes.
@@ -13,7 +12,8 @@ struct DestinationSnapshotTests {
     /// Enough requests into one directory for it to be listed.
     static let count = DestinationSnapshot.minimumPerDirectory + 6
 
-    static func batch(_ server: TestServer, into dir: TemporaryDirectory, _ policy: ConflictPolicy) -> [DownloadRequest] {
+    static func batch(_ server: TestServer, into dir: TemporaryDirectory, _ policy: ConflictPolicy) -> [DownloadRequest]
+    {
         (0..<count).map {
             DownloadRequest(
                 url: server.url(path: "/bytes/f\($0)", query: ["size": "10"]), destination: .directory(dir.url),
@@ -25,9 +25,11 @@ struct DestinationSnapshotTests {
     /// SHA-256 of "mine" (`printf mine | sha256sum`).
     static let mineSHA256 = "3fd30542fe3f61b14bd4a4b2dc0b6fb30fa6f63ebce52dd1778aaa8c4dc02cff"
 
-    @Test("there when added: fail and skip without a request; a symbolic link refused without one", arguments: [
-        ConflictPolicy.fail, .skip,
-    ])
+    @Test(
+        "there when added: fail and skip without a request; a symbolic link refused without one",
+        arguments: [
+            ConflictPolicy.fail, .skip,
+        ])
     func presentWhenAdded(policy: ConflictPolicy) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -53,7 +55,8 @@ struct DestinationSnapshotTests {
         }
     }
 
-    @Test("appeared after the batch was added: never overwritten but by overwrite; the policy applies at publishing",
+    @Test(
+        "appeared after the batch was added: never overwritten but by overwrite; the policy applies at publishing",
         arguments: ConflictPolicy.allCases)
     func appearedAfterAdding(policy: ConflictPolicy) async throws {
         try await TestServer.withRunning { server in
@@ -102,7 +105,8 @@ struct DestinationSnapshotTests {
         try Data(Self.mine).write(to: dir.file("a"))
         func requests(_ count: Int, in directory: URL) -> [DownloadRequest] {
             (0..<count).map {
-                DownloadRequest(url: URL(string: "http://127.0.0.1:1/\(["a", "b"][$0 % 2])\($0 < 2 ? "" : "\($0)")")!,
+                DownloadRequest(
+                    url: URL(string: "http://127.0.0.1:1/\(["a", "b"][$0 % 2])\($0 < 2 ? "" : "\($0)")")!,
                     destination: .directory(directory))
             }
         }
