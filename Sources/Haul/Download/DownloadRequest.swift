@@ -91,10 +91,14 @@ public enum Destination: Sendable, Hashable, Codable {
 }
 
 /// What to do when a file already exists at the destination.
+///
+/// A file that exists when the download starts (for a batch given to ``DownloadQueue``, when the batch is added) is
+/// handled before any request; one that appears later is found when the download publishes, and the policy applies
+/// then: nothing but ``overwrite`` ever replaces it.
 public enum ConflictPolicy: String, Sendable, Hashable, CaseIterable, Codable {
     /// Fail with ``DownloadError/Code/destinationExists``, leaving the existing file untouched (the default).
     case fail
-    /// Do not download; report the existing file as the result.
+    /// Do not download; report the existing file as the result (marked ``DownloadResult/skipped``).
     case skip
     /// Replace the existing file atomically once the new one is complete and verified.
     case overwrite
