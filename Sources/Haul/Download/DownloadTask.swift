@@ -21,7 +21,7 @@ public final class DownloadTask: Sendable {
         self.request = request
         let (stream, continuation) = AsyncStream<DownloadEvent>.makeStream(bufferingPolicy: .unbounded)
         events = stream
-        task = Task(executorPreference: downloader.transport.preferredExecutor(for: request.url)) {
+        task = Task(executorPreference: downloader.preferredExecutor(for: request)) {
             defer { continuation.finish() }
             return try await downloader.download(request) { event in continuation.yield(event) }
         }

@@ -121,6 +121,12 @@ public final class Downloader: Sendable {
         }
     }
 
+    /// The executor a task downloading `request` should prefer (see ``HTTPTransport/preferredExecutor(for:)``):
+    /// none with ``Durability/powerLoss``, whose `fsync`s would hold up the transport's threads for milliseconds.
+    func preferredExecutor(for request: DownloadRequest) -> (any TaskExecutor)? {
+        configuration.durability == .powerLoss ? nil : transport.preferredExecutor(for: request.url)
+    }
+
     /// Starts downloading `request` in a new task and returns a handle with its events and result.
     public func start(_ request: DownloadRequest) -> DownloadTask {
         DownloadTask(request: request, downloader: self)

@@ -195,7 +195,7 @@ extension DownloadQueue {
             let absentPath = entry.absentPath
             let progress = Locked<DownloadProgress?>(nil)
             entry.progress = progress
-            entry.task = Task(executorPreference: downloader.transport.preferredExecutor(for: request.url)) {
+            entry.task = Task(executorPreference: downloader.preferredExecutor(for: request)) {
                 [self] in await run(id, request, absentPath: absentPath, progress: progress)
             }
             state.entries[id] = entry

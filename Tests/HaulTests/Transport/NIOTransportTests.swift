@@ -117,7 +117,7 @@ struct NIOTransportTests {
         }
     }
 
-    @Test("a queue on NIOTransport runs each download on an event loop of the transport's group; elsewhere not")
+    @Test("downloads run on the transport's loops; not with a transport naming no executor, nor with powerLoss")
     func downloadsRunOnTheLoops() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
         let transport = NIOTransport(eventLoopGroup: group)
@@ -126,9 +126,14 @@ struct NIOTransportTests {
 
         try await TestServer.withRunning { server in
             // Where each download's task is when it publishes: on one of `group`'s loops, or not.
-            for (transport, onLoops) in [(transport as any HTTPTransport, true), (NoPreference(transport), false)] {
+            let cases: [(any HTTPTransport, Downloader.Durability, onLoops: Bool)] = [
+                (transport, .processCrash, true), (NoPreference(transport), .processCrash, false),
+                (transport, .powerLoss, false),
+            ]
+            for (transport, durability, onLoops) in cases {
                 let places = Locked<[Bool]>([])
                 var configuration = testConfiguration()
+                configuration.durability = durability
                 configuration.hooks.beforePublish = {
                     let current = MultiThreadedEventLoopGroup.currentEventLoop
                     places.withLock { $0.append(loops.contains { $0 === current }) }
@@ -144,7 +149,8 @@ struct NIOTransportTests {
                 }
                 for handle in queue.add(requests) { _ = try await handle.result }
                 let seen = places.withLock { $0 }
-                #expect(seen.count == 24 && seen.allSatisfy { $0 == onLoops }, "on the loops: \(onLoops)")
+                #expect(
+                    seen.count == 24 && seen.allSatisfy { $0 == onLoops }, "\(durability), on the loops: \(onLoops)")
                 #expect(contentsOf(dir.file("f9")) == TestServer.expectedBytes(name: "f9", size: 109))
             }
         }
