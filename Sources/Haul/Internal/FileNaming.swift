@@ -6,12 +6,19 @@ enum FileNaming {
     /// The longest name most file systems accept, in bytes.
     static let maxNameBytes = 255
 
+    /// A path's directory (up to its last `/`; `/` for a file at the root, `.` without a `/`) and last component,
+    /// split on the bytes: NSString's path functions cost more than a small file's whole download does.
+    static func split(path: String) -> (directory: Substring, name: Substring) {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return (".", path[...]) }
+        return (slash == path.startIndex ? "/" : path[..<slash], path[path.utf8.index(after: slash)...])
+    }
+
     /// The name for a download of `url`: its last path component, percent-decoded and made safe;
     /// `index.html` when the path is empty or ends in `/`, like wget.
     static func name(for url: URL) -> String? {
         let path = url.path(percentEncoded: true)
         if path.isEmpty || path.hasSuffix("/") { return "index.html" }
-        let last = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path[path.index(after: $0)...] } ?? path[...]
+        let last = split(path: path).name
         if let plain = plainName(last.utf8) { return plain }
         let decoded = last.removingPercentEncoding ?? String(last)
         return sanitize(decoded)

@@ -87,9 +87,7 @@ final class PartialFile {
     init?(unnamedFor destination: String) {
         #if os(Linux)
         guard Self.canLinkUnnamed else { return nil }
-        // The directory by the last '/' (NSString's path functions cost more than the open for a small file).
-        let slash = destination.utf8.lastIndex(of: UInt8(ascii: "/"))
-        let directory = slash.map { $0 == destination.startIndex ? "/" : String(destination[..<$0]) } ?? "."
+        let directory = String(FileNaming.split(path: destination).directory)
         let fd = open(directory, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return nil }
         location = destination

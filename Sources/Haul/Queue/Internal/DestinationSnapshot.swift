@@ -30,14 +30,14 @@ package enum DestinationSnapshot {
         var byDirectory: [Substring: [(index: Int, path: String)]] = [:]
         for (index, request) in requests.enumerated() {
             guard let path = request.plannedPath else { continue }
-            byDirectory[directory(of: path), default: []].append((index, path))
+            byDirectory[FileNaming.split(path: path).directory, default: []].append((index, path))
         }
         var absent = [String?](repeating: nil, count: requests.count)
         var listed = false
         for (directory, members) in byDirectory where members.count >= minimumPerDirectory {
             guard let names = names(in: String(directory)) else { continue }
             listed = true
-            for member in members where !names.contains(name(in: member.path)) {
+            for member in members where !names.contains(FileNaming.split(path: member.path).name) {
                 absent[member.index] = member.path
             }
         }
@@ -48,16 +48,6 @@ package enum DestinationSnapshot {
     }
 
     #if os(Linux)
-    private static func directory(of path: String) -> Substring {
-        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return "." }
-        return slash == path.startIndex ? "/" : path[..<slash]
-    }
-
-    private static func name(in path: String) -> Substring {
-        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return path[...] }
-        return path[path.utf8.index(after: slash)...]
-    }
-
     /// The names in `directory`: empty if it does not exist (yet), `nil` if it cannot be listed.
     static func names(in directory: String) -> Set<Substring>? {
         guard let stream = opendir(directory) else { return errno == ENOENT ? [] : nil }
