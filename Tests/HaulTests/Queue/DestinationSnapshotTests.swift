@@ -99,6 +99,31 @@ struct DestinationSnapshotTests {
         }
     }
 
+    @Test("a batch entered in slices: the first slice looks its destinations up, the rest use the listing")
+    func slicedBatch() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 4), transport: .nio)
+            queue.pause()
+            let count = 600  // more than two slices of DownloadQueue.admissionSlice (256)
+            let handles = queue.add(
+                (0..<count).map {
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/f\($0)", query: ["size": "10"]), destination: .directory(dir.url))
+                })
+            // Both appear after the batch was added: f100 (first slice) is looked up when it starts, f500 was
+            // listed absent and is found when publishing.
+            for name in ["f100", "f500"] { try Data(Self.mine).write(to: dir.file(name)) }
+            queue.resume()
+            #expect(await handles[100].ended.failure?.code == .destinationExists)
+            #expect(await handles[500].ended.failure?.code == .destinationExists)
+            for index in 0..<count where index != 100 && index != 500 { _ = try await handles[index].result }
+            #expect(server.stats.requests(toPath: "/bytes/f100") == 0)
+            #expect(server.stats.requests(toPath: "/bytes/f500") == 1)
+            #expect(contentsOf(dir.file("f100")) == Self.mine && contentsOf(dir.file("f500")) == Self.mine)
+        }
+    }
+
     @Test("only directories with many destinations are listed; one that does not exist yet has no names")
     func listing() throws {
         let dir = try TemporaryDirectory()
