@@ -120,10 +120,18 @@ struct TerminalDisplayTests {
         return text.split(whereSeparator: { $0 == "\n" || $0 == "\r" || $0 == "\r\n" }).map(String.init)
     }
 
-    func haulCommand(_ server: TestServer, dir: TemporaryDirectory, rate: Int) throws -> String {
+    /// `haul get` of four 600 KB files at `rate` bytes/s; with `holdingLast`, the last one is held at gate "g"
+    /// until the test opens it, so the run cannot end before the test has seen what it waits for.
+    func haulCommand(_ server: TestServer, dir: TemporaryDirectory, rate: Int, holdingLast: Bool = false) throws
+        -> String
+    {
         let binary = try HaulProcess.binary().path
-        let urls = ["first-file.iso", "a-much-longer-file-name-that-will-not-fit.tar.gz", "small.txt", "last.bin"]
-            .map { server.url(path: "/bytes/\($0)", query: ["size": "600000", "rate": "\(rate)"]).absoluteString }
+        let names = ["first-file.iso", "a-much-longer-file-name-that-will-not-fit.tar.gz", "small.txt", "last.bin"]
+        let urls = names.map { name in
+            var query = ["size": "600000", "rate": "\(rate)"]
+            if holdingLast && name == names.last { query["hold"] = "g" }
+            return server.url(path: "/bytes/\(name)", query: query).absoluteString
+        }
         return ([binary, "get", "-j", "2", "-d", dir.path] + urls).map(Session.quote).joined(separator: " ")
     }
 
@@ -132,10 +140,14 @@ struct TerminalDisplayTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let raw = dir.url.appendingPathComponent("raw.txt")
-            let session = try await Session(command: haulCommand(server, dir: dir, rate: 500_000), raw: raw)
+            let session = try await Session(
+                command: haulCommand(server, dir: dir, rate: 500_000, holdingLast: true), raw: raw)
+            // The held last file keeps the run (and its bars) going until they have been seen, however slowly
+            // this test gets to look.
             let during = try await session.waitForScreen("bars on the screen", within: .seconds(20)) { screen in
-                screen.contains { $0.contains("[#") } && screen.contains { $0.hasPrefix("All ") }
+                screen.contains { Self.isBar($0) && !$0.hasPrefix("All ") } && screen.contains { $0.hasPrefix("All ") }
             }
+            server.openGate("g")
             let after = try await session.waitForScreen("haul exits", within: .seconds(30)) { screen in
                 screen.contains { $0.hasPrefix("HAUL-EXIT=") }
             }
