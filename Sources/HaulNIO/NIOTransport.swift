@@ -59,19 +59,22 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     /// One executor per loop of `group`, in the group's order.
     private let executors: [LoopExecutor]
 
+    /// The executor of `loop`, if it is one of ours.
+    private func executor(of loop: (any EventLoop)?) -> LoopExecutor? {
+        guard let loop else { return nil }
+        return executors.first { $0.loop === loop }
+    }
+
     /// The executor of the calling thread's loop, if it is one of ours.
     private func currentExecutor() -> LoopExecutor? {
-        guard MultiThreadedEventLoopGroup.currentEventLoop != nil else { return nil }
-        return executors.first { $0.loop.inEventLoop }
+        executor(of: MultiThreadedEventLoopGroup.currentEventLoop)
     }
 
     /// The event loop a new download runs on: the calling thread's if it is one of ours (a download that
     /// finishes there starts the next one there, on the connection it just gave back), else the group's next.
     public func preferredExecutor(for url: URL) -> (any TaskExecutor)? {
-        guard url.scheme?.lowercased() == "http" else { return nil }
-        if let current = currentExecutor() { return current }
-        let next = group.next()
-        return executors.first { $0.loop === next }
+        guard Self.speaks(scheme: url.scheme) else { return nil }
+        return currentExecutor() ?? executor(of: group.next())
     }
 
     /// Closes the idle connections; requests made afterwards open new ones.
@@ -108,7 +111,11 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     }
 
     private static func speaks(_ request: HTTPRequest) -> Bool {
-        request.scheme?.lowercased() == "http"
+        speaks(scheme: request.scheme)
+    }
+
+    private static func speaks(scheme: String?) -> Bool {
+        scheme?.lowercased() == "http"
     }
 
     private func exchange(
