@@ -12,12 +12,12 @@ import Darwin
 
 /// The journal in an SQLite database (GRDB, WAL): what `haul get` keeps in `DIR/.haul/journal.sqlite`.
 ///
-/// A write is one `write(2)` to an append-only log beside the database (`journal.sqlite-log.*`, one per open
-/// journal); every 4,096 changes the journal starts a new log and folds the full one into the database in one
-/// transaction, in the background, then deletes it; closing the journal folds the rest, and a log left by a
-/// killed process is folded by the next journal that opens the database. A transaction per download cost ~35 µs
-/// here (BEGIN, WAL pages, COMMIT, four `fcntl` locks): a fifth of a 10,000 x 4 KiB run. How far a written record
-/// survives follows `durability`, like the engine's files:
+/// A write is an append to a log beside the database (`journal.sqlite-log.*`, one per open journal): on Linux a
+/// copy into the log's shared mapping, elsewhere one `write(2)`. Every 4,096 changes the journal starts a new log
+/// and folds the full one into the database in one transaction, in the background, then deletes it; closing the
+/// journal folds the rest, and a log left by a killed process is folded by the next journal that opens the
+/// database. A transaction per download cost ~35 µs here (BEGIN, WAL pages, COMMIT, four `fcntl` locks): a fifth of a 10,000 x 4 KiB run. How far a written
+/// record survives follows `durability`, like the engine's files:
 /// - ``Downloader/Durability/processCrash`` (the default): nothing is `fsync`ed (`synchronous = OFF` for the
 ///   database). A record survives the process being killed at any instant: it is in the log, in the page cache.
 ///   On ext4 one `fsync` forces out every file written since the last one, which cost a batch of small downloads
@@ -39,51 +39,45 @@ import Darwin
 public final class SQLiteJournal: Journal {
     private let pool: DatabasePool
     private let onError: @Sendable (any Error) -> Void
-    /// Every record, read once at open and kept in step by this instance's writes: lookups (one per download)
-    /// cost no query. Another process writing the same journal meanwhile is not seen until it is reopened.
-    private let cache: Locked<[JournalKey: JournalRecord]>
     /// The writer connection's prepared statements (used only inside the pool's writer, one caller at a time).
     private let statements: WriteStatements
-    /// The `sequence` the next new key gets.
-    private let nextSequence: Locked<Int64>
     private let path: String
     /// Whether every append is `fsync`ed (``Downloader/Durability/powerLoss``).
     private let syncEachAppend: Bool
-    /// This journal's current log, where every change goes first, and the changes on their way into it.
-    private let current: Locked<Appending>
+    /// The records and the log, under one lock so that the log has the changes in the order the cache got them.
+    private let state: Locked<State>
 
-    /// The log and the group commit into it: a change is applied to the cache and queued under the lock, in one
-    /// order; one caller at a time (the one that found nobody writing) writes everything queued, outside the lock,
-    /// and wakes those who wait for it. Why: with the `write(2)` under the lock, downloads finishing together on
-    /// different threads queued on the lock (futex sleeps and wake-ups, ~4,000 in a 10,000 x 4 KiB run); now they
-    /// share one write, and an engine task waits suspended (its thread goes on with other downloads).
-    private struct Appending {
+    private struct State {
+        /// Every record, read once at open and kept in step by this instance's writes: lookups (one per download)
+        /// cost no query. Another process writing the same journal meanwhile is not seen until it is reopened.
+        var cache: [JournalKey: JournalRecord]
+        /// This journal's current log, where every change goes first.
         var log: IntentLog
-        /// The changes in `log` (written), which decides when it is folded.
+        /// The changes in `log`, which decides when it is folded.
         var changes = 0
-        /// Frames queued for `log`, in the order their changes reached the cache, and how many changes they hold.
-        var queued: [UInt8] = []
-        var queuedChanges = 0
-        /// Who waits for the queued frames to be written.
-        var waiters: [Waiter] = []
-        /// Whether a caller is writing (queued frames are then its to write).
-        var writing = false
+        /// The `sequence` the next new key gets.
+        var nextSequence: Int64
+        /// The frames of the change being written (kept between writes: no allocation per change).
+        var frames: [UInt8] = []
         /// Whether the journal was finished (its log folded).
         var finished = false
-    }
 
-    /// A caller waiting for its change to be in the log: a suspended task or a blocked thread.
-    private enum Waiter {
-        case task(CheckedContinuation<Void, Never>)
-        case thread(DispatchSemaphore)
+        /// Stores `record` in the cache and its frame in `frames`, with the next sequence (which the database
+        /// ignores for a key it has).
+        mutating func upsert(_ record: JournalRecord, request: String?, time: Int64) {
+            cache[record.key] = record
+            let row = SQLiteJournal.values(of: record, sequence: nextSequence, request: request)
+            nextSequence += 1
+            IntentLog.frame(.upsert(row), time: time, into: &frames)
+        }
 
-        func resume() {
-            switch self {
-            case .task(let continuation): continuation.resume()
-            case .thread(let semaphore): semaphore.signal()
-            }
+        /// Removes `key` from the cache and puts its removal in `frames`.
+        mutating func remove(_ key: JournalKey, time: Int64) {
+            cache.removeValue(forKey: key)
+            IntentLog.frame(.remove(url: key.url, destination: key.destination), time: time, into: &frames)
         }
     }
+
     /// Folds full logs into the database one after another, off the writing callers' threads.
     private let folding = DispatchQueue(label: "haul.journal.fold")
     /// A log is folded into the database once it holds this many changes.
@@ -150,10 +144,12 @@ public final class SQLiteJournal: Journal {
         try Self.apply(others.dead.operations, on: pool, with: statements)
         for dead in others.dead.paths { unlink(dead) }
         let rows = Self.overlay(others.live, on: try pool.read(Self.fetchRows))
-        cache = Locked(Dictionary(rows.compactMap(Self.record(from:)).map { ($0.key, $0) }, uniquingKeysWith: { $1 }))
-        nextSequence = Locked((rows.map(\.sequence).max() ?? 0) + 1)
+        let cache = Dictionary(rows.compactMap(Self.record(from:)).map { ($0.key, $0) }, uniquingKeysWith: { $1 })
         syncEachAppend = durability == .powerLoss
-        current = Locked(Appending(log: try IntentLog(databasePath: path)))
+        state = Locked(
+            State(
+                cache: cache, log: try IntentLog(databasePath: path),
+                nextSequence: (rows.map(\.sequence).max() ?? 0) + 1))
     }
 
     private static var migrator: DatabaseMigrator {
@@ -209,10 +205,10 @@ public final class SQLiteJournal: Journal {
     /// without releasing the journal (the `haul` command, which leaves freeing its memory to the system). The
     /// journal must not be written to afterwards. Finishing again does nothing.
     package func finish() {
-        let log = current.withLock { current -> IntentLog? in
-            guard !current.finished else { return nil }
-            current.finished = true
-            return current.log
+        let log = state.withLock { state -> IntentLog? in
+            guard !state.finished else { return nil }
+            state.finished = true
+            return state.log
         }
         guard let log else { return }
         folding.sync {}
@@ -221,168 +217,90 @@ public final class SQLiteJournal: Journal {
         pool.writeWithoutTransaction { _ in statements.finalize() }
         // Freeing every cached record (~5 ms for 10,000) is left to the folding queue, off the caller's thread: a
         // process that is about to exit never waits for it.
-        folding.async { [cache] in cache.withLock { $0 = [:] } }
+        folding.async { [state] in state.withLock { $0.cache = [:] } }
     }
 
     /// The record stored for `key`, if any.
     public func record(for key: JournalKey) -> JournalRecord? {
-        cache.withLock { $0[key] }
+        state.withLock { $0.cache[key] }
     }
 
     /// Stores `record`, replacing the one for its key.
     public func store(_ record: JournalRecord) {
-        store([record])
+        let request = Self.json(record.request)
+        write(changes: 1) { state, time in state.upsert(record, request: request, time: time) }
     }
 
     /// Stores `records` with one write to the log (all or none survive a kill).
     public func store(_ records: [JournalRecord]) {
         guard !records.isEmpty else { return }
-        let (operations, time) = operations(storing: records)
-        write(operations, time: time) { cache in
-            for record in records { cache[record.key] = record }
+        let requests = records.map { Self.json($0.request) }
+        write(changes: records.count) { state, time in
+            for (record, request) in zip(records, requests) { state.upsert(record, request: request, time: time) }
         }
     }
 
-    /// Stores `record` and returns once it is in the log, suspended meanwhile: records of downloads that finish
-    /// together go into the log with one write.
+    /// Stores `record` like ``store(_:)-(JournalRecord)``: its append to the log is a copy into memory (on Linux)
+    /// or one `write(2)`, not worth suspending for.
     public func commit(_ record: JournalRecord) async {
-        let (operations, time) = operations(storing: [record])
-        let bytes = IntentLog.encode(operations, time: time)
-        await withCheckedContinuation { continuation in
-            enqueue(bytes, changes: 1, waiter: .task(continuation)) { $0[record.key] = record }
-        }
-    }
-
-    /// The log's operations for storing `records`, with the time they are stamped with.
-    private func operations(storing records: [JournalRecord]) -> ([JournalOperation], time: Int64) {
-        let first = nextSequence.withLock { next in
-            defer { next += Int64(records.count) }
-            return next
-        }
-        let time = IntentLog.now()
-        let operations = records.enumerated().map { index, record in
-            var row = Self.values(of: record, sequence: first + Int64(index))
-            row.changedAt = time
-            return JournalOperation.upsert(row)
-        }
-        return (operations, time)
-    }
-
-    private static func values(of record: JournalRecord, sequence: Int64) -> WriteStatements.Row {
-        var row = WriteStatements.Row(
-            url: record.key.url, destination: record.key.destination, path: record.path, state: "", sequence: sequence)
-        switch record.state {
-        case .requested:
-            row.state = "requested"
-        case .partial(let validator, let totalBytes):
-            row.state = "partial"
-            row.validator = validator
-            row.totalBytes = totalBytes
-        case .verified(let size, let sha256):
-            row.state = "verified"
-            row.size = size
-            row.sha256 = sha256
-        case .completed(let size, let sha256, let stamp):
-            row.state = "completed"
-            row.size = size
-            row.sha256 = sha256
-            row.modifiedNanoseconds = stamp.modifiedNanoseconds
-            row.inode = Int64(bitPattern: stamp.inode)
-        case .failed(let message):
-            row.state = "failed"
-            row.failure = message
-        }
-        row.request = record.request.flatMap { try? encoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
-        return row
+        store(record)
     }
 
     /// Forgets `key`.
     public func remove(_ key: JournalKey) {
-        remove([key])
+        write(changes: 1) { state, time in state.remove(key, time: time) }
     }
 
     /// Forgets `keys` with one write to the log.
     public func remove(_ keys: [JournalKey]) {
         guard !keys.isEmpty else { return }
-        write(keys.map { .remove(url: $0.url, destination: $0.destination) }, time: IntentLog.now()) { cache in
-            for key in keys { cache.removeValue(forKey: key) }
+        write(changes: keys.count) { state, time in
+            for key in keys { state.remove(key, time: time) }
         }
     }
 
-    /// Applies `operations` to the cache and appends them to the log, in the same order as other writers; returns
-    /// once they are in the log (blocking: for the callers that are not engine tasks).
-    private func write(
-        _ operations: [JournalOperation], time: Int64, cache update: (inout [JournalKey: JournalRecord]) -> Void
-    ) {
-        let semaphore = DispatchSemaphore(value: 0)
-        enqueue(IntentLog.encode(operations, time: time), changes: operations.count, waiter: .thread(semaphore), update)
-        semaphore.wait()
+    /// A request as the log and the database keep it (JSON: slow, so never under the lock).
+    private static func json(_ request: DownloadRequest?) -> String? {
+        request.flatMap { try? encoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// Applies `update` to the cache and queues `bytes` for the log under one hold of the lock (so the log's order
-    /// is the cache's), then writes everything queued if nobody else is writing; `waiter` is woken once `bytes`
-    /// are in the log.
-    private func enqueue(
-        _ bytes: [UInt8], changes: Int, waiter: Waiter, _ update: (inout [JournalKey: JournalRecord]) -> Void
-    ) {
-        let writes = current.withLock { current in
-            cache.withLock(update)
-            current.queued.append(contentsOf: bytes)
-            current.queuedChanges += changes
-            current.waiters.append(waiter)
-            if current.writing { return false }
-            current.writing = true
-            return true
-        }
-        if writes { writeQueued() }
-    }
-
-    /// Writes what is queued, one batch after another, until nothing is: each batch with one `write(2)` (and one
-    /// `fsync` with ``Downloader/Durability/powerLoss``), outside the lock; a log is rotated, and folded, only
-    /// with every change of it written.
-    private func writeQueued() {
-        while true {
-            let batch = current.withLock { current -> (IntentLog, [UInt8], Int, [Waiter])? in
-                guard !current.waiters.isEmpty else {
-                    current.writing = false
-                    return nil
-                }
-                defer {
-                    current.queued = []
-                    current.queuedChanges = 0
-                    current.waiters = []
-                }
-                return (current.log, current.queued, current.queuedChanges, current.waiters)
-            }
-            guard let (log, bytes, changes, waiters) = batch else { return }
+    /// Runs `change` under the lock, which applies a change to the cache and encodes its frames, in the same order,
+    /// into `frames`; appends those to the log there too, so that the log's order is the cache's; folds the log
+    /// once full. With ``Downloader/Durability/powerLoss`` the log is `fsync`ed after the lock is released, so that
+    /// writers share the disk's time rather than queue for it.
+    private func write(changes: Int, _ change: (inout State, _ time: Int64) -> Void) {
+        let (log, full, failure) = state.withLock { state -> (IntentLog, IntentLog?, (any Error)?) in
+            state.frames.removeAll(keepingCapacity: true)
+            change(&state, IntentLog.now())
+            defer { if state.frames.capacity > 1 << 16 { state.frames = [] } }  // a big batch's buffer is not kept
+            let log = state.log
             do {
-                try log.append(bytes)
-                if syncEachAppend { try log.sync() }
+                try log.append(state.frames)
             } catch {
-                // Not in the log (or not on disk), so never folded: only what a later run can skip or resume is
-                // affected.
-                onError(error)
+                // Not in the log, so never folded: only what a later run can skip or resume is affected.
+                return (log, nil, error)
             }
-            let full = current.withLock { current in
-                current.changes += changes
-                return current.changes >= foldThreshold ? rotate(&current) : nil
-            }
-            if let full { fold(full, later: true) }
-            for waiter in waiters { waiter.resume() }
+            state.changes += changes
+            return (log, state.changes >= foldThreshold ? rotate(&state) : nil, nil)
         }
+        if let failure { return onError(failure) }
+        if syncEachAppend {
+            do { try log.sync() } catch { onError(error) }
+        }
+        if let full { fold(full, later: true) }
     }
 
     /// Starts a new log and returns the full one, for ``fold(_:later:)``; `nil` (the changes go on into the same
     /// log) if no new log can be made.
-    private func rotate(_ current: inout Appending) -> IntentLog? {
-        guard current.changes > 0 else { return nil }
+    private func rotate(_ state: inout State) -> IntentLog? {
+        guard state.changes > 0 else { return nil }
         do {
             let fresh = try IntentLog(databasePath: path)
             defer {
-                current.log = fresh
-                current.changes = 0
+                state.log = fresh
+                state.changes = 0
             }
-            return current.log
+            return state.log
         } catch {
             onError(error)
             return nil
@@ -462,16 +380,9 @@ public final class SQLiteJournal: Journal {
     /// database read from the file with the logs of other open journals on it applied (so it also shows what
     /// another process wrote).
     public func allRecords() -> [JournalRecord] {
-        // This journal's log into the database, rotated between two batches (one being written would be read back
-        // cut short): while one is, wait for it and try again.
-        while true {
-            let (busy, log) = current.withLock { $0.writing ? (true, nil) : (false, rotate(&$0)) }
-            if !busy {
-                if let log { fold(log, later: true) }
-                break
-            }
-            write([], time: IntentLog.now()) { _ in }
-        }
+        // This journal's log into the database (changes are appended whole under the lock, so a rotated log is
+        // complete).
+        if let log = state.withLock({ rotate(&$0) }) { fold(log, later: true) }
         folding.sync {}
         do {
             let others = IntentLog.others(of: path, takingDead: false).live
@@ -491,6 +402,35 @@ public final class SQLiteJournal: Journal {
                 size: row["size"], sha256: row["sha256"], modifiedNanoseconds: row["modifiedNanoseconds"],
                 inode: row["inode"], request: row["request"], failure: row["failure"], changedAt: row["changedAt"])
         }
+    }
+
+    /// `record`'s columns, with `request` as ``json(_:)`` made it.
+    fileprivate static func values(of record: JournalRecord, sequence: Int64, request: String?) -> WriteStatements.Row {
+        var row = WriteStatements.Row(
+            url: record.key.url, destination: record.key.destination, path: record.path, state: "", sequence: sequence,
+            request: request)
+        switch record.state {
+        case .requested:
+            row.state = "requested"
+        case .partial(let validator, let totalBytes):
+            row.state = "partial"
+            row.validator = validator
+            row.totalBytes = totalBytes
+        case .verified(let size, let sha256):
+            row.state = "verified"
+            row.size = size
+            row.sha256 = sha256
+        case .completed(let size, let sha256, let stamp):
+            row.state = "completed"
+            row.size = size
+            row.sha256 = sha256
+            row.modifiedNanoseconds = stamp.modifiedNanoseconds
+            row.inode = Int64(bitPattern: stamp.inode)
+        case .failed(let message):
+            row.state = "failed"
+            row.failure = message
+        }
+        return row
     }
 
     private static let encoder: JSONEncoder = {

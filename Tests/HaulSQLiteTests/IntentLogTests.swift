@@ -19,6 +19,18 @@ struct IntentLogTests {
         try DatabaseQueue(path: path).read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM record") ?? 0 }
     }
 
+    /// Where the whole frames of a log end (frames: length, 4 bytes; checksum, 8; payload): zeros follow, the
+    /// space reserved for more.
+    func framesEnd(of bytes: [UInt8]) -> Int {
+        var offset = 0
+        while bytes.count - offset >= 12 {
+            let length = (0..<4).reduce(0) { $0 | Int(bytes[offset + $1]) << (8 * $1) }
+            guard length > 0, length <= bytes.count - offset - 12 else { break }
+            offset += 12 + length
+        }
+        return offset
+    }
+
     func logs(in directory: URL) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).filter { $0.contains("-log.") }
     }
@@ -56,9 +68,10 @@ struct IntentLogTests {
         for name in names { try FileManager.default.copyItem(at: live.file(name), to: killed.file(name)) }
         let log = try #require(logs(in: killed.url).first)
         #expect(try rowsInDatabase(killed.file("j.sqlite").path) == 0)  // everything is still in the log
-        // A frame cut short, as a power loss in the middle of an append would leave it.
+        // A frame cut short right after the last whole one (in the space reserved for the log), as a kill or a
+        // power loss in the middle of an append would leave it.
         let handle = try FileHandle(forWritingTo: killed.file(log))
-        try handle.seekToEnd()
+        try handle.seek(toOffset: UInt64(framesEnd(of: [UInt8](try Data(contentsOf: killed.file(log))))))
         try handle.write(contentsOf: Data([0x40, 0, 0, 0, 1, 2, 3, 4, 5]))
         try handle.close()
 
@@ -107,8 +120,10 @@ struct IntentLogTests {
         let log = killed.file(try #require(logs(in: killed.url).first))
         // Each frame: length (4 bytes), checksum (8), payload; the checksums rewritten as the first format had them.
         var bytes = [UInt8](try Data(contentsOf: log))
+        let end = framesEnd(of: bytes)
+        #expect(bytes[end...].allSatisfy { $0 == 0 })
         var offset = 0
-        while bytes.count - offset >= 12 {
+        while offset < end {
             let length = (0..<4).reduce(0) { $0 | Int(bytes[offset + $1]) << (8 * $1) }
             var hash: UInt64 = 0xcbf2_9ce4_8422_2325
             for byte in bytes[(offset + 12)..<(offset + 12 + length)] {
@@ -117,8 +132,8 @@ struct IntentLogTests {
             for index in 0..<8 { bytes[offset + 4 + index] = UInt8(truncatingIfNeeded: hash >> (8 * index)) }
             offset += 12 + length
         }
-        #expect(offset == bytes.count)
-        try Data(bytes).write(to: log)
+        #expect(offset == end)
+        try Data(bytes[..<end]).write(to: log)  // as the write(2) of earlier versions left it: no reserved space
         #expect(try SQLiteJournal(path: killed.file("j.sqlite").path).allRecords() == expected)
     }
 
@@ -139,5 +154,36 @@ struct IntentLogTests {
                 record(1, .failed(message: "404")), record(2, .verified(size: 1, sha256: "ab")),
             ])
         #expect(logs(in: dir.url).count == 2)
+    }
+    @Test("a log grows past the space reserved for it, by small changes and by a batch larger than a reservation")
+    func logGrowsPastReservations() throws {
+        let live = try TemporaryDirectory()
+        let path = live.file("j.sqlite").path
+        let journal = try SQLiteJournal(path: path, foldThreshold: 1_000_000)
+        // ~200 bytes a change: 1,000 singles (~200 KB, past the first reservations of 64 and 128 KiB), then one
+        // batch of ~2 MB (past a whole 1 MiB step at once), then singles again.
+        let padding = String(repeating: "p", count: 120)
+        func padded(_ index: Int) -> JournalRecord {
+            JournalRecord(
+                key: JournalKey(url: "http://h/\(index)", destination: "/d/"), path: "/d/\(padding)\(index)",
+                state: .verified(size: Int64(index), sha256: "ab"))
+        }
+        for index in 0..<1_000 { journal.store(padded(index)) }
+        journal.store((1_000..<11_000).map(padded))
+        for index in 11_000..<11_500 { journal.store(padded(index)) }
+        let expected = (0..<11_500).map(padded)
+        let log = try #require(logs(in: live.url).first)
+        let bytes = [UInt8](try Data(contentsOf: live.file(log)))
+        #expect(framesEnd(of: bytes) > 2 << 20)
+        #expect(try rowsInDatabase(path) == 0)
+
+        // Read back as another open journal reads it, and as the next journal replays it after a kill.
+        #expect(try SQLiteJournal(path: path).allRecords() == expected)
+        let killed = try TemporaryDirectory()
+        let names = try FileManager.default.contentsOfDirectory(atPath: live.path).filter { $0.hasPrefix("j.sqlite") }
+        for name in names { try FileManager.default.copyItem(at: live.file(name), to: killed.file(name)) }
+        #expect(try SQLiteJournal(path: killed.file("j.sqlite").path).allRecords() == expected)
+        #expect(try rowsInDatabase(killed.file("j.sqlite").path) == expected.count)
+        withExtendedLifetime(journal) {}
     }
 }
