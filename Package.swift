@@ -94,7 +94,7 @@ let package = Package(
         .testTarget(
             name: "HaulSQLiteTests",
             dependencies: [
-                "HaulSQLite", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport",
+                "HaulSQLite", "HaulOperations", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

@@ -14,9 +14,10 @@ import Darwin
 ///
 /// A write is an append to a log beside the database (`journal.sqlite-log.*`, one per open journal): on Linux a
 /// copy into the log's shared mapping, elsewhere one `write(2)`. Every 4,096 changes the journal starts a new log
-/// and folds the full one into the database in one transaction, in the background, then deletes it; closing the
-/// journal folds the rest, and a log left by a killed process is folded by the next journal that opens the
-/// database. A transaction per download cost ~35 µs here (BEGIN, WAL pages, COMMIT, four `fcntl` locks): a fifth of a 10,000 x 4 KiB run. How far a written
+/// and folds the full one into the database in one transaction, in the background on a thread of the lowest
+/// priority (in time the downloads leave idle), then deletes it; closing the journal folds the rest, and a log left
+/// by a killed process is folded by the next journal that opens the database. A transaction per download cost
+/// ~35 µs here (BEGIN, WAL pages, COMMIT, four `fcntl` locks): a fifth of a 10,000 x 4 KiB run. How far a written
 /// record survives follows `durability`, like the engine's files:
 /// - ``Downloader/Durability/processCrash`` (the default): nothing is `fsync`ed (`synchronous = OFF` for the
 ///   database). A record survives the process being killed at any instant: it is in the log, in the page cache.
@@ -78,8 +79,9 @@ public final class SQLiteJournal: Journal {
         }
     }
 
-    /// Folds full logs into the database one after another, off the writing callers' threads.
-    private let folding = DispatchQueue(label: "haul.journal.fold")
+    /// Folds full logs into the database one after another, off the writing callers' threads, at the lowest
+    /// priority: in time the downloads leave idle.
+    private let folding = BackgroundThread(name: "haul.journal.fold")
     /// A log is folded into the database once it holds this many changes.
     private let foldThreshold: Int
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
@@ -211,13 +213,14 @@ public final class SQLiteJournal: Journal {
             return state.log
         }
         guard let log else { return }
-        folding.sync {}
+        folding.drain()
         fold(log)
         // Finalized before the pool closes the connection, which would otherwise report them as unfinalized.
         pool.writeWithoutTransaction { _ in statements.finalize() }
         // Freeing every cached record (~5 ms for 10,000) is left to the folding queue, off the caller's thread: a
         // process that is about to exit never waits for it.
         folding.async { [state] in state.withLock { $0.cache = [:] } }
+        folding.stop()
     }
 
     /// The record stored for `key`, if any.
@@ -325,7 +328,7 @@ public final class SQLiteJournal: Journal {
                 onError(error)
             }
         }
-        if later { folding.async(execute: work) } else { work() }
+        if later { folding.async(work) } else { work() }
     }
 
     private static func apply(
@@ -383,7 +386,7 @@ public final class SQLiteJournal: Journal {
         // This journal's log into the database (changes are appended whole under the lock, so a rotated log is
         // complete).
         if let log = state.withLock({ rotate(&$0) }) { fold(log, later: true) }
-        folding.sync {}
+        folding.drain()
         do {
             let others = IntentLog.others(of: path, takingDead: false).live
             return Self.overlay(others, on: try pool.read(Self.fetchRows)).compactMap(Self.record(from:))
