@@ -27,8 +27,16 @@ struct CrashTests {
             var generator = SystemRandomNumberGenerator()
             var killed = 0
             for _ in 0..<20 {
+                let start = server.stats.bodyBytesSent
                 let process = try HaulProcess(arguments)
-                try await Task.sleep(for: .milliseconds(Int.random(in: 30...400, using: &generator)))
+                // The kill follows what this run has been served (a random amount), not the clock, so that it lands
+                // mid-run however slowly a loaded machine starts the process; then a random few milliseconds more,
+                // so that it lands anywhere: in transfers, in publishing, in journal writes.
+                let threshold = Int.random(in: 1...700_000, using: &generator)
+                while server.stats.bodyBytesSent - start < threshold, !process.hasExited {
+                    try await Task.sleep(for: .milliseconds(1))
+                }
+                try await Task.sleep(for: .milliseconds(Int.random(in: 0...20, using: &generator)))
                 process.send(SIGKILL)
                 let run = await process.finish()
                 if run.status != 0 { killed += 1 }  // it may have finished before the kill came
@@ -42,7 +50,7 @@ struct CrashTests {
             var final = try await HaulProcess.run(arguments)
             for _ in 0..<3 where final.status != 0 { final = try await HaulProcess.run(arguments) }
             #expect(final.status == 0, "\(final)")
-            #expect(killed > 0, "no run was killed mid-way")
+            #expect(killed >= 10, "only \(killed) of 20 runs were killed mid-way")
 
             for (name, size) in zip(names, sizes) {
                 #expect(
