@@ -56,6 +56,9 @@ public final class SQLiteJournal: Journal {
         var log: IntentLog
         /// The changes in `log`, which decides when it is folded.
         var changes = 0
+        /// Full logs not folded yet, oldest first: they must reach the database in this order (a later change to a
+        /// key wins), whichever caller's job gets onto the folding queue first.
+        var unfolded: [IntentLog] = []
         /// The `sequence` the next new key gets.
         var nextSequence: Int64
         /// The frames of the change being written (kept between writes: no allocation per change).
@@ -84,6 +87,7 @@ public final class SQLiteJournal: Journal {
     private let folding = BackgroundThread(name: "haul.journal.fold")
     /// A log is folded into the database once it holds this many changes.
     private let foldThreshold: Int
+    private let afterRotating: (@Sendable () -> Void)?
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
     /// downloads run fills gaps the network leaves; one fold of everything at close ran alone at the end (10,000
     /// small files: +14.4% over `--no-journal` with one fold at close, +9.3% with this, +11.4% with 1,024; 20
@@ -106,11 +110,14 @@ public final class SQLiteJournal: Journal {
     }
 
     /// Opens the journal at `path`, folding its log into the database every `foldThreshold` changes.
+    /// `afterRotating` (tests): called by a writer that started a new log, after it let go of the lock and before
+    /// it queues the full log's fold.
     package init(
         path: String, durability: Downloader.Durability = .processCrash, foldThreshold: Int,
-        onError: @escaping @Sendable (any Error) -> Void = { _ in }
+        onError: @escaping @Sendable (any Error) -> Void = { _ in }, afterRotating: (@Sendable () -> Void)? = nil
     ) throws {
         self.foldThreshold = max(1, foldThreshold)
+        self.afterRotating = afterRotating
         try FileManager.default.createDirectory(
             atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         // Owner-only from the start (SQLite gives its -wal and -shm files the same mode): requests are stored
@@ -213,8 +220,13 @@ public final class SQLiteJournal: Journal {
             return state.log
         }
         guard let log else { return }
-        folding.drain()
-        fold(log)
+        folding.drain()  // the full logs, oldest first, before the last one
+        // Full logs whose job is not queued yet (a write racing with the end) are older than the last one too.
+        let left = state.withLock { state in
+            defer { state.unfolded = [] }
+            return state.unfolded
+        }
+        for full in left + [log] { Self.fold(full, into: pool, with: statements, onError: onError) }
         // Finalized before the pool closes the connection, which would otherwise report them as unfinalized.
         pool.writeWithoutTransaction { _ in statements.finalize() }
         // Freeing every cached record (~5 ms for 10,000) is left to the folding queue, off the caller's thread: a
@@ -272,7 +284,7 @@ public final class SQLiteJournal: Journal {
     /// once full. With ``Downloader/Durability/powerLoss`` the log is `fsync`ed after the lock is released, so that
     /// writers share the disk's time rather than queue for it.
     private func write(changes: Int, _ change: (inout State, _ time: Int64) -> Void) {
-        let (log, full, failure) = state.withLock { state -> (IntentLog, IntentLog?, (any Error)?) in
+        let (log, rotated, failure) = state.withLock { state -> (IntentLog, Bool, (any Error)?) in
             state.frames.removeAll(keepingCapacity: true)
             change(&state, IntentLog.now())
             defer { if state.frames.capacity > 1 << 16 { state.frames = [] } }  // a big batch's buffer is not kept
@@ -281,54 +293,65 @@ public final class SQLiteJournal: Journal {
                 try log.append(state.frames)
             } catch {
                 // Not in the log, so never folded: only what a later run can skip or resume is affected.
-                return (log, nil, error)
+                return (log, false, error)
             }
             state.changes += changes
-            return (log, state.changes >= foldThreshold ? rotate(&state) : nil, nil)
+            return (log, state.changes >= foldThreshold && rotate(&state), nil)
         }
         if let failure { return onError(failure) }
         if syncEachAppend {
             do { try log.sync() } catch { onError(error) }
         }
-        if let full { fold(full, later: true) }
+        if rotated {
+            afterRotating?()
+            foldOldestLater()
+        }
     }
 
-    /// Starts a new log and returns the full one, for ``fold(_:later:)``; `nil` (the changes go on into the same
+    /// Starts a new log and puts the full one last in ``State/unfolded``; `false` (the changes go on into the same
     /// log) if no new log can be made.
-    private func rotate(_ state: inout State) -> IntentLog? {
-        guard state.changes > 0 else { return nil }
+    private func rotate(_ state: inout State) -> Bool {
+        guard state.changes > 0 else { return false }
         do {
             let fresh = try IntentLog(databasePath: path)
-            defer {
-                state.log = fresh
-                state.changes = 0
-            }
-            return state.log
+            state.unfolded.append(state.log)
+            state.log = fresh
+            state.changes = 0
+            return true
         } catch {
             onError(error)
-            return nil
+            return false
+        }
+    }
+
+    /// Queues a fold of the oldest full log (one job per rotation, so every full log gets one; the jobs run one at
+    /// a time and each takes the oldest left, so logs are folded in the order they were written). The queued work
+    /// holds no reference to the journal, whose deinit waits for it.
+    private func foldOldestLater() {
+        let (state, pool, statements, onError) = (state, pool, statements, onError)
+        folding.async {
+            guard let log = state.withLock({ $0.unfolded.isEmpty ? nil : $0.unfolded.removeFirst() }) else { return }
+            Self.fold(log, into: pool, with: statements, onError: onError)
         }
     }
 
     /// Reads back the changes of a log no longer appended to, writes them into the database in one transaction,
-    /// then deletes the log; `later`: on the folding queue. If the write fails the log stays, and the next journal
-    /// to open the database replays it. The queued work holds no reference to the journal, whose deinit waits for
+    /// then deletes the log. If the write fails the log stays, and the next journal to open the database replays
     /// it.
-    private func fold(_ log: IntentLog, later: Bool = false) {
-        let (pool, statements, onError) = (pool, statements, onError)
-        let work: @Sendable () -> Void = {
-            do {
-                try pool.writeWithoutTransaction { db in
-                    try statements.transaction(on: db) { statements in
-                        try log.forEachChange { try Self.apply($0, to: statements) }
-                    }
+    private static func fold(
+        _ log: IntentLog, into pool: DatabasePool, with statements: WriteStatements,
+        onError: @Sendable (any Error) -> Void
+    ) {
+        do {
+            try pool.writeWithoutTransaction { db in
+                try statements.transaction(on: db) { statements in
+                    try log.forEachChange { try Self.apply($0, to: statements) }
                 }
-                log.remove()
-            } catch {
-                onError(error)
             }
+            log.remove()
+        } catch {
+            onError(error)
         }
-        if later { folding.async(work) } else { work() }
     }
 
     private static func apply(
@@ -385,7 +408,7 @@ public final class SQLiteJournal: Journal {
     public func allRecords() -> [JournalRecord] {
         // This journal's log into the database (changes are appended whole under the lock, so a rotated log is
         // complete).
-        if let log = state.withLock({ rotate(&$0) }) { fold(log, later: true) }
+        if state.withLock({ rotate(&$0) }) { foldOldestLater() }
         folding.drain()
         do {
             let others = IntentLog.others(of: path, takingDead: false).live
