@@ -31,13 +31,15 @@ struct CrashTests {
                 let process = try HaulProcess(arguments)
                 // The kill follows what this run has been served (a random amount), not the clock, so that it lands
                 // mid-run however slowly a loaded machine starts the process; then a random few milliseconds more,
-                // so that it lands anywhere: in transfers, in publishing, in journal writes.
+                // so that it lands anywhere: in transfers, in publishing, in journal writes. Watched from a thread
+                // of its own: a task's sleep can be held up for seconds while other tests keep the pool busy.
                 let threshold = Int.random(in: 1...700_000, using: &generator)
-                while server.stats.bodyBytesSent - start < threshold, !process.hasExited {
-                    try await Task.sleep(for: .milliseconds(1))
+                let extra = UInt32.random(in: 0...20_000, using: &generator)
+                try await onOwnThread {
+                    while server.stats.bodyBytesSent - start < threshold, !process.hasExited { usleep(1_000) }
+                    usleep(extra)
+                    process.send(SIGKILL)
                 }
-                try await Task.sleep(for: .milliseconds(Int.random(in: 0...20, using: &generator)))
-                process.send(SIGKILL)
                 let run = await process.finish()
                 if run.status != 0 { killed += 1 }  // it may have finished before the kill came
                 // Whatever the moment, a destination holds either nothing or the whole, right file.
