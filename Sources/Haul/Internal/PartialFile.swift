@@ -191,19 +191,21 @@ final class PartialFile {
             }
         } else {
             // link() is the portable atomic "rename unless the target exists"; then drop the partial's name.
-            guard link(path, destination) == 0 else {
-                let code = errno
-                if code == EEXIST {
-                    throw DownloadError(
-                        .destinationExists,
-                        message: "'\(destination)' appeared after the download was queued; left untouched",
-                        url: url, path: destination)
-                }
-                throw Self.fileSystemError(code, "publishing to '\(destination)'", path, url)
-            }
+            guard link(path, destination) == 0 else { throw publishingError(errno, to: destination, url: url) }
             unlink(path)
         }
         if durable { Self.syncDirectory(of: destination) }
+    }
+
+    /// Why linking this file at `destination` failed with `code`: a file there (`EEXIST`, left as it is) or another
+    /// file-system error.
+    private func publishingError(_ code: Int32, to destination: String, url: URL) -> DownloadError {
+        if code == EEXIST {
+            return DownloadError(
+                .destinationExists, message: "'\(destination)' appeared after the download was queued; left untouched",
+                url: url, path: destination)
+        }
+        return Self.fileSystemError(code, "publishing to '\(destination)'", path, url)
     }
 
     /// Gives the unnamed file its name, never replacing what is there (`linkat` fails if `destination` exists).
@@ -211,14 +213,7 @@ final class PartialFile {
         #if os(Linux)
         precondition(descriptor >= 0, "an unnamed partial is linked once")
         guard Self.linkDescriptor(descriptor, to: destination) == 0 else {
-            let code = errno
-            if code == EEXIST {
-                throw DownloadError(
-                    .destinationExists,
-                    message: "'\(destination)' appeared after the download was queued; left untouched",
-                    url: url, path: destination)
-            }
-            throw Self.fileSystemError(code, "publishing to '\(destination)'", path, url)
+            throw publishingError(errno, to: destination, url: url)
         }
         close(descriptor)
         descriptor = -1
