@@ -169,39 +169,42 @@ struct SQLiteJournalTests {
     }
 
     @Test("full logs reach the database in the order they were written, whichever writer queues its fold first")
-    func foldsInWrittenOrder() throws {
-        let dir = try TemporaryDirectory()
-        let path = dir.url.appendingPathComponent("j.sqlite").path
-        let (entered, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
-        let rotations = Locked(0)
-        // Every change fills a log. The first writer to start a new log is held after letting go of the lock,
-        // before it queues the fold of its full log; meanwhile a later change fills and queues the next log.
-        let journal = try SQLiteJournal(
-            path: path, foldThreshold: 1,
-            afterRotating: {
-                let first = rotations.withLock { count in
-                    defer { count += 1 }
-                    return count == 0
-                }
-                if first {
-                    entered.signal()
-                    release.wait()
-                }
-            })
-        let key = JournalKey(url: "http://h/1", destination: "/d/")
-        let done = DispatchSemaphore(value: 0)
-        let held = Thread {
-            journal.store(JournalRecord(key: key, path: "/d/1", state: .requested))
-            done.signal()
+    func foldsInWrittenOrder() async throws {
+        // The waits block a thread of its own, not one of the few that run every test's tasks.
+        let (key, reopened) = try await onOwnThread {
+            let dir = try TemporaryDirectory()
+            let path = dir.url.appendingPathComponent("j.sqlite").path
+            let (entered, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+            let rotations = Locked(0)
+            // Every change fills a log. The first writer to start a new log is held after letting go of the lock,
+            // before it queues the fold of its full log; meanwhile a later change fills and queues the next log.
+            let journal = try SQLiteJournal(
+                path: path, foldThreshold: 1,
+                afterRotating: {
+                    let first = rotations.withLock { count in
+                        defer { count += 1 }
+                        return count == 0
+                    }
+                    if first {
+                        entered.signal()
+                        release.wait()
+                    }
+                })
+            let key = JournalKey(url: "http://h/1", destination: "/d/")
+            let done = DispatchSemaphore(value: 0)
+            let held = Thread {
+                journal.store(JournalRecord(key: key, path: "/d/1", state: .requested))
+                done.signal()
+            }
+            held.start()
+            entered.wait()
+            journal.store(JournalRecord(key: key, path: "/d/1", state: .failed(message: "later")))
+            _ = journal.allRecords()  // folds what is queued, now
+            release.signal()
+            done.wait()
+            journal.finish()
+            return (key, try SQLiteJournal(path: path).allRecords())
         }
-        held.start()
-        entered.wait()
-        journal.store(JournalRecord(key: key, path: "/d/1", state: .failed(message: "later")))
-        _ = journal.allRecords()  // folds what is queued, now
-        release.signal()
-        done.wait()
-        journal.finish()
-        let reopened = try SQLiteJournal(path: path).allRecords()
         #expect(reopened == [JournalRecord(key: key, path: "/d/1", state: .failed(message: "later"))])
     }
 
