@@ -178,7 +178,7 @@ extension DownloadRun {
             try ensurePartial()
             // Small bodies are not worth a journal write: an interrupted one is fetched again whole, cheaply.
             if let journal = configuration.journal, let validator, let destinationPath,
-                (totalBytes ?? .max) > BackgroundWriter.inlineLimit
+                (totalBytes ?? .max) > Self.restartableLimit
             {
                 await journal.commit(
                     JournalRecord(
@@ -331,7 +331,7 @@ extension DownloadRun {
         do {
             // A small body that nobody would resume (see the journal write above) and that must not replace a file
             // goes to an unnamed file where the system has them: one directory change to publish, not three.
-            let small = (totalBytes ?? .max) <= BackgroundWriter.inlineLimit && request.conflictPolicy != .overwrite
+            let small = (totalBytes ?? .max) <= Self.restartableLimit && request.conflictPolicy != .overwrite
             let file: PartialFile
             if small, let unnamed = PartialFile(unnamedFor: destinationPath) {
                 file = unnamed

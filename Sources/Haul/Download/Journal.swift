@@ -6,9 +6,9 @@ import Foundation
 /// re-admits it after a restart (``DownloadQueue/resumeUnfinished(includingFailed:)``).
 ///
 /// The engine calls it from the downloading task, a few times per download and never per chunk: one lookup at
-/// the start; a write (``commit(_:)``) when a partial of more than 256 KiB gains a validator; one just before
-/// publishing (two with the `rename` conflict policy); a write when a download fails for good, a removal when it
-/// is cancelled with nothing kept. A queue adds one batch write per ``DownloadQueue/add(_:)-([DownloadRequest])``
+/// the start; a write (``commit(_:)``) when a partial of more than 64 KiB gains a validator (smaller bodies are
+/// fetched again whole); one just before publishing (two with the `rename` conflict policy); a write when a
+/// download fails for good, a removal when it is cancelled with nothing kept. A queue adds one batch write per ``DownloadQueue/add(_:)-([DownloadRequest])``
 /// call. Implementations must be thread-safe, and a write must be durable enough for the caller's purpose when
 /// the call returns (`SQLiteJournal`: it survives the process being killed).
 public protocol Journal: Sendable {

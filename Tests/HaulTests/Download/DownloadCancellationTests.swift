@@ -113,11 +113,11 @@ struct DownloadCancellationTests {
                 task.cancel()
                 _ = await task.result
             }
-            await cancelMidway("half", size: 600_000)  // above BackgroundWriter.inlineLimit
+            await cancelMidway("half", size: 600_000)  // above DownloadRun.restartableLimit
             #expect(dir.contents() == [".half.haul-partial"])
             let kept = journal.allRecords().map(\.state)
             #expect(kept.count == 1 && { if case .partial = kept[0] { true } else { false } }())
-            await cancelMidway("small", size: 100_000)
+            await cancelMidway("small", size: 50_000)
             #expect(dir.contents() == [".half.haul-partial"])
         }
     }

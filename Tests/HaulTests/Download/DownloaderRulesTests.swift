@@ -123,7 +123,7 @@ struct DownloaderRulesTests {
             let victim = dir.file("victim")
             try Data("precious".utf8).write(to: victim)
             let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
-            // Above BackgroundWriter.inlineLimit, so that the body goes to a named partial on every system.
+            // Above DownloadRun.restartableLimit, so that the body goes to a named partial on every system.
             let url = server.url(path: "/bytes/evil", query: ["size": "300000"])
             try FileManager.default.createSymbolicLink(
                 atPath: dir.file(".evil.haul-partial").path, withDestinationPath: victim.path)
