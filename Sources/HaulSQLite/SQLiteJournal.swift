@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GRDBSQLite
 import HaulOperations
+import Synchronization
 public import Haul
 
 #if canImport(Glibc)
@@ -47,11 +48,13 @@ public final class SQLiteJournal: Journal {
     private let syncEachAppend: Bool
     /// The records and the log, under one lock so that the log has the changes in the order the cache got them.
     private let state: Locked<State>
+    /// The `sequence` the next new key gets (taken before the lock: a change is encoded before it is held).
+    private let nextSequence: Atomic<Int64>
 
     private struct State {
         /// Every record, read once at open and kept in step by this instance's writes: lookups (one per download)
         /// cost no query. Another process writing the same journal meanwhile is not seen until it is reopened.
-        var cache: [JournalKey: JournalRecord]
+        var cache: [CacheKey: JournalRecord]
         /// This journal's current log, where every change goes first.
         var log: IntentLog
         /// The changes in `log`, which decides when it is folded.
@@ -59,27 +62,24 @@ public final class SQLiteJournal: Journal {
         /// Full logs not folded yet, oldest first: they must reach the database in this order (a later change to a
         /// key wins), whichever caller's job gets onto the folding queue first.
         var unfolded: [IntentLog] = []
-        /// The `sequence` the next new key gets.
-        var nextSequence: Int64
-        /// The frames of the change being written (kept between writes: no allocation per change).
-        var frames: [UInt8] = []
         /// Whether the journal was finished (its log folded).
         var finished = false
+    }
 
-        /// Stores `record` in the cache and its frame in `frames`, with the next sequence (which the database
-        /// ignores for a key it has).
-        mutating func upsert(_ record: JournalRecord, request: String?, time: Int64) {
-            cache[record.key] = record
-            let row = SQLiteJournal.values(of: record, sequence: nextSequence, request: request)
-            nextSequence += 1
-            IntentLog.frame(.upsert(row), time: time, into: &frames)
+    /// A key with its hash worked out once, when the caller makes it, outside the lock: growing the cache rehashes
+    /// every key under the lock (5 ms a run for 10,000 string pairs, the other loop waiting), and a probe compared
+    /// the strings of every key it passed (URLs of one length: a `memcmp` each) where the hashes now differ.
+    struct CacheKey: Hashable {
+        let key: JournalKey
+        let hash: Int
+
+        init(_ key: JournalKey) {
+            self.key = key
+            hash = key.hashValue
         }
 
-        /// Removes `key` from the cache and puts its removal in `frames`.
-        mutating func remove(_ key: JournalKey, time: Int64) {
-            cache.removeValue(forKey: key)
-            IntentLog.frame(.remove(url: key.url, destination: key.destination), time: time, into: &frames)
-        }
+        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+        static func == (lhs: Self, rhs: Self) -> Bool { lhs.hash == rhs.hash && lhs.key == rhs.key }
     }
 
     /// Folds full logs into the database one after another, off the writing callers' threads, at the lowest
@@ -153,12 +153,11 @@ public final class SQLiteJournal: Journal {
         try Self.apply(others.dead.operations, on: pool, with: statements)
         for dead in others.dead.paths { unlink(dead) }
         let rows = Self.overlay(others.live, on: try pool.read(Self.fetchRows))
-        let cache = Dictionary(rows.compactMap(Self.record(from:)).map { ($0.key, $0) }, uniquingKeysWith: { $1 })
+        let cache = Dictionary(
+            rows.compactMap(Self.record(from:)).map { (CacheKey($0.key), $0) }, uniquingKeysWith: { $1 })
         syncEachAppend = durability == .powerLoss
-        state = Locked(
-            State(
-                cache: cache, log: try IntentLog(databasePath: path),
-                nextSequence: (rows.map(\.sequence).max() ?? 0) + 1))
+        nextSequence = Atomic((rows.map(\.sequence).max() ?? 0) + 1)
+        state = Locked(State(cache: cache, log: try IntentLog(databasePath: path)))
     }
 
     private static var migrator: DatabaseMigrator {
@@ -237,22 +236,37 @@ public final class SQLiteJournal: Journal {
 
     /// The record stored for `key`, if any.
     public func record(for key: JournalKey) -> JournalRecord? {
-        state.withLock { $0.cache[key] }
+        let key = CacheKey(key)
+        return state.withLock { $0.cache[key] }
     }
 
     /// Stores `record`, replacing the one for its key.
     public func store(_ record: JournalRecord) {
-        let request = Self.json(record.request)
-        write(changes: 1) { state, time in state.upsert(record, request: request, time: time) }
+        let key = CacheKey(record.key)
+        var frames: [UInt8] = []
+        frames.reserveCapacity(384)
+        encodeUpsert(record, time: IntentLog.now(), into: &frames)
+        write(frames, changes: 1) { cache in cache[key] = record }
     }
 
     /// Stores `records` with one write to the log (all or none survive a kill).
     public func store(_ records: [JournalRecord]) {
         guard !records.isEmpty else { return }
-        let requests = records.map { Self.json($0.request) }
-        write(changes: records.count) { state, time in
-            for (record, request) in zip(records, requests) { state.upsert(record, request: request, time: time) }
+        let keys = records.map { CacheKey($0.key) }
+        var frames: [UInt8] = []
+        let time = IntentLog.now()
+        for record in records { encodeUpsert(record, time: time, into: &frames) }
+        write(frames, changes: records.count) { cache in
+            for (key, record) in zip(keys, records) { cache[key] = record }
         }
+    }
+
+    /// Appends the frame of an upsert of `record` with the next sequence (which the database ignores for a key it
+    /// has). Before the lock, like the JSON of its request: neither needs it.
+    private func encodeUpsert(_ record: JournalRecord, time: Int64, into frames: inout [UInt8]) {
+        let sequence = nextSequence.wrappingAdd(1, ordering: .relaxed).oldValue
+        let row = Self.values(of: record, sequence: sequence, request: Self.json(record.request))
+        IntentLog.frame(.upsert(row), time: time, into: &frames)
     }
 
     /// Stores `record` like ``store(_:)-(JournalRecord)``: its append to the log is a copy into memory (on Linux)
@@ -263,14 +277,20 @@ public final class SQLiteJournal: Journal {
 
     /// Forgets `key`.
     public func remove(_ key: JournalKey) {
-        write(changes: 1) { state, time in state.remove(key, time: time) }
+        remove([key])
     }
 
     /// Forgets `keys` with one write to the log.
     public func remove(_ keys: [JournalKey]) {
         guard !keys.isEmpty else { return }
-        write(changes: keys.count) { state, time in
-            for key in keys { state.remove(key, time: time) }
+        let cacheKeys = keys.map(CacheKey.init)
+        var frames: [UInt8] = []
+        let time = IntentLog.now()
+        for key in keys {
+            IntentLog.frame(.remove(url: key.url, destination: key.destination), time: time, into: &frames)
+        }
+        write(frames, changes: keys.count) { cache in
+            for key in cacheKeys { cache.removeValue(forKey: key) }
         }
     }
 
@@ -279,18 +299,17 @@ public final class SQLiteJournal: Journal {
         request.flatMap { try? encoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// Runs `change` under the lock, which applies a change to the cache and encodes its frames, in the same order,
-    /// into `frames`; appends those to the log there too, so that the log's order is the cache's; folds the log
-    /// once full. With ``Downloader/Durability/powerLoss`` the log is `fsync`ed after the lock is released, so that
-    /// writers share the disk's time rather than queue for it.
-    private func write(changes: Int, _ change: (inout State, _ time: Int64) -> Void) {
+    /// Appends `frames` (encoded by the caller, before the lock) to the log and applies `change`, the same changes,
+    /// to the cache, under the lock, so that the log's order is the cache's; folds the log once full. The lock is
+    /// held for a copy and a dictionary update only: the two event loops commit at once often enough that a longer
+    /// hold put one of them to sleep on the mutex. With ``Downloader/Durability/powerLoss`` the log is `fsync`ed after
+    /// the lock is released, so that writers share the disk's time rather than queue for it.
+    private func write(_ frames: [UInt8], changes: Int, _ change: (inout [CacheKey: JournalRecord]) -> Void) {
         let (log, rotated, failure) = state.withLock { state -> (IntentLog, Bool, (any Error)?) in
-            state.frames.removeAll(keepingCapacity: true)
-            change(&state, IntentLog.now())
-            defer { if state.frames.capacity > 1 << 16 { state.frames = [] } }  // a big batch's buffer is not kept
+            change(&state.cache)
             let log = state.log
             do {
-                try log.append(state.frames)
+                try log.append(frames)
             } catch {
                 // Not in the log, so never folded: only what a later run can skip or resume is affected.
                 return (log, false, error)
