@@ -64,6 +64,11 @@ public final class SQLiteJournal: Journal {
         var unfolded: [IntentLog] = []
         /// Whether the journal was finished (its log folded).
         var finished = false
+        /// A log made ahead on the folding thread (``prepareSpare()``), which the next rotation starts.
+        var spare: IntentLog?
+        /// Whether a spare is being made, or cannot be (then rotations make their logs themselves).
+        var makingSpare = false
+        var sparesFail = false
     }
 
     /// A key with its hash worked out once, when the caller makes it, outside the lock: growing the cache rehashes
@@ -157,8 +162,16 @@ public final class SQLiteJournal: Journal {
             rows.compactMap(Self.record(from:)).map { (CacheKey($0.key), $0) }, uniquingKeysWith: { $1 })
         syncEachAppend = durability == .powerLoss
         nextSequence = Atomic((rows.map(\.sequence).max() ?? 0) + 1)
-        state = Locked(State(cache: cache, log: try IntentLog(databasePath: path)))
+        let log = try IntentLog(databasePath: path, reserving: Self.preparedLogSize)
+        state = Locked(State(cache: cache, log: log))
+        // The downloads start writing at once; the pages they will write are made writable meanwhile.
+        folding.async { [state] in
+            if !state.withLock({ $0.finished }) { log.prefault() }
+        }
     }
+
+    /// What a log made ahead reserves and prefaults: about a fold's 4,096 changes of downloads (~1 MB).
+    private static let preparedLogSize = 1 << 20
 
     private static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -221,10 +234,11 @@ public final class SQLiteJournal: Journal {
         guard let log else { return }
         folding.drain()  // the full logs, oldest first, before the last one
         // Full logs whose job is not queued yet (a write racing with the end) are older than the last one too.
-        let left = state.withLock { state in
-            defer { state.unfolded = [] }
-            return state.unfolded
+        let (left, spare) = state.withLock { state in
+            defer { (state.unfolded, state.spare) = ([], nil) }
+            return (state.unfolded, state.spare)
         }
+        spare?.remove()
         for full in left + [log] { Self.fold(full, into: pool, with: statements, onError: onError) }
         // Finalized before the pool closes the connection, which would otherwise report them as unfinalized.
         pool.writeWithoutTransaction { _ in statements.finalize() }
@@ -305,17 +319,23 @@ public final class SQLiteJournal: Journal {
     /// hold put one of them to sleep on the mutex. With ``Downloader/Durability/powerLoss`` the log is `fsync`ed after
     /// the lock is released, so that writers share the disk's time rather than queue for it.
     private func write(_ frames: [UInt8], changes: Int, _ change: (inout [CacheKey: JournalRecord]) -> Void) {
-        let (log, rotated, failure) = state.withLock { state -> (IntentLog, Bool, (any Error)?) in
+        let (log, rotated, wantsSpare, failure) = state.withLock {
+            state -> (IntentLog, Bool, Bool, (any Error)?) in
             change(&state.cache)
             let log = state.log
             do {
                 try log.append(frames)
             } catch {
                 // Not in the log, so never folded: only what a later run can skip or resume is affected.
-                return (log, false, error)
+                return (log, false, false, error)
             }
             state.changes += changes
-            return (log, state.changes >= foldThreshold && rotate(&state), nil)
+            let rotated = state.changes >= foldThreshold && rotate(&state)
+            // Half way through a log, the next one is made, for the rotation to find ready.
+            let wantsSpare =
+                state.changes >= foldThreshold / 2 && state.spare == nil && !state.makingSpare && !state.sparesFail
+            if wantsSpare { state.makingSpare = true }
+            return (log, rotated, wantsSpare, nil)
         }
         if let failure { return onError(failure) }
         if syncEachAppend {
@@ -325,6 +345,30 @@ public final class SQLiteJournal: Journal {
             afterRotating?()
             foldOldestLater()
         }
+        if wantsSpare { prepareSpare() }
+    }
+
+    /// Makes the log the next rotation starts, on the folding thread: created under its hidden name, its space
+    /// reserved and its pages made writable there rather than by a download's thread holding the lock (creating,
+    /// locking and naming a file, `fallocate`, and a page fault per 4 KiB appended).
+    private func prepareSpare() {
+        let (state, path) = (state, path)
+        folding.async {
+            if state.withLock({ $0.finished }) { return }
+            let spare = try? IntentLog(databasePath: path, reserving: Self.preparedLogSize, named: false)
+            spare?.prefault()
+            let unused = state.withLock { state -> IntentLog? in
+                state.makingSpare = false
+                guard let spare else {
+                    state.sparesFail = true
+                    return nil
+                }
+                guard !state.finished, state.spare == nil else { return spare }
+                state.spare = spare
+                return nil
+            }
+            unused?.remove()
+        }
     }
 
     /// Starts a new log and puts the full one last in ``State/unfolded``; `false` (the changes go on into the same
@@ -332,7 +376,19 @@ public final class SQLiteJournal: Journal {
     private func rotate(_ state: inout State) -> Bool {
         guard state.changes > 0 else { return false }
         do {
-            let fresh = try IntentLog(databasePath: path)
+            let fresh: IntentLog
+            if let spare = state.spare {
+                state.spare = nil
+                do {
+                    try spare.name()
+                } catch {
+                    spare.remove()
+                    throw error
+                }
+                fresh = spare
+            } else {
+                fresh = try IntentLog(databasePath: path)
+            }
             state.unfolded.append(state.log)
             state.log = fresh
             state.changes = 0

@@ -36,8 +36,11 @@ enum JournalOperation: Equatable {
 /// stops at the first frame that is incomplete or does not match its checksum: what a write cut short by a power
 /// loss leaves.
 final class IntentLog: @unchecked Sendable {  // the descriptor is set once; appends are serialized by the journal
-    /// The log's path.
-    let path: String
+    /// The log's path: the name other journals look for, or for a log made ahead of its use the hidden name it has
+    /// until ``name()`` (set under the journal's lock, before the log is handed to anyone else).
+    private(set) var path: String
+    /// The name other journals look for.
+    private let finalPath: String
     private let descriptor: Int32
     /// The bytes of whole frames appended so far (appends are serialized by the journal's lock).
     private var length = 0
@@ -56,9 +59,13 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
     /// The address space mapped for a log: a log is folded every 4,096 changes (~1 MB), but one batch of requests
     /// may take tens of MB. What would go past it is written with `pwrite`.
     private static let window = 1 << 30
+    /// The bytes reserved when the log was made, which ``prefault()`` makes writable (set in `init` only).
+    private var reservedAtCreation = 0
 
-    /// Creates this journal's own log beside `databasePath` and takes its lock.
-    init(databasePath: String) throws {
+    /// Creates this journal's own log beside `databasePath` and takes its lock. With `named: false` the log keeps
+    /// the hidden name it is created under, which no other journal reads, until ``name()``: a log made ahead of its
+    /// use. With `reserving`, that much space is allocated and mapped at once (Linux), for ``prefault()``.
+    init(databasePath: String, reserving: Int = 0, named: Bool = true) throws {
         // Created and locked under a name no other journal looks at, then renamed: another journal opening at the
         // same moment must never find it unlocked and take it for a dead one.
         let unique = "\(getpid()).\(UInt64.random(in: 0...UInt64.max))"
@@ -66,18 +73,40 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         let final = "\(databasePath)-log.\(unique)"
         let descriptor = open(hidden, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw Self.error("cannot create the journal's log '\(hidden)'") }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, rename(hidden, final) == 0 else {
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, !named || rename(hidden, final) == 0 else {
             let error = Self.error("cannot lock the journal's log '\(hidden)'")
             close(descriptor)
             unlink(hidden)
             throw error
         }
         self.descriptor = descriptor
-        path = final
+        path = named ? final : hidden
+        finalPath = final
         #if os(Linux)
         maps = true
+        if reserving > 0, reserve(reserving) { reservedAtCreation = reserved }
         #else
         maps = false
+        #endif
+    }
+
+    /// Gives a log made with `named: false` the name other journals look for.
+    func name() throws {
+        guard path != finalPath else { return }
+        guard rename(path, finalPath) == 0 else { throw Self.error("cannot name the journal's log '\(path)'") }
+        path = finalPath
+    }
+
+    /// Makes the space reserved at creation writable now, on the caller's thread (the journal's background one), so
+    /// that appends, on the downloads' threads, are a copy without a fault: the first write to each page of a shared
+    /// mapping of an ext4 file faults, reads the page and calls `page_mkwrite` (which also updates the file's times),
+    /// and those faults were half of what a change cost a download (~250 of them per 4,096 changes). It changes no
+    /// byte, so it may run while appends are made (Linux `MADV_POPULATE_WRITE`; older kernels refuse it, harmlessly).
+    func prefault() {
+        #if os(Linux)
+        // `reservedAtCreation` first: when it is set, `mapping` was set in init and never changes.
+        guard reservedAtCreation > 0, let mapping else { return }
+        _ = madvise(mapping, reservedAtCreation, 23)  // MADV_POPULATE_WRITE (Linux 5.14)
         #endif
     }
 
@@ -152,7 +181,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         try Self.read(descriptor) { _, operation in try body(operation) }
     }
 
-    /// Deletes the log (everything in it is in the database).
+    /// Deletes the log (everything in it is in the database, or it is a log made ahead and never used).
     func remove() {
         unlink(path)
     }
