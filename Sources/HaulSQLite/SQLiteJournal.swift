@@ -420,7 +420,9 @@ public final class SQLiteJournal: Journal {
         do {
             try pool.writeWithoutTransaction { db in
                 try statements.transaction(on: db) { statements in
-                    try log.forEachChange { try Self.apply($0, to: statements) }
+                    try log.forEachChange { change in
+                        if change.isUpsert { try statements.upsert(change) } else { try statements.delete(change) }
+                    }
                 }
             }
             log.remove()

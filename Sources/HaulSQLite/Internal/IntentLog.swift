@@ -12,6 +12,41 @@ enum JournalOperation: Equatable {
     case remove(url: String, destination: String)
 }
 
+/// One change as it lies in a log's bytes, valid only during the call that hands it out: a fold binds these bytes
+/// into its statement as they are, where making a ``JournalOperation`` cost five `String`s a change (each decoded,
+/// then copied again by SQLite).
+struct RawChange {
+    /// An upsert (the fields of ``WriteStatements/Row``), or a removal (`url` and `destination` only).
+    var isUpsert: Bool
+    /// When the change was written (the row's `changedAt`).
+    var time: Int64
+    var url = UnsafeRawBufferPointer(start: nil, count: 0)
+    var destination = UnsafeRawBufferPointer(start: nil, count: 0)
+    var path: UnsafeRawBufferPointer?
+    var state: UnsafeRawBufferPointer?
+    var validator: UnsafeRawBufferPointer?
+    var sha256: UnsafeRawBufferPointer?
+    var request: UnsafeRawBufferPointer?
+    var failure: UnsafeRawBufferPointer?
+    var sequence: Int64 = 0
+    var totalBytes: Int64?
+    var size: Int64?
+    var modifiedNanoseconds: Int64?
+    var inode: Int64?
+
+    /// The change with its text decoded.
+    var operation: JournalOperation {
+        let text = { (bytes: UnsafeRawBufferPointer) in String(decoding: bytes, as: UTF8.self) }
+        guard isUpsert else { return .remove(url: text(url), destination: text(destination)) }
+        return .upsert(
+            WriteStatements.Row(
+                url: text(url), destination: text(destination), path: path.map(text) ?? "",
+                state: state.map(text) ?? "", sequence: sequence, validator: validator.map(text),
+                totalBytes: totalBytes, size: size, sha256: sha256.map(text), modifiedNanoseconds: modifiedNanoseconds,
+                inode: inode, request: request.map(text), failure: failure.map(text), changedAt: time))
+    }
+}
+
 /// An append-only file of journal changes beside the database (`journal.sqlite-log.<pid>.<n>`), one per open
 /// journal: a change costs one `write(2)` instead of an SQLite transaction (BEGIN, a page or more into the WAL,
 /// COMMIT, and four `fcntl` locks, ~35 µs here), and a batch of them is folded into the database at once.
@@ -175,10 +210,16 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         if fsync(descriptor) != 0 { throw Self.error("cannot sync the journal's log '\(path)'") }
     }
 
-    /// Hands every change in this log to `body`, in the order appended (for a fold, once no more are appended),
-    /// one at a time: a fold of tens of thousands then keeps none of them around.
-    func forEachChange(_ body: (JournalOperation) throws -> Void) rethrows {
-        try Self.read(descriptor) { _, operation in try body(operation) }
+    /// Hands every change in this log to `body` as it lies in the log's bytes, in the order appended (for a fold,
+    /// once no more are appended). Where every append went into the mapping, the bytes are read there, where they
+    /// are already; otherwise the file is read.
+    func forEachChange(_ body: (RawChange) throws -> Void) rethrows {
+        #if os(Linux)
+        if maps, length <= reserved, let mapping {
+            return try Self.parse(UnsafeRawBufferPointer(start: mapping, count: length), into: body)
+        }
+        #endif
+        try Self.read(descriptor) { bytes in try Self.parse(bytes, into: body) }
     }
 
     /// Deletes the log (everything in it is in the database, or it is a log made ahead and never used).
@@ -259,12 +300,14 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
     /// Every complete, intact change in the file behind `descriptor`, from its start.
     static func read(_ descriptor: Int32) -> [Timed] {
         var operations: [Timed] = []
-        read(descriptor) { time, operation in operations.append((time, operation)) }
+        read(descriptor) { bytes in
+            parse(bytes) { change in operations.append((change.time, change.operation)) }
+        }
         return operations
     }
 
-    /// Hands every complete, intact change in the file behind `descriptor` to `body`, in order.
-    private static func read(_ descriptor: Int32, into body: (Int64, JournalOperation) throws -> Void) rethrows {
+    /// Hands the bytes of the file behind `descriptor` to `body`.
+    private static func read(_ descriptor: Int32, into body: (UnsafeRawBufferPointer) throws -> Void) rethrows {
         var info = stat()
         var bytes = [UInt8](repeating: 0, count: fstat(descriptor, &info) == 0 ? max(Int(info.st_size), 0) : 0)
         var count = 0
@@ -276,41 +319,26 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             guard read > 0 else { break }
             count += read
         }
-        try parse(bytes[..<count], into: body)
+        try bytes[..<count].withUnsafeBytes { try body($0) }
     }
 
     // MARK: Frames
 
-    static func parse(_ bytes: [UInt8]) -> [Timed] {
-        var operations: [Timed] = []
-        parse(bytes[...]) { time, operation in operations.append((time, operation)) }
-        return operations
-    }
-
-    /// Hands the frames of `bytes` to `body` up to the first incomplete or damaged one. Reads through a raw buffer:
+    /// Hands the frames of `buffer` to `body` up to the first incomplete or damaged one. Reads through a raw buffer:
     /// a fold parses tens of thousands of frames while the caller waits (closing the journal).
-    private static func parse(
-        _ bytes: ArraySlice<UInt8>, into body: (Int64, JournalOperation) throws -> Void
-    ) rethrows {
-        try bytes.withUnsafeBytes { buffer in
-            var offset = 0
-            while buffer.count - offset >= 12 {
-                var reader = Reader(buffer: buffer, offset: offset)
-                let length = Int(reader.integer(UInt32.self))
-                let checksum = reader.integer(UInt64.self)
-                let start = reader.offset
-                guard length <= buffer.count - start,
-                    Self.matches(UnsafeRawBufferPointer(rebasing: buffer[start..<start + length]), checksum),
-                    let time = reader.number(), let operation = reader.operation(), reader.offset == start + length
-                else { break }
-                if case .upsert(var row) = operation {
-                    row.changedAt = time
-                    try body(time, .upsert(row))
-                } else {
-                    try body(time, operation)
-                }
-                offset = start + length
-            }
+    private static func parse(_ buffer: UnsafeRawBufferPointer, into body: (RawChange) throws -> Void) rethrows {
+        var offset = 0
+        while buffer.count - offset >= 12 {
+            var reader = Reader(buffer: buffer, offset: offset)
+            let length = Int(reader.integer(UInt32.self))
+            let checksum = reader.integer(UInt64.self)
+            let start = reader.offset
+            guard length <= buffer.count - start,
+                Self.matches(UnsafeRawBufferPointer(rebasing: buffer[start..<start + length]), checksum),
+                let time = reader.number(), let change = reader.change(time: time), reader.offset == start + length
+            else { break }
+            try body(change)
+            offset = start + length
         }
     }
 
@@ -412,7 +440,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             self.offset = offset
         }
 
-        mutating func operation() -> JournalOperation? {
+        mutating func change(time: Int64) -> RawChange? {
             guard offset < buffer.count else { return nil }
             let kind = buffer[offset]
             offset += 1
@@ -421,18 +449,19 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
                 guard let url = text(), let destination = text(), let path = text(), let state = text() else {
                     return nil
                 }
-                let (validator, sha256, request, failure) = (text(), text(), text(), text())
+                var change = RawChange(isUpsert: true, time: time, url: url, destination: destination)
+                change.path = path
+                change.state = state
+                (change.validator, change.sha256, change.request, change.failure) = (text(), text(), text(), text())
                 guard let sequence = number() else { return nil }
-                let (totalBytes, size, modified, inode) = (number(), number(), number(), number())
-                guard !failed else { return nil }
-                return .upsert(
-                    WriteStatements.Row(
-                        url: url, destination: destination, path: path, state: state, sequence: sequence,
-                        validator: validator, totalBytes: totalBytes, size: size, sha256: sha256,
-                        modifiedNanoseconds: modified, inode: inode, request: request, failure: failure))
+                change.sequence = sequence
+                (change.totalBytes, change.size, change.modifiedNanoseconds, change.inode) = (
+                    number(), number(), number(), number()
+                )
+                return failed ? nil : change
             case 2:
                 guard let url = text(), let destination = text(), !failed else { return nil }
-                return .remove(url: url, destination: destination)
+                return RawChange(isUpsert: false, time: time, url: url, destination: destination)
             default:
                 return nil
             }
@@ -449,8 +478,8 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             return Value(littleEndian: buffer.loadUnaligned(fromByteOffset: offset, as: Value.self))
         }
 
-        /// A string, or `nil` for an absent one (and on failure, which `failed` records).
-        mutating func text() -> String? {
+        /// A string's bytes, or `nil` for an absent one (and on failure, which `failed` records).
+        mutating func text() -> UnsafeRawBufferPointer? {
             let length = integer(UInt32.self)
             guard !failed, length != UInt32.max else { return nil }
             guard buffer.count - offset >= Int(length) else {
@@ -458,8 +487,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
                 return nil
             }
             defer { offset += Int(length) }
-            let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + Int(length)])
-            return String(decoding: bytes, as: UTF8.self)
+            return UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + Int(length)])
         }
 
         mutating func number() -> Int64? {

@@ -74,6 +74,35 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         try run(statement)
     }
 
+    /// ``upsert(_:)-(Row)`` of a change straight from a log's bytes (valid until this returns: the statement is
+    /// reset and its bindings cleared before it does).
+    func upsert(_ change: RawChange) throws {
+        let statement = insert
+        bind(statement, 1, change.url)
+        bind(statement, 2, change.destination)
+        bind(statement, 3, change.path)
+        bind(statement, 4, change.state)
+        bind(statement, 5, change.validator)
+        bind(statement, 6, change.totalBytes)
+        bind(statement, 7, change.size)
+        bind(statement, 8, change.sha256)
+        bind(statement, 9, change.modifiedNanoseconds)
+        bind(statement, 10, change.inode)
+        bind(statement, 11, change.request)
+        bind(statement, 12, change.failure)
+        bind(statement, 13, change.sequence)
+        bind(statement, 14, change.time)
+        bind(statement, 15, now)
+        try run(statement)
+    }
+
+    /// ``delete(_:)-(JournalKey)`` of a removal straight from a log's bytes.
+    func delete(_ change: RawChange) throws {
+        bind(remove, 1, change.url)
+        bind(remove, 2, change.destination)
+        try run(remove)
+    }
+
     func delete(_ key: JournalKey) throws {
         bind(remove, 1, key.url)
         bind(remove, 2, key.destination)
@@ -147,6 +176,20 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
                 sqlite3_bind_text(statement, index, $0.baseAddress, Int32($0.count), transient)
             }
         }
+    }
+
+    /// Binds text that stays where it is until the statement is reset (`SQLITE_STATIC`: SQLite makes no copy).
+    private func bind(_ statement: OpaquePointer?, _ index: Int32, _ value: UnsafeRawBufferPointer?) {
+        guard let value else {
+            sqlite3_bind_null(statement, index)
+            return
+        }
+        // An empty buffer may have no address, which SQLite would bind as NULL.
+        guard let start = value.baseAddress, !value.isEmpty else {
+            sqlite3_bind_text(statement, index, "", 0, transient)
+            return
+        }
+        sqlite3_bind_text(statement, index, start.assumingMemoryBound(to: CChar.self), Int32(value.count), nil)
     }
 
     private func bind(_ statement: OpaquePointer?, _ index: Int32, _ value: Int64?) {
