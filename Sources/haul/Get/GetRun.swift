@@ -35,6 +35,9 @@ struct RunSettings {
     var verbose = false
     /// Where completed and partial downloads are remembered between runs; `nil` for nowhere.
     var journal: (any Journal)?
+    /// Brings the journal up to date once every download has ended (the SQLite journal's last fold, ~3 ms after
+    /// 10,000 files): run while the run winds down (summary, transport shutdown, ~3.5 ms), not after it.
+    var finishJournal: (@Sendable () -> Void)?
 
     enum OutputMode {
         case automatic, json
@@ -92,6 +95,7 @@ enum GetRun {
         let handles = queue.add(plan.map(\.request))
         if interruption.happened { queue.cancelAll() }  // a signal that came before the downloads were added
         await queue.waitUntilIdle()
+        let journalFinished = settings.finishJournal.map { finish in Task.detached { finish() } }
         queue.finishEvents()  // every event of the run is buffered by now: the consumer draws them and ends
         await consumer.value
         ticker.cancel()
@@ -110,6 +114,7 @@ enum GetRun {
         }
         display.summarize(report)
         report.handles = handles
+        await journalFinished?.value
         return report
     }
 
