@@ -43,6 +43,25 @@ struct GetCommandTests {
         }
     }
 
+    @Test("published files get 0644 less the umask, small (unnamed until linked) and large (a named partial) alike")
+    func publishedModeFollowsUmask() async throws {
+        try await TestServer.withRunning { server in
+            for (umask, expected) in [("022", 0o644), ("077", 0o600), ("002", 0o644)] {
+                let dir = try TemporaryDirectory()
+                let command = [
+                    "umask \(umask) && exec \"$0\" \"$@\"", try HaulProcess.binary().path, "get", "-q", "-d",
+                    dir.path, bytes(server, "small.bin", size: 4096), bytes(server, "large.bin", size: 300_000),
+                ]
+                let run = try await ChildProcess("/bin/sh", ["-c"] + command).finish()
+                #expect(run.status == 0, "\(run)")
+                for name in ["small.bin", "large.bin"] {
+                    let mode = try FileManager.default.attributesOfItem(atPath: dir.file(name).path)[.posixPermissions]
+                    #expect(mode as? Int == expected, "\(name) with umask \(umask)")
+                }
+            }
+        }
+    }
+
     @Test("-o names the file of a single URL; -d is created when missing")
     func outputName() async throws {
         try await TestServer.withRunning { server in

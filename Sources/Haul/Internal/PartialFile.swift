@@ -11,11 +11,12 @@ import Musl
 
 /// The hidden file a download is written to before it is published at its destination (DESIGN.md,
 /// invariants 1 and 9): same directory as the destination, so publishing is an atomic rename; created, never
-/// followed (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600 until published).
+/// followed (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600 until published, then ``publishedMode``).
 ///
 /// On Linux a small body that will not be kept for a later resume goes to an unnamed file instead
 /// (``init(unnamedFor:url:)``, `O_TMPFILE`), published with one `linkat`: one directory change per file where a
-/// named partial takes three (create, link, unlink), and nothing to clean up after a crash.
+/// named partial takes three (create, link, unlink), and nothing to clean up after a crash. It is created with its
+/// final mode (nobody can open a file that has no name), which spares a `fchmod` per file.
 final class PartialFile {
     /// The partial's path (for an unnamed file, the name it would have had: used in messages only, so made only
     /// when asked for).
@@ -88,7 +89,8 @@ final class PartialFile {
         #if os(Linux)
         guard Self.canLinkUnnamed else { return nil }
         let directory = String(FileNaming.split(path: destination).directory)
-        let fd = open(directory, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0o600)
+        // 0644 less the umask, applied by open(2) as for any new file: the mode it is published with.
+        let fd = open(directory, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return nil }
         location = destination
         descriptor = fd
@@ -157,12 +159,15 @@ final class PartialFile {
         size = 0
     }
 
-    /// Makes the finished file ready to publish: synced when `durable`, readable by others (0644), closed (an
-    /// unnamed file stays open until it is linked: the descriptor is its only handle). Idempotent.
+    /// Makes the finished file ready to publish: synced when `durable`, given ``publishedMode`` (an unnamed file
+    /// has it from the start), closed (an unnamed file stays open until it is linked: the descriptor is its only
+    /// handle). Idempotent.
     func seal(durable: Bool, url: URL) throws(DownloadError) {
         guard descriptor >= 0, !sealed else { return }
         if durable, fsync(descriptor) != 0 { throw Self.fileSystemError(errno, "syncing", path, url) }
-        if fchmod(descriptor, 0o644) != 0 { throw Self.fileSystemError(errno, "setting permissions of", path, url) }
+        if !isUnnamed, fchmod(descriptor, Self.publishedMode) != 0 {
+            throw Self.fileSystemError(errno, "setting permissions of", path, url)
+        }
         sealed = true
         if !isUnnamed {
             close(descriptor)
@@ -171,6 +176,23 @@ final class PartialFile {
     }
 
     private var sealed = false
+
+    /// The mode of a published file: 0644 less the process's umask, what `open(2)` gives a new file (and what curl
+    /// and wget leave): readable by others unless the umask says otherwise. The umask is read from /proc on Linux,
+    /// since `umask(2)` reads it only by setting it, which other threads creating files meanwhile would see;
+    /// elsewhere 0644.
+    static let publishedMode: mode_t = {
+        let requested: mode_t = 0o644
+        #if os(Linux)
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Umask:") }),
+            let umask = mode_t(line.dropFirst("Umask:".count).trimmingCharacters(in: .whitespaces), radix: 8)
+        else { return requested }
+        return requested & ~umask
+        #else
+        return requested
+        #endif
+    }()
 
     /// The stamp of the sealed file, which publishing keeps (a link or rename changes neither inode nor times).
     func stamp() -> FileStamp? {
