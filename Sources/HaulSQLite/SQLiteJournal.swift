@@ -279,8 +279,8 @@ public final class SQLiteJournal: Journal {
     /// has). Before the lock, like the JSON of its request: neither needs it.
     private func encodeUpsert(_ record: JournalRecord, time: Int64, into frames: inout [UInt8]) {
         let sequence = nextSequence.wrappingAdd(1, ordering: .relaxed).oldValue
-        let row = Self.values(of: record, sequence: sequence, request: Self.json(record.request))
-        IntentLog.frame(.upsert(row), time: time, into: &frames)
+        IntentLog.frame(
+            upserting: record, sequence: sequence, request: Self.json(record.request), time: time, into: &frames)
     }
 
     /// Stores `record` like ``store(_:)-(JournalRecord)``: its append to the log is a copy into memory (on Linux)
@@ -301,7 +301,7 @@ public final class SQLiteJournal: Journal {
         var frames: [UInt8] = []
         let time = IntentLog.now()
         for key in keys {
-            IntentLog.frame(.remove(url: key.url, destination: key.destination), time: time, into: &frames)
+            IntentLog.frame(removingURL: key.url, destination: key.destination, time: time, into: &frames)
         }
         write(frames, changes: keys.count) { cache in
             for key in cacheKeys { cache.removeValue(forKey: key) }
@@ -505,35 +505,6 @@ public final class SQLiteJournal: Journal {
                 size: row["size"], sha256: row["sha256"], modifiedNanoseconds: row["modifiedNanoseconds"],
                 inode: row["inode"], request: row["request"], failure: row["failure"], changedAt: row["changedAt"])
         }
-    }
-
-    /// `record`'s columns, with `request` as ``json(_:)`` made it.
-    fileprivate static func values(of record: JournalRecord, sequence: Int64, request: String?) -> WriteStatements.Row {
-        var row = WriteStatements.Row(
-            url: record.key.url, destination: record.key.destination, path: record.path, state: "", sequence: sequence,
-            request: request)
-        switch record.state {
-        case .requested:
-            row.state = "requested"
-        case .partial(let validator, let totalBytes):
-            row.state = "partial"
-            row.validator = validator
-            row.totalBytes = totalBytes
-        case .verified(let size, let sha256):
-            row.state = "verified"
-            row.size = size
-            row.sha256 = sha256
-        case .completed(let size, let sha256, let stamp):
-            row.state = "completed"
-            row.size = size
-            row.sha256 = sha256
-            row.modifiedNanoseconds = stamp.modifiedNanoseconds
-            row.inode = Int64(bitPattern: stamp.inode)
-        case .failed(let message):
-            row.state = "failed"
-            row.failure = message
-        }
-        return row
     }
 
     private static let encoder: JSONEncoder = {

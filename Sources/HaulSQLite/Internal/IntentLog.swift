@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 
 #if canImport(Glibc)
 import Glibc
@@ -342,34 +343,70 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         }
     }
 
-    /// Appends the frame of `operation` to `bytes`: the payload is written in place and its length and checksum
-    /// filled in before it (no payload array, no temporary arrays of fields: this runs once per download).
-    static func frame(_ operation: JournalOperation, time: Int64, into bytes: inout [UInt8]) {
+    /// Appends the frame of an upsert of `record` to `bytes`: the fields of a ``WriteStatements/Row`` in its order
+    /// (``Reader/change(time:)`` reads them back), taken from the record where they are. The payload is written in
+    /// place and its length and checksum filled in before it: this runs once per download, and a `Row` made first
+    /// copied five strings only to drop them again.
+    static func frame(
+        upserting record: JournalRecord, sequence: Int64, request: String?, time: Int64, into bytes: inout [UInt8]
+    ) {
+        let start = beginFrame(time: time, kind: 1, into: &bytes)
+        put(record.key.url, into: &bytes)
+        put(record.key.destination, into: &bytes)
+        put(record.path, into: &bytes)
+        func rest(
+            _ state: StaticString, validator: String? = nil, sha256: String? = nil, failure: String? = nil,
+            totalBytes: Int64? = nil, size: Int64? = nil, modified: Int64? = nil, inode: Int64? = nil
+        ) {
+            put(UInt32(state.utf8CodeUnitCount), into: &bytes)
+            state.withUTF8Buffer { bytes.append(contentsOf: $0) }
+            put(validator, into: &bytes)
+            put(sha256, into: &bytes)
+            put(request, into: &bytes)
+            put(failure, into: &bytes)
+            put(sequence, into: &bytes)
+            put(totalBytes, into: &bytes)
+            put(size, into: &bytes)
+            put(modified, into: &bytes)
+            put(inode, into: &bytes)
+        }
+        switch record.state {
+        case .requested:
+            rest("requested")
+        case .partial(let validator, let totalBytes):
+            rest("partial", validator: validator, totalBytes: totalBytes)
+        case .verified(let size, let sha256):
+            rest("verified", sha256: sha256, size: size)
+        case .completed(let size, let sha256, let stamp):
+            rest(
+                "completed", sha256: sha256, size: size, modified: stamp.modifiedNanoseconds,
+                inode: Int64(bitPattern: stamp.inode))
+        case .failed(let message):
+            rest("failed", failure: message)
+        }
+        endFrame(from: start, into: &bytes)
+    }
+
+    /// Appends the frame of the removal of the record of `url` and `destination` to `bytes`.
+    static func frame(removingURL url: String, destination: String, time: Int64, into bytes: inout [UInt8]) {
+        let start = beginFrame(time: time, kind: 2, into: &bytes)
+        put(url, into: &bytes)
+        put(destination, into: &bytes)
+        endFrame(from: start, into: &bytes)
+    }
+
+    /// Appends room for the frame's length and checksum, then the start of its payload; returns where the room is.
+    private static func beginFrame(time: Int64, kind: UInt8, into bytes: inout [UInt8]) -> Int {
         let header = bytes.count
         bytes.append(contentsOf: repeatElement(0, count: 12))
-        let start = bytes.count
         put(time, into: &bytes)
-        switch operation {
-        case .upsert(let row):
-            bytes.append(1)
-            put(row.url, into: &bytes)
-            put(row.destination, into: &bytes)
-            put(row.path, into: &bytes)
-            put(row.state, into: &bytes)
-            put(row.validator, into: &bytes)
-            put(row.sha256, into: &bytes)
-            put(row.request, into: &bytes)
-            put(row.failure, into: &bytes)
-            put(row.sequence, into: &bytes)
-            put(row.totalBytes, into: &bytes)
-            put(row.size, into: &bytes)
-            put(row.modifiedNanoseconds, into: &bytes)
-            put(row.inode, into: &bytes)
-        case .remove(let url, let destination):
-            bytes.append(2)
-            put(url, into: &bytes)
-            put(destination, into: &bytes)
-        }
+        bytes.append(kind)
+        return header
+    }
+
+    /// Fills in the length and checksum of the payload that follows them at `header`.
+    private static func endFrame(from header: Int, into bytes: inout [UInt8]) {
+        let start = header + 12
         let length = UInt32(bytes.count - start)
         let checksum = bytes.withUnsafeBytes { Self.checksum(UnsafeRawBufferPointer(rebasing: $0[start...])) }
         for index in 0..<4 { bytes[header + index] = UInt8(truncatingIfNeeded: length >> (8 * index)) }
@@ -377,11 +414,15 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
     }
 
     private static func put(_ text: String?, into bytes: inout [UInt8]) {
-        guard var text else { return put(UInt32.max, into: &bytes) }
-        put(UInt32(text.utf8.count), into: &bytes)
-        // Through the string's contiguous UTF-8 (made so if it is not): appending the UTF-8 view as a sequence
-        // went byte by byte.
-        text.withUTF8 { bytes.append(contentsOf: $0) }
+        guard let text else { return put(UInt32.max, into: &bytes) }
+        let utf8 = text.utf8
+        put(UInt32(utf8.count), into: &bytes)
+        // Through the string's contiguous UTF-8 where it has it (a native string: no copy), else a contiguous copy;
+        // appending the UTF-8 view as a sequence went byte by byte.
+        if utf8.withContiguousStorageIfAvailable({ bytes.append(contentsOf: $0) }) == nil {
+            var copy = text
+            copy.withUTF8 { bytes.append(contentsOf: $0) }
+        }
     }
 
     private static func put(_ number: Int64?, into bytes: inout [UInt8]) {
