@@ -67,6 +67,28 @@ struct JournalTests {
         }
     }
 
+    @Test("records are keyed as JournalKey(request) says, one downloader alternating between destinations")
+    func keysAcrossDestinations() async throws {
+        try await TestServer.withRunning { server in
+            let (first, second) = (try TemporaryDirectory(), try TemporaryDirectory())
+            let journal = MemoryJournal()
+            let downloader = downloader(journal)
+            // Directories one after another and back (the engine remembers the last directory's path), a file.
+            var requests: [DownloadRequest] = []
+            for (index, dir) in [first, second, first, second].enumerated() {
+                let url = server.url(path: "/bytes/f\(index).bin", query: ["size": "100"])
+                requests.append(DownloadRequest(url: url, destination: .directory(dir.url)))
+            }
+            requests.append(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/named", query: ["size": "100"]),
+                    destination: .file(second.file("named.bin"))))
+            for request in requests { _ = try await downloader.download(request) }
+            #expect(journal.all.map(\.key) == requests.map(JournalKey.init))
+            #expect(journal.all.map(\.key.destination).filter { $0.hasPrefix(first.path) }.count == 2)
+        }
+    }
+
     @Test("a file verified but not yet recorded as published (a crash at the rename) is recognised by its bytes")
     func verifiedIsRecognised() async throws {
         try await TestServer.withRunning { server in
