@@ -15,8 +15,9 @@ import Darwin
 ///
 /// A write is an append to a log beside the database (`journal.sqlite-log.*`, one per open journal): on Linux a
 /// copy into the log's shared mapping, elsewhere one `write(2)`. Every 4,096 changes the journal starts a new log
-/// and folds the full one into the database in one transaction, in the background on a thread of the lowest
-/// priority (in time the downloads leave idle), then deletes it; closing the journal folds the rest, and a log left
+/// (made ahead, its space reserved and its pages made writable, on that thread) and folds the full one into the
+/// database in one transaction, in the background on a thread of the lowest priority (in time the downloads leave
+/// idle), then deletes it; closing the journal folds the rest, and a log left
 /// by a killed process is folded by the next journal that opens the database. A transaction per download cost
 /// ~35 µs here (BEGIN, WAL pages, COMMIT, four `fcntl` locks): a fifth of a 10,000 x 4 KiB run. How far a written
 /// record survives follows `durability`, like the engine's files:

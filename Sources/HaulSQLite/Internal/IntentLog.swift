@@ -55,7 +55,8 @@ struct RawChange {
 /// A change is in the page cache when ``append(_:)`` returns, so it survives the process being killed at any
 /// instant, as the WAL did with `synchronous = OFF`; after ``sync()`` it is also on disk.
 ///
-/// On Linux the log is written through a shared mapping of space reserved ahead with `fallocate` (64 KiB, then
+/// On Linux the log is written through a shared mapping of space reserved ahead with `fallocate` (a log made ahead
+/// of its use reserves 1 MiB at once and has its pages made writable by ``prefault()``; otherwise 64 KiB, then
 /// more, up to 1 MiB at a time): an append is a copy, not a `write(2)` (which cost ~2 µs per download on ext4: the
 /// size and time stamps of the inode change with every write, each change a jbd2 handle). Reserving the blocks
 /// first means a full disk is an error from `fallocate`, never a `SIGBUS` on a page that has nowhere to go (the
