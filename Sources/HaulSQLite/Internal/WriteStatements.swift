@@ -55,57 +55,60 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
     /// Inserts `row`, or updates the record with its key leaving `sequence` alone (so that allRecords() keeps the
     /// order in which keys were first stored). `updatedAt` is SQLite's clock at the start of the transaction.
     func upsert(_ row: Row) throws {
-        let statement = insert
-        bind(statement, 1, row.url)
-        bind(statement, 2, row.destination)
-        bind(statement, 3, row.path)
-        bind(statement, 4, row.state)
-        bind(statement, 5, row.validator)
-        bind(statement, 6, row.totalBytes)
-        bind(statement, 7, row.size)
-        bind(statement, 8, row.sha256)
-        bind(statement, 9, row.modifiedNanoseconds)
-        bind(statement, 10, row.inode)
-        bind(statement, 11, row.request)
-        bind(statement, 12, row.failure)
-        bind(statement, 13, row.sequence)
-        bind(statement, 14, row.changedAt)
-        bind(statement, 15, now)
-        try run(statement)
+        try upsert(
+            row.url, row.destination, row.path, row.state, row.validator, row.sha256, row.request, row.failure,
+            totalBytes: row.totalBytes, size: row.size, modified: row.modifiedNanoseconds, inode: row.inode,
+            sequence: row.sequence, changedAt: row.changedAt)
     }
 
     /// ``upsert(_:)-(Row)`` of a change straight from a log's bytes (valid until this returns: the statement is
     /// reset and its bindings cleared before it does).
     func upsert(_ change: RawChange) throws {
+        try upsert(
+            change.url, change.destination, change.path, change.state, change.validator, change.sha256,
+            change.request, change.failure, totalBytes: change.totalBytes, size: change.size,
+            modified: change.modifiedNanoseconds, inode: change.inode, sequence: change.sequence,
+            changedAt: change.time)
+    }
+
+    /// The insert's columns, bound in its order, whether the text is strings or a log's bytes.
+    private func upsert(
+        _ url: some BindableText, _ destination: some BindableText, _ path: some BindableText,
+        _ state: some BindableText, _ validator: some BindableText, _ sha256: some BindableText,
+        _ request: some BindableText, _ failure: some BindableText, totalBytes: Int64?, size: Int64?,
+        modified: Int64?, inode: Int64?, sequence: Int64, changedAt: Int64?
+    ) throws {
         let statement = insert
-        bind(statement, 1, change.url)
-        bind(statement, 2, change.destination)
-        bind(statement, 3, change.path)
-        bind(statement, 4, change.state)
-        bind(statement, 5, change.validator)
-        bind(statement, 6, change.totalBytes)
-        bind(statement, 7, change.size)
-        bind(statement, 8, change.sha256)
-        bind(statement, 9, change.modifiedNanoseconds)
-        bind(statement, 10, change.inode)
-        bind(statement, 11, change.request)
-        bind(statement, 12, change.failure)
-        bind(statement, 13, change.sequence)
-        bind(statement, 14, change.time)
-        bind(statement, 15, now)
+        url.bind(statement, 1)
+        destination.bind(statement, 2)
+        path.bind(statement, 3)
+        state.bind(statement, 4)
+        validator.bind(statement, 5)
+        bind(statement, 6, totalBytes)
+        bind(statement, 7, size)
+        sha256.bind(statement, 8)
+        bind(statement, 9, modified)
+        bind(statement, 10, inode)
+        request.bind(statement, 11)
+        failure.bind(statement, 12)
+        bind(statement, 13, sequence)
+        bind(statement, 14, changedAt)
+        now.bind(statement, 15)
         try run(statement)
     }
 
     /// ``delete(_:)-(JournalKey)`` of a removal straight from a log's bytes.
     func delete(_ change: RawChange) throws {
-        bind(remove, 1, change.url)
-        bind(remove, 2, change.destination)
-        try run(remove)
+        try delete(change.url, change.destination)
     }
 
     func delete(_ key: JournalKey) throws {
-        bind(remove, 1, key.url)
-        bind(remove, 2, key.destination)
+        try delete(key.url, key.destination)
+    }
+
+    private func delete(_ url: some BindableText, _ destination: some BindableText) throws {
+        url.bind(remove, 1)
+        destination.bind(remove, 2)
         try run(remove)
     }
 
@@ -158,40 +161,6 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         }
     }
 
-    private func bind(_ statement: OpaquePointer?, _ index: Int32, _ value: String?) {
-        guard let value else {
-            sqlite3_bind_null(statement, index)
-            return
-        }
-        // SQLITE_TRANSIENT: SQLite copies the bytes, the Swift string may go. Through the string's own UTF-8
-        // storage with its length: passing the String as a C string made a null-terminated copy of each one first.
-        // (An empty buffer may have no address, which SQLite would bind as NULL.)
-        guard !value.isEmpty else {
-            sqlite3_bind_text(statement, index, "", 0, transient)
-            return
-        }
-        var text = value
-        text.withUTF8 { bytes in
-            _ = bytes.withMemoryRebound(to: CChar.self) {
-                sqlite3_bind_text(statement, index, $0.baseAddress, Int32($0.count), transient)
-            }
-        }
-    }
-
-    /// Binds text that stays where it is until the statement is reset (`SQLITE_STATIC`: SQLite makes no copy).
-    private func bind(_ statement: OpaquePointer?, _ index: Int32, _ value: UnsafeRawBufferPointer?) {
-        guard let value else {
-            sqlite3_bind_null(statement, index)
-            return
-        }
-        // An empty buffer may have no address, which SQLite would bind as NULL.
-        guard let start = value.baseAddress, !value.isEmpty else {
-            sqlite3_bind_text(statement, index, "", 0, transient)
-            return
-        }
-        sqlite3_bind_text(statement, index, start.assumingMemoryBound(to: CChar.self), Int32(value.count), nil)
-    }
-
     private func bind(_ statement: OpaquePointer?, _ index: Int32, _ value: Int64?) {
         guard let value else {
             sqlite3_bind_null(statement, index)
@@ -202,3 +171,49 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
 }
 
 private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// Text the journal's statements bind: a Swift string (SQLite copies it), or bytes of a log that stay where they are
+/// until the statement is reset (not copied), or nothing (NULL).
+protocol BindableText {
+    func bind(_ statement: OpaquePointer?, _ index: Int32)
+}
+
+extension String: BindableText {
+    func bind(_ statement: OpaquePointer?, _ index: Int32) {
+        // SQLITE_TRANSIENT: SQLite copies the bytes, the Swift string may go. Through the string's own UTF-8
+        // storage with its length: passing the String as a C string made a null-terminated copy of each one first.
+        // (An empty buffer may have no address, which SQLite would bind as NULL.)
+        guard !isEmpty else {
+            sqlite3_bind_text(statement, index, "", 0, transient)
+            return
+        }
+        var text = self
+        text.withUTF8 { bytes in
+            _ = bytes.withMemoryRebound(to: CChar.self) {
+                sqlite3_bind_text(statement, index, $0.baseAddress, Int32($0.count), transient)
+            }
+        }
+    }
+}
+
+extension UnsafeRawBufferPointer: BindableText {
+    func bind(_ statement: OpaquePointer?, _ index: Int32) {
+        // SQLITE_STATIC (a nil destructor): SQLite reads the bytes where they are. An empty buffer may have no
+        // address, which SQLite would bind as NULL.
+        guard let start = baseAddress, !isEmpty else {
+            sqlite3_bind_text(statement, index, "", 0, transient)
+            return
+        }
+        sqlite3_bind_text(statement, index, start.assumingMemoryBound(to: CChar.self), Int32(count), nil)
+    }
+}
+
+extension Optional: BindableText where Wrapped: BindableText {
+    func bind(_ statement: OpaquePointer?, _ index: Int32) {
+        guard let value = self else {
+            sqlite3_bind_null(statement, index)
+            return
+        }
+        value.bind(statement, index)
+    }
+}
