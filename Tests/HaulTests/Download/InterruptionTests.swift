@@ -32,7 +32,7 @@ struct InterruptionTests {
             var configuration = testConfiguration(retries: 0)
             // Long enough that the redirect's own exchange never counts as a stall, even under ThreadSanitizer on a
             // loaded machine (300 ms did once there): only the silent second request may stall.
-            configuration.stallTimeout = .seconds(2)
+            configuration.stallTimeout = .seconds(4)
             let transport = PartlyInterruptible(refusing: "/bytes/silent")
             let downloader = Downloader(transport: transport, configuration: configuration)
             let silent = server.url(path: "/bytes/silent", query: ["size": "1000", "headOnly": "1"])
