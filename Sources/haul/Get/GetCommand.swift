@@ -174,8 +174,8 @@ struct GetCommand: AsyncParsableCommand {
         let journal = try openJournal(directory: directory)
         settings.journal = journal
         if let journal { settings.finishJournal = { journal.finish() } }
+        // The journal is finished by the run itself, once the downloads have ended (`finishJournal`).
         let report = await GetRun.run(plan, settings: settings)
-        journal?.finish()  // done already (finishing twice does nothing): what matters is that it is done by now
         // Exits holding everything: freeing the plan and the handles (with their requests and results) one by one
         // took ~10 ms after the last download of 10,000, for memory the system takes back at once.
         withExtendedLifetime((plan, report)) { Foundation.exit(report.exitCode) }
