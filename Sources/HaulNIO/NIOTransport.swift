@@ -114,20 +114,22 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         speaks(scheme: request.scheme)
     }
 
+    /// Whether `scheme` is `http` in any case; compared in place, as it is asked twice per request.
     private static func speaks(scheme: String?) -> Bool {
-        scheme?.lowercased() == "http"
+        guard let scheme, scheme.utf8.count == 4 else { return false }
+        return zip(scheme.utf8, "http".utf8).allSatisfy { $0 | 0x20 == $1 }
     }
 
     private func exchange(
         _ request: HTTPRequest, connectTimeout: Duration, interruption: TransferInterruption?
     ) async throws -> TransportResponse {
         let endpoint = try Endpoint(authority: request.authority ?? "")
-        let head = Self.requestHead(of: request, host: endpoint.hostHeader)
+        let encoded = try EncodedRequest(request, host: endpoint.hostHeader)
         while true {
             let (connection, reused) = try await acquire(endpoint, connectTimeout: connectTimeout)
             let exchange = Exchange(connection: connection, transport: self, endpoint: endpoint)
             do {
-                let responseHead = try await exchange.start(head, interruption: interruption)
+                let responseHead = try await exchange.start(encoded, interruption: interruption)
                 return TransportResponse(head: Self.response(from: responseHead), body: exchange.body())
             } catch let error as NIOTransportError where reused && error == .closedBeforeResponse {
                 // A kept-alive connection the server had already closed: the request never reached it.
@@ -159,7 +161,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHTTPClientHandlers()
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(handler.decoder))
                     try channel.pipeline.syncOperations.addHandler(handler)
                 }
             }
@@ -183,18 +185,6 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     }
 
     // MARK: Heads
-
-    private static func requestHead(of request: HTTPRequest, host: String) -> HTTPRequestHead {
-        var headers = HTTPHeaders()
-        headers.reserveCapacity(request.headerFields.count + 1)
-        headers.add(name: "Host", value: host)
-        for field in request.headerFields {
-            headers.add(name: field.name.rawName, value: field.value)
-        }
-        return HTTPRequestHead(
-            version: .http1_1, method: HTTPMethod(rawValue: request.method.rawValue), uri: request.path ?? "/",
-            headers: headers)
-    }
 
     private static func response(from head: HTTPResponseHead) -> HTTPResponse {
         var response = HTTPResponse(status: .init(code: Int(head.status.code), reasonPhrase: head.status.reasonPhrase))

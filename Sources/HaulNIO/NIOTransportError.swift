@@ -5,11 +5,11 @@
 /// when it may be transient (a closed connection), reported otherwise.
 public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
     private enum Code: Hashable {
-        case unsupportedScheme, invalidAuthority, closedBeforeResponse, closedDuringBody
+        case unsupportedScheme, invalidAuthority, invalidTarget, closedBeforeResponse, closedDuringBody
     }
 
     private let code: Code
-    /// The scheme or authority the error is about; empty for the others.
+    /// The scheme, authority or request target the error is about; empty for the others.
     public let detail: String
 
     private init(_ code: Code, _ detail: String = "") {
@@ -21,6 +21,9 @@ public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
     public static func unsupportedScheme(_ scheme: String) -> Self { Self(.unsupportedScheme, scheme) }
     /// The request's authority has no host, or a port that is not a number from 1 to 65535.
     public static func invalidAuthority(_ authority: String) -> Self { Self(.invalidAuthority, authority) }
+    /// The request's path is empty or holds a space or a control character, which cannot go on an HTTP/1.1 request
+    /// line as they are (percent-encode them).
+    public static func invalidTarget(_ target: String) -> Self { Self(.invalidTarget, target) }
     /// The server closed the connection before a response head arrived.
     public static let closedBeforeResponse = Self(.closedBeforeResponse)
     /// The server closed the connection before the body ended.
@@ -33,6 +36,9 @@ public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
             "scheme '\(detail)' is not plain http and no fallback transport was given "
                 + "(pass one, e.g. an AsyncHTTPClientTransport, to NIOTransport(fallback:))"
         case .invalidAuthority: "invalid host or port in '\(detail)'"
+        case .invalidTarget:
+            "invalid request target '\(detail)': it must not be empty nor hold spaces or control characters "
+                + "(percent-encode them)"
         case .closedBeforeResponse: "the server closed the connection before sending a response"
         case .closedDuringBody: "the server closed the connection before the body ended"
         }

@@ -5,23 +5,30 @@ struct Endpoint: Hashable, Sendable {
     /// The authority as the `Host` header carries it: without user info.
     let hostHeader: String
 
+    /// Parsed on the UTF-8 view: its delimiters are ASCII, and searching characters (grapheme breaking) made this
+    /// ~1% of a small download's CPU.
     init(authority: String) throws {
         var rest = Substring(authority)
-        if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }  // userinfo is never sent
+        if let at = rest.utf8.lastIndex(of: UInt8(ascii: "@")) {  // userinfo is never sent
+            rest = rest[rest.utf8.index(after: at)...]
+        }
         var host: Substring
         var port: Substring?
-        if rest.hasPrefix("[") {
-            guard let close = rest.firstIndex(of: "]") else { throw NIOTransportError.invalidAuthority(authority) }
-            host = rest[rest.index(after: rest.startIndex)..<close]
-            let after = rest[rest.index(after: close)...]
-            if after.hasPrefix(":") {
-                port = after.dropFirst()
+        let bytes = rest.utf8
+        if bytes.first == UInt8(ascii: "[") {
+            guard let close = bytes.firstIndex(of: UInt8(ascii: "]")) else {
+                throw NIOTransportError.invalidAuthority(authority)
+            }
+            host = rest[bytes.index(after: bytes.startIndex)..<close]
+            let after = rest[bytes.index(after: close)...]
+            if after.utf8.first == UInt8(ascii: ":") {
+                port = after[after.utf8.index(after: after.startIndex)...]
             } else if !after.isEmpty {
                 throw NIOTransportError.invalidAuthority(authority)
             }
-        } else if let colon = rest.lastIndex(of: ":") {
+        } else if let colon = bytes.lastIndex(of: UInt8(ascii: ":")) {
             host = rest[..<colon]
-            port = rest[rest.index(after: colon)...]
+            port = rest[bytes.index(after: colon)...]
         } else {
             host = rest
         }

@@ -47,7 +47,7 @@ final class Exchange: @unchecked Sendable {
 
     /// Sends the request and waits for the response head. From now on, interrupting `interruption` ends this
     /// exchange as cancelling the task would (the engine tells a stall from a cancellation by itself).
-    func start(_ head: HTTPRequestHead, interruption: TransferInterruption?) async throws -> HTTPResponseHead {
+    func start(_ request: EncodedRequest, interruption: TransferInterruption?) async throws -> HTTPResponseHead {
         interruption?.onInterrupt { [weak self] in self?.fail(CancellationError(), abandon: true) }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
@@ -65,9 +65,9 @@ final class Exchange: @unchecked Sendable {
                 let handler = connection.handler
                 let loop = connection.channel.eventLoop
                 if loop.inEventLoop {
-                    handler.begin(self, head)  // a task running on the connection's loop writes at once
+                    handler.begin(self, request)  // a task running on the connection's loop writes at once
                 } else {
-                    loop.execute { handler.begin(self, head) }
+                    loop.execute { handler.begin(self, request) }
                 }
             }
         } onCancel: {

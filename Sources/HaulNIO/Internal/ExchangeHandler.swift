@@ -4,8 +4,12 @@ import NIOHTTP1
 /// Routes a connection's response parts to its current exchange. Touched only on the channel's event loop.
 final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     typealias InboundIn = HTTPClientResponsePart
-    typealias OutboundIn = HTTPClientRequestPart
-    typealias OutboundOut = HTTPClientRequestPart
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// The connection's response parser (its `ByteToMessageHandler` sits before this handler), told the method of
+    /// each request sent.
+    let decoder = ResponseDecoder()
 
     private var exchange: Exchange?
     private var context: ChannelHandlerContext?
@@ -22,17 +26,18 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     /// Starts `exchange` on this connection: writes its request.
-    func begin(_ exchange: Exchange, _ head: HTTPRequestHead) {
+    ///
+    /// Without a promise: a write that fails closes the channel, and `errorCaught` or `channelInactive` fails the
+    /// exchange.
+    func begin(_ exchange: Exchange, _ request: EncodedRequest) {
         guard let context, context.channel.isActive else {
             exchange.fail(NIOTransportError.closedBeforeResponse)
             return
         }
         self.exchange = exchange
         paused = false
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenFailure { [weak exchange] error in
-            exchange?.fail(error)
-        }
+        decoder.expect(request.method)
+        context.writeAndFlush(wrapOutboundOut(request.bytes), promise: nil)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

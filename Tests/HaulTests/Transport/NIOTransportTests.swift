@@ -117,6 +117,66 @@ struct NIOTransportTests {
         }
     }
 
+    @Test("the request is written as the caller built it: method, target and query, Host, its fields; no body framing")
+    func requestAsSent() async throws {
+        try await TestServer.withRunning { server in
+            let transport = NIOTransport()
+            let authority = "127.0.0.1:\(server.port)"
+            var get = HTTPRequest(method: .get, scheme: "http", authority: authority, path: "/bytes/g?size=5&x=%20y")
+            get.headerFields[HTTPField.Name("X-Haul-Test")!] = "one, two"
+            get.headerFields[.contentLength] = "12"  // no body is sent: a length would make the server wait for one
+            get.headerFields[.transferEncoding] = "chunked"
+            let post = HTTPRequest(method: .post, scheme: "http", authority: authority, path: "/bytes/p?size=7")
+            for (request, size) in [(get, 5), (post, 7)] {
+                let response = try await transport.send(request, connectTimeout: .seconds(5))
+                var received = 0
+                for try await chunk in response.body { received += chunk.count }
+                #expect(response.head.status.code == 200 && received == size, "\(request.method)")
+            }
+            let recorded = server.stats.requests
+            try #require(recorded.count == 2)
+            #expect(recorded[0].method == "GET" && recorded[0].target == "/bytes/g?size=5&x=%20y")
+            #expect(recorded[0].host == authority)
+            #expect(recorded[0].value(forHeader: "x-haul-test") == "one, two")
+            #expect(recorded[0].value(forHeader: "content-length") == nil)
+            #expect(recorded[0].value(forHeader: "transfer-encoding") == nil)
+            #expect(recorded[1].method == "POST" && recorded[1].value(forHeader: "content-length") == "0")
+            #expect(server.stats.connectionsAccepted == 1)
+        }
+    }
+
+    @Test("a response to HEAD has no body, and the next response on the connection is read whole")
+    func headThenGet() async throws {
+        try await TestServer.withRunning { server in
+            let transport = NIOTransport()
+            let url = server.url(path: "/bytes/h", query: ["size": "1000"])
+            let head = try await transport.send(HTTPRequest(method: .head, url: url), connectTimeout: .seconds(5))
+            var headBytes = 0
+            for try await chunk in head.body { headBytes += chunk.count }
+            #expect(head.head.status.code == 200 && head.head.headerFields[.contentLength] == "1000")
+            #expect(headBytes == 0)
+            let get = try await transport.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(5))
+            var body: [UInt8] = []
+            for try await chunk in get.body { chunk.withUnsafeBytes { body += $0 } }
+            #expect(body == TestServer.expectedBytes(name: "h", size: 1000))
+            #expect(server.stats.connectionsAccepted == 1)
+        }
+    }
+
+    @Test("a path that cannot go on a request line is an error naming it, before anything is sent")
+    func invalidTarget() async throws {
+        try await TestServer.withRunning { server in
+            let request = HTTPRequest(
+                method: .get, scheme: "http", authority: "127.0.0.1:\(server.port)", path: "/two words")
+            let error = try await #require(throws: NIOTransportError.self) {
+                _ = try await NIOTransport().send(request, connectTimeout: .seconds(1))
+            }
+            #expect(error == .invalidTarget("/two words"))
+            #expect("\(error)".contains("'/two words'"))
+            #expect(server.stats.connectionsAccepted == 0)
+        }
+    }
+
     @Test("downloads run on the transport's loops; not with a transport naming no executor, nor with powerLoss")
     func downloadsRunOnTheLoops() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)

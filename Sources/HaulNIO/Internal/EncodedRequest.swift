@@ -1,0 +1,59 @@
+import HTTPTypes
+import NIOCore
+import NIOHTTP1
+
+/// A request head as the HTTP/1.1 bytes sent for it, and its method (which decides how its response is framed).
+///
+/// Encoded once per request and written as one buffer (see ``ResponseDecoder`` for why not through NIO's encoder).
+/// The transport sends no request bodies, so the head is the whole request: any `Content-Length` or
+/// `Transfer-Encoding` of the caller's is left out (the server would wait for a body that never comes), and a method
+/// that may carry a body gets `Content-Length: 0`.
+struct EncodedRequest: Sendable {
+    let method: HTTPMethod
+    let bytes: ByteBuffer
+
+    init(_ request: HTTPRequest, host: String) throws {
+        let target = request.path ?? "/"
+        // HTTPTypes keeps CR, LF and NUL out of a path but lets spaces and other controls through; written as they
+        // are, they would end the request line early.
+        guard !target.isEmpty, target.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F }) else {
+            throw NIOTransportError.invalidTarget(target)
+        }
+        let isGet = request.method == .get
+        method = isGet ? .GET : HTTPMethod(rawValue: request.method.rawValue)
+        var capacity = request.method.rawValue.utf8.count + target.utf8.count + host.utf8.count + 40
+        for field in request.headerFields {
+            capacity += field.name.rawName.utf8.count + field.value.utf8.count + 4
+        }
+        var buffer = ByteBufferAllocator().buffer(capacity: capacity)
+        if isGet {
+            buffer.writeStaticString("GET ")
+        } else {
+            buffer.writeString(request.method.rawValue)
+            buffer.writeStaticString(" ")
+        }
+        buffer.writeString(target)
+        buffer.writeStaticString(" HTTP/1.1\r\nHost: ")
+        buffer.writeString(host)
+        buffer.writeStaticString("\r\n")
+        for field in request.headerFields {
+            // The host is the URL's; the body's framing is this encoder's.
+            switch field.name {
+            case .contentLength, .transferEncoding: continue
+            default: if field.name.canonicalName == "host" { continue }
+            }
+            buffer.writeString(field.name.rawName)
+            buffer.writeStaticString(": ")
+            buffer.writeString(field.value)
+            buffer.writeStaticString("\r\n")
+        }
+        if !isGet && !Self.withoutContent.contains(request.method) {
+            buffer.writeStaticString("Content-Length: 0\r\n")
+        }
+        buffer.writeStaticString("\r\n")
+        bytes = buffer
+    }
+
+    /// Methods whose requests carry no content by definition (RFC 9110, 8.6: no `Content-Length` is sent for them).
+    private static let withoutContent: Set<HTTPRequest.Method> = [.get, .head, .delete, .options, .trace, .connect]
+}
