@@ -5,11 +5,12 @@
 /// when it may be transient (a closed connection), reported otherwise.
 public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
     private enum Code: Hashable {
-        case unsupportedScheme, invalidAuthority, invalidTarget, closedBeforeResponse, closedDuringBody
+        case unsupportedScheme, invalidAuthority, invalidTarget, invalidResponse, closedBeforeResponse, closedDuringBody
     }
 
     private let code: Code
-    /// The scheme, authority or request target the error is about; empty for the others.
+    /// The scheme, authority or request target the error is about, or what is wrong with a response; empty for the
+    /// others.
     public let detail: String
 
     private init(_ code: Code, _ detail: String = "") {
@@ -24,10 +25,15 @@ public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
     /// The request's path is empty or holds a space or a control character, which cannot go on an HTTP/1.1 request
     /// line as they are (percent-encode them).
     public static func invalidTarget(_ target: String) -> Self { Self(.invalidTarget, target) }
+    /// The server's response is not valid HTTP/1.1 (`detail` says where); the connection is closed.
+    public static func invalidResponse(_ detail: String) -> Self { Self(.invalidResponse, detail) }
     /// The server closed the connection before a response head arrived.
     public static let closedBeforeResponse = Self(.closedBeforeResponse)
     /// The server closed the connection before the body ended.
     public static let closedDuringBody = Self(.closedDuringBody)
+
+    /// Whether the server's bytes were not HTTP (kept as they are wherever the connection's failure is reported).
+    var isInvalidResponse: Bool { code == .invalidResponse }
 
     /// A sentence naming what went wrong and what to do.
     public var description: String {
@@ -39,6 +45,7 @@ public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
         case .invalidTarget:
             "invalid request target '\(detail)': it must not be empty nor hold spaces or control characters "
                 + "(percent-encode them)"
+        case .invalidResponse: "the server's response is not valid HTTP/1.1: \(detail)"
         case .closedBeforeResponse: "the server closed the connection before sending a response"
         case .closedDuringBody: "the server closed the connection before the body ended"
         }

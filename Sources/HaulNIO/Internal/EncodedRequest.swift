@@ -1,15 +1,15 @@
 import HTTPTypes
 import NIOCore
-import NIOHTTP1
 
-/// A request head as the HTTP/1.1 bytes sent for it, and its method (which decides how its response is framed).
+/// A request head as the HTTP/1.1 bytes sent for it, and whether it is a HEAD (whose response has no body).
 ///
-/// Encoded once per request and written as one buffer (see ``ResponseDecoder`` for why not through NIO's encoder).
+/// Encoded once per request and written as one buffer: through NIO's `HTTPRequestEncoder` and header validator it
+/// took three handlers and a promise, ~4% of Haul's CPU on 10,000 small files.
 /// The transport sends no request bodies, so the head is the whole request: any `Content-Length` or
 /// `Transfer-Encoding` of the caller's is left out (the server would wait for a body that never comes), and a method
 /// that may carry a body gets `Content-Length: 0`.
 struct EncodedRequest: Sendable {
-    let method: HTTPMethod
+    let isHead: Bool
     let bytes: ByteBuffer
 
     init(_ request: HTTPRequest, host: String) throws {
@@ -20,7 +20,7 @@ struct EncodedRequest: Sendable {
             throw NIOTransportError.invalidTarget(target)
         }
         let isGet = request.method == .get
-        method = isGet ? .GET : HTTPMethod(rawValue: request.method.rawValue)
+        isHead = request.method == .head
         var capacity = request.method.rawValue.utf8.count + target.utf8.count + host.utf8.count + 40
         for field in request.headerFields {
             capacity += field.name.rawName.utf8.count + field.value.utf8.count + 4

@@ -2,7 +2,6 @@ import HTTPTypes
 import Haul
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOHTTP1
 
 /// A connection and the handler that routes its responses.
 struct Connection: Sendable {
@@ -21,9 +20,9 @@ final class Exchange: @unchecked Sendable {
 
     private let lock = NIOLock()
     private var headWaiter: CheckedContinuation<Void, any Error>?
-    private var pendingHead: HTTPResponseHead?
+    private var pendingHead: HTTPResponse?
     /// The head once handed over (after the read that brought it was parsed).
-    private var deliveredHead: HTTPResponseHead?
+    private var deliveredHead: HTTPResponse?
     private var chunks = CircularBuffer<ByteBuffer>()
     private var buffered = 0
     /// The handler stopped reading from the socket because too much is buffered.
@@ -47,7 +46,7 @@ final class Exchange: @unchecked Sendable {
 
     /// Sends the request and waits for the response head. From now on, interrupting `interruption` ends this
     /// exchange as cancelling the task would (the engine tells a stall from a cancellation by itself).
-    func start(_ request: EncodedRequest, interruption: TransferInterruption?) async throws -> HTTPResponseHead {
+    func start(_ request: EncodedRequest, interruption: TransferInterruption?) async throws -> HTTPResponse {
         interruption?.onInterrupt { [weak self] in self?.fail(CancellationError(), abandon: true) }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
@@ -132,13 +131,12 @@ final class Exchange: @unchecked Sendable {
 
     // MARK: Called by the handler, on the event loop
 
-    /// Takes a response head. Every response starts with one, so this is also where the exchange learns that
-    /// bytes of a response arrived. An informational head (1xx but 101) precedes the real one and is not kept.
-    func receive(head: HTTPResponseHead) {
-        let informational = head.status.code < 200 && head.status.code != 101
+    /// Takes the response head. Every response starts with one, so this is also where the exchange learns that
+    /// bytes of a response arrived (informational heads never get here: the parser skips them).
+    func receive(head: HTTPResponse) {
         lock.withLock {
             sawBytes = true
-            if !informational { pendingHead = head }
+            pendingHead = head
         }
     }
 
@@ -198,7 +196,7 @@ final class Exchange: @unchecked Sendable {
             // Before any byte of a response, every connection failure reads the same (and a reused connection is
             // then retried); once the head is in, a close is a cut body.
             let reported: any Error =
-                if error is CancellationError {
+                if error is CancellationError || (error as? NIOTransportError)?.isInvalidResponse == true {
                     error
                 } else if !sawBytes {
                     NIOTransportError.closedBeforeResponse

@@ -1,15 +1,13 @@
 import NIOCore
-import NIOHTTP1
 
-/// Routes a connection's response parts to its current exchange. Touched only on the channel's event loop.
+/// A connection's only handler: writes each exchange's request, parses the responses and routes their parts to the
+/// current exchange. Touched only on the channel's event loop.
 final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
-    typealias InboundIn = HTTPClientResponsePart
+    typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    /// The connection's response parser (its `ByteToMessageHandler` sits before this handler), told the method of
-    /// each request sent.
-    let decoder = ResponseDecoder()
+    private var parser = ResponseParser()
 
     private var exchange: Exchange?
     private var context: ChannelHandlerContext?
@@ -36,26 +34,34 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
         }
         self.exchange = exchange
         paused = false
-        decoder.expect(request.method)
+        parser.expect(head: request.isHead)
         context.writeAndFlush(wrapOutboundOut(request.bytes), promise: nil)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        do {
+            try parser.parse(unwrapInboundIn(data)) { deliver($0) }
+        } catch {
+            // The connection's framing is lost: nothing more can be read from it.
+            exchange?.fail(error)
+            exchange = nil
+            context.close(promise: nil)
+        }
+    }
+
+    private func deliver(_ part: ResponsePart) {
         guard let exchange else { return }
-        switch unwrapInboundIn(data) {
+        switch part {
         case .head(let head):
             exchange.receive(head: head)
-            keepAlive = head.isKeepAlive
         case .body(let buffer):
             if exchange.receive(body: buffer) { paused = true }
-        case .end:
+        case .end(let keepAlive):
             self.exchange = nil
             paused = false
             exchange.receiveEnd(keepAlive: keepAlive)
         }
     }
-
-    private var keepAlive = true
 
     func channelReadComplete(context: ChannelHandlerContext) {
         exchange?.readComplete()
@@ -88,6 +94,7 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        if parser.endsAtClose { deliver(.end(keepAlive: false)) }  // a body framed by the close is complete
         exchange?.fail(NIOTransportError.closedBeforeResponse)
         exchange = nil
         context.fireChannelInactive()
