@@ -218,18 +218,20 @@ struct ResponseParser {
             guard value.allSatisfy({ $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 }) else {
                 throw invalid("a control character in the value of \(name)")
             }
-            let text = String(decoding: value, as: UTF8.self)
             switch name {
-            case .contentLength: try head.noteContentLength(text)
-            case .transferEncoding: head.noteTransferCodings(text)
+            case .contentLength: try head.noteContentLength(value)
+            case .transferEncoding: head.noteTransferCodings(value)
             case .connection:
-                for option in text.split(separator: ",") {
-                    let option = trimmed(option).lowercased()
-                    if option == "close" { head.close = true } else if option == "keep-alive" { head.keepAlive = true }
+                for option in ListItems(value) {
+                    if option.equalsIgnoringCase("close") {
+                        head.close = true
+                    } else if option.equalsIgnoringCase("keep-alive") {
+                        head.keepAlive = true
+                    }
                 }
             default: break
             }
-            head.response.headerFields.append(HTTPField(name: name, value: text))
+            head.response.headerFields.append(HTTPField(name: name, value: String(decoding: value, as: UTF8.self)))
         }
         return head
     }
@@ -284,12 +286,12 @@ struct ResponseParser {
 
 extension ResponseParser.Head {
     /// `Content-Length`: digits only; repeats (in one field or several) must agree.
-    fileprivate mutating func noteContentLength(_ text: String) throws(NIOTransportError) {
-        for item in text.split(separator: ",", omittingEmptySubsequences: false) {
-            let digits = trimmed(item)
-            guard !digits.isEmpty, digits.utf8.count <= 18, digits.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
-                let length = Int(digits)
-            else { throw ResponseParser.invalid("Content-Length '\(text)'") }
+    fileprivate mutating func noteContentLength(_ value: Slice<UnsafeRawBufferPointer>) throws(NIOTransportError) {
+        for item in ListItems(value, keepingEmpty: true) {
+            guard !item.isEmpty, item.count <= 18, item.allSatisfy({ (0x30...0x39).contains($0) }) else {
+                throw ResponseParser.invalid("Content-Length '\(String(decoding: value, as: UTF8.self))'")
+            }
+            let length = item.reduce(0) { $0 * 10 + Int($1 - 0x30) }
             if let contentLength, contentLength != length {
                 throw ResponseParser.invalid("Content-Length values disagree (\(contentLength) and \(length))")
             }
@@ -298,22 +300,47 @@ extension ResponseParser.Head {
     }
 
     /// `Transfer-Encoding`: chunked when it is the final coding; any other final coding is framed by the close.
-    fileprivate mutating func noteTransferCodings(_ text: String) {
-        for coding in text.split(separator: ",") {
-            let coding = trimmed(coding).lowercased()
-            guard !coding.isEmpty else { continue }
-            chunked = coding == "chunked"
+    fileprivate mutating func noteTransferCodings(_ value: Slice<UnsafeRawBufferPointer>) {
+        for coding in ListItems(value) {
+            chunked = coding.equalsIgnoringCase("chunked")
             otherCoding = !chunked
         }
     }
 }
 
-/// `text` without the spaces and tabs around it (optional whitespace around list items).
-private func trimmed(_ text: Substring) -> Substring {
-    let isSpace = { (character: Character) in character == " " || character == "\t" }
-    guard let first = text.firstIndex(where: { !isSpace($0) }), let last = text.lastIndex(where: { !isSpace($0) })
-    else { return "" }
-    return text[first...last]
+/// The items of a comma-separated field value, without the spaces and tabs around them; empty ones only when asked
+/// for. Read in place, on the bytes.
+private struct ListItems: Sequence, IteratorProtocol {
+    private var rest: Slice<UnsafeRawBufferPointer>
+    private let keepingEmpty: Bool
+    private var done = false
+
+    init(_ value: Slice<UnsafeRawBufferPointer>, keepingEmpty: Bool = false) {
+        rest = value
+        self.keepingEmpty = keepingEmpty
+    }
+
+    mutating func next() -> Slice<UnsafeRawBufferPointer>? {
+        while !done {
+            let comma = rest.firstIndex(of: UInt8(ascii: ","))
+            var item = rest[..<(comma ?? rest.endIndex)]
+            if let comma { rest = rest[(comma + 1)...] } else { done = true }
+            while let first = item.first, first == 0x20 || first == 0x09 { item = item.dropFirst() }
+            while let last = item.last, last == 0x20 || last == 0x09 { item = item.dropLast() }
+            if !item.isEmpty || keepingEmpty { return item }
+        }
+        return nil
+    }
+}
+
+extension Slice<UnsafeRawBufferPointer> {
+    /// Whether these bytes spell `word` (lowercase ASCII) in any case.
+    fileprivate func equalsIgnoringCase(_ word: StaticString) -> Bool {
+        guard count == word.utf8CodeUnitCount else { return false }
+        return zip(self, UnsafeBufferPointer(start: word.utf8Start, count: word.utf8CodeUnitCount)).allSatisfy {
+            $0 | 0x20 == $1 || $0 == $1
+        }
+    }
 }
 
 /// The lines of a head (LF or CRLF terminated), as slices.

@@ -45,7 +45,7 @@ struct ResponseParserTests {
     static let stream = Array(
         ("HTTP/1.1 100 Continue\r\n\r\n"
             + "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A:  spaced value \t\r\n\r\nhello"
-            + "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;name=value\r\nwiki\r\nA\r\npedia.org!\r\n0\r\nT: x\r\n\r\n"
+            + "HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n4;name=value\r\nwiki\r\nA\r\npedia.org!\r\n0\r\nT: x\r\n\r\n"
             + "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n"
             + "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
             + "HTTP/1.0 200 OK\nServer: bare-lf\n\nuntil the close").utf8)
@@ -53,7 +53,7 @@ struct ResponseParserTests {
     static let expected: [Parsed] = [
         Parsed(
             status: 200, fields: ["Content-Length=5", "X-A=spaced value"], body: Array("hello".utf8), keepAlive: true),
-        Parsed(status: 200, fields: ["Transfer-Encoding=chunked"], body: Array("wikipedia.org!".utf8), keepAlive: true),
+        Parsed(status: 200, fields: ["Transfer-Encoding=Chunked"], body: Array("wikipedia.org!".utf8), keepAlive: true),
         Parsed(status: 204, fields: ["Content-Length=7"], keepAlive: true),
         Parsed(status: 200, fields: ["Content-Length=1000"], keepAlive: true),
         Parsed(status: 200, fields: ["Server=bare-lf"], body: Array("until the close".utf8), keepAlive: nil),
@@ -99,6 +99,7 @@ struct ResponseParserTests {
         "what would misframe a body is an error naming it",
         arguments: [
             ("HTTP/1.1 200 OK\r\nContent-Length: 12a\r\n\r\n", "Content-Length '12a'"),
+            ("HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n", "Content-Length ''"),
             ("HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n", "disagree"),
             ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", "disagree"),
             ("HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 0\r\n\r\n", "folded"),
