@@ -45,8 +45,8 @@ enum HTTPRules {
 
     /// A validator usable in `If-Range`: a strong ETag, else `Last-Modified`. Weak ETags cannot be used.
     static func validator(of head: HTTPResponse) -> String? {
-        if let etag = head.headerFields[.eTag], !etag.hasPrefix("W/") { return etag }
-        return head.headerFields[.lastModified]
+        if let etag = head.headerFields.first(.eTag), !etag.hasPrefix("W/") { return etag }
+        return head.headerFields.first(.lastModified)
     }
 
     /// `Retry-After` as a duration: delay-seconds or an HTTP date (relative to `now`).

@@ -11,8 +11,11 @@ extension DownloadQueue {
         var destination: Destination
     }
 
-    /// One queued download (waiting or running) and everyone waiting for it.
-    struct Entry {
+    /// One queued download (waiting or running) and everyone waiting for it. Touched only under the queue's lock.
+    ///
+    /// A class: the table of entries then moves 8 bytes per entry when it reorganises on a removal (an entry with its
+    /// request is a few hundred), and an admitted entry is updated in place instead of copied out and back.
+    final class Entry {
         let request: DownloadRequest
         let joinKey: JoinKey
         let box: ResultBox<Outcome>
@@ -25,6 +28,13 @@ extension DownloadQueue {
         /// The latest progress of a running download (set when it is admitted): its own lock, so that the
         /// download's events need not take the queue's.
         var progress: Locked<DownloadProgress?>?
+
+        init(request: DownloadRequest, joinKey: JoinKey, box: ResultBox<Outcome>, absentPath: String?) {
+            self.request = request
+            self.joinKey = joinKey
+            self.box = box
+            self.absentPath = absentPath
+        }
     }
 
     /// What a locked section decided to do once the lock is released: resolve results, cancel tasks (whose
@@ -161,9 +171,8 @@ extension DownloadQueue {
         _ request: DownloadRequest, absentPath: String?, in state: inout State
     ) -> (DownloadID, ResultBox<Outcome>) {
         let key = JoinKey(url: request.url, destination: request.destination)
-        if let existing = state.joined[key], var entry = state.entries[existing] {
+        if let existing = state.joined[key], let entry = state.entries[existing] {
             entry.handles += 1
-            state.entries[existing] = entry
             return (DownloadID(rawValue: existing), entry.box)
         }
         if state.isIdle {
@@ -189,7 +198,7 @@ extension DownloadQueue {
     /// Starts a task for every download the scheduler admits now.
     func startAdmitted(in state: inout State) {
         for id in state.scheduler.admit() {
-            guard var entry = state.entries[id] else { continue }
+            guard let entry = state.entries[id] else { continue }
             leaveWaiting(entry.request, in: &state)
             let request = entry.request
             let absentPath = entry.absentPath
@@ -198,7 +207,6 @@ extension DownloadQueue {
             entry.task = Task(executorPreference: downloader.preferredExecutor(for: request)) {
                 [self] in await run(id, request, absentPath: absentPath, progress: progress)
             }
-            state.entries[id] = entry
         }
     }
 
@@ -312,9 +320,8 @@ extension DownloadQueue {
     func cancel(_ id: DownloadID) {
         let effects = state.withLock { state -> SideEffects in
             var effects = SideEffects()
-            guard var entry = state.entries[id.rawValue] else { return effects }
+            guard let entry = state.entries[id.rawValue] else { return effects }
             entry.handles -= 1
-            state.entries[id.rawValue] = entry
             guard entry.handles == 0 else { return effects }
             cancelEntry(id.rawValue, in: &state, effects: &effects)
             effects.idleWaiters = takeIdleWaiters(in: &state)

@@ -23,7 +23,7 @@ struct BatchProgressTests {
         var state = DownloadQueue.State(scheduler: scheduler, failurePolicy: .continueOthers)
         let url = try #require(URL(string: "http://127.0.0.1/f"))
         let request = DownloadRequest(url: url, destination: .file(URL(fileURLWithPath: "/tmp/f")))
-        var running = DownloadQueue.Entry(
+        let running = DownloadQueue.Entry(
             request: request, joinKey: .init(url: url, destination: request.destination), box: ResultBox(),
             absentPath: nil)
         running.progress = Locked(DownloadProgress(bytesWritten: 500, totalBytes: 1000, bytesPerSecond: 100))
