@@ -191,9 +191,11 @@ enum Planner {
         var firstByPath: [String: Int] = [:]
         firstByPath.reserveCapacity(planned.count)
         var problems: [InputProblem] = []
-        for (index, download) in planned.enumerated() {
-            guard let path = download.plannedPath else { continue }
+        // By index: a loop over the elements copied every download (its request and all) to read one path.
+        for index in planned.indices {
+            guard let path = planned[index].plannedPath else { continue }
             if let first = firstByPath[path].map({ planned[$0] }) {
+                let download = planned[index]
                 problems.append(
                     InputProblem(
                         origin: download.origin,
