@@ -142,6 +142,7 @@ extension DownloadRun {
                 continue
             }
             guard (200..<300).contains(status) else { throw statusFailure(response.head, url: url) }
+            let bodyLength = Self.contentLength(response.head)
 
             if status == 206 {
                 guard resumeFrom > 0,
@@ -163,7 +164,7 @@ extension DownloadRun {
             } else {
                 // A 200 to a Range request means the whole file again: never append it.
                 if (writer?.size ?? 0) > 0 { try await restartFromZero() }
-                totalBytes = Self.contentLength(response.head)
+                totalBytes = bodyLength
             }
             validator = HTTPRules.validator(of: response.head)
             if let max = request.maxSize, let total = totalBytes, total > max {
@@ -186,7 +187,7 @@ extension DownloadRun {
                         state: .partial(validator: validator, totalBytes: totalBytes), request: request))
                 recordedPartial = true
             }
-            try await receive(response.body, length: Self.contentLength(response.head), url: url)
+            try await receive(response.body, length: bodyLength, url: url)
             return
         }
     }
