@@ -8,9 +8,10 @@ import Foundation
 /// The engine calls it from the downloading task, a few times per download and never per chunk: one lookup at
 /// the start; a write (``commit(_:)``) when a partial of more than 64 KiB gains a validator (smaller bodies are
 /// fetched again whole); one just before publishing (two with the `rename` conflict policy); a write when a
-/// download fails for good, a removal when it is cancelled with nothing kept. A queue adds one batch write per ``DownloadQueue/add(_:)-([DownloadRequest])``
-/// call. Implementations must be thread-safe, and a write must be durable enough for the caller's purpose when
-/// the call returns (`SQLiteJournal`: it survives the process being killed).
+/// download fails for good, a removal when it is cancelled with nothing kept. A queue adds one batch write per
+/// ``DownloadQueue/add(_:)-([DownloadRequest])`` call. Implementations must be thread-safe, and a write must be
+/// durable enough for the caller's purpose when the call returns (`SQLiteJournal`: it survives the process being
+/// killed).
 public protocol Journal: Sendable {
     /// The last record stored for `key`, if any.
     func record(for key: JournalKey) -> JournalRecord?
