@@ -45,6 +45,10 @@ public final class SQLiteJournal: Journal {
     /// The writer connection's prepared statements (used only inside the pool's writer, one caller at a time).
     private let statements: WriteStatements
     private let path: String
+    /// Whether opening created the database file, and the directories it made for it (outermost first): what
+    /// ``discard()`` removes.
+    private let createdDatabase: Bool
+    private let createdDirectories: [String]
     /// Whether every append is `fsync`ed (``Downloader/Durability/powerLoss``).
     private let syncEachAppend: Bool
     /// The records and the log, under one lock so that the log has the changes in the order the cache got them.
@@ -124,11 +128,19 @@ public final class SQLiteJournal: Journal {
     ) throws {
         self.foldThreshold = max(1, foldThreshold)
         self.afterRotating = afterRotating
+        var missing: [String] = []
+        var directory = (path as NSString).deletingLastPathComponent
+        while !directory.isEmpty, directory != "/", !FileManager.default.fileExists(atPath: directory) {
+            missing.insert(directory, at: 0)
+            directory = (directory as NSString).deletingLastPathComponent
+        }
         try FileManager.default.createDirectory(
             atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        createdDirectories = missing
         // Owner-only from the start (SQLite gives its -wal and -shm files the same mode): requests are stored
         // with their header fields, which may carry credentials.
         let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        createdDatabase = descriptor >= 0
         if descriptor >= 0 { close(descriptor) }
         var configuration = Configuration()
         configuration.label = "haul-journal"
@@ -247,6 +259,22 @@ public final class SQLiteJournal: Journal {
         // process that is about to exit never waits for it.
         folding.async { [state] in state.withLock { $0.cache = [:] } }
         folding.stop()
+    }
+
+    /// Finishes the journal and, if opening it created the database, deletes the database and the directories
+    /// made for it (those left empty): for a caller that opened the journal ahead of work it then did not do.
+    /// `haul get` opens its journal while it reads and plans its input, and a bad input leaves nothing behind. A
+    /// database that was there before is only finished. The journal must not be used afterwards.
+    package func discard() {
+        finish()
+        guard createdDatabase else { return }
+        do {
+            try pool.close()
+        } catch {
+            return onError(error)  // still open (a statement in use): left in place rather than deleted under it
+        }
+        for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
+        for directory in createdDirectories.reversed() { rmdir(directory) }
     }
 
     /// The record stored for `key`, if any.

@@ -185,6 +185,29 @@ struct GetCommandTests {
         }
     }
 
+    @Test("bad input leaves an existing directory as it was: no journal made there, an earlier one kept")
+    func badInputInExistingDirectory() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            try Data("mine".utf8).write(to: dir.file("keep.txt"))
+            // Found bad while planning, after the journal's open has started.
+            let bad = ["get", "-d", dir.path, bytes(server, "same.bin", size: 1), "\(server.baseURL)/other/same.bin"]
+            let refused = try await HaulProcess.run(bad)
+            #expect(refused.status == 2, "\(refused)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["keep.txt"])
+
+            let url = bytes(server, "a.bin", size: 1000)
+            let first = try await HaulProcess.run(["get", "-d", dir.path, url])
+            #expect(first.status == 0, "\(first)")
+            let refusedAgain = try await HaulProcess.run(bad)
+            #expect(refusedAgain.status == 2, "\(refusedAgain)")
+            let requests = server.stats.requestCount
+            let rerun = try await HaulProcess.run(["get", "-d", dir.path, url])
+            #expect(rerun.stdout.contains("skip   a.bin: already complete"), "\(rerun)")
+            #expect(server.stats.requestCount == requests)
+        }
+    }
+
     @Test("input file options out=, dir=, checksum= and header= apply to their URL; '-' reads stdin")
     func inputFileOptions() async throws {
         try await TestServer.withRunning { server in

@@ -144,22 +144,20 @@ struct GetCommand: AsyncParsableCommand {
     }
 
     mutating func run() async throws {
-        let (entries, inputProblems) = try readEntries()
         let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
-        var planSettings = PlanSettings(directory: directory)
-        planSettings.fileName = output
-        planSettings.checksum = checksum
-        planSettings.headers = headers
-        planSettings.maxSize = maxSize.flatMap(parseByteCount)
-        planSettings.conflictPolicy = ConflictPolicy(rawValue: onConflict) ?? .fail
-        planSettings.useContentDisposition = contentDisposition
+        // The journal is opened while the input is read and planned: ~5 ms (SQLite's open, WAL set-up, schema)
+        // that would otherwise come before the first request, on the core the planning leaves idle. A bad input
+        // then discards it: a journal this run created goes again, with the directories made for it.
+        let journalPath = journalPath(directory: directory)
+        let journalOpening = journalPath.map { path in Task.detached { try Self.openJournal(at: path) } }
         let plan: [PlannedDownload]
-        switch Planner.plan(entries, settings: planSettings) {
-        case .success(let planned) where inputProblems.isEmpty: plan = planned
-        case .success: throw UsageFailure(inputProblems)
-        case .failure(let failure): throw UsageFailure(inputProblems + failure.problems)
+        do {
+            plan = try makePlan(directory: directory)
+            try createDirectories(for: plan, base: directory)
+        } catch {
+            if let journalOpening { (try? await journalOpening.value)?.discard() }
+            throw error
         }
-        try createDirectories(for: plan, base: directory)
 
         var settings = RunSettings(directory: directory)
         settings.maxConcurrent = maxConcurrent
@@ -171,7 +169,7 @@ struct GetCommand: AsyncParsableCommand {
         settings.output = json ? .json : .automatic
         settings.quiet = quiet
         settings.verbose = verbose
-        let journal = try openJournal(directory: directory)
+        let journal = try await journalOpening?.value
         settings.journal = journal
         if let journal { settings.finishJournal = { journal.finish() } }
         // The journal is finished by the run itself, once the downloads have ended (`finishJournal`).
@@ -181,11 +179,31 @@ struct GetCommand: AsyncParsableCommand {
         withExtendedLifetime((plan, report)) { Foundation.exit(report.exitCode) }
     }
 
-    private func openJournal(directory: URL) throws -> SQLiteJournal? {
+    /// The downloads the input asks for, or every problem found in it.
+    private func makePlan(directory: URL) throws -> [PlannedDownload] {
+        let (entries, inputProblems) = try readEntries()
+        var planSettings = PlanSettings(directory: directory)
+        planSettings.fileName = output
+        planSettings.checksum = checksum
+        planSettings.headers = headers
+        planSettings.maxSize = maxSize.flatMap(parseByteCount)
+        planSettings.conflictPolicy = ConflictPolicy(rawValue: onConflict) ?? .fail
+        planSettings.useContentDisposition = contentDisposition
+        switch Planner.plan(entries, settings: planSettings) {
+        case .success(let planned) where inputProblems.isEmpty: return planned
+        case .success: throw UsageFailure(inputProblems)
+        case .failure(let failure): throw UsageFailure(inputProblems + failure.problems)
+        }
+    }
+
+    /// Where the journal is kept; `nil` with `--no-journal`.
+    private func journalPath(directory: URL) -> String? {
         guard !noJournal else { return nil }
-        let path =
-            journal.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        return journal.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
             ?? directory.appendingPathComponent(".haul/journal.sqlite").path
+    }
+
+    private static func openJournal(at path: String) throws -> SQLiteJournal {
         let warned = Locked(false)
         do {
             return try SQLiteJournal(path: path) { error in
