@@ -104,11 +104,13 @@ enum GetRun {
         try? await ownedTransport?.shutdown()
 
         var report = RunReport(interrupted: interruption.happened, elapsed: .now - started)
-        for (handle, planned) in zip(handles, plan) {
-            switch handle.outcome {
+        // The planned download is read only for a failure's name: copying each of 10,000 plans out took ~1 ms between
+        // the last download and the exit.
+        for index in handles.indices {
+            switch handles[index].outcome {
             case .success(let result): report.add(result)
             case .failure(let error) where error.isCancellation: report.cancelled += 1
-            case .failure(let error): report.failures.append(.init(name: planned.displayName, error: error))
+            case .failure(let error): report.failures.append(.init(name: plan[index].displayName, error: error))
             case nil: report.cancelled += 1
             }
         }
