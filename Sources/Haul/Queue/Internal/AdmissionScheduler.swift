@@ -8,6 +8,11 @@ import HeapModule
 /// have work waiting): each host keeps a FIFO per priority level, and a heap holds one entry per host that
 /// could start something, keyed by that host's best waiting item. Nothing ever scans the waiting list.
 /// Removals and priority changes are lazy: the stale position is skipped when it reaches the front.
+///
+/// Hosts are numbered when first seen (a number is reused once its host is forgotten): admitting or finishing a
+/// download looks its host up several times, and hashing the host's name for each was ~1% of a batch of small
+/// files. A reused number cannot confuse a stale heap entry: sequences are never reused, and an entry counts only
+/// while its host's best item has its sequence.
 package struct AdmissionScheduler {
     package typealias ID = UInt64
 
@@ -21,14 +26,17 @@ package struct AdmissionScheduler {
             if let limit = perHostLimit { perHostLimit = max(1, limit) }
             // Hosts that were full may have a free slot now; they are not in the heap, so offer them again.
             // Rare (a setting changed), so a pass over the hosts with work is fine here.
-            for host in hosts.keys { offer(host) }
+            for host in hosts.indices where hosts[host] != nil { offer(host) }
         }
     }
     /// While paused nothing is admitted; running downloads go on.
     package var isPaused = false
 
+    /// A host's number: its index in ``hosts``.
+    typealias HostNumber = Int
+
     private struct Waiting {
-        var host: String
+        var host: HostNumber
         var priority: Int
         var sequence: UInt64
     }
@@ -39,6 +47,7 @@ package struct AdmissionScheduler {
     }
 
     private struct Host {
+        var name: String
         var running = 0
         /// FIFO of waiting items per priority; may hold stale slots (removed or re-prioritised items).
         var levels: [Int: Deque<Slot>] = [:]
@@ -54,7 +63,7 @@ package struct AdmissionScheduler {
     private struct Candidate: Comparable {
         var priority: Int
         var sequence: UInt64
-        var host: String
+        var host: HostNumber
 
         // Heap is a min-max heap; `max` is the next to admit: higher priority, then earlier submission.
         static func < (lhs: Candidate, rhs: Candidate) -> Bool {
@@ -64,8 +73,11 @@ package struct AdmissionScheduler {
     }
 
     private var waiting: [ID: Waiting] = [:]
-    private var running: [ID: String] = [:]
-    private var hosts: [String: Host] = [:]
+    private var running: [ID: HostNumber] = [:]
+    /// Hosts by number; `nil` where a forgotten host's number waits in ``freeNumbers`` to be reused.
+    private var hosts: [Host?] = []
+    private var numbers: [String: HostNumber] = [:]
+    private var freeNumbers: [HostNumber] = []
     private var candidates = Heap<Candidate>()
     private var nextSequence: UInt64 = 0
 
@@ -79,17 +91,20 @@ package struct AdmissionScheduler {
     /// Downloads admitted and not yet finished.
     package var runningCount: Int { running.count }
     /// Their IDs (the queue sums their progress).
-    var runningIDs: Dictionary<ID, String>.Keys { running.keys }
+    var runningIDs: Dictionary<ID, HostNumber>.Keys { running.keys }
     /// Entries in the host heap, stale ones included: stays near the number of hosts with work (tests pin it).
     var candidateCount: Int { candidates.count }
+    /// Hosts with something waiting or running (the others are forgotten).
+    var hostCount: Int { numbers.count }
 
     /// Adds a waiting item. `host` is the key per-host limits count by.
     package mutating func enqueue(_ id: ID, host: String, priority: Int) {
         precondition(waiting[id] == nil && running[id] == nil, "download \(id) is already scheduled")
         nextSequence += 1
-        waiting[id] = Waiting(host: host, priority: priority, sequence: nextSequence)
-        append(Slot(id: id, sequence: nextSequence), to: host, priority: priority)
-        offer(host)
+        let number = number(of: host)
+        waiting[id] = Waiting(host: number, priority: priority, sequence: nextSequence)
+        append(Slot(id: id, sequence: nextSequence), to: number, priority: priority)
+        offer(number)
     }
 
     /// Removes a waiting item (cancelled before it started). Returns `false` if it was not waiting.
@@ -118,7 +133,7 @@ package struct AdmissionScheduler {
     /// Marks a running item finished, freeing its slots.
     package mutating func finish(_ id: ID) {
         guard let host = running.removeValue(forKey: id) else { return }
-        hosts[host, default: Host()].running -= 1
+        hosts[host]?.running -= 1
         offer(host)
         dropHostIfIdle(host)
     }
@@ -139,7 +154,7 @@ package struct AdmissionScheduler {
             hosts[candidate.host]?.levels[head.priority]?.removeFirst()
             waiting[id] = nil
             running[id] = candidate.host
-            hosts[candidate.host, default: Host()].running += 1
+            hosts[candidate.host]?.running += 1
             admitted.append(id)
             offer(candidate.host)
         }
@@ -148,13 +163,28 @@ package struct AdmissionScheduler {
 
     // MARK: - Host bookkeeping
 
-    private func hasFreeSlot(_ host: String) -> Bool {
+    /// The number of the host named `name`, numbering it if it is new.
+    private mutating func number(of name: String) -> HostNumber {
+        if let number = numbers[name] { return number }
+        let number: HostNumber
+        if let free = freeNumbers.popLast() {
+            number = free
+            hosts[number] = Host(name: name)
+        } else {
+            number = hosts.count
+            hosts.append(Host(name: name))
+        }
+        numbers[name] = number
+        return number
+    }
+
+    private func hasFreeSlot(_ host: HostNumber) -> Bool {
         (hosts[host]?.running ?? 0) < (perHostLimit ?? Int.max)
     }
 
     /// Pushes `host`'s current best waiting item as a candidate, if it has one, a free slot, and is not in the
     /// heap already.
-    private mutating func offer(_ host: String) {
+    private mutating func offer(_ host: HostNumber) {
         guard hasFreeSlot(host), let head = head(of: host) else { return }
         if let offered = hosts[host]?.offered, offered.priority == head.priority, offered.sequence == head.slot.sequence
         {
@@ -165,9 +195,9 @@ package struct AdmissionScheduler {
     }
 
     /// The host's best live waiting item, dropping stale slots and empty levels on the way.
-    // Host state is mutated in place through the dictionary (`hosts[host]?.…`), never copied out and written
+    // Host state is mutated in place through the array (`hosts[host]?.…`), never copied out and written
     // back: a copy would share the FIFO's buffer, and the next mutation would duplicate the whole FIFO.
-    private mutating func head(of host: String) -> (priority: Int, slot: Slot)? {
+    private mutating func head(of host: HostNumber) -> (priority: Int, slot: Slot)? {
         while let priority = hosts[host]?.priorities.first {
             while let slot = hosts[host]?.levels[priority]?.first {
                 if let item = waiting[slot.id], item.priority == priority, item.sequence == slot.sequence {
@@ -181,8 +211,7 @@ package struct AdmissionScheduler {
         return nil
     }
 
-    private mutating func append(_ slot: Slot, to host: String, priority: Int) {
-        if hosts[host] == nil { hosts[host] = Host() }
+    private mutating func append(_ slot: Slot, to host: HostNumber, priority: Int) {
         if hosts[host]?.levels[priority] == nil {
             hosts[host]?.levels[priority] = Deque()
             // A new priority level is rare and the list is short: copying it here is cheap.
@@ -194,8 +223,10 @@ package struct AdmissionScheduler {
     }
 
     /// Forgets a host with nothing running and nothing waiting, so the map does not grow with every host seen.
-    private mutating func dropHostIfIdle(_ host: String) {
-        guard let state = hosts[host], state.running == 0 else { return }
-        if head(of: host) == nil { hosts[host] = nil }
+    private mutating func dropHostIfIdle(_ host: HostNumber) {
+        guard hosts[host]?.running == 0, head(of: host) == nil, let name = hosts[host]?.name else { return }
+        numbers[name] = nil
+        hosts[host] = nil
+        freeNumbers.append(host)
     }
 }

@@ -118,7 +118,23 @@ struct AdmissionSchedulerTests {
             }
         }
         #expect(scheduler.waitingCount == 0 && scheduler.runningCount == 0)
+        #expect(scheduler.hostCount == 0)
         #expect(admittedTotal == 600)
+    }
+
+    @Test("a forgotten host's number, reused by another host, does not let a stale heap entry admit anything")
+    func reusedHostNumber() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        scheduler.enqueue(1, host: "a", priority: 5)
+        scheduler.remove(1)  // host "a" forgotten; its heap entry (priority 5) stays, stale
+        #expect(scheduler.hostCount == 0)
+        scheduler.enqueue(2, host: "b", priority: 0)  // takes "a"'s number
+        scheduler.enqueue(4, host: "c", priority: 3)
+        scheduler.enqueue(3, host: "b", priority: 0)
+        #expect(scheduler.hostCount == 2)
+        // Taken for "b"'s, the stale entry would let 2 go before 4, whose priority is higher.
+        #expect(admitOneAtATime(&scheduler) == [4, 2, 3])
+        #expect(scheduler.hostCount == 0)
     }
 }
 
