@@ -182,7 +182,12 @@ struct NIOTransportTests {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
         let transport = NIOTransport(eventLoopGroup: group)
         let loops = group.makeIterator().map { $0 }
-        #expect(transport.preferredExecutor(for: try #require(URL(string: "https://example.invalid/f"))) == nil)
+        for (url, speaks) in [
+            ("https://example.invalid/f", false), ("httpx://example.invalid/f", false), ("htt://h/f", false),
+            ("http://example.invalid/f", true), ("HTTP://example.invalid/f", true),
+        ] {
+            #expect((transport.preferredExecutor(for: try #require(URL(string: url))) != nil) == speaks, "\(url)")
+        }
 
         try await TestServer.withRunning { server in
             // Where each download's task is when it publishes: on one of `group`'s loops, or not.
