@@ -160,7 +160,7 @@ final class DownloadRun: @unchecked Sendable {
                         path: path, underlying: error)
                 }
                 return DownloadResult(
-                    fileURL: URL(fileURLWithPath: path, isDirectory: false), size: size, sha256: sha.hexString,
+                    path: path, size: size, sha256: sha.hexString,
                     finalURL: request.url,
                     attempts: 0, bytesTransferred: 0, skipped: true)
             case .overwrite, .rename:
@@ -203,7 +203,7 @@ final class DownloadRun: @unchecked Sendable {
         }
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
         return DownloadResult(
-            fileURL: URL(fileURLWithPath: published, isDirectory: false), size: size, sha256: sha256,
+            path: published, size: size, sha256: sha256,
             finalURL: finalURL,
             attempts: attempts, bytesTransferred: bytesTransferred)
     }
@@ -303,7 +303,7 @@ final class DownloadRun: @unchecked Sendable {
         guard record.path == destinationPath else { return nil }
         let skipped = { (size: Int64, sha256: String) in
             DownloadResult(
-                fileURL: URL(fileURLWithPath: record.path, isDirectory: false), size: size, sha256: sha256,
+                path: record.path, size: size, sha256: sha256,
                 finalURL: self.request.url, attempts: 0, bytesTransferred: 0, skipped: true)
         }
         switch record.state {
