@@ -98,6 +98,8 @@ public final class SQLiteJournal: Journal {
     /// A log is folded into the database once it holds this many changes.
     private let foldThreshold: Int
     private let afterRotating: (@Sendable () -> Void)?
+    /// Whether this instance's writes go into ``State/cache`` (see ``init(path:durability:foldThreshold:remembersWrites:onError:afterRotating:)``).
+    private let remembersWrites: Bool
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
     /// downloads run fills gaps the network leaves; one fold of everything at close ran alone at the end (10,000
     /// small files: +14.4% over `--no-journal` with one fold at close, +9.3% with this, +11.4% with 1,024; 20
@@ -120,14 +122,21 @@ public final class SQLiteJournal: Journal {
     }
 
     /// Opens the journal at `path`, folding its log into the database every `foldThreshold` changes.
+    ///
+    /// Without `remembersWrites`, ``record(for:)`` answers from what the journal held when it was opened, and a
+    /// key written since reads as unknown (its write still reaches the log and the database): for a process that
+    /// looks each download up once, before it writes it, and never after, which `haul get` is. Keeping every
+    /// record written in memory, only to be freed at exit, was ~1% of a batch of small files.
     /// `afterRotating` (tests): called by a writer that started a new log, after it let go of the lock and before
     /// it queues the full log's fold.
     package init(
-        path: String, durability: Downloader.Durability = .processCrash, foldThreshold: Int,
+        path: String, durability: Downloader.Durability = .processCrash,
+        foldThreshold: Int = SQLiteJournal.defaultFoldThreshold, remembersWrites: Bool = true,
         onError: @escaping @Sendable (any Error) -> Void = { _ in }, afterRotating: (@Sendable () -> Void)? = nil
     ) throws {
         self.foldThreshold = max(1, foldThreshold)
         self.afterRotating = afterRotating
+        self.remembersWrites = remembersWrites
         var missing: [String] = []
         var directory = (path as NSString).deletingLastPathComponent
         while !directory.isEmpty, directory != "/", !FileManager.default.fileExists(atPath: directory) {
@@ -289,7 +298,9 @@ public final class SQLiteJournal: Journal {
         var frames: [UInt8] = []
         frames.reserveCapacity(384)
         encodeUpsert(record, time: IntentLog.now(), into: &frames)
-        write(frames, changes: 1) { cache in cache[key] = record }
+        write(frames, changes: 1) { cache in
+            if remembersWrites { cache[key] = record } else { cache.removeValue(forKey: key) }
+        }
     }
 
     /// Stores `records` with one write to the log (all or none survive a kill).
@@ -300,7 +311,9 @@ public final class SQLiteJournal: Journal {
         let time = IntentLog.now()
         for record in records { encodeUpsert(record, time: time, into: &frames) }
         write(frames, changes: records.count) { cache in
-            for (key, record) in zip(keys, records) { cache[key] = record }
+            for (key, record) in zip(keys, records) {
+                if remembersWrites { cache[key] = record } else { cache.removeValue(forKey: key) }
+            }
         }
     }
 

@@ -206,14 +206,17 @@ struct GetCommand: AsyncParsableCommand {
     private static func openJournal(at path: String) throws -> SQLiteJournal {
         let warned = Locked(false)
         do {
-            return try SQLiteJournal(path: path) { error in
-                // Downloads go on; only what a rerun can skip or resume is affected. Said once.
-                let first = warned.withLock { warned in
-                    defer { warned = true }
-                    return !warned
-                }
-                if first { Console.err("haul: warning: journal '\(path)': \(error); a rerun may fetch again\n") }
-            }
+            // Each download is looked up once, before it is written: the journal need not remember its writes.
+            return try SQLiteJournal(
+                path: path, remembersWrites: false,
+                onError: { error in
+                    // Downloads go on; only what a rerun can skip or resume is affected. Said once.
+                    let first = warned.withLock { warned in
+                        defer { warned = true }
+                        return !warned
+                    }
+                    if first { Console.err("haul: warning: journal '\(path)': \(error); a rerun may fetch again\n") }
+                })
         } catch {
             throw UsageFailure([
                 InputProblem(
