@@ -26,7 +26,7 @@ package struct AdmissionScheduler {
             if let limit = perHostLimit { perHostLimit = max(1, limit) }
             // Hosts that were full may have a free slot now; they are not in the heap, so offer them again.
             // Rare (a setting changed), so a pass over the hosts with work is fine here.
-            for host in hosts.indices where hosts[host] != nil { offer(host) }
+            for host in counters.indices where counters[host].live { offer(host) }
         }
     }
     /// While paused nothing is admitted; running downloads go on.
@@ -46,13 +46,46 @@ package struct AdmissionScheduler {
         var sequence: UInt64
     }
 
+    /// A host's waiting items, changed in place (`hosts[host]?.…`), never copied out and written back: a copy
+    /// would share the FIFO's buffer, and the next change would duplicate the whole FIFO. Its counters are kept
+    /// apart (``HostCounters``): reading a field through `hosts[host]?.…` copied the whole host (its FIFOs
+    /// retained and released) on every call.
     private struct Host {
-        var name: String
-        var running = 0
         /// FIFO of waiting items per priority; may hold stale slots (removed or re-prioritised items).
         var levels: [Int: Deque<Slot>] = [:]
         /// The priorities that have a FIFO, highest first. Few distinct priorities are in use at once.
         var priorities: [Int] = []
+
+        /// The best item of `waiting` in this host's FIFOs, dropping stale slots and empty levels on the way.
+        // Called on the host in place (`hosts[host]?.head(in:)`), for the reason above.
+        mutating func head(in waiting: [ID: Waiting]) -> (priority: Int, slot: Slot)? {
+            while let priority = priorities.first {
+                while let slot = levels[priority]?.first {
+                    if let item = waiting[slot.id], item.priority == priority, item.sequence == slot.sequence {
+                        return (priority, slot)
+                    }
+                    levels[priority]?.removeFirst()
+                }
+                levels[priority] = nil
+                priorities.removeFirst()
+            }
+            return nil
+        }
+
+        mutating func append(_ slot: Slot, priority: Int) {
+            if levels[priority] == nil {
+                levels[priority] = Deque()
+                // A new priority level is rare and the list is short.
+                priorities.insert(priority, at: priorities.firstIndex { $0 < priority } ?? priorities.endIndex)
+            }
+            levels[priority]?.append(slot)
+        }
+    }
+
+    private struct HostCounters {
+        /// Whether the number belongs to a host now (not waiting in ``freeNumbers``).
+        var live = true
+        var running = 0
         /// The key of this host's newest entry in the heap, so an unchanged best item is not pushed again
         /// (otherwise every enqueue on an idle host would add a heap entry, and the heap would grow with the
         /// waiting list).
@@ -76,6 +109,8 @@ package struct AdmissionScheduler {
     private var running: [ID: HostNumber] = [:]
     /// Hosts by number; `nil` where a forgotten host's number waits in ``freeNumbers`` to be reused.
     private var hosts: [Host?] = []
+    private var counters: [HostCounters] = []
+    private var names: [String] = []
     private var numbers: [String: HostNumber] = [:]
     private var freeNumbers: [HostNumber] = []
     private var candidates = Heap<Candidate>()
@@ -133,7 +168,7 @@ package struct AdmissionScheduler {
     /// Marks a running item finished, freeing its slots.
     package mutating func finish(_ id: ID) {
         guard let host = running.removeValue(forKey: id) else { return }
-        hosts[host]?.running -= 1
+        counters[host].running -= 1
         offer(host)
         dropHostIfIdle(host)
     }
@@ -142,10 +177,10 @@ package struct AdmissionScheduler {
     package mutating func admit() -> [ID] {
         var admitted: [ID] = []
         while !isPaused, running.count < maxConcurrent, let candidate = candidates.popMax() {
-            if let offered = hosts[candidate.host]?.offered, offered.priority == candidate.priority,
+            if let offered = counters[candidate.host].offered, offered.priority == candidate.priority,
                 offered.sequence == candidate.sequence
             {
-                hosts[candidate.host]?.offered = nil  // its newest entry has left the heap
+                counters[candidate.host].offered = nil  // its newest entry has left the heap
             }
             guard hasFreeSlot(candidate.host), let head = head(of: candidate.host),
                 head.priority == candidate.priority, head.slot.sequence == candidate.sequence
@@ -154,7 +189,7 @@ package struct AdmissionScheduler {
             hosts[candidate.host]?.levels[head.priority]?.removeFirst()
             waiting[id] = nil
             running[id] = candidate.host
-            hosts[candidate.host]?.running += 1
+            counters[candidate.host].running += 1
             admitted.append(id)
             offer(candidate.host)
         }
@@ -169,63 +204,50 @@ package struct AdmissionScheduler {
         let number: HostNumber
         if let free = freeNumbers.popLast() {
             number = free
-            hosts[number] = Host(name: name)
+            hosts[number] = Host()
+            counters[number] = HostCounters()
+            names[number] = name
         } else {
             number = hosts.count
-            hosts.append(Host(name: name))
+            hosts.append(Host())
+            counters.append(HostCounters())
+            names.append(name)
         }
         numbers[name] = number
         return number
     }
 
     private func hasFreeSlot(_ host: HostNumber) -> Bool {
-        (hosts[host]?.running ?? 0) < (perHostLimit ?? Int.max)
+        counters[host].running < (perHostLimit ?? Int.max)
     }
 
     /// Pushes `host`'s current best waiting item as a candidate, if it has one, a free slot, and is not in the
     /// heap already.
     private mutating func offer(_ host: HostNumber) {
         guard hasFreeSlot(host), let head = head(of: host) else { return }
-        if let offered = hosts[host]?.offered, offered.priority == head.priority, offered.sequence == head.slot.sequence
+        if let offered = counters[host].offered, offered.priority == head.priority,
+            offered.sequence == head.slot.sequence
         {
             return
         }
-        hosts[host]?.offered = (head.priority, head.slot.sequence)
+        counters[host].offered = (head.priority, head.slot.sequence)
         candidates.insert(Candidate(priority: head.priority, sequence: head.slot.sequence, host: host))
     }
 
     /// The host's best live waiting item, dropping stale slots and empty levels on the way.
-    // Host state is mutated in place through the array (`hosts[host]?.…`), never copied out and written
-    // back: a copy would share the FIFO's buffer, and the next mutation would duplicate the whole FIFO.
     private mutating func head(of host: HostNumber) -> (priority: Int, slot: Slot)? {
-        while let priority = hosts[host]?.priorities.first {
-            while let slot = hosts[host]?.levels[priority]?.first {
-                if let item = waiting[slot.id], item.priority == priority, item.sequence == slot.sequence {
-                    return (priority, slot)
-                }
-                hosts[host]?.levels[priority]?.removeFirst()
-            }
-            hosts[host]?.levels[priority] = nil
-            hosts[host]?.priorities.removeFirst()
-        }
-        return nil
+        hosts[host]?.head(in: waiting)
     }
 
     private mutating func append(_ slot: Slot, to host: HostNumber, priority: Int) {
-        if hosts[host]?.levels[priority] == nil {
-            hosts[host]?.levels[priority] = Deque()
-            // A new priority level is rare and the list is short: copying it here is cheap.
-            let priorities = hosts[host]?.priorities ?? []
-            let index = priorities.firstIndex { $0 < priority } ?? priorities.endIndex
-            hosts[host]?.priorities.insert(priority, at: index)
-        }
-        hosts[host]?.levels[priority]?.append(slot)
+        hosts[host]?.append(slot, priority: priority)
     }
 
     /// Forgets a host with nothing running and nothing waiting, so the map does not grow with every host seen.
     private mutating func dropHostIfIdle(_ host: HostNumber) {
-        guard hosts[host]?.running == 0, head(of: host) == nil, let name = hosts[host]?.name else { return }
-        numbers[name] = nil
+        guard counters[host].live, counters[host].running == 0, head(of: host) == nil else { return }
+        counters[host].live = false
+        numbers[names[host]] = nil
         hosts[host] = nil
         freeNumbers.append(host)
     }
