@@ -97,6 +97,9 @@ extension DownloadQueue {
         var cancelledFiles = 0
         /// Sizes of the finished files.
         var finishedBytes: Int64 = 0
+        /// Finished downloads that were skipped as already complete, and the body bytes the others received.
+        var skippedFiles = 0
+        var transferredBytes: Int64 = 0
         /// `expectedSize` of waiting downloads that declared one, and how many did not.
         var waitingExpectedBytes: Int64 = 0
         var waitingWithoutSize = 0
@@ -301,6 +304,8 @@ extension DownloadQueue {
             case .success(let result):
                 state.batch.finishedFiles += 1
                 state.batch.finishedBytes += result.size
+                state.batch.transferredBytes += result.bytesTransferred
+                if result.skipped { state.batch.skippedFiles += 1 }
             case .failure(let error) where error.isCancellation:
                 state.batch.cancelledFiles += 1
             case .failure:

@@ -258,6 +258,39 @@ public final class DownloadQueue: Sendable {
     /// The current batch's progress.
     public var progress: BatchProgress { state.withLock { $0.batchProgress() } }
 
+    /// How the current batch's downloads ended, in counts and sums.
+    package struct Tally: Sendable, Equatable {
+        /// Downloads with a file at their destination, those skipped as already complete included.
+        package var finished = 0
+        package var skipped = 0
+        package var failed = 0
+        package var cancelled = 0
+        /// Sizes of the finished files.
+        package var bytesOnDisk: Int64 = 0
+        /// Body bytes the finished downloads received.
+        package var bytesTransferred: Int64 = 0
+
+        /// A tally with these counts and sums.
+        package init(
+            finished: Int = 0, skipped: Int = 0, failed: Int = 0, cancelled: Int = 0, bytesOnDisk: Int64 = 0,
+            bytesTransferred: Int64 = 0
+        ) {
+            (self.finished, self.skipped, self.failed, self.cancelled) = (finished, skipped, failed, cancelled)
+            (self.bytesOnDisk, self.bytesTransferred) = (bytesOnDisk, bytesTransferred)
+        }
+    }
+
+    /// The current batch's tally: for a summary of a large batch without reading every handle's result.
+    package var tally: Tally {
+        state.withLock { state in
+            let batch = state.batch
+            return Tally(
+                finished: batch.finishedFiles, skipped: batch.skippedFiles, failed: batch.failedFiles,
+                cancelled: batch.cancelledFiles, bytesOnDisk: batch.finishedBytes,
+                bytesTransferred: batch.transferredBytes)
+        }
+    }
+
     /// Downloads waiting for a slot.
     public var waitingCount: Int { state.withLock { $0.scheduler.waitingCount } }
 

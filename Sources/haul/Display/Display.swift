@@ -104,6 +104,15 @@ struct RunReport: Sendable {
         bytesOnDisk += result.size
     }
 
+    /// Counts a batch whose downloads all ended without a failure, from the queue's tally.
+    mutating func add(_ tally: DownloadQueue.Tally) {
+        skipped += tally.skipped
+        downloaded += tally.finished - tally.skipped
+        cancelled += tally.cancelled
+        bytesTransferred += tally.bytesTransferred
+        bytesOnDisk += tally.bytesOnDisk
+    }
+
     /// 0 all succeeded; 1 at least one failed; 130 interrupted.
     var exitCode: Int32 {
         if interrupted { return 130 }

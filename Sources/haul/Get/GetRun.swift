@@ -104,14 +104,20 @@ enum GetRun {
         try? await ownedTransport?.shutdown()
 
         var report = RunReport(interrupted: interruption.happened, elapsed: .now - started)
-        // The planned download is read only for a failure's name: copying each of 10,000 plans out took ~1 ms between
-        // the last download and the exit.
-        for index in handles.indices {
-            switch handles[index].outcome {
-            case .success(let result): report.add(result)
-            case .failure(let error) where error.isCancellation: report.cancelled += 1
-            case .failure(let error): report.failures.append(.init(name: plan[index].displayName, error: error))
-            case nil: report.cancelled += 1
+        let tally = queue.tally
+        if tally.failed == 0, tally.finished + tally.cancelled == handles.count {
+            // Every download ended without a failure to name: the queue's counts are the summary. Reading 10,000
+            // results instead (each handle, its box and its result, cold) was ~3 ms after the last download.
+            report.add(tally)
+        } else {
+            // The planned download is read only for a failure's name.
+            for index in handles.indices {
+                switch handles[index].outcome {
+                case .success(let result): report.add(result)
+                case .failure(let error) where error.isCancellation: report.cancelled += 1
+                case .failure(let error): report.failures.append(.init(name: plan[index].displayName, error: error))
+                case nil: report.cancelled += 1
+                }
             }
         }
         display.summarize(report)

@@ -267,6 +267,36 @@ struct DownloadQueueTests {
         }
     }
 
+    @Test("the tally counts how the batch's downloads ended: finished, skipped, failed, cancelled, and the bytes")
+    func tally() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            try Data("here".utf8).write(to: dir.file("there.bin"))
+            server.closeGate("g")
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1))
+            let handles = queue.add([
+                DownloadRequest(
+                    url: server.url(path: "/bytes/a.bin", query: ["size": "100"]), destination: .directory(dir.url)),
+                DownloadRequest(
+                    url: server.url(path: "/bytes/there.bin", query: ["size": "7"]), destination: .directory(dir.url),
+                    conflictPolicy: .skip),
+                DownloadRequest(
+                    url: server.url(path: "/missing", query: ["status": "404"]), destination: .directory(dir.url)),
+                DownloadRequest(url: server.held("held", size: 50), destination: .directory(dir.url)),
+                DownloadRequest(
+                    url: server.url(path: "/bytes/never.bin", query: ["size": "9"]), destination: .directory(dir.url)),
+            ])
+            try await eventually("held") { server.heldCount(at: "g") == 1 }
+            queue.cancelAll()
+            server.openGate("g")
+            for handle in handles { _ = await handle.finalOutcomeForTest() }
+            #expect(
+                queue.tally
+                    == DownloadQueue.Tally(
+                        finished: 2, skipped: 1, failed: 1, cancelled: 2, bytesOnDisk: 104, bytesTransferred: 100))
+        }
+    }
+
     @Test("an identical URL and destination in flight is joined, not fetched twice")
     func joinsDuplicates() async throws {
         try await TestServer.withRunning { server in
