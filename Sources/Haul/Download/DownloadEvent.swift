@@ -78,13 +78,9 @@ public struct DownloadResult: Sendable, Equatable {
         fileURL: URL, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
         skipped: Bool = false
     ) {
-        self.location = .url(fileURL)
-        self.size = size
-        self.sha256 = sha256
-        self.finalURL = finalURL
-        self.attempts = attempts
-        self.bytesTransferred = bytesTransferred
-        self.skipped = skipped
+        self.init(
+            location: .url(fileURL), size: size, sha256: sha256, finalURL: finalURL, attempts: attempts,
+            bytesTransferred: bytesTransferred, skipped: skipped)
     }
 
     /// A result for the file at `path`, its URL made when first asked for.
@@ -92,7 +88,16 @@ public struct DownloadResult: Sendable, Equatable {
         path: String, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
         skipped: Bool = false
     ) {
-        location = .path(path)
+        self.init(
+            location: .path(path), size: size, sha256: sha256, finalURL: finalURL, attempts: attempts,
+            bytesTransferred: bytesTransferred, skipped: skipped)
+    }
+
+    private init(
+        location: Location, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
+        skipped: Bool
+    ) {
+        self.location = location
         self.size = size
         self.sha256 = sha256
         self.finalURL = finalURL
