@@ -185,6 +185,36 @@ struct GetCommandTests {
         }
     }
 
+    @Test("a long list is planned in two halves: problems from both, in line order; a clean one runs in order")
+    func longListPlannedInHalves() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            var lines = (1...3_000).map { "http://127.0.0.1:1/f\($0)" }
+            lines[9] = "gopher://127.0.0.1/x"  // line 10, first half
+            lines[2_899] = "http//broken"  // line 2,900, second half
+            let file = dir.file("urls.txt")
+            try Data(lines.joined(separator: "\n").utf8).write(to: file)
+            let refused = try await HaulProcess.run(["get", "-d", dir.file("out").path, "-i", file.path])
+            #expect(refused.status == 2, "\(refused)")
+            let first = try #require(refused.stderr.range(of: "urls.txt:10:"), "\(refused.stderr)")
+            let second = try #require(refused.stderr.range(of: "urls.txt:2900:"), "\(refused.stderr)")
+            #expect(first.lowerBound < second.lowerBound)
+
+            // Width 1 fetches in input order, so the requests' order is the plan's.
+            let urls = (0..<2_100).map { bytes(server, "n\($0).bin", size: 10) }
+            try Data(urls.joined(separator: "\n").utf8).write(to: file)
+            let run = try await HaulProcess.run([
+                "get", "-q", "-j", "1", "-d", dir.file("in-order").path, "-i", file.path,
+            ])
+            #expect(run.status == 0, "\(run)")
+            let paths = server.stats.requests.map(\.path)
+            let expected = (0..<2_100).map { "/bytes/n\($0).bin" }
+            let firstOutOfOrder = paths.indices.first { $0 >= expected.count || paths[$0] != expected[$0] }
+            #expect(paths.count == expected.count, "\(paths.count) requests")
+            #expect(firstOutOfOrder == nil, "request \(firstOutOfOrder ?? -1) out of input order")
+        }
+    }
+
     @Test("bad input leaves an existing directory as it was: no journal made there, an earlier one kept")
     func badInputInExistingDirectory() async throws {
         try await TestServer.withRunning { server in

@@ -1,6 +1,6 @@
 /// One URL as the user gave it: on the command line or on a line of an input file, with the option lines
 /// that followed it there.
-struct InputEntry: Equatable {
+struct InputEntry: Equatable, Sendable {
     /// Where it came from.
     var source: InputOrigin
     /// Where it came from, for messages: `urls.txt:3`, or `argument 2`.

@@ -1,9 +1,10 @@
 import Foundation
 import Haul
 import HTTPTypes
+import HaulOperations
 
 /// A download the command will run, with where it came from for messages.
-struct PlannedDownload {
+struct PlannedDownload: Sendable {
     var request: DownloadRequest
     /// Where it came from.
     var source: InputOrigin
@@ -17,7 +18,7 @@ struct PlannedDownload {
 }
 
 /// What applies to every URL of one `haul get`.
-struct PlanSettings {
+struct PlanSettings: Sendable {
     var directory: URL
     /// `-o`: only with exactly one URL.
     var fileName: String?
@@ -64,14 +65,34 @@ enum Planner {
         planned.reserveCapacity(entries.count)
         // Standardized once: every download without dir= shares it.
         let directoryPath = settings.directory.standardizedFileURL.path
-        for entry in entries {
-            switch plan(entry, settings: settings, headers: globalHeaders, directoryPath: directoryPath) {
+        let headers = globalHeaders
+        let outcomes = inHalves(entries) { entry in
+            plan(entry, settings: settings, headers: headers, directoryPath: directoryPath)
+        }
+        for outcome in outcomes {
+            switch outcome {
             case .success(let download): planned.append(download)
             case .failure(let failure): problems += failure.problems
             }
         }
         problems += duplicateDestinations(planned)
         return problems.isEmpty ? .success(planned) : .failure(UsageFailure(problems))
+    }
+
+    /// `body` of every entry, in order; a long list is done in two halves at once. Each entry is planned on its
+    /// own (a `URL` parsed, a name derived), and the second core is otherwise idle before the first request:
+    /// 10,000 entries took ~12 ms on one.
+    private static func inHalves<Output: Sendable>(
+        _ entries: [InputEntry], _ body: @escaping @Sendable (InputEntry) -> Output
+    ) -> [Output] {
+        guard entries.count >= 2_048 else { return entries.map(body) }
+        let middle = entries.count / 2
+        let halves = Locked<[[Output]]>([[], []])
+        DispatchQueue.concurrentPerform(iterations: 2) { half in
+            let done = (half == 0 ? entries[..<middle] : entries[middle...]).map(body)
+            halves.withLock { $0[half] = done }
+        }
+        return halves.withLock { $0[0] + $0[1] }
     }
 
     private static func plan(
