@@ -98,7 +98,8 @@ public final class SQLiteJournal: Journal {
     /// A log is folded into the database once it holds this many changes.
     private let foldThreshold: Int
     private let afterRotating: (@Sendable () -> Void)?
-    /// Whether this instance's writes go into ``State/cache`` (see ``init(path:durability:foldThreshold:remembersWrites:onError:afterRotating:)``).
+    /// Whether this instance's writes go into ``State/cache`` (see the `remembersWrites` parameter of the package
+    /// initialiser).
     private let remembersWrites: Bool
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
     /// downloads run fills gaps the network leaves; one fold of everything at close ran alone at the end (10,000
