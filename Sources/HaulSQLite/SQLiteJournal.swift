@@ -101,6 +101,9 @@ public final class SQLiteJournal: Journal {
     /// Whether this instance's writes go into ``State/cache`` (see the `remembersWrites` parameter of the package
     /// initialiser).
     private let remembersWrites: Bool
+    /// Whether every look-up answers `nil` without the lock: an instance that does not remember its writes and
+    /// opened an empty journal (a first `haul get` into a directory), whose cache therefore stays empty.
+    private let knowsNothing: Bool
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
     /// downloads run fills gaps the network leaves; one fold of everything at close ran alone at the end (10,000
     /// small files: +14.4% over `--no-journal` with one fold at close, +9.3% with this, +11.4% with 1,024; 20
@@ -186,6 +189,7 @@ public final class SQLiteJournal: Journal {
         syncEachAppend = durability == .powerLoss
         nextSequence = Atomic((rows.map(\.sequence).max() ?? 0) + 1)
         let log = try IntentLog(databasePath: path, reserving: Self.preparedLogSize)
+        knowsNothing = !remembersWrites && cache.isEmpty
         state = Locked(State(cache: cache, log: log))
         // The downloads start writing at once; the pages they will write are made writable meanwhile.
         folding.async { [state] in
@@ -289,6 +293,7 @@ public final class SQLiteJournal: Journal {
 
     /// The record stored for `key`, if any.
     public func record(for key: JournalKey) -> JournalRecord? {
+        if knowsNothing { return nil }
         let key = CacheKey(key)
         return state.withLock { $0.cache[key] }
     }
