@@ -123,12 +123,9 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     private func validateRequest() throws(DownloadError) {
-        // The scheme read off the URL's string, the host left encoded: `URL.scheme` and a decoded host are new
-        // strings made for every download (~0.5% of a batch of small files).
-        let scheme = request.url.absoluteString.utf8.prefix { $0 != UInt8(ascii: ":") }
-        guard
-            scheme.elementsEqual("http".utf8, by: Self.sameLetter)
-                || scheme.elementsEqual("https".utf8, by: Self.sameLetter),
+        // The host left encoded: a decoded one is a new string made for every download.
+        let scheme = request.url.schemeBytes
+        guard scheme.equalsIgnoringCase("http") || scheme.equalsIgnoringCase("https"),
             request.url.host(percentEncoded: true)?.isEmpty == false
         else {
             throw DownloadError(
@@ -137,9 +134,6 @@ final class DownloadRun: @unchecked Sendable {
                 url: request.url)
         }
     }
-
-    /// Whether `byte` is the lower-case letter `letter` in either case.
-    private static func sameLetter(_ byte: UInt8, _ letter: UInt8) -> Bool { byte | 0x20 == letter }
 
     /// Applies the conflict policy before any byte is fetched. Returns a result when the policy is `skip` and
     /// the file exists.
