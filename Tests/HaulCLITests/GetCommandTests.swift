@@ -14,6 +14,11 @@ import Darwin
 /// every exit status, and the files it leaves.
 @Suite("haul get", .timeLimit(.minutes(2)))
 struct GetCommandTests {
+    /// The size of the file at `path`, 0 when there is none.
+    static func size(of path: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? 0
+    }
+
     func bytes(_ server: TestServer, _ name: String, size: Int, _ query: [String: String] = [:]) -> String {
         var query = query
         query["size"] = "\(size)"
@@ -538,8 +543,13 @@ struct GetCommandTests {
             let process = try HaulProcess(["get", "-d", dir.path, url])
             // Watched from a thread of its own: a task polling for the bytes can be held up for seconds while other
             // tests keep the pool busy, and the transfer (2 s) was then over before the signal (seen once in CI).
+            // Mid-transfer on Haul's side too: bytes in its partial file, not only sent by the server (under load the
+            // server had sent 200 KB while Haul had written none, and the rerun had nothing to resume from).
+            let partial = dir.file(".slow.bin.haul-partial").path
             try await onOwnThread {
-                while server.stats.bodyBytesSent <= 200_000, !process.hasExited { usleep(1_000) }
+                while server.stats.bodyBytesSent <= 200_000 || Self.size(of: partial) < 100_000, !process.hasExited {
+                    usleep(1_000)
+                }
                 process.send(signal)
             }
             let run = await process.finish()
