@@ -1,4 +1,5 @@
 import HTTPTypes
+import Haul
 import NIOCore
 
 /// What ``ResponseParser`` found in the bytes read.
@@ -330,16 +331,6 @@ private struct ListItems: Sequence, IteratorProtocol {
             if !item.isEmpty || keepingEmpty { return item }
         }
         return nil
-    }
-}
-
-extension Slice<UnsafeRawBufferPointer> {
-    /// Whether these bytes spell `word` (lowercase ASCII) in any case.
-    fileprivate func equalsIgnoringCase(_ word: StaticString) -> Bool {
-        guard count == word.utf8CodeUnitCount else { return false }
-        return zip(self, UnsafeBufferPointer(start: word.utf8Start, count: word.utf8CodeUnitCount)).allSatisfy {
-            $0 | 0x20 == $1 || $0 == $1
-        }
     }
 }
 
