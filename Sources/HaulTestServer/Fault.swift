@@ -30,6 +30,7 @@
 /// | `dropConnection=1` | close the connection without any response |
 /// | `dropTimes=N` | apply `dropConnection` to the first `N` requests to this path only |
 /// | `headOnly=1` | send the head, then nothing; the connection stays open until the client closes |
+/// | `close=1` | answer whole with `Connection: close`, then close the connection (a server's keep-alive limit) |
 /// | `hold=GATE` | hold the request before the head until ``TestServer/openGate(_:)`` opens `GATE` |
 ///
 /// "Per path" counters (`fail`, `cutTimes`, `dropTimes`, `changeAfterFirst`) are keyed by the path without the
@@ -91,6 +92,9 @@ public struct Fault: Sendable, Hashable {
     public var dropTimes: Int?
     /// Send the head and never the body (`headOnly=1`).
     public var headOnly: Bool?
+    /// Answer with `Connection: close` and close the connection after the response, as a server does once a
+    /// connection has carried its limit of requests (nginx's `keepalive_requests`) (`close=1`).
+    public var closeConnection: Bool?
     /// Hold the request until this gate opens (`hold=`).
     public var holdGate: String?
 
@@ -102,7 +106,7 @@ public struct Fault: Sendable, Hashable {
         "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "cutAfter", "cutTimes",
         "stallAfter", "stall", "shortBy", "ignoreRange", "changeAfterFirst", "redirects", "redirectLoop",
         "redirectTo", "redirectStatus", "disposition", "requireAuth", "gzip", "dropConnection", "dropTimes", "headOnly",
-        "hold",
+        "close", "hold",
     ]
 }
 

@@ -33,6 +33,7 @@ struct ServeCommand: AsyncParsableCommand {
               gzip=1                      gzip the body (Content-Encoding: gzip)
               dropConnection=1 dropTimes=N   close without a response (only the first N requests)
               headOnly=1                  send the head, never the body
+              close=1                     answer with Connection: close, then close the connection
               hold=GATE                   hold until the gate opens (test API only)
             On SIGINT or SIGTERM it stops and prints one line: requests received, body bytes sent (headers
             excluded) and the most requests in flight at once.

@@ -194,6 +194,24 @@ struct FaultTests {
         }
     }
 
+    @Test func closeAnswersWholeThenClosesTheConnection() async throws {
+        try await TestServer.withRunning { server in
+            // Pipelined: the second request is never answered, as the server closed after the first.
+            let responses = try await RawHTTPClient.send(
+                [RawRequest("GET", "/bytes/a?size=100&close=1"), RawRequest("GET", "/bytes/b?size=10")],
+                port: server.port)
+            try #require(responses.count == 2)
+            #expect(responses[0].status == 200 && responses[0].isComplete)
+            #expect(responses[0].header("Connection") == "close")
+            #expect(responses[0].body == TestServer.expectedBytes(name: "a", size: 100))
+            #expect(responses[1].status == 0 && responses[1].connectionClosed)
+            // Without it the connection stays open for the next request.
+            let kept = try await RawHTTPClient.send(
+                [RawRequest("GET", "/bytes/a?size=100"), RawRequest("GET", "/bytes/b?size=10")], port: server.port)
+            #expect(kept.map(\.status) == [200, 200] && kept[0].header("Connection") == nil)
+        }
+    }
+
     @Test func rulesApplyByPathPrefixAndHostAndQueryWins() async throws {
         try await TestServer.withRunning { server in
             var fault = Fault()

@@ -14,6 +14,12 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// A read the pipeline asked for while the exchange had too much buffered; issued when it drains.
     private var heldRead = false
     private var paused = false
+    /// Set while `channelRead` parses. What a part sets off can close this very channel from inside the parse (a
+    /// response that ends with `Connection: close`, the transport's last reference dropped as a connection goes
+    /// back to its pool), and NIO then calls `channelInactive` at once: the parser is mid-parse, so the close is
+    /// handled once the parse has returned.
+    private var parsing = false
+    private var closedWhileParsing = false
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -39,13 +45,20 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        parsing = true
         do {
             try parser.parse(unwrapInboundIn(data)) { deliver($0) }
+            parsing = false
         } catch {
+            parsing = false
             // The connection's framing is lost: nothing more can be read from it.
             exchange?.fail(error)
             exchange = nil
             context.close(promise: nil)
+        }
+        if closedWhileParsing {
+            closedWhileParsing = false
+            becameInactive(context: context)
         }
     }
 
@@ -94,6 +107,14 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        if parsing {
+            closedWhileParsing = true
+        } else {
+            becameInactive(context: context)
+        }
+    }
+
+    private func becameInactive(context: ChannelHandlerContext) {
         if parser.endsAtClose { deliver(.end(keepAlive: false)) }  // a body framed by the close is complete
         exchange?.fail(NIOTransportError.closedBeforeResponse)
         exchange = nil

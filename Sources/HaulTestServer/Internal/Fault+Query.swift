@@ -34,6 +34,7 @@ extension Fault {
         case "dropConnection": dropConnection = flag
         case "dropTimes": dropTimes = Int(value)
         case "headOnly": headOnly = flag
+        case "close": closeConnection = flag
         case "hold": holdGate = value
         default: break
         }
@@ -66,6 +67,7 @@ extension Fault {
         result.dropConnection = override.dropConnection ?? dropConnection
         result.dropTimes = override.dropTimes ?? dropTimes
         result.headOnly = override.headOnly ?? headOnly
+        result.closeConnection = override.closeConnection ?? closeConnection
         result.holdGate = override.holdGate ?? holdGate
         return result
     }

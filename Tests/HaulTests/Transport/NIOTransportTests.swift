@@ -145,6 +145,30 @@ struct NIOTransportTests {
         }
     }
 
+    @Test("a server that closes each connection after its response (Connection: close, framed by length): all arrive")
+    func connectionClose() async throws {
+        // nginx does this once a connection has carried `keepalive_requests` (1,000 by default); the close
+        // happens while the transport parses the response, which once crashed it (exclusive access violated).
+        try await TestServer.withRunning { server in
+            var fault = Fault()
+            fault.closeConnection = true
+            server.addRule(FaultRule(pathPrefix: "/bytes/", fault: fault))
+            let dir = try TemporaryDirectory()
+            let queue = DownloadQueue(
+                downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
+                configuration: .init(maxConcurrentDownloads: 4))
+            let requests = (0..<40).map { index in
+                DownloadRequest(
+                    url: server.url(path: "/bytes/c\(index)", query: ["size": "\(3000 + index)"]),
+                    destination: .directory(dir.url))
+            }
+            for handle in queue.add(requests) { _ = try await handle.result }
+            #expect(server.stats.requestCount == 40)
+            #expect(server.stats.connectionsAccepted == 40)
+            #expect(contentsOf(dir.file("c17")) == TestServer.expectedBytes(name: "c17", size: 3017))
+        }
+    }
+
     @Test("a response to HEAD has no body, and the next response on the connection is read whole")
     func headThenGet() async throws {
         try await TestServer.withRunning { server in
