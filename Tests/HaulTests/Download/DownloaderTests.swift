@@ -31,6 +31,26 @@ struct DownloaderTests {
         }
     }
 
+    @Test(
+        "a server that closes the connection after each response: every file arrives, none sent twice",
+        arguments: TransportKind.allCases)
+    func serverClosesAfterEachResponse(kind: TransportKind) async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 0))
+            for index in 0..<5 {
+                let url = server.url(
+                    path: "/bytes/closing\(index)", query: ["size": "\(20_000 + index)", "close": "1"])
+                let result = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+                #expect(result.attempts == 1)
+                #expect(
+                    contentsOf(result.fileURL)
+                        == TestServer.expectedBytes(name: "closing\(index)", size: 20_000 + index))
+            }
+            #expect(server.stats.requestCount == 5 && server.stats.connectionsAccepted == 5)
+        }
+    }
+
     @Test("503 twice then success: retried with the policy's backoff", arguments: TransportKind.allCases)
     func retriesTransientStatus(kind: TransportKind) async throws {
         try await TestServer.withRunning { server in
