@@ -14,6 +14,19 @@ import Testing
 /// stale connections, back-pressure, schemes it leaves to its fallback.
 @Suite("NIOTransport", .timeLimit(.minutes(1)))
 struct NIOTransportTests {
+    /// Downloads `count` generated files into `dir` through `queue`: `name0` of `size` bytes, `name1` of `size + 1`, ...
+    private func fetchNumbered(
+        _ count: Int, named name: String, size: Int, from server: TestServer, into dir: TemporaryDirectory,
+        through queue: DownloadQueue
+    ) async throws {
+        let requests = (0..<count).map { index in
+            DownloadRequest(
+                url: server.url(path: "/bytes/\(name)\(index)", query: ["size": "\(size + index)"]),
+                destination: .directory(dir.url))
+        }
+        for handle in queue.add(requests) { _ = try await handle.result }
+    }
+
     @Test("keeps connections alive: 20 downloads one after another use one connection")
     func keepAlive() async throws {
         try await TestServer.withRunning { server in
@@ -157,12 +170,7 @@ struct NIOTransportTests {
             let queue = DownloadQueue(
                 downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
                 configuration: .init(maxConcurrentDownloads: 4))
-            let requests = (0..<40).map { index in
-                DownloadRequest(
-                    url: server.url(path: "/bytes/c\(index)", query: ["size": "\(3000 + index)"]),
-                    destination: .directory(dir.url))
-            }
-            for handle in queue.add(requests) { _ = try await handle.result }
+            try await fetchNumbered(40, named: "c", size: 3000, from: server, into: dir, through: queue)
             #expect(server.stats.requestCount == 40)
             #expect(server.stats.connectionsAccepted == 40)
             #expect(contentsOf(dir.file("c17")) == TestServer.expectedBytes(name: "c17", size: 3017))
@@ -231,12 +239,7 @@ struct NIOTransportTests {
                 let queue = DownloadQueue(
                     downloader: Downloader(transport: transport, configuration: configuration),
                     configuration: .init(maxConcurrentDownloads: 4))
-                let requests = (0..<24).map { index in
-                    DownloadRequest(
-                        url: server.url(path: "/bytes/f\(index)", query: ["size": "\(100 + index)"]),
-                        destination: .directory(dir.url))
-                }
-                for handle in queue.add(requests) { _ = try await handle.result }
+                try await fetchNumbered(24, named: "f", size: 100, from: server, into: dir, through: queue)
                 let seen = places.withLock { $0 }
                 #expect(
                     seen.count == 24 && seen.allSatisfy { $0 == onLoops }, "\(durability), on the loops: \(onLoops)")
