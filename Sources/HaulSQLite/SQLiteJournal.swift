@@ -304,9 +304,7 @@ public final class SQLiteJournal: Journal {
         var frames: [UInt8] = []
         frames.reserveCapacity(384)
         encodeUpsert(record, time: IntentLog.now(), into: &frames)
-        write(frames, changes: 1) { cache in
-            if remembersWrites { cache[key] = record } else { cache.removeValue(forKey: key) }
-        }
+        write(frames, changes: 1) { remember(record, at: key, in: &$0) }
     }
 
     /// Stores `records` with one write to the log (all or none survive a kill).
@@ -317,10 +315,14 @@ public final class SQLiteJournal: Journal {
         let time = IntentLog.now()
         for record in records { encodeUpsert(record, time: time, into: &frames) }
         write(frames, changes: records.count) { cache in
-            for (key, record) in zip(keys, records) {
-                if remembersWrites { cache[key] = record } else { cache.removeValue(forKey: key) }
-            }
+            for (key, record) in zip(keys, records) { remember(record, at: key, in: &cache) }
         }
+    }
+
+    /// Puts a record just written into the cache; an instance that does not remember its writes makes its key
+    /// unknown there instead (never stale: an older record for it may have been loaded at open).
+    private func remember(_ record: JournalRecord, at key: CacheKey, in cache: inout [CacheKey: JournalRecord]) {
+        if remembersWrites { cache[key] = record } else { cache.removeValue(forKey: key) }
     }
 
     /// Appends the frame of an upsert of `record` with the next sequence (which the database ignores for a key it
