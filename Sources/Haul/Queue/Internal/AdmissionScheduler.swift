@@ -26,7 +26,7 @@ package struct AdmissionScheduler {
             if let limit = perHostLimit { perHostLimit = max(1, limit) }
             // Hosts that were full may have a free slot now; they are not in the heap, so offer them again.
             // Rare (a setting changed), so a pass over the hosts with work is fine here.
-            for host in counters.indices where counters[host].live { offer(host) }
+            for host in hosts.indices where hosts[host] != nil { offer(host) }
         }
     }
     /// While paused nothing is admitted; running downloads go on.
@@ -83,8 +83,6 @@ package struct AdmissionScheduler {
     }
 
     private struct HostCounters {
-        /// Whether the number belongs to a host now (not waiting in ``freeNumbers``).
-        var live = true
         var running = 0
         /// The key of this host's newest entry in the heap, so an unchanged best item is not pushed again
         /// (otherwise every enqueue on an idle host would add a heap entry, and the heap would grow with the
@@ -245,8 +243,7 @@ package struct AdmissionScheduler {
 
     /// Forgets a host with nothing running and nothing waiting, so the map does not grow with every host seen.
     private mutating func dropHostIfIdle(_ host: HostNumber) {
-        guard counters[host].live, counters[host].running == 0, head(of: host) == nil else { return }
-        counters[host].live = false
+        guard hosts[host] != nil, counters[host].running == 0, head(of: host) == nil else { return }
         numbers[names[host]] = nil
         hosts[host] = nil
         freeNumbers.append(host)
