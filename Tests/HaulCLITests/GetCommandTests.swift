@@ -133,10 +133,12 @@ struct GetCommandTests {
                 gopher://127.0.0.1/x
                 http//broken
                   checksum=sha-256=abc
+                http://127.0.0.1:1/a http://127.0.0.1:1/b\r
                 """,
             mustSay: [
                 "urls.txt:5: unknown option 'colour'", "urls.txt:6: unsupported scheme 'gopher'",
                 "urls.txt:7:", "not a valid URL",
+                "urls.txt:9: 'http://127.0.0.1:1/a http://127.0.0.1:1/b' is not one URL",
             ]),
         BadInput(
             label: "input file: duplicate destination through out=", arguments: { _, _ in [] },
@@ -190,13 +192,14 @@ struct GetCommandTests {
         }
     }
 
-    @Test("a long list is planned in two halves: problems from both, in line order; a clean one runs in order")
+    @Test("a long list is planned in two halves: problems from both and a clash across them, in line order; clean, in order")
     func longListPlannedInHalves() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             var lines = (1...3_000).map { "http://127.0.0.1:1/f\($0)" }
             lines[9] = "gopher://127.0.0.1/x"  // line 10, first half
             lines[2_899] = "http//broken"  // line 2,900, second half
+            lines[2_999] = "http://127.0.0.1:1/f100"  // line 3,000 would write line 100's file: found among the rest
             let file = dir.file("urls.txt")
             try Data(lines.joined(separator: "\n").utf8).write(to: file)
             let refused = try await HaulProcess.run(["get", "-d", dir.file("out").path, "-i", file.path])
@@ -204,6 +207,9 @@ struct GetCommandTests {
             let first = try #require(refused.stderr.range(of: "urls.txt:10:"), "\(refused.stderr)")
             let second = try #require(refused.stderr.range(of: "urls.txt:2900:"), "\(refused.stderr)")
             #expect(first.lowerBound < second.lowerBound)
+            let clash = "urls.txt:3000: 'http://127.0.0.1:1/f100' and 'http://127.0.0.1:1/f100' ("
+            #expect(refused.stderr.contains(clash), "\(refused.stderr)")
+            #expect(refused.stderr.contains("urls.txt:100) would both write"), "\(refused.stderr)")
 
             // Width 1 fetches in input order, so the requests' order is the plan's.
             let urls = (0..<2_100).map { bytes(server, "n\($0).bin", size: 10) }
@@ -248,16 +254,21 @@ struct GetCommandTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let digest = sha256Hex(TestServer.expectedBytes(name: "c.bin", size: 5000))
-            let input = """
-                \(bytes(server, "a.bin", size: 100))
-                  out=first.dat
-                \(bytes(server, "b.bin", size: 200))
-                \tdir=sub/deeper
-                \(bytes(server, "c.bin", size: 5000))
-                  checksum=sha-256=\(digest)
-                \(bytes(server, "secret.bin", size: 50, ["requireAuth": "Bearer token"]))
-                  header=Authorization: Bearer token
-                """
+            // Windows line ends, blanks around values, a blank line of spaces and comments (one indented) read as
+            // the plain lines would.
+            let input = [
+                "# first a comment",
+                "\(bytes(server, "a.bin", size: 100)) \t",
+                "  out=first.dat  ",
+                "   ",
+                "\(bytes(server, "b.bin", size: 200))",
+                "\tdir=sub/deeper",
+                "  # an indented comment",
+                "\(bytes(server, "c.bin", size: 5000))",
+                "  checksum=sha-256=\(digest)",
+                "\(bytes(server, "secret.bin", size: 50, ["requireAuth": "Bearer token"]))",
+                "  header=Authorization: Bearer token\t",
+            ].joined(separator: "\r\n")
             let run = try await HaulProcess.run(["get", "-d", dir.path, "-i", "-"], input: input)
             #expect(run.status == 0, "\(run)")
             #expect(dir.contents() == [".haul", "c.bin", "first.dat", "secret.bin", "sub"])

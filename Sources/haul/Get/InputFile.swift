@@ -42,31 +42,50 @@ enum InputFile {
 
     /// The entries of `text` and every problem found in it (all of them, so one run reports them all).
     static func parse(_ text: String, name: String) -> (entries: [InputEntry], problems: [InputProblem]) {
+        var text = text
+        return text.withUTF8 { parse(bytes: $0, name: name) }
+    }
+
+    /// Works on the text's UTF-8 bytes in place: every character that matters here (line ends, spaces, tabs,
+    /// `#`) is ASCII, so each cut falls between characters. Going through the string's views instead (a split
+    /// into substrings, each trimmed and copied) took ~6 ms of a 10,000-line list, before the first download.
+    private static func parse(
+        bytes: UnsafeBufferPointer<UInt8>, name: String
+    ) -> (entries: [InputEntry], problems: [InputProblem]) {
         var entries: [InputEntry] = []
         var problems: [InputProblem] = []
-        // Split and trimmed as UTF-8 bytes (every character that matters here is ASCII): as Characters, a list
-        // of 10,000 URLs took tens of milliseconds. Both line ends: files written on Windows must read the same.
-        let lines = text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
-        for (index, rawLine) in lines.enumerated() {
-            let line = rawLine.last == UInt8(ascii: "\r") ? rawLine.dropLast() : rawLine
-            let indented = line.first == UInt8(ascii: " ") || line.first == UInt8(ascii: "\t")
-            let trimmedBytes = line.drop(while: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
-            if trimmedBytes.isEmpty || trimmedBytes.first == UInt8(ascii: "#") { continue }
-            let trimmed = Substring(trimmedBytes)
-            let source = InputOrigin(source: name, line: index + 1)
+        let newline = UInt8(ascii: "\n")
+        let isBlank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        var lineStart = 0
+        var lineNumber = 0
+        while lineStart <= bytes.count {
+            let lineEnd = bytes[lineStart...].firstIndex(of: newline) ?? bytes.count
+            defer { lineStart = lineEnd + 1 }
+            lineNumber += 1
+            // Both line ends: files written on Windows must read the same.
+            var end = lineEnd
+            if end > lineStart, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+            var start = lineStart
+            while start < end, isBlank(bytes[start]) { start += 1 }
+            if start == end || bytes[start] == UInt8(ascii: "#") { continue }
+            let indented = start > lineStart
+            let source = InputOrigin(source: name, line: lineNumber)
             if indented {
                 guard !entries.isEmpty else {
                     problems.append(
                         InputProblem(origin: source.description, message: "an option line must follow a URL line"))
                     continue
                 }
-                if let problem = apply(option: String(trimmed), to: &entries[entries.count - 1]) {
+                let option = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+                if let problem = apply(option: option, to: &entries[entries.count - 1]) {
                     problems.append(InputProblem(origin: source.description, message: problem))
                 }
                 continue
             }
-            let url = trimmed.trimmingSpaces()
-            if url.utf8.contains(where: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) {
+            while isBlank(bytes[end - 1]) { end -= 1 }  // stops at bytes[start], which is not blank
+            let text = UnsafeBufferPointer(rebasing: bytes[start..<end])
+            let url = String(decoding: text, as: UTF8.self)
+            if text.contains(where: isBlank) {
                 problems.append(
                     InputProblem(
                         origin: source.description,
