@@ -192,7 +192,7 @@ struct GetCommandTests {
         }
     }
 
-    @Test("a long list is planned in two halves: problems from both and a clash across them, in line order; clean, in order")
+    @Test("a long list is planned in two halves: problems and a clash across them in line order; clean, in order")
     func longListPlannedInHalves() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
