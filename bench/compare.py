@@ -386,9 +386,10 @@ def run_once(scenario, tool, place, work, reference):
     os.makedirs(inputs, exist_ok=True)
     urls, config = write_inputs(items, inputs)
     stderr_path = os.path.join(work, "stderr.txt")
+    argv = command(tool, scenario.width, dest, urls, config)
+    warm(argv[0], [] if server else items)
     try:
-        status, wall, cpu, rss = measured(command(tool, scenario.width, dest, urls, config), scenario.timeout,
-                                          stderr_path)
+        status, wall, cpu, rss = measured(argv, scenario.timeout, stderr_path)
     finally:
         served = server.stop() if server else None
     why = f"exit status {status}" if status != 0 else verify(items, dest)
@@ -400,6 +401,20 @@ def run_once(scenario, tool, place, work, reference):
     if isinstance(place, Scratch) or scenario.files < 1000:
         shutil.rmtree(dest, ignore_errors=True)  # a few inodes: no reuse delay worth the disk space
     return Run(wall, cpu, rss, not why, extra, why)
+
+
+def warm(program, items):
+    """Reads what nginx will serve and starts the tool once (`--version`), before the clock starts.
+
+    This machine reclaims memory that has not been touched for a few seconds (a DAMON `pageout` scheme,
+    /sys/kernel/mm/damon), so whether nginx's files and a tool's own code were still in memory depended on how long
+    the tools before it had run: the run right after aria2c's 14 s often began with nginx reading its files from disk
+    (~1,200 waits for a read in one s3 run). Every tool now starts with both in memory."""
+    subprocess.run([program, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for item in items:
+        with open(item.reference, "rb") as f:
+            while f.read(1 << 20):
+                pass
 
 
 def median(values):
@@ -610,7 +625,10 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         "alternating, medians; every real-disk run into a newly made ext4 (a loop file on the real disk: ext4 delays "
         "reusing freed inodes, which made creating files right after deleting the previous run's up to 20 times "
         "dearer, at random), every tmpfs run into an empty directory, `sync` before the clock starts, files checked "
-        "byte for byte afterwards (a failed or wrong run is never a time). CPU s is user + system time of the "
+        "byte for byte afterwards (a failed or wrong run is never a time). Before the clock starts, nginx's files for "
+        "the scenario are read and the tool is started once (`--version`): this machine pages out memory left "
+        "untouched for a few seconds, so otherwise a run could begin with both on disk, depending on how long the "
+        "tools before it took. Wall time from a blocking wait. CPU s is user + system time of the "
         "tool's process, peak RSS its maximum resident set from GNU time (largest of the runs). \"Haul vs it\" is Haul's speed "
         "(`haul get` as it runs by default: its own HTTP/1.1 client on NIO, journal on) over that tool's: above 1.00x Haul is faster. "
         "nginx serves s1-s3 from files; `haul serve` (a fresh process per run, so every fault fires again) serves "
