@@ -183,10 +183,7 @@ enum Planner {
         }
         // Compared without making lowercased copies, and the host checked as written (decoding it made a string
         // per URL): a list of 10,000 is validated before the first download.
-        guard
-            scheme.utf8.elementsEqual("http".utf8, by: Self.sameLetter)
-                || scheme.utf8.elementsEqual("https".utf8, by: Self.sameLetter)
-        else {
+        guard scheme.utf8.equalsIgnoringCase("http") || scheme.utf8.equalsIgnoringCase("https") else {
             problems.append("unsupported scheme '\(scheme.lowercased())' in '\(text)': only http and https")
             return nil
         }
@@ -196,9 +193,6 @@ enum Planner {
         }
         return url
     }
-
-    /// ASCII letters equal but for case (`expected` is lowercase).
-    private static func sameLetter(_ byte: UInt8, _ expected: UInt8) -> Bool { byte | 0x20 == expected }
 
     private static func problemWithFileName(_ name: String) -> String? {
         if name.isEmpty || name == "." || name == ".." || name.contains("/") || name.contains("\0") {
