@@ -16,7 +16,7 @@
 /// | `cutAfter=K` | close the connection after `K` body bytes |
 /// | `cutTimes=N` | apply `cutAfter` to the first `N` requests to this path only |
 /// | `stallAfter=K` | after `K` body bytes, send nothing for `stall` |
-/// | `stall=MS` or `stall=forever` | stall length; `forever` waits until the client goes away |
+/// | `stall=MS`, `stall=forever` or `stall=gate:G` | stall length; `forever` waits until the client goes away, `gate:G` until ``TestServer/openGate(_:)`` opens `G` |
 /// | `shortBy=N` | announce the full `Content-Length`, send `N` bytes fewer, then close |
 /// | `ignoreRange=1` | ignore `Range`/`If-Range`, always 200 with the full body |
 /// | `changeAfterFirst=1` | every request to this path bumps the content version (new bytes, ETag, date) |
@@ -42,6 +42,8 @@ public struct Fault: Sendable, Hashable {
         case milliseconds(Int)
         /// Never resume; the connection stays open until the client closes it.
         case forever
+        /// Resume once ``TestServer/openGate(_:)`` opens this gate (at once if it is open already).
+        case untilGate(String)
     }
 
     /// Answer every request with this status (`status=`).
@@ -64,7 +66,8 @@ public struct Fault: Sendable, Hashable {
     public var cutTimes: Int?
     /// Stall after this many body bytes (`stallAfter=`).
     public var stallAfterBytes: Int?
-    /// How long to stall (`stall=`); defaults to forever when only `stallAfter` is set.
+    /// How long to stall (`stall=`: milliseconds, `forever`, or `gate:NAME`); defaults to forever when only
+    /// `stallAfter` is set.
     public var stallLength: StallLength?
     /// Send this many bytes fewer than `Content-Length` announces, then close (`shortBy=`).
     public var shortByBytes: Int?

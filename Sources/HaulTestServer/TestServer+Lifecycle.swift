@@ -71,9 +71,12 @@ extension TestServer {
             .childChannelInitializer { channel in
                 registry.add(channel)
                 return channel.eventLoop.makeCompletedFuture {
+                    // No outbound header validation: a fault server must be able to send what a lying one sends
+                    // (a control character in `Content-Disposition` or `Location`, say).
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(
                         withPipeliningAssistance: true,
-                        withErrorHandling: true
+                        withErrorHandling: true,
+                        withOutboundHeaderValidation: false
                     )
                     try channel.pipeline.syncOperations.addHandler(HTTPConnectionHandler(server: context))
                 }

@@ -23,7 +23,7 @@ struct ServeCommand: AsyncParsableCommand {
               delay=MS                    wait before the response head
               rate=B                      throttle the body to B bytes/s
               cutAfter=K cutTimes=N       close after K body bytes (only the first N requests)
-              stallAfter=K stall=MS|forever   pause the body after K bytes
+              stallAfter=K stall=MS|forever|gate:G   pause the body after K bytes
               shortBy=N                   send N bytes fewer than Content-Length, then close
               ignoreRange=1               always 200 with the full body
               changeAfterFirst=1          new content and ETag on every request to the path

@@ -20,7 +20,14 @@ extension Fault {
         case "cutAfter": cutAfterBytes = Int(value)
         case "cutTimes": cutTimes = Int(value)
         case "stallAfter": stallAfterBytes = Int(value)
-        case "stall": stallLength = value == "forever" ? .forever : Int(value).map { .milliseconds($0) }
+        case "stall":
+            if value == "forever" {
+                stallLength = .forever
+            } else if value.hasPrefix("gate:") {
+                stallLength = .untilGate(String(value.dropFirst("gate:".count)))
+            } else {
+                stallLength = Int(value).map { .milliseconds($0) }
+            }
         case "shortBy": shortByBytes = Int(value)
         case "ignoreRange": ignoreRange = flag
         case "changeAfterFirst": changeAfterFirst = flag

@@ -37,10 +37,22 @@ extension HTTPConnectionHandler {
             if let stallAt = body.stallAfter, !current.stalled, current.sent == stallAt {
                 current.stalled = true
                 context.flush()
-                if case .milliseconds(let milliseconds) = body.stallLength {
+                switch body.stallLength {
+                case .milliseconds(let milliseconds):
                     schedulePump(context: context, in: .milliseconds(Int64(milliseconds)))
+                case .untilGate(let gate):
+                    guard let opened = server.state.waitAtGate(gate, eventLoop: context.eventLoop) else {
+                        continue  // the gate is open already
+                    }
+                    let stalledExchange = generation
+                    opened.assumeIsolated().whenSuccess {
+                        guard self.generation == stalledExchange, self.isActive else { return }
+                        self.pump(context: context)
+                    }
+                case .forever:
+                    break
                 }
-                // A stall forever ends only when the client closes the connection.
+                // A stall forever ends only when the client closes the connection; the others resume it.
                 return
             }
             var sliceLength = body.sendCount - current.sent
