@@ -117,7 +117,8 @@ public final class SQLiteJournal: Journal {
     ///     downloader's ``Downloader/Configuration/durability``.
     ///   - onError: called when a later read or write fails (the download goes on; only what a later run can
     ///     resume or skip is affected). By default errors are dropped.
-    /// - Throws: when the database cannot be opened or migrated (a clear message: path and SQLite's reason).
+    /// - Throws: ``JournalOpenError`` when the database cannot be opened or migrated (its reason, and a message
+    ///   naming the path).
     public convenience init(
         path: String, durability: Downloader.Durability = .processCrash,
         onError: @escaping @Sendable (any Error) -> Void = { _ in }
@@ -147,8 +148,10 @@ public final class SQLiteJournal: Journal {
             missing.insert(directory, at: 0)
             directory = (directory as NSString).deletingLastPathComponent
         }
-        try FileManager.default.createDirectory(
-            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try JournalOpenError.mapping(path) {
+            try FileManager.default.createDirectory(
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        }
         createdDirectories = missing
         // Owner-only from the start (SQLite gives its -wal and -shm files the same mode): requests are stored
         // with their header fields, which may carry credentials.
@@ -170,30 +173,68 @@ public final class SQLiteJournal: Journal {
         }
         // Another process (a second `haul get` on the same directory) waits for the lock instead of failing.
         configuration.busyMode = .timeout(10)
-        pool = try DatabasePool(path: path, configuration: configuration)
-        // Again on the writer: GRDB sets NORMAL there when it turns WAL on, after prepareDatabase.
-        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
+        pool = try JournalOpenError.mapping(path) {
+            try Self.openPool(path: path, configuration: configuration, synchronous: synchronous)
+        }
         self.onError = onError
         self.path = path
         let statements = WriteStatements()
         self.statements = statements
-        try Self.migrator.migrate(pool)
         // Logs of journals that were never closed (a killed process): into the database, then gone.
         let others = IntentLog.others(of: path, takingDead: true)
         defer { for descriptor in others.dead.descriptors { close(descriptor) } }
-        try Self.apply(others.dead.operations, on: pool, with: statements)
+        let pool = pool
+        try JournalOpenError.mapping(path) { try Self.apply(others.dead.operations, on: pool, with: statements) }
         for dead in others.dead.paths { unlink(dead) }
-        let rows = Self.overlay(others.live, on: try pool.read(Self.fetchRows))
+        let rows = Self.overlay(others.live, on: try JournalOpenError.mapping(path) { try pool.read(Self.fetchRows) })
         let cache = Dictionary(
             rows.compactMap(Self.record(from:)).map { (CacheKey($0.key), $0) }, uniquingKeysWith: { $1 })
         syncEachAppend = durability == .powerLoss
         nextSequence = Atomic((rows.map(\.sequence).max() ?? 0) + 1)
-        let log = try IntentLog(databasePath: path, reserving: Self.preparedLogSize)
+        let log = try JournalOpenError.mapping(path) {
+            try IntentLog(databasePath: path, reserving: Self.preparedLogSize)
+        }
         knowsNothing = !remembersWrites && cache.isEmpty
         state = Locked(State(cache: cache, log: log))
         // The downloads start writing at once; the pages they will write are made writable meanwhile.
         folding.async { [state] in
             if !state.withLock({ $0.finished }) { log.prefault() }
+        }
+    }
+
+    /// Opens the database, in WAL mode and migrated, waiting up to `patience` for another process that holds it.
+    ///
+    /// Processes opening one journal take turns, by an exclusive `flock` on its directory for the length of the
+    /// open: two that found no migration applied would otherwise both run them, and the second fail ("table
+    /// already exists"). The busy timeout covers the waits after that, but not all: SQLite can answer `SQLITE_BUSY`
+    /// straight away (turning WAL on while another connection reads), so those attempts are made again, as a whole,
+    /// until `patience` runs out.
+    private static func openPool(
+        path: String, configuration: Configuration, synchronous: String, patience: Duration = .seconds(10)
+    ) throws -> DatabasePool {
+        let deadline = ContinuousClock.now + patience
+        let directory = (path as NSString).deletingLastPathComponent
+        let lock = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { if lock >= 0 { close(lock) } }  // closing lets the next one in
+        while lock >= 0, flock(lock, LOCK_EX | LOCK_NB) != 0, errno == EWOULDBLOCK || errno == EINTR {
+            guard ContinuousClock.now < deadline else {
+                throw DatabaseError(resultCode: .SQLITE_BUSY, message: "another process is opening the journal")
+            }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        while true {
+            do {
+                let pool = try DatabasePool(path: path, configuration: configuration)
+                // Again on the writer: GRDB sets NORMAL there when it turns WAL on, after prepareDatabase.
+                try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
+                try migrator.migrate(pool)
+                return pool
+            } catch let error as DatabaseError
+                where error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_LOCKED
+            {
+                guard ContinuousClock.now < deadline else { throw error }
+                Thread.sleep(forTimeInterval: 0.02)
+            }
         }
     }
 
@@ -495,15 +536,15 @@ public final class SQLiteJournal: Journal {
     private static func apply(_ operation: JournalOperation, to statements: WriteStatements) throws {
         switch operation {
         case .upsert(let row): try statements.upsert(row)
-        case .remove(let url, let destination): try statements.delete(JournalKey(url: url, destination: destination))
+        case .remove(let url, let destination, let time):
+            try statements.delete(JournalKey(url: url, destination: destination), time: time)
         }
     }
 
-    /// `rows` (in sequence order) with `operations` (in time order) applied as the database would apply them (an
-    /// upsert keeps the sequence a key already has), except that a change older than a key's row is ignored: that
-    /// row came later, from a journal that has folded its log since. (An older change to a key removed later
-    /// comes back, and an older removal applies: two journals changing one key at once is two processes downloading
-    /// one file to one place.)
+    /// `rows` (in sequence order) with `operations` (in time order) applied as the database applies them (an upsert
+    /// keeps the sequence a key already has; a change older than a key's row is ignored: that row came later, from a
+    /// journal that has folded its log since). (An older change to a key removed later comes back: a removal leaves
+    /// no time behind.)
     private static func overlay(_ operations: [JournalOperation], on rows: [RecordRow]) -> [RecordRow] {
         guard !operations.isEmpty else { return rows }
         var byKey = Dictionary(
@@ -517,8 +558,10 @@ public final class SQLiteJournal: Journal {
                     row.sequence = existing.sequence
                 }
                 byKey[key] = row
-            case .remove(let url, let destination):
-                byKey[JournalKey(url: url, destination: destination)] = nil
+            case .remove(let url, let destination, let time):
+                let key = JournalKey(url: url, destination: destination)
+                if let newer = byKey[key]?.changedAt, newer > time { continue }
+                byKey[key] = nil
             }
         }
         return byKey.values.sorted { $0.sequence < $1.sequence }
@@ -594,3 +637,71 @@ public final class SQLiteJournal: Journal {
 
 /// One record's columns (GRDB has a `Row` of its own).
 typealias RecordRow = WriteStatements.Row
+
+/// Why a journal could not be opened, in words a person can act on.
+public struct JournalOpenError: Error, CustomStringConvertible {
+    /// What kind of trouble it is.
+    public enum Reason: Sendable, Hashable {
+        /// Another process holds the database's lock and kept it past the wait (10 s).
+        case inUse
+        /// The directory or the database cannot be created or written (permissions, a read-only or full disk).
+        case notWritable
+        /// The database is not readable as a journal (damaged, or not a journal at all).
+        case unreadable
+    }
+
+    /// What kind of trouble it is.
+    public let reason: Reason
+    /// The journal's path.
+    public let path: String
+    /// What the system or SQLite said.
+    public let detail: String
+
+    /// What happened and what to do. Deleting the journal is advised only for one that is unreadable, never for one
+    /// that another process is using.
+    public var description: String {
+        switch reason {
+        case .inUse:
+            "'\(path)' is in use by another process (still locked after 10 s); try again when it ends"
+        case .notWritable:
+            "cannot write '\(path)': \(detail) (check the directory's permissions and free space)"
+        case .unreadable:
+            "cannot read '\(path)': \(detail) (if it is damaged, delete it to start over: only resuming is lost)"
+        }
+    }
+
+    /// Runs `body`, turning what it throws into a ``JournalOpenError`` for the journal at `path`.
+    static func mapping<Result>(_ path: String, _ body: () throws -> Result) throws(JournalOpenError) -> Result {
+        do {
+            return try body()
+        } catch let error as JournalOpenError {
+            throw error
+        } catch let error as DatabaseError {
+            let detail = error.message ?? "\(error.resultCode)"
+            switch error.resultCode {
+            case .SQLITE_BUSY, .SQLITE_LOCKED: throw JournalOpenError(reason: .inUse, path: path, detail: detail)
+            case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN, .SQLITE_IOERR, .SQLITE_FULL, .SQLITE_AUTH:
+                throw JournalOpenError(reason: .notWritable, path: path, detail: detail)
+            default: throw JournalOpenError(reason: .unreadable, path: path, detail: detail)
+            }
+        } catch {
+            throw JournalOpenError(reason: .notWritable, path: path, detail: posixReason(error))
+        }
+    }
+
+    /// The system's words for a file error ("Permission denied"), else its description.
+    private static func posixReason(_ error: any Error) -> String {
+        let nsError = error as NSError
+        let posix =
+            nsError.domain == NSPOSIXErrorDomain
+            ? nsError
+            : (nsError.userInfo[NSUnderlyingErrorKey] as? NSError).flatMap {
+                $0.domain == NSPOSIXErrorDomain ? $0 : nil
+            }
+        if let posix { return String(cString: strerror(Int32(posix.code))) }
+        if nsError.domain == NSCocoaErrorDomain, nsError.code == CocoaError.fileWriteNoPermission.rawValue {
+            return String(cString: strerror(EACCES))
+        }
+        return nsError.localizedDescription
+    }
+}

@@ -155,6 +155,45 @@ struct IntentLogTests {
             ])
         #expect(logs(in: dir.url).count == 2)
     }
+    @Test(
+        "a killed journal's older changes are folded after a survivor's newer ones: the newer change wins"
+    )
+    func killedJournalsOlderChangesLose() throws {
+        let live = try TemporaryDirectory()
+        let path = live.file("j.sqlite").path
+        let stamp = FileStamp(size: 9, modifiedNanoseconds: 5, inode: 7)
+        // The run that will be killed writes first: a partial for one file, a record for another.
+        let killedRun = try SQLiteJournal(path: path)
+        killedRun.store(record(1, .partial(validator: "\"v\"", totalBytes: 9)))
+        killedRun.store(record(2, .partial(validator: "\"v\"", totalBytes: 9)))
+        // The survivor, opened meanwhile, completes the first file and records the second as failed, then ends
+        // (folds).
+        do {
+            let survivor = try SQLiteJournal(path: path)
+            survivor.store(record(1, .completed(size: 9, sha256: "ab", stamp: stamp)))
+            survivor.store(record(2, .failed(message: "404")))
+            survivor.store(record(3))
+            survivor.finish()
+        }
+        // And a change the killed run made after the survivor's: that one wins.
+        killedRun.store(record(3, .failed(message: "later")))
+        // The killed run's log is left as it was, with nobody holding it.
+        let killed = try TemporaryDirectory()
+        let names = try FileManager.default.contentsOfDirectory(atPath: live.path).filter { $0.hasPrefix("j.sqlite") }
+        for name in names { try FileManager.default.copyItem(at: live.file(name), to: killed.file(name)) }
+        let killedLog = try #require(logs(in: killed.url).first)
+        let reopened = try SQLiteJournal(path: killed.file("j.sqlite").path)
+        let byKey = Dictionary(uniqueKeysWithValues: reopened.allRecords().map { ($0.key, $0) })
+        #expect(
+            byKey == [
+                record(1).key: record(1, .completed(size: 9, sha256: "ab", stamp: stamp)),
+                record(2).key: record(2, .failed(message: "404")),
+                record(3).key: record(3, .failed(message: "later")),
+            ])
+        #expect(!logs(in: killed.url).contains(killedLog))
+        withExtendedLifetime(killedRun) {}
+    }
+
     @Test("a log grows past the space reserved for it, by small changes and by a batch larger than a reservation")
     func logGrowsPastReservations() throws {
         let live = try TemporaryDirectory()

@@ -10,7 +10,7 @@ import Darwin
 /// One change to the journal, as the intent log holds it until it is folded into the database.
 enum JournalOperation: Equatable {
     case upsert(WriteStatements.Row)
-    case remove(url: String, destination: String)
+    case remove(url: String, destination: String, time: Int64)
 }
 
 /// One change as it lies in a log's bytes, valid only during the call that hands it out: a fold binds these bytes
@@ -38,7 +38,7 @@ struct RawChange {
     /// The change with its text decoded.
     var operation: JournalOperation {
         let text = { (bytes: UnsafeRawBufferPointer) in String(decoding: bytes, as: UTF8.self) }
-        guard isUpsert else { return .remove(url: text(url), destination: text(destination)) }
+        guard isUpsert else { return .remove(url: text(url), destination: text(destination), time: time) }
         return .upsert(
             WriteStatements.Row(
                 url: text(url), destination: text(destination), path: path.map(text) ?? "",

@@ -54,6 +54,10 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
 
     /// Inserts `row`, or updates the record with its key leaving `sequence` alone (so that allRecords() keeps the
     /// order in which keys were first stored). `updatedAt` is SQLite's clock at the start of the transaction.
+    ///
+    /// A change older than the record it would replace is dropped, and so is a removal older than the record:
+    /// logs reach the database in the order journals fold them (a killed process's log only when the next journal
+    /// opens), not in the order their changes happened, and the newest change to a key must win.
     func upsert(_ row: Row) throws {
         try upsert(
             row.url, row.destination, row.path, row.state, row.validator, row.sha256, row.request, row.failure,
@@ -97,18 +101,19 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         try run(statement)
     }
 
-    /// ``delete(_:)-(JournalKey)`` of a removal straight from a log's bytes.
+    /// ``delete(_:time:)`` of a removal straight from a log's bytes.
     func delete(_ change: RawChange) throws {
-        try delete(change.url, change.destination)
+        try delete(change.url, change.destination, time: change.time)
     }
 
-    func delete(_ key: JournalKey) throws {
-        try delete(key.url, key.destination)
+    func delete(_ key: JournalKey, time: Int64?) throws {
+        try delete(key.url, key.destination, time: time)
     }
 
-    private func delete(_ url: some BindableText, _ destination: some BindableText) throws {
+    private func delete(_ url: some BindableText, _ destination: some BindableText, time: Int64?) throws {
         url.bind(remove, 1)
         destination.bind(remove, 2)
+        bind(remove, 3, time)
         try run(remove)
     }
 
@@ -144,8 +149,11 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             modifiedNanoseconds = excluded.modifiedNanoseconds, inode = excluded.inode,
             request = excluded.request, failure = excluded.failure, changedAt = excluded.changedAt,
             updatedAt = excluded.updatedAt
+            WHERE excluded.changedAt IS NULL OR record.changedAt IS NULL OR excluded.changedAt >= record.changedAt
             """)
-        remove = try make("DELETE FROM record WHERE url = ? AND destination = ?")
+        remove = try make(
+            "DELETE FROM record WHERE url = ?1 AND destination = ?2 AND (?3 IS NULL OR changedAt IS NULL OR changedAt <= ?3)"
+        )
         clock = try make("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
     }
 
