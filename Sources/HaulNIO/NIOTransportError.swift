@@ -1,9 +1,11 @@
+public import Haul
+
 /// Why a ``NIOTransport`` request failed.
 ///
 /// A struct over a private code, so that kinds can be added without breaking callers; compare with the static
 /// members (`error == .closedDuringBody`). The engine treats every one of them as a transport error: retried
 /// when it may be transient (a closed connection), reported otherwise.
-public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
+public struct NIOTransportError: TransportFailure, Hashable, CustomStringConvertible {
     private enum Code: Hashable {
         case unsupportedScheme, invalidAuthority, invalidTarget, invalidResponse, closedBeforeResponse, closedDuringBody
     }
@@ -34,6 +36,10 @@ public struct NIOTransportError: Error, Hashable, CustomStringConvertible {
 
     /// Whether the server's bytes were not HTTP (kept as they are wherever the connection's failure is reported).
     var isInvalidResponse: Bool { code == .invalidResponse }
+
+    /// Only a closed connection may go better on another attempt: a request Haul cannot send, or a response that is
+    /// not valid HTTP/1.1, comes out the same every time.
+    public var isTransient: Bool { code == .closedBeforeResponse || code == .closedDuringBody }
 
     /// A sentence naming what went wrong and what to do.
     public var description: String {

@@ -9,8 +9,8 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Value: String, Hashable, Sendable {
             case httpStatus, tooManyRedirects, redirectLoop, redirectRefused, checksumMismatch, sizeLimitExceeded
-            case sizeMismatch, destinationExists, unsafeName, unsafePath, stalled, truncated, cancelled
-            case transport, fileSystem, invalidRequest
+            case sizeMismatch, destinationExists, destinationBusy, unsafeName, unsafePath, stalled, truncated, cancelled
+            case transport, fileSystem, invalidRequest, invalidResponse
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -31,6 +31,9 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
         public static let sizeMismatch = Code(.sizeMismatch)
         /// The destination exists and the conflict policy is `fail`.
         public static let destinationExists = Code(.destinationExists)
+        /// Another download, in this process or another, is writing the same destination (it holds the lock on
+        /// the partial file); this one left it alone.
+        public static let destinationBusy = Code(.destinationBusy)
         /// No safe file name could be made from the URL or `Content-Disposition`.
         public static let unsafeName = Code(.unsafeName)
         /// A symbolic link or other non-regular file sits where Haul would write; it is not followed.
@@ -45,6 +48,9 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
         public static let transport = Code(.transport)
         /// Reading or writing a file failed (full disk, permissions…); see ``DownloadError/underlying``.
         public static let fileSystem = Code(.fileSystem)
+        /// The server's response contradicts itself or the request: a `Content-Range` that does not match the
+        /// request or the body, lengths that do not add up, a malformed header.
+        public static let invalidResponse = Code(.invalidResponse)
         /// The request itself is invalid (unsupported scheme, bad digest…).
         public static let invalidRequest = Code(.invalidRequest)
 

@@ -143,6 +143,8 @@ extension DownloadRun {
             }
             guard (200..<300).contains(status) else { throw statusFailure(response.head, url: url) }
             let bodyLength = Self.contentLength(response.head)
+            // How many bytes the body may bring: a 206's range, else its Content-Length.
+            var expected = bodyLength
 
             if status == 206 {
                 guard resumeFrom > 0,
@@ -160,7 +162,9 @@ extension DownloadRun {
                     hops.mayResume = false
                     continue
                 }
+                try await checkPartialContent(range, bodyLength: bodyLength, url: url)
                 totalBytes = range.complete
+                expected = range.last - range.first + 1
             } else {
                 // A 200 to a Range request means the whole file again: never append it.
                 if (writer?.size ?? 0) > 0 { try await restartFromZero() }
@@ -187,12 +191,57 @@ extension DownloadRun {
                         state: .partial(validator: validator, totalBytes: totalBytes), request: request))
                 recordedPartial = true
             }
-            try await receive(response.body, length: bodyLength, url: url)
+            try await receive(response.body, length: bodyLength, expected: expected, url: url)
+            try await checkFinalSize(url: url)
             return
         }
     }
 
-    private func receive(_ body: ResponseBody, length: Int64?, url: URL) async throws {
+    /// Checks a `206` against the request and against itself before any of its bytes are appended: the range
+    /// must lie inside the total it states, its body must be as long as the range, and the total must be the one
+    /// earlier responses stated. A mismatch starts the download over from zero (transient): appending such a body
+    /// would publish a file of the wrong size or bytes.
+    private func checkPartialContent(
+        _ range: HTTPRules.ContentRange, bodyLength: Int64?, url: URL
+    ) async throws {
+        let length = range.last - range.first + 1
+        var problem: String?
+        if let complete = range.complete, range.last >= complete {
+            problem = "a range past the total it states"
+        } else if let bodyLength, bodyLength != length {
+            problem = "a body of \(bodyLength) bytes for a range of \(length)"
+        } else if let known = totalBytes, let complete = range.complete, known != complete {
+            problem = "a total of \(complete) bytes where an earlier response said \(known)"
+        }
+        guard let problem else { return }
+        try await restartFromZero()
+        throw AttemptFailure.transient(
+            DownloadError(
+                .invalidResponse,
+                message:
+                    "the server's Content-Range 'bytes \(range.first)-\(range.last)/\(range.complete.map(String.init) ?? "*")' "
+                    + "does not fit: \(problem); starting over", url: url, status: 206))
+    }
+
+    /// After a body ended normally: the file must be as long as the total the responses stated. Anything else
+    /// starts the download over from zero (transient), so a server that lies about lengths never gets a file
+    /// published.
+    private func checkFinalSize(url: URL) async throws {
+        guard let totalBytes, let writer else { return }
+        try? await writer.drain()
+        let size = writer.size
+        guard size != totalBytes else { return }
+        try await restartFromZero()
+        throw AttemptFailure.transient(
+            DownloadError(
+                .invalidResponse,
+                message: "the server's responses add up to \(size) bytes for a file of \(totalBytes); starting over",
+                url: url, bytesReceived: size))
+    }
+
+    /// Streams `body` into the partial. `expected`, when known, is how many bytes the body may bring (a `206`'s
+    /// range): more than that is a lying server, and the attempt stops before writing them.
+    private func receive(_ body: ResponseBody, length: Int64?, expected: Int64?, url: URL) async throws {
         guard let writer else { return }
         let start = writer.size
         var received: Int64 = 0
@@ -200,6 +249,15 @@ extension DownloadRun {
             for try await chunk in body {
                 lastActivity.touch()
                 let count = Int64(chunk.count)
+                if let expected, received + count > expected {
+                    try await restartFromZero()
+                    throw AttemptFailure.transient(
+                        DownloadError(
+                            .invalidResponse,
+                            message:
+                                "the server sent more than the \(expected) bytes its response announced; starting over",
+                            url: url, bytesReceived: received + count))
+                }
                 if let max = request.maxSize, start + received + count > max {
                     throw AttemptFailure.permanent(
                         DownloadError(
@@ -293,10 +351,9 @@ extension DownloadRun {
 
     func transportFailure(_ error: any Error, url: URL) -> AttemptFailure {
         if let failure = error as? AttemptFailure { return failure }
-        return .transient(
-            DownloadError(
-                .transport, message: "request failed: \(error)", url: url,
-                underlying: error))
+        let failure = DownloadError(.transport, message: "request failed: \(error)", url: url, underlying: error)
+        if let classified = error as? any TransportFailure, !classified.isTransient { return .permanent(failure) }
+        return .transient(failure)
     }
 
     private func restartFromZero() async throws {

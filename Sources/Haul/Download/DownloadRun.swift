@@ -275,6 +275,11 @@ final class DownloadRun: @unchecked Sendable {
     /// and tells the journal: a failure is recorded with its request, a cancellation that kept nothing is
     /// forgotten (the caller gave up on it).
     func cleanUp(after error: DownloadError) {
+        // The partial and the journal record belong to the download that holds the lock; and a destination found
+        // taken says nothing about this download that a record should keep (another run may have just recorded the
+        // file there as its own, completed: a failure written over that would make the next run refuse it).
+        if error.code == .destinationBusy { return }
+        if error.code == .destinationExists, writer == nil { return }
         let cancelled = error.isCancellation
         if cancelled, configuration.keepsPartialOnCancel, recordedPartial, writer != nil {
             return
@@ -302,7 +307,11 @@ final class DownloadRun: @unchecked Sendable {
         }
         // A name chosen from Content-Disposition in the earlier run is the name to look at now.
         if destinationPath == nil { destinationPath = record.path }
-        guard record.path == destinationPath else { return nil }
+        // Under the rename policy the earlier run may have published under a numbered name: that file, if it is
+        // unchanged, is this download done.
+        if record.path != destinationPath {
+            guard request.conflictPolicy == .rename, case .completed = record.state else { return nil }
+        }
         let skipped = { (size: Int64, sha256: String) in
             DownloadResult(
                 path: record.path, size: size, sha256: sha256,
@@ -325,7 +334,9 @@ final class DownloadRun: @unchecked Sendable {
         case .requested, .failed:
             break  // handled above
         case .partial(let validator, let total):
-            guard let file = PartialFile(resumingAt: PartialFile.partialPath(forDestination: record.path)),
+            guard
+                let file = try PartialFile(
+                    resumingAt: PartialFile.partialPath(forDestination: record.path), url: request.url),
                 file.size > 0
             else { return nil }
             writer = try BackgroundWriter(

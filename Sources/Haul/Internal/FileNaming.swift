@@ -2,7 +2,7 @@ import Foundation
 
 /// Turns names that come from outside (a URL path, a `Content-Disposition` header) into a file name that
 /// cannot leave its directory: invariant 6 of DESIGN.md.
-enum FileNaming {
+package enum FileNaming {
     /// The longest name most file systems accept, in bytes.
     static let maxNameBytes = 255
 
@@ -52,13 +52,14 @@ enum FileNaming {
         return (extended ?? plain).flatMap(sanitize)
     }
 
-    /// Keeps only the last path segment, drops NUL, control characters and leading dots, trims spaces, and
-    /// cuts to 255 bytes keeping the extension. `nil` if nothing usable remains (`..`, empty, only dots).
+    /// Keeps only the last path segment, drops NUL, control characters, bidirectional formatting characters and
+    /// leading dots, trims spaces, and cuts to 255 bytes keeping the extension. `nil` if nothing usable remains
+    /// (`..`, empty, only dots).
     static func sanitize(_ raw: String) -> String? {
         // Both separators count: a Windows-style "..\\..\\x" must not survive on any platform.
         let lastSegment = raw.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
         var scalars = String.UnicodeScalarView()
-        for scalar in lastSegment.unicodeScalars where scalar.value >= 0x20 && scalar.value != 0x7f {
+        for scalar in lastSegment.unicodeScalars where !isUnprintable(scalar) {
             scalars.append(scalar)
         }
         var name = String(scalars).trimmingCharacters(in: .whitespaces)
@@ -66,6 +67,41 @@ enum FileNaming {
         name = name.trimmingCharacters(in: .whitespaces)
         guard !name.isEmpty else { return nil }
         return truncated(name)
+    }
+
+    /// Whether `scalar` must not appear in a file name or in text printed to a terminal: C0 and C1 control
+    /// characters, DEL, and the bidirectional formatting characters, with which a name such as `‮txt.exe` would
+    /// display as `exe.txt` (the marks, embeddings, overrides and isolates of Unicode's bidi algorithm).
+    package static func isUnprintable(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0..<0x20, 0x7f..<0xa0, 0x061c, 0x200e, 0x200f, 0x202a...0x202e, 0x2066...0x2069: true
+        default: false
+        }
+    }
+
+    /// The longest start of `name` that fits in `bytes` UTF-8 bytes, cut between characters.
+    static func prefix(of name: Substring, fittingIn bytes: Int) -> Substring {
+        var end = name.startIndex
+        var used = 0
+        for index in name.indices {
+            let next = name.index(after: index)
+            used += name.utf8.distance(from: index, to: next)
+            if used > bytes { break }
+            end = next
+        }
+        return name[..<end]
+    }
+
+    /// Sixteen hex digits that stand for `bytes`, the same in every process and release (64-bit FNV-1a): names a
+    /// file after a name too long to use whole.
+    static func stableDigest(of bytes: some Sequence<UInt8>) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
     /// `name (n).ext` for the rename conflict policy.

@@ -28,51 +28,53 @@ final class PartialFile {
     /// The file has no name (`O_TMPFILE`); it gets one when published, and vanishes if it never is.
     let isUnnamed: Bool
 
-    /// The partial's name for a destination file name: `.NAME.haul-partial`.
+    /// The partial's path for a destination: `.NAME.haul-partial` beside it. A name too long for that (over 241
+    /// bytes) is cut at a character boundary and followed by a digest of the whole name, so that every name a
+    /// destination can have has a partial of its own that fits the file system's 255 bytes.
     static func partialPath(forDestination destination: String) -> String {
-        // NSString path functions, not URL(fileURLWithPath:), which stats the path to learn if it is a directory.
-        let path = destination as NSString
-        return (path.deletingLastPathComponent as NSString).appendingPathComponent(
-            ".\(path.lastPathComponent).haul-partial")
+        let (directory, name) = FileNaming.split(path: destination)
+        let decoration = ".".utf8.count + suffix.utf8.count
+        var partialName = name
+        var tag = ""
+        if name.utf8.count + decoration > FileNaming.maxNameBytes {
+            tag = "~" + FileNaming.stableDigest(of: name.utf8)
+            partialName = FileNaming.prefix(of: name, fittingIn: FileNaming.maxNameBytes - decoration - tag.utf8.count)
+        }
+        let file = ".\(partialName)\(tag)\(suffix)"
+        // split() gives "." for a bare name: keep a bare name bare.
+        if !destination.utf8.contains(UInt8(ascii: "/")) { return file }
+        return directory == "/" ? "/" + file : "\(directory)/\(file)"
     }
 
-    /// Creates a new, empty partial at `path`. A leftover regular file there (Haul's own name space) is
-    /// replaced; a symbolic link or anything else that is not a regular file is refused.
+    private static let suffix = ".haul-partial"
+
+    /// Creates a new, empty partial at `path` and takes its writer's lock (see ``lockForWriting(_:path:url:)``).
+    /// A leftover regular file there that nobody holds is emptied and reused; one another writer holds is left
+    /// alone (``DownloadError/Code/destinationBusy``); a symbolic link or anything else that is not a regular file is
+    /// refused.
     init(creatingAt path: String, url: URL) throws(DownloadError) {
         location = path
-        // O_EXCL first: the usual case (nothing there) costs one call. Only when something is there is it looked
-        // at: a leftover regular file is replaced, anything else refused.
-        var fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        if fd < 0, errno == EEXIST {
-            var info = stat()
-            if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
-                throw DownloadError(
-                    .unsafePath, message: "refusing to write through a symbolic link or special file at '\(path)'",
-                    url: url, path: path)
-            }
-            unlink(path)
-            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        }
         isUnnamed = false
-        guard fd >= 0 else {
+        descriptor = try Self.openLocked(path, flags: O_WRONLY | O_CREAT, url: url)
+        if ftruncate(descriptor, 0) != 0 {
             let code = errno
-            if code == EEXIST || code == ELOOP {
-                throw DownloadError(
-                    .unsafePath, message: "something appeared at '\(path)' while Haul was creating it; refusing",
-                    url: url, path: path)
-            }
-            throw Self.fileSystemError(code, "creating", path, url)
+            close(descriptor)
+            throw Self.fileSystemError(code, "truncating", path, url)
         }
-        descriptor = fd
     }
 
-    /// Opens the partial an earlier run left at `path`, to append to it. `nil` when there is none, or when
-    /// what is there is not a regular file (a symbolic link is not followed; it is replaced or refused later).
-    init?(resumingAt path: String) {
-        let fd = open(path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+    /// Opens the partial an earlier run left at `path`, to append to it, and takes its writer's lock. `nil` when
+    /// there is none, or when what is there is not a regular file (a symbolic link is not followed; it is replaced
+    /// or refused later). Throws ``DownloadError/Code/destinationBusy`` when another writer holds it.
+    init?(resumingAt path: String, url: URL) throws(DownloadError) {
+        let fd: Int32
+        do {
+            fd = try Self.openLocked(path, flags: O_WRONLY | O_APPEND, url: url)
+        } catch  where error.code != .destinationBusy {
+            return nil
+        }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+        guard fstat(fd, &info) == 0 else {
             close(fd)
             return nil
         }
@@ -80,6 +82,54 @@ final class PartialFile {
         descriptor = fd
         size = Int64(info.st_size)
         isUnnamed = false
+    }
+
+    /// Opens the regular file at `path` (never through a symbolic link) and takes an exclusive `flock` on it without
+    /// waiting. The lock is the one-writer rule between downloads, in this process (each open is its own lock) and
+    /// in others: whoever holds it is writing the partial and will publish it. After the lock is taken the path must
+    /// still name the locked file; if a writer that held it removed or published it meanwhile, the path is opened
+    /// again.
+    private static func openLocked(_ path: String, flags: Int32, url: URL) throws(DownloadError) -> Int32 {
+        for _ in 0..<8 {
+            // O_NONBLOCK: a FIFO there must fail (ENXIO), not wait for a reader; regular files ignore it.
+            let fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+            guard fd >= 0 else {
+                let code = errno
+                if code == ELOOP || code == ENXIO || code == EISDIR {
+                    throw DownloadError(
+                        .unsafePath,
+                        message: "refusing to write through a symbolic link or special file at '\(path)'",
+                        url: url, path: path)
+                }
+                throw fileSystemError(code, "creating", path, url)
+            }
+            var opened = stat()
+            guard fstat(fd, &opened) == 0, opened.st_mode & S_IFMT == S_IFREG else {
+                close(fd)
+                throw DownloadError(
+                    .unsafePath,
+                    message: "refusing to write through a symbolic link or special file at '\(path)'",
+                    url: url, path: path)
+            }
+            while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+                if errno == EINTR { continue }
+                let code = errno
+                close(fd)
+                if code == EWOULDBLOCK {
+                    throw DownloadError(
+                        .destinationBusy,
+                        message: "another download (in this run or another process) is writing '\(path)'; left to it",
+                        url: url, path: path)
+                }
+                throw fileSystemError(code, "locking", path, url)
+            }
+            var named = stat()
+            if lstat(path, &named) == 0, named.st_dev == opened.st_dev, named.st_ino == opened.st_ino { return fd }
+            close(fd)  // the file was removed or published while we waited for it: look again
+        }
+        throw DownloadError(
+            .destinationBusy, message: "'\(path)' keeps being replaced by another writer; left to it", url: url,
+            path: path)
     }
 
     /// Creates an unnamed file in the directory of `destination` (Linux `O_TMPFILE`), or returns `nil` where that
@@ -160,8 +210,8 @@ final class PartialFile {
     }
 
     /// Makes the finished file ready to publish: synced when `durable`, given ``publishedMode`` (an unnamed file
-    /// has it from the start), closed (an unnamed file stays open until it is linked: the descriptor is its only
-    /// handle). Idempotent.
+    /// has it from the start). The descriptor stays open until the file is published or removed: for an unnamed
+    /// file it is its only handle, for a named one it holds the writer's lock. Idempotent.
     func seal(durable: Bool, url: URL) throws(DownloadError) {
         guard descriptor >= 0, !sealed else { return }
         if durable, fsync(descriptor) != 0 { throw Self.fileSystemError(errno, "syncing", path, url) }
@@ -169,10 +219,6 @@ final class PartialFile {
             throw Self.fileSystemError(errno, "setting permissions of", path, url)
         }
         sealed = true
-        if !isUnnamed {
-            close(descriptor)
-            descriptor = -1
-        }
     }
 
     private var sealed = false
@@ -196,27 +242,48 @@ final class PartialFile {
 
     /// The stamp of the sealed file, which publishing keeps (a link or rename changes neither inode nor times).
     func stamp() -> FileStamp? {
-        guard isUnnamed, descriptor >= 0 else { return FileStamp(ofFileAt: path) }
+        guard descriptor >= 0 else { return FileStamp(ofFileAt: path) }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return nil }
         return FileStamp(info)
     }
 
     /// Moves the sealed file to `destination`. With `replace == false` it never clobbers: it fails with
-    /// ``DownloadError/Code/destinationExists`` if a file appeared there meanwhile.
+    /// ``DownloadError/Code/destinationExists`` if a file appeared there meanwhile. A named partial is published
+    /// only while its path still names the file this download wrote (it holds the lock, so no other Haul writer
+    /// can have replaced it; this also catches anything else that did).
     func move(to destination: String, replace: Bool, durable: Bool, url: URL) throws(DownloadError) {
         if isUnnamed {
             try linkUnnamed(to: destination, url: url)
-        } else if replace {
-            guard rename(path, destination) == 0 else {
-                throw Self.fileSystemError(errno, "renaming to '\(destination)'", path, url)
-            }
         } else {
-            // link() is the portable atomic "rename unless the target exists"; then drop the partial's name.
-            guard link(path, destination) == 0 else { throw publishingError(errno, to: destination, url: url) }
-            unlink(path)
+            try checkStillNamed(url: url)
+            if replace {
+                guard rename(path, destination) == 0 else {
+                    throw Self.fileSystemError(errno, "renaming to '\(destination)'", path, url)
+                }
+            } else {
+                // link() is the portable atomic "rename unless the target exists"; then drop the partial's name.
+                guard link(path, destination) == 0 else { throw publishingError(errno, to: destination, url: url) }
+                unlink(path)
+            }
+            close(descriptor)
+            descriptor = -1
         }
         if durable { Self.syncDirectory(of: destination) }
+    }
+
+    /// Fails unless the partial's path still names the file open behind ``descriptor``.
+    private func checkStillNamed(url: URL) throws(DownloadError) {
+        var opened = stat()
+        var named = stat()
+        guard descriptor >= 0, fstat(descriptor, &opened) == 0, lstat(path, &named) == 0,
+            opened.st_dev == named.st_dev, opened.st_ino == named.st_ino
+        else {
+            throw DownloadError(
+                .fileSystem,
+                message: "the partial file '\(path)' was replaced or removed by something else; not published",
+                url: url, path: path)
+        }
     }
 
     /// Why linking this file at `destination` failed with `code`: a file there (`EEXIST`, left as it is) or another
@@ -245,11 +312,12 @@ final class PartialFile {
     /// Closes and deletes the partial (Haul created it, so Haul may remove it). An unnamed one goes with its
     /// descriptor.
     func remove() {
+        // Unlinked while the lock is held, so that no other writer can take over the name in between.
+        if !isUnnamed, descriptor >= 0 { unlink(path) }
         if descriptor >= 0 {
             close(descriptor)
             descriptor = -1
         }
-        if !isUnnamed { unlink(path) }
     }
 
     private static func syncDirectory(of file: String) {

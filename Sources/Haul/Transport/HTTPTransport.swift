@@ -29,6 +29,16 @@ extension HTTPTransport {
     public func preferredExecutor(for url: URL) -> (any TaskExecutor)? { nil }
 }
 
+/// A transport error that knows whether sending the request again can help.
+///
+/// The engine retries transport errors by default (a reset, a refused or closed connection usually pass). An error
+/// that conforms and says ``isTransient`` is `false` fails the download at once: a response that breaks the
+/// protocol (a head over the size limit, a bad `Content-Length`) comes back the same on every attempt.
+public protocol TransportFailure: Error {
+    /// Whether another attempt may succeed.
+    var isTransient: Bool { get }
+}
+
 /// A transport whose exchanges the engine can end without cancelling a task (see ``TransferInterruption``).
 ///
 /// The engine watches every attempt for stalls. With a plain ``HTTPTransport`` the only way to stop a stalled

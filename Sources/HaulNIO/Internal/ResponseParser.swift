@@ -216,7 +216,12 @@ struct ResponseParser {
             var value = line[(colon + 1)...]
             while let first = value.first, first == 0x20 || first == 0x09 { value = value.dropFirst() }
             while let last = value.last, last == 0x20 || last == 0x09 { value = value.dropLast() }
-            guard value.allSatisfy({ $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 }) else {
+            // Framing and redirect targets must be exact. Other fields keep their control characters, as RFC 9110
+            // (5.5) allows a recipient to: HTTPField turns them into spaces, and a field that is only advice to Haul
+            // (a Content-Disposition nobody asked to follow) must not fail a download.
+            if name == .transferEncoding || name == .location,
+                !value.allSatisfy({ $0 >= 0x20 && $0 != 0x7F || $0 == 0x09 })
+            {
                 throw invalid("a control character in the value of \(name)")
             }
             switch name {

@@ -121,4 +121,41 @@ struct HTTPRulesTests {
         let jittered = RetryPolicy(jitter: .full)
         #expect(jittered.delay(beforeRetry: 3, retryAfter: nil, random: { 0.25 }) == .milliseconds(500))
     }
+
+    @Test(
+        "bidirectional formatting characters and C1 controls are dropped from names, from URLs and Content-Disposition",
+        arguments: [
+            ("http://h/%E2%80%AEtxt.exe", nil as String?, "txt.exe"),
+            ("http://h/a%E2%81%A6b%E2%81%A9c%E2%80%8F.txt", nil, "abc.txt"),
+            ("http://h/x", "attachment; filename*=UTF-8''%E2%80%AEgpj.exe", "gpj.exe"),
+            ("http://h/x", "attachment; filename*=UTF-8''a%C2%9Bb.txt", "ab.txt"),
+        ])
+    func bidiControls(url: String, disposition: String?, expected: String) throws {
+        let name =
+            try disposition.map { FileNaming.name(fromContentDisposition: $0) }
+            ?? FileNaming.name(for: try #require(URL(string: url)))
+        #expect(name == expected)
+        // Joiners and marks that are part of ordinary text stay.
+        #expect(FileNaming.sanitize("👩\u{200D}💻 café.txt") == "👩\u{200D}💻 café.txt")
+    }
+
+    @Test("every name a destination can have gets a partial name of its own that fits in 255 bytes")
+    func partialNamesFit() {
+        let short = PartialFile.partialPath(forDestination: "/d/file.bin")
+        #expect(short == "/d/.file.bin.haul-partial")
+        #expect(PartialFile.partialPath(forDestination: "bare.bin") == ".bare.bin.haul-partial")
+        for length in [241, 242, 243, 250, 255] {
+            for unit in ["a", "é", "😀"] {
+                var name = String(repeating: unit, count: length / unit.utf8.count)
+                name += String(repeating: "x", count: length - name.utf8.count)
+                let partial = PartialFile.partialPath(forDestination: "/d/" + name)
+                let partialName = String(partial.dropFirst(3))
+                #expect(partialName.utf8.count <= 255, "\(length) \(unit)")
+                #expect(partialName.hasPrefix(".") && partialName.hasSuffix(".haul-partial"))
+                // Two long names that differ only past the cut have different partials.
+                let other = PartialFile.partialPath(forDestination: "/d/" + name.dropLast() + "y")
+                #expect(other != partial || length + 14 <= 255, "\(length) \(unit)")
+            }
+        }
+    }
 }

@@ -104,7 +104,8 @@ struct ResponseParserTests {
             ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", "disagree"),
             ("HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 0\r\n\r\n", "folded"),
             ("HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "header line 'no colon here'"),
-            ("HTTP/1.1 200 OK\r\nX-A: a\u{1}b\r\n\r\n", "control character"),
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chun\u{1}ked\r\n\r\n", "control character"),
+            ("HTTP/1.1 302 Found\r\nLocation: /a\u{1}b\r\n\r\n", "control character in the value of Location"),
             ("HTTP/2 200 OK\r\n\r\n", "status line 'HTTP/2 200 OK'"),
             ("HTTP/1.1 20 OK\r\n\r\n", "status line"),
             ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not hexadecimal"),
@@ -168,15 +169,23 @@ struct ResponseParserTests {
 }
 
 /// A loopback server that answers the n-th request it reads (on any connection) with `responses[n]` as raw bytes,
-/// then closes the connection when that response has no length (so the close ends it).
+/// then closes the connection when that response has no length (so the close ends it) or says `Connection: close`
+/// (so a response can be cut short of its length).
 enum RawServer {
     static func withRunning(responses: [[UInt8]], _ body: (Int) async throws -> Void) async throws {
+        try await withRunning(respond: { index, _ in responses[index % responses.count] }, body)
+    }
+
+    /// Answers the n-th request with `respond(n, its head as text)`.
+    static func withRunning(
+        respond: @escaping @Sendable (Int, String) -> [UInt8], _ body: (Int) async throws -> Void
+    ) async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let counter = Locked(0)
         let channel = try await ServerBootstrap(group: group)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(Answer(responses: responses, counter: counter))
+                    try channel.pipeline.syncOperations.addHandler(Answer(respond: respond, counter: counter))
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
@@ -194,27 +203,27 @@ enum RawServer {
     final class Answer: ChannelInboundHandler, @unchecked Sendable {
         typealias InboundIn = ByteBuffer
         typealias OutboundOut = ByteBuffer
-        let responses: [[UInt8]]
+        let respond: @Sendable (Int, String) -> [UInt8]
         let counter: Locked<Int>
         var seen: [UInt8] = []
 
-        init(responses: [[UInt8]], counter: Locked<Int>) {
-            self.responses = responses
+        init(respond: @escaping @Sendable (Int, String) -> [UInt8], counter: Locked<Int>) {
+            self.respond = respond
             self.counter = counter
         }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             seen += Array(unwrapInboundIn(data).readableBytesView)
             while let end = seen.firstRange(of: Array("\r\n\r\n".utf8)) {
+                let request = String(decoding: seen[..<end.lowerBound], as: UTF8.self)
                 seen.removeSubrange(..<end.upperBound)
                 let index = counter.withLock { count in
                     defer { count += 1 }
                     return count
                 }
-                let response = responses[index % responses.count]
-                let closes =
-                    !String(decoding: response.prefix(200), as: UTF8.self).contains("Length")
-                    && !String(decoding: response.prefix(200), as: UTF8.self).contains("chunked")
+                let response = respond(index, request)
+                let head = String(decoding: response.prefix(300), as: UTF8.self)
+                let closes = !head.contains("Length") && !head.contains("chunked") || head.contains("Connection: close")
                 context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: response)), promise: nil)
                 if closes { context.close(promise: nil) }
             }
