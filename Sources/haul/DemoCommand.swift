@@ -49,6 +49,7 @@ struct DemoCommand: AsyncParsableCommand {
     var directory: String?
 
     mutating func run() async throws {
+        Interruption.install()
         let server = TestServer()
         try await server.start()
         let target: URL

@@ -544,8 +544,8 @@ struct GetCommandTests {
     }
 
     @Test(
-        "SIGINT or SIGTERM mid-transfer: exit 130, no file at the destination; the rerun resumes and finishes",
-        arguments: [SIGINT, SIGTERM])
+        "SIGINT, SIGTERM or SIGHUP mid-transfer: exit 130, no file at the destination; the rerun resumes and finishes",
+        arguments: [SIGINT, SIGTERM, SIGHUP])
     func interruptThenRerun(signal: Int32) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()

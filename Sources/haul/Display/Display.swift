@@ -30,8 +30,13 @@ extension Display {
 /// Writes whole strings to standard output or standard error, unbuffered (a frame of the display is one write,
 /// so it never tears; a line reaches a pipe at once).
 enum Console {
-    static func out(_ text: String) { write(1, text) }
-    static func err(_ text: String) { write(2, text) }
+    /// Writes text to standard output, made safe to print (see ``Format/printable(_:)``).
+    static func out(_ text: String) { write(1, Format.printable(text)) }
+    /// Writes text to standard error, made safe to print.
+    static func err(_ text: String) { write(2, Format.printable(text)) }
+    /// Writes `output` as it is: the display's own escape sequences, and JSON (which escapes control characters).
+    /// Text from outside in it must have been made printable already.
+    static func raw(_ output: String) { write(1, output) }
 
     private static func write(_ descriptor: Int32, _ text: String) {
         let bytes = Array(text.utf8)
@@ -47,7 +52,9 @@ enum Console {
             }
             if written < 0 {
                 if errno == EINTR { continue }
-                return  // a closed pipe: nothing sensible left to do with output
+                // Nobody reads standard output any more: the run stops, as curl and wget do.
+                if errno == EPIPE && descriptor == 1 { Interruption.outputClosed() }
+                return
             }
             offset += written
         }
@@ -113,8 +120,9 @@ struct RunReport: Sendable {
         bytesOnDisk += tally.bytesOnDisk
     }
 
-    /// 0 all succeeded; 1 at least one failed; 130 interrupted.
+    /// 0 all succeeded; 1 at least one failed; 130 interrupted; 141 standard output closed.
     var exitCode: Int32 {
+        if Interruption.stoppedByClosedOutput { return 141 }
         if interrupted { return 130 }
         return failures.isEmpty ? 0 : 1
     }

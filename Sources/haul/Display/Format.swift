@@ -42,6 +42,20 @@ enum Format {
         return String(format: "%d min %02d s", Int(seconds) / 60, Int(seconds) % 60)
     }
 
+    /// `text` with every control and bidirectional formatting character other than line feed and tab replaced by
+    /// U+FFFD: names, URLs and server messages can carry them, and printed raw they would move the cursor, change
+    /// the terminal's state, or make `‮txt.exe` display as `exe.txt`.
+    static func printable(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isReplaced) else { return text }
+        var scalars = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars { scalars.append(isReplaced(scalar) ? "\u{FFFD}" : scalar) }
+        return String(scalars)
+    }
+
+    private static func isReplaced(_ scalar: Unicode.Scalar) -> Bool {
+        scalar != "\n" && scalar != "\t" && FileNaming.isUnprintable(scalar)
+    }
+
     /// Columns `text` takes on a terminal: wide (East Asian, emoji) characters take two, combining marks none.
     static func width(_ text: String) -> Int {
         text.unicodeScalars.reduce(0) { $0 + width(of: $1) }

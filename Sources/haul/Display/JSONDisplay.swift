@@ -109,6 +109,6 @@ final class JSONDisplay: Display {
 
     private func emit(_ line: Line) {
         guard let data = try? encoder.encode(line) else { return }
-        Console.out(String(decoding: data, as: UTF8.self) + "\n")
+        Console.raw(String(decoding: data, as: UTF8.self) + "\n")
     }
 }

@@ -34,7 +34,7 @@ final class TerminalDisplay: Display {
 
     init(size: @escaping @Sendable () -> (columns: Int, rows: Int) = { Console.terminalSize }) {
         self.size = size
-        Console.out("\u{1B}[?25l")  // hide the cursor while bars are drawn
+        Console.raw("\u{1B}[?25l")  // hide the cursor while bars are drawn
     }
 
     func handle(_ event: QueueEvent) {
@@ -61,7 +61,7 @@ final class TerminalDisplay: Display {
             for message in state.messages { frame += message + "\n" }
             state.messages = []
             state.drawnLines = 0
-            Console.out(frame + "\u{1B}[?25h")
+            Console.raw(frame + "\u{1B}[?25h")
         }
     }
 
@@ -72,7 +72,7 @@ final class TerminalDisplay: Display {
     private func apply(_ event: QueueEvent, to state: inout State) {
         switch event {
         case .queued(let id, let request):
-            state.names[id] = displayName(of: request)
+            state.names[id] = Format.printable(displayName(of: request))
         case .batchProgress(let batch):
             state.batch = batch
         case .download(let id, let event):
@@ -90,12 +90,12 @@ final class TerminalDisplay: Display {
                 state.rows[id]?.note = nil
             case .retrying(let attempt, _, let error):
                 state.rows[id]?.note = "retry \(attempt)"
-                state.messages.append("retry  \(name): \(error.message)")
+                state.messages.append(Format.printable("retry  \(name): \(error.message)"))
             case .finished, .failed:
                 state.rows[id] = nil
                 state.order.removeAll { $0 == id }
                 if case .failed(let error) = event, !error.isCancellation {
-                    state.messages.append("fail   \(name): \(error.message)")
+                    state.messages.append(Format.printable("fail   \(name): \(error.message)"))
                 }
             case .redirected:
                 break
@@ -130,7 +130,7 @@ final class TerminalDisplay: Display {
         state.drawnLines = lines.count
         state.lastFrame = now
         state.dirty = false
-        Console.out(frame)
+        Console.raw(frame)
     }
 
     /// Moves the cursor up to the first bar line and clears from there down.

@@ -19,8 +19,9 @@ struct GetCommand: AsyncParsableCommand {
 
             Exit status: 0 all succeeded; 1 at least one download failed (the others still completed); \
             2 usage error or invalid input (nothing is downloaded; every bad line is reported); \
-            130 interrupted by SIGINT/SIGTERM (no partial file at any destination; run the same command \
-            again to finish).
+            130 interrupted by SIGINT, SIGTERM or SIGHUP (no partial file at any destination; run the same \
+            command again to finish); 141 standard output was closed (e.g. piped into 'head'): the run stops \
+            as if interrupted.
 
             Haul remembers what it completed and what it left partial in a journal (DIR/.haul/journal.sqlite \
             unless --journal or --no-journal), so rerunning a command skips files it already wrote (if \
@@ -144,6 +145,8 @@ struct GetCommand: AsyncParsableCommand {
     }
 
     mutating func run() async throws {
+        // First: a signal while the input is read or the journal opened must stop the run cleanly too.
+        Interruption.install()
         let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
         // The journal is opened while the input is read and planned: ~5 ms (SQLite's open, WAL set-up, schema)
         // that would otherwise come before the first request, on the core the planning leaves idle. A bad input
@@ -218,11 +221,7 @@ struct GetCommand: AsyncParsableCommand {
                     if first { Console.err("haul: warning: journal '\(path)': \(error); a rerun may fetch again\n") }
                 })
         } catch {
-            throw UsageFailure([
-                InputProblem(
-                    origin: "--journal",
-                    message: "cannot open '\(path)': \(error) (delete it to start over, or use --no-journal)")
-            ])
+            throw UsageFailure([InputProblem(origin: "--journal", message: "\(error); or use --no-journal")])
         }
     }
 
@@ -235,10 +234,7 @@ struct GetCommand: AsyncParsableCommand {
         let text: String
         let name = inputFile == "-" ? "<stdin>" : inputFile
         do {
-            let data =
-                inputFile == "-"
-                ? FileHandle.standardInput.readDataToEndOfFile()
-                : try Data(contentsOf: URL(fileURLWithPath: inputFile, isDirectory: false))
+            let data = try Self.readAll(inputFile == "-" ? nil : inputFile)
             guard let decoded = String(data: data, encoding: .utf8) else {
                 throw UsageFailure([InputProblem(origin: name, message: "is not UTF-8 text")])
             }
@@ -254,29 +250,82 @@ struct GetCommand: AsyncParsableCommand {
         return (entries + fromFile, problems)
     }
 
+    /// Every byte of the file at `path` (standard input for `nil`), read as a stream: a pipe, `/dev/stdin` or a
+    /// process substitution (`-i <(...)`) reads like a regular file.
+    static func readAll(_ path: String?) throws -> Data {
+        let descriptor = path.map { open($0, O_RDONLY | O_CLOEXEC) } ?? 0
+        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        defer { if path != nil { close(descriptor) } }
+        var info = stat()
+        if fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { throw POSIXError(.EISDIR) }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count == 0 { return data }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            }
+            data.append(contentsOf: buffer[..<count])
+        }
+    }
+
+    /// Creates the destination directory and every `dir=` directory under it. A `dir=` path is walked one
+    /// component at a time without following symbolic links: a link there could lead the downloads out of the
+    /// destination, so it is refused, as is anything there that is not a directory.
     private func createDirectories(for plan: [PlannedDownload], base: URL) throws {
-        var directories: Set<URL> = [base]
+        var directories: Set<String> = []
         for download in plan {
             switch download.request.destination {
-            case .file(let file): directories.insert(file.deletingLastPathComponent())
-            case .directory(let directory, _): directories.insert(directory)
+            case .file(let file): directories.insert(file.deletingLastPathComponent().standardizedFileURL.path)
+            case .directory(let directory, _): directories.insert(directory.standardizedFileURL.path)
             }
         }
-        for directory in directories.sorted(by: { $0.path < $1.path }) {
-            do {
-                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            } catch {
-                throw UsageFailure([
-                    InputProblem(
-                        origin: "-d/--dir", message: "cannot create '\(directory.path)': \(Self.reason(error))")
-                ])
+        let basePath = base.standardizedFileURL.path
+        do {
+            try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        } catch {
+            throw UsageFailure([
+                InputProblem(origin: "-d/--dir", message: "cannot create '\(basePath)': \(Self.reason(error))")
+            ])
+        }
+        var checked: Set<String> = [basePath]
+        for directory in directories.sorted() where !checked.contains(directory) {
+            var path = basePath
+            let relative = directory.hasPrefix(basePath + "/") ? directory.dropFirst(basePath.count + 1) : ""
+            for component in relative.split(separator: "/") {
+                path += "/" + component
+                guard checked.insert(path).inserted else { continue }
+                if let problem = Self.makeDirectory(path) {
+                    throw UsageFailure([
+                        InputProblem(origin: "dir=\(relative)", message: "'\(path)' \(problem)")
+                    ])
+                }
             }
         }
+    }
+
+    /// Makes the directory at `path` if it is missing; what is wrong with the path otherwise.
+    private static func makeDirectory(_ path: String) -> String? {
+        var info = stat()
+        if lstat(path, &info) == 0 {
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR: return nil
+            case S_IFLNK: return "is a symbolic link; Haul does not follow links out of the destination directory"
+            default: return "exists and is not a directory"
+            }
+        }
+        if mkdir(path, 0o777) == 0 || errno == EEXIST && lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR {
+            return nil
+        }
+        return "cannot be created: \(String(cString: strerror(errno)))"
     }
 
     /// The POSIX reason of a Foundation file error ("No such file or directory"), else its description.
     static func reason(_ error: any Error) -> String {
         let nsError = error as NSError
+        if nsError.domain == NSPOSIXErrorDomain, let message = strerrorMessage(Int32(nsError.code)) { return message }
         if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain,
             let message = strerrorMessage(Int32(underlying.code))
         {

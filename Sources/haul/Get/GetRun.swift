@@ -136,17 +136,21 @@ enum GetRun {
     }
 }
 
-/// SIGINT and SIGTERM during a run: the first cancels the downloads (partials are kept for the next run) and
-/// the run ends with exit status 130; a second one exits at once.
+/// SIGINT, SIGTERM and SIGHUP during a run, and standard output closing under it (a reader such as `head` that
+/// has seen enough): the first cancels the downloads (partials are kept for the next run) and the run ends with
+/// exit status 130 (141 when standard output closed); a second signal exits at once.
 ///
-/// A plain `sigaction` handler that only counts (and, the second time, restores the cursor and `_exit`s: both
-/// async-signal-safe); a task polls the count. So a second Ctrl-C ends the process even when every thread is
-/// busy, with nothing but async-signal-safe calls in the handler.
+/// ``install()`` puts a plain `sigaction` handler in place as the command starts, before the input is read: a signal
+/// before the downloads start exits 130 at once (nothing to stop or keep yet), and one during them is counted. The
+/// handler only counts (and, to exit, restores the cursor and `_exit`s: both async-signal-safe). A task polls the
+/// count once the downloads run.
+/// SIGPIPE is ignored: a closed standard output shows as `EPIPE` on a write (see ``Console``) and stops the run the
+/// same way, every time, instead of killing the process at whichever write comes first.
 final class Interruption: Sendable {
     private let poller: Task<Void, Never>
 
-    init(onInterrupt: @escaping @Sendable () -> Void) {
-        interruptCount.store(0, ordering: .sequentiallyConsistent)
+    /// Takes over SIGINT, SIGTERM and SIGHUP (counted) and SIGPIPE (ignored) for the rest of the process.
+    static func install() {
         restoresCursor.store(Console.isInteractiveTerminal, ordering: .sequentiallyConsistent)
         var action = sigaction()
         #if canImport(Glibc)
@@ -156,8 +160,23 @@ final class Interruption: Sendable {
         #endif
         sigemptyset(&action.sa_mask)
         action.sa_flags = SA_RESTART
-        sigaction(SIGINT, &action, nil)
-        sigaction(SIGTERM, &action, nil)
+        for signalNumber in [SIGINT, SIGTERM, SIGHUP] { sigaction(signalNumber, &action, nil) }
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// Stops the run as a signal would (standard output closed).
+    static func outputClosed() {
+        closedOutput.store(true, ordering: .sequentiallyConsistent)
+        interruptCount.add(1, ordering: .sequentiallyConsistent)
+    }
+
+    /// Whether the run was stopped because standard output closed.
+    static var stoppedByClosedOutput: Bool { closedOutput.load(ordering: .sequentiallyConsistent) }
+
+    /// Calls `onInterrupt` once a signal has come (at once if one came before). From here on a signal is counted:
+    /// before, while the input is read and planned and nothing has been downloaded, it ends the process at once.
+    init(onInterrupt: @escaping @Sendable () -> Void) {
+        downloading.store(true, ordering: .sequentiallyConsistent)
         poller = Task {
             while !Task.isCancelled {
                 if interruptCount.load(ordering: .sequentiallyConsistent) > 0 {
@@ -179,10 +198,15 @@ final class Interruption: Sendable {
 
 private let interruptCount = Atomic<Int>(0)
 private let restoresCursor = Atomic<Bool>(false)
+private let closedOutput = Atomic<Bool>(false)
+
+private let downloading = Atomic<Bool>(false)
 
 private func handleInterrupt(_ signal: Int32) {
     let (_, count) = interruptCount.add(1, ordering: .sequentiallyConsistent)
-    guard count >= 2 else { return }
+    // Before the downloads start there is nothing to stop or keep; a read of the input may be blocked (a pipe, a
+    // FIFO), where a counted signal would go unnoticed.
+    guard count >= 2 || !downloading.load(ordering: .sequentiallyConsistent) else { return }
     if restoresCursor.load(ordering: .sequentiallyConsistent) {
         let show: StaticString = "\u{1B}[?25h\n"
         _ = write(1, show.utf8Start, show.utf8CodeUnitCount)

@@ -211,7 +211,8 @@ enum Planner {
         guard let fieldName = HTTPField.Name(name) else {
             return .failure(HeaderProblem("header name '\(name)' is not a valid HTTP field name"))
         }
-        guard !value.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+        // By scalar: "\r\n" is one Character, equal to neither "\r" nor "\n".
+        guard !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
             return .failure(HeaderProblem("header '\(name)' has a line break or NUL in its value"))
         }
         return .success(HTTPField(name: fieldName, value: value))
@@ -221,13 +222,13 @@ enum Planner {
     private static func duplicateDestinations(_ planned: [PlannedDownload]) -> [InputProblem] {
         // Indices, room made up front: growing a dictionary of whole downloads one by one showed in the start-up
         // of a list of 10,000.
-        var firstByPath: [String: Int] = [:]
+        var firstByPath: [PathKey: Int] = [:]
         firstByPath.reserveCapacity(planned.count)
         var problems: [InputProblem] = []
         // By index: a loop over the elements copied every download (its request and all) to read one path.
         for index in planned.indices {
             guard let path = planned[index].plannedPath else { continue }
-            if let first = firstByPath[path].map({ planned[$0] }) {
+            if let first = firstByPath[PathKey(path)].map({ planned[$0] }) {
                 let download = planned[index]
                 problems.append(
                     InputProblem(
@@ -236,11 +237,24 @@ enum Planner {
                             "'\(download.request.url.absoluteString)' and '\(first.request.url.absoluteString)' (\(first.origin)) would both write '\(path)'; give one of them another name (out=NAME)"
                     ))
             } else {
-                firstByPath[path] = index
+                firstByPath[PathKey(path)] = index
             }
         }
         return problems
     }
+}
+
+/// A path compared the way the destination's file system compares names: by bytes on Linux, where `café` in
+/// NFC and in NFD are two files (a Swift `String` compares them equal), and as Swift strings on Apple systems,
+/// whose file systems treat the two forms as one name.
+struct PathKey: Hashable {
+    #if canImport(Darwin)
+    private let path: String
+    init(_ path: String) { self.path = path }
+    #else
+    private let bytes: [UInt8]
+    init(_ path: String) { bytes = Array(path.utf8) }
+    #endif
 }
 
 /// `12345`, `64K`, `1.5M`, `2G` (powers of 1024), for `--max-size`.

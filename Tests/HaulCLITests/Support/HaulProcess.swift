@@ -23,6 +23,9 @@ final class HaulProcess: Sendable {
             try Self.binary().path, arguments, input: input ?? "", environment: environment)
     }
 
+    /// The process's id.
+    var pid: pid_t { child.pid }
+
     /// Sends `signal` (SIGINT by default), as Ctrl-C would.
     func send(_ signal: Int32 = SIGINT) { child.send(signal) }
 
