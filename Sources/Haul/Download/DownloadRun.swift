@@ -142,9 +142,7 @@ final class DownloadRun: @unchecked Sendable {
         case .missing:
             return nil
         case .other:
-            throw DownloadError(
-                .unsafePath, message: "refusing to write through a symbolic link or special file at '\(path)'",
-                url: request.url, path: path)
+            throw PartialFile.unsafePathError(path, request.url)
         case .regularFile(let size):
             switch request.conflictPolicy {
             case .fail:

@@ -95,21 +95,13 @@ final class PartialFile {
             let fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
                 let code = errno
-                if code == ELOOP || code == ENXIO || code == EISDIR {
-                    throw DownloadError(
-                        .unsafePath,
-                        message: "refusing to write through a symbolic link or special file at '\(path)'",
-                        url: url, path: path)
-                }
+                if code == ELOOP || code == ENXIO || code == EISDIR { throw unsafePathError(path, url) }
                 throw fileSystemError(code, "creating", path, url)
             }
             var opened = stat()
             guard fstat(fd, &opened) == 0, opened.st_mode & S_IFMT == S_IFREG else {
                 close(fd)
-                throw DownloadError(
-                    .unsafePath,
-                    message: "refusing to write through a symbolic link or special file at '\(path)'",
-                    url: url, path: path)
+                throw unsafePathError(path, url)
             }
             while flock(fd, LOCK_EX | LOCK_NB) != 0 {
                 if errno == EINTR { continue }
@@ -123,8 +115,7 @@ final class PartialFile {
                 }
                 throw fileSystemError(code, "locking", path, url)
             }
-            var named = stat()
-            if lstat(path, &named) == 0, named.st_dev == opened.st_dev, named.st_ino == opened.st_ino { return fd }
+            if names(path, fd) { return fd }
             close(fd)  // the file was removed or published while we waited for it: look again
         }
         throw DownloadError(
@@ -272,13 +263,24 @@ final class PartialFile {
         if durable { Self.syncDirectory(of: destination) }
     }
 
-    /// Fails unless the partial's path still names the file open behind ``descriptor``.
-    private func checkStillNamed(url: URL) throws(DownloadError) {
+    /// Whether `path` names the file open behind `descriptor` (a symbolic link there is not followed).
+    private static func names(_ path: String, _ descriptor: Int32) -> Bool {
         var opened = stat()
         var named = stat()
-        guard descriptor >= 0, fstat(descriptor, &opened) == 0, lstat(path, &named) == 0,
-            opened.st_dev == named.st_dev, opened.st_ino == named.st_ino
-        else {
+        return descriptor >= 0 && fstat(descriptor, &opened) == 0 && lstat(path, &named) == 0
+            && opened.st_dev == named.st_dev && opened.st_ino == named.st_ino
+    }
+
+    /// Why Haul will not write at `path`: something other than a regular file is there.
+    static func unsafePathError(_ path: String, _ url: URL) -> DownloadError {
+        DownloadError(
+            .unsafePath, message: "refusing to write through a symbolic link or special file at '\(path)'", url: url,
+            path: path)
+    }
+
+    /// Fails unless the partial's path still names the file open behind ``descriptor``.
+    private func checkStillNamed(url: URL) throws(DownloadError) {
+        guard Self.names(path, descriptor) else {
             throw DownloadError(
                 .fileSystem,
                 message: "the partial file '\(path)' was replaced or removed by something else; not published",
@@ -312,8 +314,9 @@ final class PartialFile {
     /// Closes and deletes the partial (Haul created it, so Haul may remove it). An unnamed one goes with its
     /// descriptor.
     func remove() {
-        // Unlinked while the lock is held, so that no other writer can take over the name in between.
-        if !isUnnamed, descriptor >= 0 { unlink(path) }
+        // Unlinked while the lock is held, so that no other writer can take over the name in between; and only while
+        // the name is still this file's (what replaced it is not Haul's to remove).
+        if !isUnnamed, Self.names(path, descriptor) { unlink(path) }
         if descriptor >= 0 {
             close(descriptor)
             descriptor = -1

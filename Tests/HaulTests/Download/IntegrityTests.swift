@@ -11,22 +11,31 @@ import Testing
 /// writers meet every run, whatever the load.
 @Suite("Integrity", .timeLimit(.minutes(2)))
 struct IntegrityTests {
-    /// Waits on a thread of its own until the partial of `destination` exists, then opens `gate`.
-    private static func openGate(
-        _ gate: String, on server: TestServer, oncePartialOf destination: URL, holds bytes: Int
-    ) async throws {
+    /// Runs `first` and `second` (both to `destination`) so that they meet: `first` must stop at gate `first` after
+    /// 100,000 body bytes and `second` be held at gate `second`, which opens once those bytes are in the partial.
+    /// `first` goes on once `second` has ended. Returns `first`'s result and how `second` failed (`nil`: it did not).
+    private static func collide(
+        _ first: DownloadRequest, _ second: DownloadRequest, at destination: URL, on server: TestServer,
+        kind: TransportKind
+    ) async throws -> (DownloadResult, DownloadError?) {
+        let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 0))
+        async let winner = downloader.download(first)
+        async let loser = failure { () async throws(DownloadError) in try await downloader.download(second) }
         let partial =
             destination.deletingLastPathComponent()
             .appendingPathComponent(".\(destination.lastPathComponent).haul-partial").path
         try await onOwnThread {
             let deadline = Date().addingTimeInterval(20)
-            while ((try? FileManager.default.attributesOfItem(atPath: partial))?[.size] as? Int ?? 0) < bytes,
+            while ((try? FileManager.default.attributesOfItem(atPath: partial))?[.size] as? Int ?? 0) < 100_000,
                 Date() < deadline
             {
                 usleep(1_000)
             }
-            server.openGate(gate)
+            server.openGate("second")
         }
+        let error = await loser
+        server.openGate("first")
+        return (try await winner, error)
     }
 
     /// The error `body` throws, `nil` if it succeeds.
@@ -41,30 +50,26 @@ struct IntegrityTests {
         }
     }
 
+    /// A body that stops after 100,000 bytes until gate `first` opens.
+    static let stalled = ["size": "600000", "stallAfter": "100000", "stall": "gate:first"]
+
     @Test(
         "two downloads whose names collide only at the response (Content-Disposition): one wins, whole; the other fails clearly",
         arguments: TransportKind.allCases)
     func lateNameCollision(kind: TransportKind) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 0))
-            let disposition = "attachment; filename=\"same.bin\""
-            let first = server.url(
-                path: "/bytes/first",
-                query: ["size": "600000", "stallAfter": "100000", "stall": "gate:first", "disposition": disposition])
-            let second = server.url(
-                path: "/bytes/second", query: ["size": "600000", "disposition": disposition, "hold": "second"])
+            let disposition = ["disposition": "attachment; filename=\"same.bin\""]
             let destination = Destination.directory(dir.url, useContentDisposition: true)
-            async let winner = downloader.download(DownloadRequest(url: first, destination: destination))
-            async let loser = Self.failure { () async throws(DownloadError) in
-                try await downloader.download(DownloadRequest(url: second, destination: destination))
-            }
-            try await Self.openGate("second", on: server, oncePartialOf: dir.file("same.bin"), holds: 100_000)
-            let error = try #require(await loser)
-            server.openGate("first")
-            let result = try await winner
-            #expect(error.code == .destinationBusy, "\(error)")
-            #expect(error.message.contains("another download"), "\(error.message)")
+            let first = server.url(path: "/bytes/first", query: Self.stalled.merging(disposition) { $1 })
+            let second = server.url(
+                path: "/bytes/second", query: ["size": "600000", "hold": "second"].merging(disposition) { $1 })
+            let (result, error) = try await Self.collide(
+                DownloadRequest(url: first, destination: destination),
+                DownloadRequest(url: second, destination: destination), at: dir.file("same.bin"), on: server,
+                kind: kind)
+            #expect(error?.code == .destinationBusy, "\(String(describing: error))")
+            #expect(error?.message.contains("another download") == true)
             #expect(result.fileURL.lastPathComponent == "same.bin")
             #expect(contentsOf(dir.file("same.bin")) == TestServer.expectedBytes(name: "first", size: 600_000))
             #expect(dir.contents() == ["same.bin"])
@@ -77,24 +82,15 @@ struct IntegrityTests {
     func twoWritersOneDestination(kind: TransportKind) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 0))
             let target = dir.file("one.bin")
-            var first = DownloadRequest(
-                url: server.url(
-                    path: "/bytes/first", query: ["size": "600000", "stallAfter": "100000", "stall": "gate:first"]),
-                destination: .file(target))
-            first.conflictPolicy = .overwrite
-            var second = DownloadRequest(
+            let first = DownloadRequest(
+                url: server.url(path: "/bytes/first", query: Self.stalled), destination: .file(target),
+                conflictPolicy: .overwrite)
+            let second = DownloadRequest(
                 url: server.url(path: "/bytes/second", query: ["size": "300000", "hold": "second"]),
-                destination: .file(target))
-            second.conflictPolicy = .overwrite
-            async let winner = downloader.download(first)
-            async let loser = Self.failure { () async throws(DownloadError) in try await downloader.download(second) }
-            try await Self.openGate("second", on: server, oncePartialOf: target, holds: 100_000)
-            let error = try #require(await loser)
-            server.openGate("first")
-            _ = try await winner
-            #expect(error.code == .destinationBusy, "\(error)")
+                destination: .file(target), conflictPolicy: .overwrite)
+            let (_, error) = try await Self.collide(first, second, at: target, on: server, kind: kind)
+            #expect(error?.code == .destinationBusy, "\(String(describing: error))")
             #expect(contentsOf(target) == TestServer.expectedBytes(name: "first", size: 600_000))
             #expect(dir.contents() == ["one.bin"])
         }
