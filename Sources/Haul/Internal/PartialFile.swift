@@ -48,7 +48,7 @@ final class PartialFile {
 
     private static let suffix = ".haul-partial"
 
-    /// Creates a new, empty partial at `path` and takes its writer's lock (see ``lockForWriting(_:path:url:)``).
+    /// Creates a new, empty partial at `path` and takes its writer's lock (see `openLocked`).
     /// A leftover regular file there that nobody holds is emptied and reused; one another writer holds is left
     /// alone (``DownloadError/Code/destinationBusy``); a symbolic link or anything else that is not a regular file is
     /// refused.
