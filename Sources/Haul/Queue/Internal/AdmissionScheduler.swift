@@ -145,6 +145,8 @@ package struct AdmissionScheduler {
     package mutating func remove(_ id: ID) -> Bool {
         guard let item = waiting.removeValue(forKey: id) else { return false }
         dropHostIfIdle(item.host)
+        // If it was the host's best, the heap's entry for the host is stale now: the next one is offered.
+        if hosts[item.host] != nil { offer(item.host) }
         return true
     }
 
@@ -182,7 +184,12 @@ package struct AdmissionScheduler {
             }
             guard hasFreeSlot(candidate.host), let head = head(of: candidate.host),
                 head.priority == candidate.priority, head.slot.sequence == candidate.sequence
-            else { continue }  // stale: the host's current best, if any, has its own entry
+            else {
+                // Stale: the host's current best, if it has one and a free slot, gets an entry of its own (offer()
+                // pushes nothing when that entry is in the heap already).
+                if hosts[candidate.host] != nil { offer(candidate.host) }
+                continue
+            }
             let id = head.slot.id
             hosts[candidate.host]?.levels[head.priority]?.removeFirst()
             waiting[id] = nil

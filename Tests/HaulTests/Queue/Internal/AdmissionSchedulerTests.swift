@@ -136,14 +136,164 @@ struct AdmissionSchedulerTests {
         #expect(admitOneAtATime(&scheduler) == [4, 2, 3])
         #expect(scheduler.hostCount == 0)
     }
+
+    @Test("cancelling a host's first waiting download does not strand the rest of that host")
+    func removingTheHeadOffersTheNext() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        scheduler.isPaused = true
+        scheduler.enqueue(1, host: "a", priority: 0)
+        scheduler.enqueue(2, host: "a", priority: 0)
+        scheduler.remove(1)
+        scheduler.isPaused = false
+        #expect(scheduler.admit() == [2])
+
+        // Width 1 over an interleaved batch on two hosts: cancelling one waiting download of "b".
+        var interleaved = AdmissionScheduler(maxConcurrent: 1)
+        for id in 1...6 { interleaved.enqueue(UInt64(id), host: id.isMultiple(of: 2) ? "b" : "a", priority: 0) }
+        #expect(interleaved.admit() == [1])
+        interleaved.remove(2)
+        #expect(admitOneAtATime(&interleaved, finishing: [1]) == [3, 4, 5, 6])
+    }
+
+    @Test("random adds, cancels, priority changes, limits and pauses agree with a reference model", arguments: 0..<40)
+    func agreesWithModel(seed: UInt64) {
+        var random = SplitMix(seed: seed)
+        var scheduler = AdmissionScheduler(maxConcurrent: 2, perHostLimit: 1)
+        var model = ReferenceScheduler(maxConcurrent: 2, perHostLimit: 1)
+        var nextID: UInt64 = 0
+        for step in 0..<400 {
+            switch random.next(below: 10) {
+            case 0, 1, 2:
+                nextID += 1
+                let host = ["a", "b", "c"][random.next(below: 3)]
+                let priority = random.next(below: 3) - 1
+                scheduler.enqueue(nextID, host: host, priority: priority)
+                model.enqueue(nextID, host: host, priority: priority)
+            case 3:
+                if let id = model.waiting.randomElement(using: &random)?.id {
+                    let removed = scheduler.remove(id)
+                    #expect(removed)
+                    model.remove(id)
+                }
+            case 4:
+                if let id = model.waiting.randomElement(using: &random)?.id {
+                    let priority = random.next(below: 3) - 1
+                    let changed = scheduler.setPriority(priority, of: id)
+                    #expect(changed)
+                    model.setPriority(priority, of: id)
+                }
+            case 5, 6:
+                if let id = model.running.keys.sorted().randomElement(using: &random) {
+                    scheduler.finish(id)
+                    model.finish(id)
+                }
+            case 7:
+                let paused = random.next(below: 4) == 0
+                scheduler.isPaused = paused
+                model.isPaused = paused
+            case 8:
+                let limit = 1 + random.next(below: 3)
+                scheduler.maxConcurrent = limit
+                model.maxConcurrent = limit
+            default:
+                let limit = random.next(below: 3) == 0 ? nil : 1 + random.next(below: 2)
+                scheduler.perHostLimit = limit
+                model.perHostLimit = limit
+            }
+            let admitted = scheduler.admit()
+            let expected = model.admit()
+            #expect(admitted == expected, "seed \(seed), step \(step)")
+            if admitted != expected { return }  // one divergence is enough to report
+            #expect(scheduler.waitingCount == model.waiting.count && scheduler.runningCount == model.running.count)
+            // Nothing waits while it could run.
+            var again = model
+            let leftover = again.admit()
+            #expect(leftover.isEmpty, "seed \(seed), step \(step)")
+        }
+    }
 }
 
-/// Admits and finishes one item at a time until nothing is left; returns the admission order.
-private func admitOneAtATime(_ scheduler: inout AdmissionScheduler) -> [UInt64] {
+/// Finishes `finishing`, then admits and finishes one item at a time until nothing is left; returns the admission order.
+private func admitOneAtATime(_ scheduler: inout AdmissionScheduler, finishing: [UInt64] = []) -> [UInt64] {
+    for id in finishing { scheduler.finish(id) }
     var order: [UInt64] = []
     while let id = scheduler.admit().first {
         order.append(id)
         scheduler.finish(id)
     }
     return order
+}
+
+/// The scheduler's rules, written the plain way: a list scanned on every admission.
+private struct ReferenceScheduler {
+    struct Item {
+        var id: UInt64
+        var host: String
+        var priority: Int
+        var sequence: Int
+    }
+
+    var maxConcurrent: Int
+    var perHostLimit: Int?
+    var isPaused = false
+    var waiting: [Item] = []
+    var running: [UInt64: String] = [:]
+    var sequence = 0
+
+    init(maxConcurrent: Int, perHostLimit: Int?) {
+        self.maxConcurrent = maxConcurrent
+        self.perHostLimit = perHostLimit
+    }
+
+    mutating func enqueue(_ id: UInt64, host: String, priority: Int) {
+        sequence += 1
+        waiting.append(Item(id: id, host: host, priority: priority, sequence: sequence))
+    }
+
+    mutating func remove(_ id: UInt64) { waiting.removeAll { $0.id == id } }
+
+    mutating func setPriority(_ priority: Int, of id: UInt64) {
+        guard let index = waiting.firstIndex(where: { $0.id == id }), waiting[index].priority != priority else {
+            return
+        }
+        sequence += 1
+        waiting[index].priority = priority
+        waiting[index].sequence = sequence
+    }
+
+    mutating func finish(_ id: UInt64) { running[id] = nil }
+
+    mutating func admit() -> [UInt64] {
+        var admitted: [UInt64] = []
+        while !isPaused, running.count < maxConcurrent {
+            let eligible = waiting.indices.filter { index in
+                running.values.filter { $0 == waiting[index].host }.count < (perHostLimit ?? .max)
+            }
+            guard
+                let best = eligible.max(by: {
+                    (waiting[$0].priority, -waiting[$0].sequence) < (waiting[$1].priority, -waiting[$1].sequence)
+                })
+            else { break }
+            let item = waiting.remove(at: best)
+            running[item.id] = item.host
+            admitted.append(item.id)
+        }
+        return admitted
+    }
+}
+
+/// A small seeded generator, so that a failing sequence can be run again.
+private struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func next(below bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }
