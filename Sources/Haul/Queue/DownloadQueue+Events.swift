@@ -114,46 +114,59 @@ extension DownloadQueue {
     /// ```
     public func events(including kinds: Set<QueueEvent.Kind>) -> AsyncStream<QueueEvent> {
         let (stream, continuation) = AsyncStream<QueueEvent>.makeStream(bufferingPolicy: .unbounded)
-        let key = state.withLock { state in
-            state.nextSubscriber += 1
-            state.subscribers[state.nextSubscriber] = Subscriber(continuation: continuation, kinds: kinds)
-            interestBits.store(state.updateInterest(), ordering: .releasing)
-            return state.nextSubscriber
-        }
+        state.withLock { state in subscribe(continuation, to: kinds, in: &state) }
+        return stream
+    }
+
+    /// Adds a subscriber whose sequence ends its subscription when its consumer stops iterating.
+    private func subscribe(
+        _ continuation: AsyncStream<QueueEvent>.Continuation, to kinds: Set<QueueEvent.Kind>, in state: inout State
+    ) {
+        state.nextSubscriber += 1
+        let key = state.nextSubscriber
+        state.subscribers[key] = Subscriber(continuation: continuation, kinds: kinds)
+        interestBits.store(state.updateInterest(), ordering: .releasing)
+        // Runs on the consumer's cancellation too (under its task's own lock), which is why nothing is ever yielded
+        // or resumed under the queue's lock (see State).
         continuation.onTermination = { [weak self] _ in
             self?.state.withLock { state in
                 state.subscribers.removeValue(forKey: key)
                 self?.interestBits.store(state.updateInterest(), ordering: .releasing)
             }
         }
-        return stream
     }
 
     /// Ends every event sequence subscribed so far: each delivers the events it has buffered, then ends. For a
     /// program done with the queue: after ``waitUntilIdle()`` every event of the batch is buffered, so a consumer
     /// can finish without counting the events it expects.
     public func finishEvents() {
-        let subscribers = state.withLock { state in
-            defer {
-                state.subscribers = [:]
-                interestBits.store(state.updateInterest(), ordering: .releasing)
-            }
-            return Array(state.subscribers.values)
+        mutate { state in
+            // After every event published so far, in the outbox's order.
+            state.outbox.append(.finish(state.subscriberList))
+            state.subscribers = [:]
+            interestBits.store(state.updateInterest(), ordering: .releasing)
         }
-        for subscriber in subscribers { subscriber.continuation.finish() }
     }
 
     /// The events of one download, ending with its `.finished` or `.failed`. Subscribes now: events before
-    /// this call are not repeated, but the sequence ends at once if the download has already ended.
+    /// this call are not repeated, but the sequence ends at once, with the outcome, if the download has already
+    /// ended (its entry leaves the queue in the same hold of the lock that publishes its last event).
     func events(of id: DownloadID, box: ResultBox<Outcome>) -> AsyncStream<DownloadEvent> {
-        let all = events(including: QueueEvent.Kind.all.subtracting([.queued, .batchProgress]))
-        return AsyncStream { continuation in
+        AsyncStream { continuation in
+            let (all, allContinuation) = AsyncStream<QueueEvent>.makeStream(bufferingPolicy: .unbounded)
+            let running = state.withLock { state in
+                guard state.entries[id.rawValue] != nil else { return false }
+                subscribe(
+                    allContinuation, to: QueueEvent.Kind.all.subtracting([.queued, .batchProgress]), in: &state)
+                return true
+            }
+            guard running, box.value == nil else {
+                allContinuation.finish()
+                if let outcome = box.value { continuation.yield(outcome.terminalEvent) }
+                continuation.finish()
+                return
+            }
             let forwarder = Task {
-                if let outcome = box.value {
-                    continuation.yield(outcome.terminalEvent)
-                    continuation.finish()
-                    return
-                }
                 for await event in all {
                     guard case .download(id, let downloadEvent) = event else { continue }
                     continuation.yield(downloadEvent)

@@ -111,7 +111,21 @@ extension DownloadQueue {
         let kinds: Set<QueueEvent.Kind>
     }
 
+    /// What is to be sent to subscribers once the lock is released, in the order it happened.
+    enum Delivery {
+        /// An event, with the subscribers there were when it was published (each takes it if it takes its kind).
+        case event(QueueEvent, [Subscriber])
+        /// The end of these subscribers' sequences (``DownloadQueue/finishEvents()``), after the events before it.
+        case finish([Subscriber])
+    }
+
     /// All of the queue's bookkeeping, behind one lock.
+    ///
+    /// The lock-order rule: while the lock is held nothing is yielded into a stream, no continuation is resumed, no
+    /// task is cancelled and no closure from outside (a predicate, a transport's or journal's code, a stream's
+    /// termination handler) is called. What a locked section decides to do of that kind it returns (``SideEffects``,
+    /// the ``outbox`` of events) and does after the lock. A stream's `onTermination` may take the lock: no holder of
+    /// the lock ever waits for a task's own lock, which `swift_task_cancel` holds while it runs the handler.
     struct State {
         var scheduler: AdmissionScheduler
         var failurePolicy: FailurePolicy
@@ -119,7 +133,15 @@ extension DownloadQueue {
         var joined: [JoinKey: UInt64] = [:]
         var nextID: UInt64 = 0
         var subscribers: [UInt64: Subscriber] = [:]
+        /// ``subscribers``' values, made when they change: each published event keeps this list (shared, not
+        /// copied) for its delivery after the lock.
+        var subscriberList: [Subscriber] = []
         var nextSubscriber: UInt64 = 0
+        /// Events published and not yet sent, in order (see ``DownloadQueue/mutate(_:)``).
+        var outbox: [Delivery] = []
+        /// Whether a thread is sending the outbox's events: the others leave theirs to it, so that every subscriber
+        /// gets every event in the one order they were published in, and nothing is sent under the lock.
+        var delivering = false
         /// The kinds some subscriber takes: an event of another kind is not even made (10,000 small downloads
         /// spent a third of their CPU making, sending and waking for events nobody read).
         var interest: Set<QueueEvent.Kind> = []
@@ -134,13 +156,28 @@ extension DownloadQueue {
 
         var isIdle: Bool { scheduler.waitingCount == 0 && scheduler.runningCount == 0 }
 
-        /// Sends `event` to every subscriber that takes its kind. Called under the lock, so all subscribers see
-        /// one order.
-        func publish(_ event: QueueEvent) {
-            let kind = event.kind
-            for subscriber in subscribers.values where subscriber.kinds.contains(kind) {
-                subscriber.continuation.yield(event)
+        /// Queues `event` for the subscribers there are now; it is sent after the lock, in the order published.
+        mutating func publish(_ event: QueueEvent) {
+            outbox.append(.event(event, subscriberList))
+        }
+
+        /// The outbox, for the caller to send after the lock, unless another thread is sending (it will send these
+        /// too). The caller then sends until ``nextDeliveries()`` has nothing more.
+        mutating func takeDeliveries() -> [Delivery]? {
+            guard !delivering, !outbox.isEmpty else { return nil }
+            delivering = true
+            defer { outbox = [] }
+            return outbox
+        }
+
+        /// What was published while the sender sent the last batch; `nil` (and the sender's turn over) when nothing.
+        mutating func nextDeliveries() -> [Delivery]? {
+            guard !outbox.isEmpty else {
+                delivering = false
+                return nil
             }
+            defer { outbox = [] }
+            return outbox
         }
 
         /// Whether some subscriber takes events of `kind`.
@@ -148,6 +185,7 @@ extension DownloadQueue {
 
         /// Recomputes ``interest`` after the subscribers changed; returns it as bits for ``interestBits``.
         mutating func updateInterest() -> UInt16 {
+            subscriberList = Array(subscribers.values)
             interest = subscribers.values.reduce(into: []) { $0.formUnion($1.kinds) }
             return interest.reduce(0) { $0 | $1.bit }
         }
@@ -190,6 +228,37 @@ extension DownloadQueue {
                 progress.estimatedTimeRemaining = .seconds(max(0, estimatedTotal - Double(written)) / speed)
             }
             return progress
+        }
+    }
+
+    // MARK: - The lock
+
+    /// Runs `body` under the queue's lock, then sends the events it published, after the lock (see ``State`` for the
+    /// rule). Every locked section that may publish goes through here.
+    func mutate<Result>(_ body: (inout State) -> Result) -> Result {
+        let (result, deliveries) = state.withLock { state in (body(&state), state.takeDeliveries()) }
+        if let deliveries { deliver(deliveries) }
+        return result
+    }
+
+    /// Sends `deliveries`, then whatever was published meanwhile, until the outbox is empty. One thread at a time
+    /// (``State/delivering``), with no lock held while it yields.
+    private func deliver(_ deliveries: [Delivery]) {
+        var batch = deliveries
+        while true {
+            for delivery in batch {
+                switch delivery {
+                case .event(let event, let subscribers):
+                    let kind = event.kind
+                    for subscriber in subscribers where subscriber.kinds.contains(kind) {
+                        subscriber.continuation.yield(event)
+                    }
+                case .finish(let subscribers):
+                    for subscriber in subscribers { subscriber.continuation.finish() }
+                }
+            }
+            guard let next = state.withLock({ $0.nextDeliveries() }) else { return }
+            batch = next
         }
     }
 
@@ -281,23 +350,29 @@ extension DownloadQueue {
         default:
             break
         }
+        // A download's last event is published by complete(), with its outcome stored in the same hold of the
+        // lock: a subscriber of that download (``DownloadHandle/events``) then either finds the outcome or gets the
+        // event.
+        if event.isTerminal { return }
         // The bits may lag a subscription made meanwhile (an event concurrent with subscribing may be missed
         // either way); under the lock `wants` decides.
         let kind = QueueEvent.Kind(event)
         let bits = interestBits.load(ordering: .acquiring)
         let batch: Bool = if case .progress = event { bits & QueueEvent.Kind.batchProgress.bit != 0 } else { false }
         guard bits & kind.bit != 0 || batch else { return }
-        state.withLock { state in
+        mutate { state in
             if state.wants(kind) { state.publish(.download(DownloadID(rawValue: id), event)) }
             if batch { publishBatchProgress(in: &state, force: false) }
         }
     }
 
     private func complete(_ id: UInt64, with outcome: Outcome) {
-        let effects = state.withLock { state -> SideEffects in
+        let effects = mutate { state -> SideEffects in
             var effects = SideEffects()
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
             if let wakeup = entry.box.store(outcome), !wakeup.waiters.isEmpty { effects.resolutions.append(wakeup) }
+            let terminal = outcome.terminalEvent
+            if state.wants(QueueEvent.Kind(terminal)) { state.publish(.download(DownloadID(rawValue: id), terminal)) }
             Self.leaveJoin(entry, id: id, in: &state)
             state.scheduler.finish(id)
             switch outcome {
@@ -349,7 +424,7 @@ extension DownloadQueue {
 
     /// Cancels through one handle: only when no other handle still wants the download.
     func cancel(_ id: DownloadID) {
-        let effects = state.withLock { state -> SideEffects in
+        let effects = mutate { state -> SideEffects in
             var effects = SideEffects()
             guard let entry = state.entries[id.rawValue] else { return effects }
             entry.handles -= 1

@@ -120,7 +120,7 @@ public final class DownloadQueue: Sendable {
         var start = 0
         repeat {
             let slice = requests[start..<min(start + sliceSize, requests.count)]
-            state.withLock { state in
+            mutate { state in
                 if start == 0 {
                     // Room for the whole batch at once: growing one by one moved every entry ~14 times for 10,000.
                     state.entries.reserveCapacity(state.entries.count + requests.count)
@@ -237,16 +237,22 @@ public final class DownloadQueue: Sendable {
 
     /// Cancels every waiting and running download. Nothing they wrote is left at a destination.
     public func cancelAll() {
-        cancel { _ in true }
+        cancelEntries { state in state.entries.keys.sorted() }
     }
 
-    /// Cancels the waiting and running downloads whose request matches `predicate`.
+    /// Cancels the waiting and running downloads whose request matches `predicate`. The predicate runs without the
+    /// queue's lock (it may read the queue), on the requests there were when the call began.
     public func cancel(where predicate: (DownloadRequest) -> Bool) {
-        let effects = state.withLock { state -> SideEffects in
+        let candidates = state.withLock { state in state.entries.map { ($0.key, $0.value.request) } }
+        let chosen = candidates.filter { predicate($0.1) }.map(\.0).sorted()
+        cancelEntries { _ in chosen }
+    }
+
+    /// Cancels the entries `pick` names (those still there), in one hold of the lock.
+    private func cancelEntries(_ pick: (inout State) -> [UInt64]) {
+        let effects = mutate { state -> SideEffects in
             var effects = SideEffects()
-            for id in state.entries.filter({ predicate($0.value.request) }).keys.sorted() {
-                cancelEntry(id, in: &state, effects: &effects)
-            }
+            for id in pick(&state) { cancelEntry(id, in: &state, effects: &effects) }
             effects.idleWaiters = takeIdleWaiters(in: &state)
             return effects
         }

@@ -1,0 +1,125 @@
+import Foundation
+import Haul
+import HaulOperations
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// The queue as an app uses it, attacked: consumers torn down mid-iteration, subscriptions racing completions,
+/// user code that reads the queue from inside a callback. Every wait has a limit that names what was stuck.
+@Suite("DownloadQueue under attack", .timeLimit(.minutes(2)))
+struct QueueLockTests {
+    /// Waits for `body` at most `limit`; records what was stuck and returns `nil` when it does not end. The body
+    /// runs in a task of its own, left behind if it never ends (a task group would wait for it).
+    static func within<Value: Sendable>(
+        _ limit: Duration, _ what: String, _ body: @escaping @Sendable () async -> Value,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async -> Value? {
+        let result: Value? = await withCheckedContinuation { continuation in
+            let resumed = Locked(false)
+            let finish: @Sendable (Value?) -> Void = { value in
+                let first = resumed.withLock { resumed in
+                    defer { resumed = true }
+                    return !resumed
+                }
+                if first { continuation.resume(returning: value) }
+            }
+            Task { finish(await body()) }
+            Task {
+                try? await Task.sleep(for: limit)
+                finish(nil)
+            }
+        }
+        if result == nil { Issue.record("stuck for \(limit): \(what)", sourceLocation: sourceLocation) }
+        return result
+    }
+
+    @Test("consumers of queue.events cancelled mid-iteration while downloads publish: the queue never locks up")
+    func cancelConsumersWhilePublishing() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2, progressInterval: .milliseconds(1)))
+            let handles = queue.add(
+                (0..<2).map {
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/busy\($0)", query: ["size": "3000000", "rate": "3000000"]),
+                        destination: .directory(dir.url))
+                })
+            for cycle in 0..<300 {
+                let reader = Task {
+                    var seen = 0
+                    for await _ in queue.events { seen += 1 }
+                    return seen
+                }
+                await Task.yield()
+                reader.cancel()
+                guard
+                    await Self.within(.seconds(10), "cycle \(cycle): the cancelled reader ends", { await reader.value })
+                        != nil,
+                    await Self.within(.seconds(10), "cycle \(cycle): runningCount", { queue.runningCount }) != nil
+                else { return }
+            }
+            queue.cancelAll()
+            for handle in handles {
+                _ = await Self.within(.seconds(10), "a download ends") { await handle.outcomeAfterEnd() }
+            }
+        }
+    }
+
+    @Test("handle.events subscribed at any moment, even as the download ends, ends with the outcome")
+    func handleEventsAlwaysEnd() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 4))
+            for round in 0..<100 {
+                let handle = queue.add(
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/quick\(round)", query: ["size": "10"]),
+                        destination: .directory(dir.url)))
+                if round.isMultiple(of: 2) { await Task.yield() }
+                let last = await Self.within(.seconds(10), "round \(round): handle.events ends") {
+                    var last: DownloadEvent?
+                    for await event in handle.events { last = event }
+                    return last
+                }
+                guard let last else { return }
+                #expect(last?.isTerminal == true, "round \(round): \(String(describing: last))")
+            }
+        }
+    }
+
+    @Test("cancel(where:) runs the predicate outside the queue's lock: a predicate may read the queue")
+    func predicateReadsTheQueue() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1))
+            queue.pause()
+            let handles = queue.add(
+                (0..<3).map {
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/p\($0)", query: ["size": "10"]), destination: .directory(dir.url))
+                })
+            let cancelled = await Self.within(.seconds(10), "cancel(where:) with a predicate reading the queue") {
+                queue.cancel { request in
+                    queue.isPaused && queue.runningCount == 0 && queue.progress.totalFiles == 3
+                        && request.url.path.hasSuffix("p1")
+                }
+                return true
+            }
+            #expect(cancelled == true)
+            #expect(
+                handles[1].outcome.map { if case .failure(let error) = $0 { error.isCancellation } else { false } }
+                    == true)
+            queue.resume()
+            await queue.waitUntilIdle()
+            #expect(dir.contents() == ["p0", "p2"])
+        }
+    }
+}
+
+extension DownloadHandle {
+    /// The outcome once the download has ended.
+    func outcomeAfterEnd() async -> Result<DownloadResult, DownloadError> {
+        do { return .success(try await result) } catch { return .failure(error) }
+    }
+}
