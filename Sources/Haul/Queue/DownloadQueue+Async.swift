@@ -1,7 +1,8 @@
 public import Foundation
 
 extension DownloadQueue {
-    /// Adds `request` and waits for its result. Cancelling the calling task cancels the download.
+    /// Adds `request` and waits for its result. Cancelling the calling task cancels the download (unless another
+    /// caller shares it, whose download goes on) and returns ``DownloadError/Code/cancelled`` at once.
     ///
     /// ```swift
     /// for url in urls {                        // one after another, stoppable at any point
@@ -12,12 +13,18 @@ extension DownloadQueue {
     @discardableResult
     public func download(_ request: DownloadRequest) async throws(DownloadError) -> DownloadResult {
         let handle = add(request)
+        // This caller's outcome: the download's, or its own cancellation, whichever comes first. (A download
+        // joined by another caller goes on after this one gave up on it.)
+        let mine = ResultBox<Outcome>()
+        let forwarder = Task { mine.resolve(await handle.finalOutcome()) }
         // The outcome is awaited as a value: withTaskCancellationHandler does not carry typed throws.
         let outcome = await withTaskCancellationHandler {
-            await handle.finalOutcome()
+            await mine.wait()
         } onCancel: {
             handle.cancel()
+            mine.resolve(.failure(DownloadError(.cancelled, message: "cancelled", url: request.url)))
         }
+        _ = forwarder  // ends with the download
         return try outcome.get()
     }
 

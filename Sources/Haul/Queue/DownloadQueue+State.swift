@@ -54,6 +54,9 @@ extension DownloadQueue {
         /// The latest progress of a running download (set when it is admitted): its own lock, so that the
         /// download's events need not take the queue's.
         var progress: Locked<DownloadProgress?>?
+        /// A cancelled download of the same URL and destination that was still ending when this one was added: this
+        /// one starts once it has let go of the destination (its partial's lock).
+        var predecessor: Task<Void, Never>?
 
         init(request: DownloadRequest, joinKey: JoinKey, box: ResultBox<Outcome>, absentPath: String?) {
             self.request = request
@@ -131,6 +134,9 @@ extension DownloadQueue {
         var failurePolicy: FailurePolicy
         var entries: [UInt64: Entry] = [:]
         var joined: [JoinKey: UInt64] = [:]
+        /// Running downloads cancelled and not yet ended, by key: a new add of the same key is a fresh download,
+        /// which waits for the old one to end (``Entry/predecessor``).
+        var ending: [JoinKey: (id: UInt64, task: Task<Void, Never>)] = [:]
         var nextID: UInt64 = 0
         var subscribers: [UInt64: Subscriber] = [:]
         /// ``subscribers``' values, made when they change: each published event keeps this list (shared, not
@@ -279,6 +285,7 @@ extension DownloadQueue {
         state.nextID += 1
         let id = state.nextID
         let entry = Entry(request: request, joinKey: key, box: ResultBox(), absentPath: absentPath)
+        entry.predecessor = state.ending[key]?.task
         state.entries[id] = entry
         state.joined[key] = id
         state.batch.totalFiles += 1
@@ -300,10 +307,12 @@ extension DownloadQueue {
             leaveWaiting(entry.request, in: &state)
             let request = entry.request
             let absentPath = entry.absentPath
+            let predecessor = entry.predecessor
             let progress = Locked<DownloadProgress?>(nil)
             entry.progress = progress
-            entry.task = Task(executorPreference: downloader.preferredExecutor(for: request)) {
-                [self] in await run(id, request, absentPath: absentPath, progress: progress)
+            entry.task = Task(executorPreference: downloader.preferredExecutor(for: request)) { [self] in
+                await predecessor?.value
+                await run(id, request, absentPath: absentPath, progress: progress)
             }
         }
     }
@@ -370,6 +379,7 @@ extension DownloadQueue {
         let effects = mutate { state -> SideEffects in
             var effects = SideEffects()
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
+            if state.ending[entry.joinKey]?.id == id { state.ending[entry.joinKey] = nil }
             if let wakeup = entry.box.store(outcome), !wakeup.waiters.isEmpty { effects.resolutions.append(wakeup) }
             let terminal = outcome.terminalEvent
             if state.wants(QueueEvent.Kind(terminal)) { state.publish(.download(DownloadID(rawValue: id), terminal)) }
@@ -402,7 +412,12 @@ extension DownloadQueue {
     func cancelEntry(_ id: UInt64, in state: inout State, effects: inout SideEffects) {
         guard let entry = state.entries[id] else { return }
         guard state.scheduler.remove(id) else {
-            if let task = entry.task { effects.cancellations.append(task) }
+            if let task = entry.task {
+                effects.cancellations.append(task)
+                // Whoever adds the same request from now on wants a fresh download, not this ending one.
+                Self.leaveJoin(entry, id: id, in: &state)
+                state.ending[entry.joinKey] = (id, task)
+            }
             return
         }
         state.entries[id] = nil

@@ -117,6 +117,56 @@ struct QueueLockTests {
     }
 }
 
+extension QueueLockTests {
+    @Test("a request added again right after it was cancelled is a fresh download, not the dying one")
+    func reAddAfterCancel() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2))
+            let request = DownloadRequest(url: server.held("again", size: 400_000), destination: .directory(dir.url))
+            let first = queue.add(request)
+            try await eventually("the first is held") { server.heldCount(at: "g") == 1 }
+            first.cancel()
+            let second = queue.add(request)
+            #expect(second.id != first.id)
+            server.openGate("g")
+            let firstOutcome = await Self.within(.seconds(20), "the cancelled one ends") {
+                await first.outcomeAfterEnd()
+            }
+            let secondOutcome = await Self.within(.seconds(20), "the fresh one ends") { await second.outcomeAfterEnd() }
+            #expect(
+                firstOutcome.map { if case .failure(let error) = $0 { error.isCancellation } else { false } } == true)
+            let result = try #require(try secondOutcome?.get())
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "again", size: 400_000))
+            #expect(dir.contents() == ["again"])
+        }
+    }
+
+    @Test("a cancelled queue.download() that shares its download returns cancelled at once; the other caller's goes on")
+    func cancelOneOfTwoCallers() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2))
+            let request = DownloadRequest(url: server.held("shared", size: 1000), destination: .directory(dir.url))
+            let leaving = Task { () async throws(DownloadError) -> DownloadResult in try await queue.download(request) }
+            let staying = Task { () async throws(DownloadError) -> DownloadResult in try await queue.download(request) }
+            try await eventually("one shared request held") { server.heldCount(at: "g") == 1 }
+            leaving.cancel()
+            let left = await Self.within(.seconds(10), "the cancelled caller returns while the download is held") {
+                await leaving.result
+            }
+            let leftCode: DownloadError.Code? =
+                if case .failure(let error) = left { (error as? DownloadError)?.code } else { nil }
+            #expect(leftCode == .cancelled, "\(String(describing: left))")
+            server.openGate("g")
+            let stayed = await Self.within(.seconds(10), "the other caller's download ends") { await staying.result }
+            let result = try #require(try stayed?.get())
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "shared", size: 1000))
+            #expect(server.stats.requestCount == 1)
+        }
+    }
+}
+
 extension DownloadHandle {
     /// The outcome once the download has ended.
     func outcomeAfterEnd() async -> Result<DownloadResult, DownloadError> {
