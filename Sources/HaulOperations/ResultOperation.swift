@@ -66,20 +66,23 @@ open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendabl
     /// Waits, without blocking a thread, until the operation has finished, and returns its value or throws
     /// its error.
     ///
-    /// Cancellation travels both ways: if the awaiting task is cancelled, the operation is cancelled (and
-    /// this throws ``OperationError/Code/cancelled`` unless the work completed anyway); if the operation is
-    /// cancelled, this throws. The operation must be in a queue (or started) for this to return.
+    /// Cancellation travels both ways: if the awaiting task is cancelled, the operation is cancelled and this
+    /// throws ``OperationError/Code/cancelled`` at once (unless the work had completed), without waiting for a
+    /// busy or suspended queue to reach the operation; if the operation is cancelled, this throws. The operation
+    /// must be in a queue (or started) for this to return otherwise.
     public var value: Output {
         get async throws {
-            try await withTaskCancellationHandler {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    addFinishObserver { continuation.resume() }
-                }
-                guard let result else { throw OperationError(.missingResult, operationName: name) }
-                return try result.get()
+            let finished = OneShot<Bool>()
+            addFinishObserver { finished.resolve(true) }
+            let ended = await withTaskCancellationHandler {
+                await finished.wait()
             } onCancel: {
                 self.cancel()
+                finished.resolve(false)
             }
+            if !ended, !isFinished { throw OperationError(.cancelled, operationName: name) }
+            guard let result else { throw OperationError(.missingResult, operationName: name) }
+            return try result.get()
         }
     }
 }

@@ -181,4 +181,27 @@ struct OperationGroupTests {
         try await queue.allOperationsFinished()
         #expect(queue.operationCount == 0)
     }
+
+    @Test(
+        "OperationQueue.run on a suspended or full queue: a cancelled caller gets cancelled at once, not when the queue reaches it"
+    )
+    func runCancelledWhileWaiting() async throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        queue.isSuspended = true
+        let ran = Locked(false)
+        let task = Task {
+            try await queue.run(name: "never reached") { () async throws -> Int in
+                ran.withLock { $0 = true }
+                return 1
+            }
+        }
+        while queue.operationCount == 0 { await Task.yield() }
+        task.cancel()
+        let error = try #require(await #expect(throws: OperationError.self) { try await task.value })
+        #expect(error.code == .cancelled)
+        queue.isSuspended = false
+        try await queue.allOperationsFinished()
+        #expect(!ran.withLock { $0 })
+    }
 }
