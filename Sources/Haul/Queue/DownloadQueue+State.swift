@@ -134,6 +134,10 @@ extension DownloadQueue {
         var failurePolicy: FailurePolicy
         var entries: [UInt64: Entry] = [:]
         var joined: [JoinKey: UInt64] = [:]
+        /// How many ``DownloadQueue/resumeUnfinished(includingFailed:)`` calls are reading the journal, and the keys
+        /// of the downloads that ended meanwhile (kept only while one is).
+        var resumeScans = 0
+        var endedDuringScan: Set<JoinKey> = []
         /// Running downloads cancelled and not yet ended, by key: a new add of the same key is a fresh download,
         /// which waits for the old one to end (``Entry/predecessor``).
         var ending: [JoinKey: (id: UInt64, task: Task<Void, Never>)] = [:]
@@ -380,6 +384,7 @@ extension DownloadQueue {
             var effects = SideEffects()
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
             if state.ending[entry.joinKey]?.id == id { state.ending[entry.joinKey] = nil }
+            if state.resumeScans > 0 { state.endedDuringScan.insert(entry.joinKey) }
             if let wakeup = entry.box.store(outcome), !wakeup.waiters.isEmpty { effects.resolutions.append(wakeup) }
             let terminal = outcome.terminalEvent
             if state.wants(QueueEvent.Kind(terminal)) { state.publish(.download(DownloadID(rawValue: id), terminal)) }
@@ -423,6 +428,7 @@ extension DownloadQueue {
         state.entries[id] = nil
         Self.leaveJoin(entry, id: id, in: &state)
         leaveWaiting(entry.request, in: &state)
+        if state.resumeScans > 0 { state.endedDuringScan.insert(entry.joinKey) }
         state.batch.cancelledFiles += 1
         // It never ran, so the engine will not tell the journal; the caller gave up on it.
         if let journal = downloader.configuration.journal {

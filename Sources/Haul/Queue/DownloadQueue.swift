@@ -107,10 +107,16 @@ public final class DownloadQueue: Sendable {
     /// while such a batch is being added may then miss the requests not yet entered.
     @discardableResult
     public func add(_ requests: [DownloadRequest]) -> [DownloadHandle] {
+        add(requests, unlessEndedDuringScan: false)
+    }
+
+    /// ``add(_:)-([DownloadRequest])``; with `unlessEndedDuringScan`, leaves out the requests whose download ended
+    /// while ``resumeUnfinished(includingFailed:)`` read the journal (their records there are older than their end).
+    private func add(_ requests: [DownloadRequest], unlessEndedDuringScan: Bool) -> [DownloadHandle] {
         if recordsRequests, let journal = downloader.configuration.journal {
             Self.recordRequested(requests, in: journal)
         }
-        var added: [(DownloadID, ResultBox<Outcome>)] = []
+        var added: [(DownloadID, ResultBox<Outcome>)?] = []
         added.reserveCapacity(requests.count)
         let sliced = slicesAdmission(of: requests)
         let sliceSize = sliced ? Self.admissionSlice : max(requests.count, 1)
@@ -127,15 +133,22 @@ public final class DownloadQueue: Sendable {
                     state.joined.reserveCapacity(state.joined.count + requests.count)
                 }
                 for index in slice.indices {
-                    added.append(enqueue(requests[index], absentPath: absent?[index], in: &state))
+                    let request = requests[index]
+                    if unlessEndedDuringScan,
+                        state.endedDuringScan.contains(JoinKey(url: request.url, destination: request.destination))
+                    {
+                        added.append(nil)
+                        continue
+                    }
+                    added.append(enqueue(request, absentPath: absent?[index], in: &state))
                 }
                 startAdmitted(in: &state)
             }
             if sliced && start == 0 { absent = DestinationSnapshot.absentPaths(of: requests) }
             start += sliceSize
         } while start < requests.count
-        return zip(requests, added).map { request, added in
-            DownloadHandle(id: added.0, request: request, box: added.1, queue: self)
+        return zip(requests, added).compactMap { request, added in
+            added.map { DownloadHandle(id: $0.0, request: request, box: $0.1, queue: self) }
         }
     }
 
@@ -164,11 +177,20 @@ public final class DownloadQueue: Sendable {
     @discardableResult
     public func resumeUnfinished(includingFailed: Bool = false) -> [DownloadHandle] {
         guard let journal = downloader.configuration.journal else { return [] }
+        // A download of this queue that ends while the journal is read may be read as unfinished: it is not
+        // added again (the queue notes what ends while a scan is under way).
+        state.withLock { $0.resumeScans += 1 }
+        defer {
+            state.withLock { state in
+                state.resumeScans -= 1
+                if state.resumeScans == 0 { state.endedDuringScan = [] }
+            }
+        }
         let requests = journal.allRecords().compactMap { record -> DownloadRequest? in
             guard record.state.isUnfinished || (includingFailed && record.state.isFailure) else { return nil }
             return record.request
         }
-        return add(requests)
+        return add(requests, unlessEndedDuringScan: true)
     }
 
     /// Records `requests` as requested, except those the journal already knows as waiting, partial or done

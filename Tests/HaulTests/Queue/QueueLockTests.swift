@@ -167,6 +167,54 @@ extension QueueLockTests {
     }
 }
 
+/// A journal whose `allRecords()` reads its records, then waits for ``proceed`` before returning them: a scan that
+/// reads a download's record just before the download ends.
+final class SlowScanJournal: Journal {
+    let scanned = DispatchSemaphore(value: 0)
+    let proceed = DispatchSemaphore(value: 0)
+    private let memory = MemoryJournal()
+
+    func record(for key: JournalKey) -> JournalRecord? { memory.record(for: key) }
+    func store(_ record: JournalRecord) { memory.store(record) }
+    func remove(_ key: JournalKey) { memory.remove(key) }
+    func allRecords() -> [JournalRecord] {
+        let records = memory.allRecords()
+        scanned.signal()
+        proceed.wait()
+        return records
+    }
+}
+
+extension QueueLockTests {
+    @Test("resumeUnfinished() concurrent with a download that fails meanwhile does not fetch it a second time")
+    func resumeRacingAFailure() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = SlowScanJournal()
+            var configuration = testConfiguration(retries: 0)
+            configuration.journal = journal
+            let queue = DownloadQueue(
+                downloader: Downloader(
+                    transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration))
+            let failing = queue.add(
+                DownloadRequest(
+                    url: server.url(path: "/gone", query: ["status": "404", "hold": "g"]),
+                    destination: .directory(dir.url)
+                ))
+            try await eventually("the request is held") { server.heldCount(at: "g") == 1 }
+            // The scan reads the record as requested (unfinished), then the download fails before the scan returns.
+            let resumed = Task { try await onOwnThread { queue.resumeUnfinished().count } }
+            try await onOwnThread { journal.scanned.wait() }
+            server.openGate("g")
+            _ = await failing.outcomeAfterEnd()
+            journal.proceed.signal()
+            #expect(try await resumed.value == 0)
+            await queue.waitUntilIdle()
+            #expect(server.stats.requests(toPath: "/gone") == 1)
+        }
+    }
+}
+
 extension DownloadHandle {
     /// The outcome once the download has ended.
     func outcomeAfterEnd() async -> Result<DownloadResult, DownloadError> {
