@@ -114,7 +114,7 @@ extension DownloadQueue {
     /// ```
     public func events(including kinds: Set<QueueEvent.Kind>) -> AsyncStream<QueueEvent> {
         let (stream, continuation) = AsyncStream<QueueEvent>.makeStream(bufferingPolicy: .unbounded)
-        state.withLock { state in subscribe(continuation, to: kinds, in: &state) }
+        locked { state in subscribe(continuation, to: kinds, in: &state) }
         return stream
     }
 
@@ -129,7 +129,7 @@ extension DownloadQueue {
         // Runs on the consumer's cancellation too (under its task's own lock), which is why nothing is ever yielded
         // or resumed under the queue's lock (see State).
         continuation.onTermination = { [weak self] _ in
-            self?.state.withLock { state in
+            self?.locked { state in
                 state.subscribers.removeValue(forKey: key)
                 self?.interestBits.store(state.updateInterest(), ordering: .releasing)
             }
@@ -154,7 +154,7 @@ extension DownloadQueue {
     func events(of id: DownloadID, box: ResultBox<Outcome>) -> AsyncStream<DownloadEvent> {
         AsyncStream { continuation in
             let (all, allContinuation) = AsyncStream<QueueEvent>.makeStream(bufferingPolicy: .unbounded)
-            let running = state.withLock { state in
+            let running = locked { state in
                 guard state.entries[id.rawValue] != nil else { return false }
                 subscribe(
                     allContinuation, to: QueueEvent.Kind.all.subtracting([.queued, .batchProgress]), in: &state)

@@ -79,6 +79,7 @@ extension DownloadQueue {
         var idleWaiters: [ResultBox<Void>] = []
 
         func run() {
+            DownloadQueue.assertLockNotHeld("resuming waiters, cancelling tasks or calling the journal")
             if let journal, !forgotten.isEmpty {
                 // Only what was merely requested: a partial kept from an earlier run stays resumable.
                 let requested = forgotten.filter { key in
@@ -243,10 +244,30 @@ extension DownloadQueue {
 
     // MARK: - The lock
 
+    /// Runs `body` under the queue's lock. Every locked section goes through here (or ``mutate(_:)``), so that debug
+    /// builds can check the lock-order rule (``assertLockNotHeld(_:)``).
+    func locked<Result>(_ body: (inout State) -> Result) -> Result {
+        state.withLock { state in
+            #if DEBUG
+            QueueLockCheck.setHeld(true)
+            defer { QueueLockCheck.setHeld(false) }
+            #endif
+            return body(&state)
+        }
+    }
+
+    /// Debug builds: stops the program if this thread holds a queue's lock, where `what` (yielding events, resuming
+    /// a continuation, calling a closure from outside) is about to happen.
+    static func assertLockNotHeld(_ what: @autoclosure () -> String) {
+        #if DEBUG
+        precondition(!QueueLockCheck.isHeld, "\(what()) under a DownloadQueue's lock")
+        #endif
+    }
+
     /// Runs `body` under the queue's lock, then sends the events it published, after the lock (see ``State`` for the
     /// rule). Every locked section that may publish goes through here.
     func mutate<Result>(_ body: (inout State) -> Result) -> Result {
-        let (result, deliveries) = state.withLock { state in (body(&state), state.takeDeliveries()) }
+        let (result, deliveries) = locked { state in (body(&state), state.takeDeliveries()) }
         if let deliveries { deliver(deliveries) }
         return result
     }
@@ -254,6 +275,7 @@ extension DownloadQueue {
     /// Sends `deliveries`, then whatever was published meanwhile, until the outbox is empty. One thread at a time
     /// (``State/delivering``), with no lock held while it yields.
     private func deliver(_ deliveries: [Delivery]) {
+        Self.assertLockNotHeld("yielding events")
         var batch = deliveries
         while true {
             for delivery in batch {
@@ -267,7 +289,7 @@ extension DownloadQueue {
                     for subscriber in subscribers { subscriber.continuation.finish() }
                 }
             }
-            guard let next = state.withLock({ $0.nextDeliveries() }) else { return }
+            guard let next = locked({ $0.nextDeliveries() }) else { return }
             batch = next
         }
     }
@@ -459,7 +481,7 @@ extension DownloadQueue {
 
     /// Changes a waiting download's priority; returns `false` if it is not waiting any more.
     func setPriority(_ priority: Int, of id: DownloadID) -> Bool {
-        state.withLock { state in
+        locked { state in
             let changed = state.scheduler.setPriority(priority, of: id.rawValue)
             startAdmitted(in: &state)
             return changed
@@ -486,3 +508,20 @@ extension DownloadQueue {
         state.publish(.batchProgress(state.batchProgress()))
     }
 }
+
+#if DEBUG
+/// Which threads hold a queue's lock, for ``DownloadQueue/assertLockNotHeld(_:)`` (debug builds only).
+enum QueueLockCheck {
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    static var isHeld: Bool { pthread_getspecific(key) != nil }
+
+    static func setHeld(_ held: Bool) {
+        pthread_setspecific(key, held ? UnsafeRawPointer(bitPattern: 1) : nil)
+    }
+}
+#endif

@@ -159,7 +159,7 @@ public final class DownloadQueue: Sendable {
     /// admission follows the order added either way), and no failure policy that must cancel the rest of the batch.
     private func slicesAdmission(of requests: [DownloadRequest]) -> Bool {
         guard requests.count > Self.admissionSlice, let priority = requests.first?.priority else { return false }
-        return state.withLock { $0.failurePolicy == .continueOthers } && requests.allSatisfy { $0.priority == priority }
+        return locked { $0.failurePolicy == .continueOthers } && requests.allSatisfy { $0.priority == priority }
     }
 
     /// Re-admits what an earlier process left unfinished in the downloader's journal: requests added to a
@@ -179,9 +179,9 @@ public final class DownloadQueue: Sendable {
         guard let journal = downloader.configuration.journal else { return [] }
         // A download of this queue that ends while the journal is read may be read as unfinished: it is not
         // added again (the queue notes what ends while a scan is under way).
-        state.withLock { $0.resumeScans += 1 }
+        locked { $0.resumeScans += 1 }
         defer {
-            state.withLock { state in
+            locked { state in
                 state.resumeScans -= 1
                 if state.resumeScans == 0 { state.endedDuringScan = [] }
             }
@@ -211,10 +211,10 @@ public final class DownloadQueue: Sendable {
     /// The most downloads running at once (at least 1). Raising it starts waiting downloads at once; lowering
     /// it lets running ones finish.
     public var maxConcurrentDownloads: Int {
-        get { state.withLock { $0.scheduler.maxConcurrent } }
+        get { locked { $0.scheduler.maxConcurrent } }
         set {
             precondition(newValue >= 1, "maxConcurrentDownloads must be at least 1, not \(newValue)")
-            state.withLock { state in
+            locked { state in
                 state.scheduler.maxConcurrent = newValue
                 startAdmitted(in: &state)
             }
@@ -223,10 +223,10 @@ public final class DownloadQueue: Sendable {
 
     /// The most downloads running at once against one host (at least 1), or `nil` for no per-host limit.
     public var perHostLimit: Int? {
-        get { state.withLock { $0.scheduler.perHostLimit } }
+        get { locked { $0.scheduler.perHostLimit } }
         set {
             precondition((newValue ?? 1) >= 1, "perHostLimit must be at least 1 or nil, not \(newValue ?? 0)")
-            state.withLock { state in
+            locked { state in
                 state.scheduler.perHostLimit = newValue
                 startAdmitted(in: &state)
             }
@@ -235,25 +235,25 @@ public final class DownloadQueue: Sendable {
 
     /// What happens to the other downloads when one fails for good.
     public var failurePolicy: FailurePolicy {
-        get { state.withLock { $0.failurePolicy } }
-        set { state.withLock { $0.failurePolicy = newValue } }
+        get { locked { $0.failurePolicy } }
+        set { locked { $0.failurePolicy = newValue } }
     }
 
     /// Stops starting downloads; running ones go on. Downloads can still be added.
     public func pause() {
-        state.withLock { $0.scheduler.isPaused = true }
+        locked { $0.scheduler.isPaused = true }
     }
 
     /// Starts admitting downloads again after ``pause()``.
     public func resume() {
-        state.withLock { state in
+        locked { state in
             state.scheduler.isPaused = false
             startAdmitted(in: &state)
         }
     }
 
     /// Whether admission is paused.
-    public var isPaused: Bool { state.withLock { $0.scheduler.isPaused } }
+    public var isPaused: Bool { locked { $0.scheduler.isPaused } }
 
     // MARK: - Cancelling
 
@@ -265,7 +265,8 @@ public final class DownloadQueue: Sendable {
     /// Cancels the waiting and running downloads whose request matches `predicate`. The predicate runs without the
     /// queue's lock (it may read the queue), on the requests there were when the call began.
     public func cancel(where predicate: (DownloadRequest) -> Bool) {
-        let candidates = state.withLock { state in state.entries.map { ($0.key, $0.value.request) } }
+        let candidates = locked { state in state.entries.map { ($0.key, $0.value.request) } }
+        Self.assertLockNotHeld("calling a cancel(where:) predicate")
         let chosen = candidates.filter { predicate($0.1) }.map(\.0).sorted()
         cancelEntries { _ in chosen }
     }
@@ -284,7 +285,7 @@ public final class DownloadQueue: Sendable {
     // MARK: - Observing
 
     /// The current batch's progress.
-    public var progress: BatchProgress { state.withLock { $0.batchProgress() } }
+    public var progress: BatchProgress { locked { $0.batchProgress() } }
 
     /// How the current batch's downloads ended, in counts and sums.
     package struct Tally: Sendable, Equatable {
@@ -310,7 +311,7 @@ public final class DownloadQueue: Sendable {
 
     /// The current batch's tally: for a summary of a large batch without reading every handle's result.
     package var tally: Tally {
-        state.withLock { state in
+        locked { state in
             let batch = state.batch
             return Tally(
                 finished: batch.finishedFiles, skipped: batch.skippedFiles, failed: batch.failedFiles,
@@ -320,16 +321,16 @@ public final class DownloadQueue: Sendable {
     }
 
     /// Downloads waiting for a slot.
-    public var waitingCount: Int { state.withLock { $0.scheduler.waitingCount } }
+    public var waitingCount: Int { locked { $0.scheduler.waitingCount } }
 
     /// Downloads running now.
-    public var runningCount: Int { state.withLock { $0.scheduler.runningCount } }
+    public var runningCount: Int { locked { $0.scheduler.runningCount } }
 
     /// Waits until nothing is waiting or running (returns at once if the queue is idle). Does not block a
     /// thread; cancelling the waiting task ends the wait, not the downloads.
     public func waitUntilIdle() async {
         let waiter = ResultBox<Void>()
-        let idle = state.withLock { state in
+        let idle = locked { state in
             if state.isIdle { return true }
             state.idleWaiters.append(waiter)
             return false
