@@ -167,6 +167,62 @@ extension QueueLockTests {
     }
 }
 
+extension QueueLockTests {
+    @Test(
+        "a storm of adds, joins, cancels, re-adds, limit and priority changes, pauses: the queue drains, files whole",
+        arguments: 0..<3)
+    func storm(seed: UInt64) async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 3, perHostLimit: 2))
+            var state = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            func next(_ bound: Int) -> Int {
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return Int((state >> 33) % UInt64(bound))
+            }
+            func request(_ index: Int) -> DownloadRequest {
+                var query = ["size": "\(20_000 + index * 7_000)"]
+                if index.isMultiple(of: 3) { query["rate"] = "2000000" }
+                return DownloadRequest(
+                    url: server.url(path: "/bytes/s\(index)", query: query), destination: .directory(dir.url),
+                    conflictPolicy: .skip, priority: index % 3)
+            }
+            var handles: [DownloadHandle] = []
+            for step in 0..<300 {
+                switch next(9) {
+                case 0, 1, 2: handles.append(queue.add(request(next(12))))
+                case 3: if !handles.isEmpty { handles[next(handles.count)].cancel() }
+                case 4: queue.maxConcurrentDownloads = 1 + next(4)
+                case 5: queue.perHostLimit = next(3) == 0 ? nil : 1 + next(3)
+                case 6: if !handles.isEmpty { handles[next(handles.count)].setPriority(next(5) - 2) }
+                case 7: if next(2) == 0 { queue.pause() } else { queue.resume() }
+                default:
+                    let doomed = "s\(next(12))"
+                    queue.cancel { $0.url.lastPathComponent == doomed }
+                }
+                if step.isMultiple(of: 20) { try await Task.sleep(for: .milliseconds(5)) }
+            }
+            queue.resume()
+            let drained = await Self.within(.seconds(60), "seed \(seed): the queue drains") {
+                await queue.waitUntilIdle()
+                return true
+            }
+            guard drained == true else { return }
+            #expect(queue.runningCount == 0 && queue.waitingCount == 0)
+            for (index, handle) in handles.enumerated() {
+                #expect(handle.outcome != nil, "seed \(seed): handle \(index) has no outcome")
+            }
+            for name in dir.contents() {
+                #expect(!name.hasPrefix("."), "seed \(seed): \(name) left behind")
+                guard let index = Int(name.dropFirst()) else { continue }
+                #expect(
+                    contentsOf(dir.file(name)) == TestServer.expectedBytes(name: name, size: 20_000 + index * 7_000),
+                    "seed \(seed): \(name)")
+            }
+        }
+    }
+}
+
 /// A journal whose `allRecords()` reads its records, then waits for ``proceed`` before returning them: a scan that
 /// reads a download's record just before the download ends.
 final class SlowScanJournal: Journal {
