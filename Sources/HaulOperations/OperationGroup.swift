@@ -38,12 +38,17 @@ public final class OperationGroup: Sendable {
 
     private let state = Locked(State())
     private let allFinished = OneShot<Void>()
+    /// Signalled once the last member's finish has been reported (``onMemberFinished``), for completion operations.
+    private let lastReported = DispatchSemaphore(value: 0)
 
     /// Creates a group over `operations`; it starts watching them at once (add them to a queue as usual).
     public init(_ operations: [Operation], failurePolicy: FailurePolicy = .continueOthers) {
         self.operations = operations
         self.failurePolicy = failurePolicy
-        if operations.isEmpty { allFinished.resolve(()) }
+        if operations.isEmpty {
+            allFinished.resolve(())
+            lastReported.signal()
+        }
         for operation in operations {
             FinishNotifier.whenAllFinished([operation]) { [self] in memberFinished(operation) }
         }
@@ -62,10 +67,18 @@ public final class OperationGroup: Sendable {
     /// The first member failure seen (not counting cancellations), if any.
     public var firstFailure: (any Error)? { state.withLock { $0.firstFailure } }
 
-    /// An operation that runs `block` after every member has finished (the "completion operation" of the
-    /// classic OperationQueue recipes). Add it to any queue, with or after the members.
+    /// An operation that runs `block` after every member has finished and ``onMemberFinished`` has been called
+    /// for the last one (the "completion operation" of the classic OperationQueue recipes). Add it to any queue,
+    /// with or after the members.
     public func completionOperation(_ block: @escaping @Sendable () -> Void) -> BlockOperation {
-        let completion = BlockOperation(block: block)
+        // A member's dependents may start as soon as it is marked finished, a moment before its finish is counted
+        // and reported on the member's thread: the block waits out that moment (it runs on a queue's thread, not
+        // a Swift concurrency one).
+        let completion = BlockOperation { [lastReported] in
+            lastReported.wait()
+            lastReported.signal()
+            block()
+        }
         for operation in operations { completion.addDependency(operation) }
         return completion
     }
@@ -128,7 +141,10 @@ public final class OperationGroup: Sendable {
             for count in counts {
                 callback?(count, operations.count)
                 // Resolved after the last count is delivered, so `finished()` returns after the final callback.
-                if count == operations.count { allFinished.resolve(()) }
+                if count == operations.count {
+                    allFinished.resolve(())
+                    lastReported.signal()
+                }
             }
         }
     }

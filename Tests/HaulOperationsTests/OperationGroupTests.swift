@@ -204,4 +204,23 @@ struct OperationGroupTests {
         try await queue.allOperationsFinished()
         #expect(!ran.withLock { $0 })
     }
+
+    @Test("the completion operation runs after onMemberFinished has reported the last member, however slow that is")
+    func completionAfterLastReport() async throws {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 2
+        let members = (0..<3).map { _ in BlockOperation {} }
+        let group = OperationGroup(members)
+        let reported = Locked(0)
+        group.onMemberFinished = { done, total in
+            // A slow report of the last member: the members are all finished meanwhile.
+            if done == total { Thread.sleep(forTimeInterval: 0.2) }
+            reported.withLock { $0 = done }
+        }
+        let sawAll = Locked(false)
+        let completion = group.completionOperation { sawAll.withLock { $0 = reported.withLock { $0 } == 3 } }
+        queue.addOperations(members + [completion])
+        try await [completion].allFinished()
+        #expect(sawAll.withLock { $0 })
+    }
 }
