@@ -61,7 +61,7 @@ struct QueueLockTests {
             }
             queue.cancelAll()
             for handle in handles {
-                _ = await Self.within(.seconds(10), "a download ends") { await handle.outcomeAfterEnd() }
+                _ = await Self.within(.seconds(10), "a download ends") { await handle.finalOutcomeForTest() }
             }
         }
     }
@@ -131,9 +131,11 @@ extension QueueLockTests {
             #expect(second.id != first.id)
             server.openGate("g")
             let firstOutcome = await Self.within(.seconds(20), "the cancelled one ends") {
-                await first.outcomeAfterEnd()
+                await first.finalOutcomeForTest()
             }
-            let secondOutcome = await Self.within(.seconds(20), "the fresh one ends") { await second.outcomeAfterEnd() }
+            let secondOutcome = await Self.within(.seconds(20), "the fresh one ends") {
+                await second.finalOutcomeForTest()
+            }
             #expect(
                 firstOutcome.map { if case .failure(let error) = $0 { error.isCancellation } else { false } } == true)
             let result = try #require(try secondOutcome?.get())
@@ -262,18 +264,11 @@ extension QueueLockTests {
             let resumed = Task { try await onOwnThread { queue.resumeUnfinished().count } }
             try await onOwnThread { journal.scanned.wait() }
             server.openGate("g")
-            _ = await failing.outcomeAfterEnd()
+            _ = await failing.finalOutcomeForTest()
             journal.proceed.signal()
             #expect(try await resumed.value == 0)
             await queue.waitUntilIdle()
             #expect(server.stats.requests(toPath: "/gone") == 1)
         }
-    }
-}
-
-extension DownloadHandle {
-    /// The outcome once the download has ended.
-    func outcomeAfterEnd() async -> Result<DownloadResult, DownloadError> {
-        do { return .success(try await result) } catch { return .failure(error) }
     }
 }
