@@ -11,6 +11,11 @@ import NIOHTTP1
 /// leak temporary files; it forwards `Authorization` across origins on redirects and ran at 0.2–0.5× curl's
 /// throughput here (README, "Transports"). This transport follows no redirects (the engine does) and
 /// decompresses nothing.
+///
+/// AsyncHTTPClient closes the connection of a cancelled request on its event loop after it has reported the
+/// cancellation, and says nothing when it has: a ``DownloadQueue`` on this transport frees a cancelled download's
+/// slot when the request ends, so a server can for a moment count the cancelled request beside the one that
+/// took its slot. `NIOTransport` closes the connection before the slot is freed.
 public final class AsyncHTTPClientTransport: HTTPTransport {
     /// A process-wide transport on a process-wide client (on NIO's singleton event loop group).
     public static let shared = AsyncHTTPClientTransport()

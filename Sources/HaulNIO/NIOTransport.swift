@@ -127,9 +127,13 @@ public final class NIOTransport: InterruptibleHTTPTransport {
             do {
                 let responseHead = try await exchange.start(encoded, interruption: interruption)
                 return TransportResponse(head: responseHead, body: exchange.body())
-            } catch let error as NIOTransportError where reused && error == .closedBeforeResponse {
+            } catch {
+                // The connection is closed before the caller hears of the failure: a queue frees the download's
+                // slot after that, and the server must not see the next request while it still counts this one.
+                await exchange.close()
                 // A kept-alive connection the server had already closed: the request never reached it.
-                continue
+                if reused, let closed = error as? NIOTransportError, closed == .closedBeforeResponse { continue }
+                throw error
             }
         }
     }

@@ -114,87 +114,108 @@ extension DownloadRun {
                 throw transportFailure(error, url: url)
             }
             lastActivity.touch()
-            let status = response.head.status.code
-            logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.absoluteString)"])
-
-            if HTTPRules.redirectStatuses.contains(status) {
-                if hops.visited.isEmpty { hops.visited.insert(request.url.absoluteString) }
-                let target = try followRedirect(
-                    response.head, from: url, visited: &hops.visited, count: &hops.count)
-                if HTTPRules.origin(of: target) != HTTPRules.origin(of: url) {
-                    for name in HTTPRules.credentialFields { hops.fields[name] = nil }
-                }
-                logger.info("redirect", metadata: ["from": "\(url.absoluteString)", "to": "\(target.absoluteString)"])
-                emit(.redirected(from: url, to: target, status: status))
-                hops.url = target
-                continue
+            // The response is closed on every way out, before the attempt ends: a queue frees the download's slot
+            // after that, and the transport has by then let go of a connection it will not reuse.
+            let next: AfterResponse
+            do {
+                next = try await handle(response, url: url, resumeFrom: resumeFrom, hops: &hops)
+            } catch {
+                await response.body.close()
+                throw error
             }
-            finalURL = url
+            await response.body.close()
+            if next == .finished { return }
+        }
+    }
 
-            if status == 416 && resumeFrom > 0 {
-                let complete = HTTPRules.unsatisfiedRangeLength(response.head.headerFields.first(.contentRange))
-                if complete == resumeFrom {
-                    totalBytes = complete  // every byte is already here
-                    return
+    /// What an attempt does after a response: it is done, or it sends another request (a redirect, or a restart
+    /// from zero).
+    private enum AfterResponse { case finished, sendAgain }
+
+    /// Handles one response: follows a redirect, checks a range, or streams the body into the partial file.
+    private func handle(
+        _ response: TransportResponse, url: URL, resumeFrom: Int64, hops: inout Hops
+    ) async throws -> AfterResponse {
+        let status = response.head.status.code
+        logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.absoluteString)"])
+
+        if HTTPRules.redirectStatuses.contains(status) {
+            if hops.visited.isEmpty { hops.visited.insert(request.url.absoluteString) }
+            let target = try followRedirect(
+                response.head, from: url, visited: &hops.visited, count: &hops.count)
+            if HTTPRules.origin(of: target) != HTTPRules.origin(of: url) {
+                for name in HTTPRules.credentialFields { hops.fields[name] = nil }
+            }
+            logger.info("redirect", metadata: ["from": "\(url.absoluteString)", "to": "\(target.absoluteString)"])
+            emit(.redirected(from: url, to: target, status: status))
+            hops.url = target
+            return .sendAgain
+        }
+        finalURL = url
+
+        if status == 416 && resumeFrom > 0 {
+            let complete = HTTPRules.unsatisfiedRangeLength(response.head.headerFields.first(.contentRange))
+            if complete == resumeFrom {
+                totalBytes = complete  // every byte is already here
+                return .finished
+            }
+            try await restartFromZero()
+            hops.mayResume = false
+            return .sendAgain
+        }
+        guard (200..<300).contains(status) else { throw statusFailure(response.head, url: url) }
+        let bodyLength = Self.contentLength(response.head)
+        // How many bytes the body may bring: a 206's range, else its Content-Length.
+        var expected = bodyLength
+
+        if status == 206 {
+            guard resumeFrom > 0,
+                let range = HTTPRules.contentRange(response.head.headerFields.first(.contentRange)),
+                range.first == resumeFrom
+            else {
+                if resumeFrom == 0 {
+                    throw AttemptFailure.permanent(
+                        DownloadError(
+                            .httpStatus, message: "server sent 206 Partial Content to a request without Range",
+                            url: url, status: status))
                 }
+                // A range that does not continue our bytes: start over without Range.
                 try await restartFromZero()
                 hops.mayResume = false
-                continue
+                return .sendAgain
             }
-            guard (200..<300).contains(status) else { throw statusFailure(response.head, url: url) }
-            let bodyLength = Self.contentLength(response.head)
-            // How many bytes the body may bring: a 206's range, else its Content-Length.
-            var expected = bodyLength
-
-            if status == 206 {
-                guard resumeFrom > 0,
-                    let range = HTTPRules.contentRange(response.head.headerFields.first(.contentRange)),
-                    range.first == resumeFrom
-                else {
-                    if resumeFrom == 0 {
-                        throw AttemptFailure.permanent(
-                            DownloadError(
-                                .httpStatus, message: "server sent 206 Partial Content to a request without Range",
-                                url: url, status: status))
-                    }
-                    // A range that does not continue our bytes: start over without Range.
-                    try await restartFromZero()
-                    hops.mayResume = false
-                    continue
-                }
-                try await checkPartialContent(range, bodyLength: bodyLength, url: url)
-                totalBytes = range.complete
-                expected = range.last - range.first + 1
-            } else {
-                // A 200 to a Range request means the whole file again: never append it.
-                if (writer?.size ?? 0) > 0 { try await restartFromZero() }
-                totalBytes = bodyLength
-            }
-            validator = HTTPRules.validator(of: response.head)
-            if let max = request.maxSize, let total = totalBytes, total > max {
-                throw AttemptFailure.permanent(
-                    DownloadError(
-                        .sizeLimitExceeded, message: "the file is \(total) bytes, over the limit of \(max)", url: url))
-            }
-            if destinationPath == nil {
-                try chooseDestinationName(from: response.head)
-                if skippedResult != nil { return }
-            }
-            try ensurePartial()
-            // Small bodies are not worth a journal write: an interrupted one is fetched again whole, cheaply.
-            if let journal = configuration.journal, let validator, let destinationPath,
-                (totalBytes ?? .max) > Self.restartableLimit
-            {
-                await journal.commit(
-                    JournalRecord(
-                        key: journalKey, path: destinationPath,
-                        state: .partial(validator: validator, totalBytes: totalBytes), request: request))
-                recordedPartial = true
-            }
-            try await receive(response.body, length: bodyLength, expected: expected, url: url)
-            try await checkFinalSize(url: url)
-            return
+            try await checkPartialContent(range, bodyLength: bodyLength, url: url)
+            totalBytes = range.complete
+            expected = range.last - range.first + 1
+        } else {
+            // A 200 to a Range request means the whole file again: never append it.
+            if (writer?.size ?? 0) > 0 { try await restartFromZero() }
+            totalBytes = bodyLength
         }
+        validator = HTTPRules.validator(of: response.head)
+        if let max = request.maxSize, let total = totalBytes, total > max {
+            throw AttemptFailure.permanent(
+                DownloadError(
+                    .sizeLimitExceeded, message: "the file is \(total) bytes, over the limit of \(max)", url: url))
+        }
+        if destinationPath == nil {
+            try chooseDestinationName(from: response.head)
+            if skippedResult != nil { return .finished }
+        }
+        try ensurePartial()
+        // Small bodies are not worth a journal write: an interrupted one is fetched again whole, cheaply.
+        if let journal = configuration.journal, let validator, let destinationPath,
+            (totalBytes ?? .max) > Self.restartableLimit
+        {
+            await journal.commit(
+                JournalRecord(
+                    key: journalKey, path: destinationPath,
+                    state: .partial(validator: validator, totalBytes: totalBytes), request: request))
+            recordedPartial = true
+        }
+        try await receive(response.body, length: bodyLength, expected: expected, url: url)
+        try await checkFinalSize(url: url)
+        return .finished
     }
 
     /// Checks a `206` against the request and against itself before any of its bytes are appended: the range

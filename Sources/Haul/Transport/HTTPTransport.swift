@@ -87,10 +87,29 @@ public struct ResponseBody: AsyncSequence, Sendable {
     public typealias Element = any ByteChunk
 
     private let makeNext: @Sendable () -> (() async throws -> (any ByteChunk)?)
+    private let letGo: @Sendable () async -> Void
 
     /// Creates a body from a factory of "next chunk" functions: each call to the factory starts one iteration.
-    public init(_ makeNext: @escaping @Sendable () -> (() async throws -> (any ByteChunk)?)) {
+    ///
+    /// - Parameter close: what ``close()`` does: abandon the rest of the body if it was not read to its end, and
+    ///   return once the transport no longer holds the connection for this response (back in its pool, or
+    ///   closed). The default returns at once, for transports that cannot tell when their connection is closed.
+    public init(
+        _ makeNext: @escaping @Sendable () -> (() async throws -> (any ByteChunk)?),
+        close: @escaping @Sendable () async -> Void = {}
+    ) {
         self.makeNext = makeNext
+        letGo = close
+    }
+
+    /// Ends the response: a body not read to its end is abandoned, and the call returns once the transport has
+    /// let go of the connection it came over (given back to its pool, or closed).
+    ///
+    /// The engine calls this before a download's slot in a queue is freed, so that a cancelled or failed download's
+    /// connection is gone before the next download opens one: a server then never counts more connections than
+    /// the queue's limits allow. Safe to call more than once, and while no iteration is running.
+    public func close() async {
+        await letGo()
     }
 
     /// A body with no bytes.

@@ -16,6 +16,10 @@ public import Foundation
 /// stays bounded; on Linux, FoundationNetworking cannot be suspended mid-transfer, so there it cannot push back.
 /// URLSession decodes `Content-Encoding` on its own, so a response that is encoded anyway fails with
 /// ``DownloadError/Code/transport`` instead of being stored decoded (use AsyncHTTPClient to store it as sent).
+///
+/// A response is closed (``ResponseBody/close()``) once URLSession reports its task complete. URLSession closes a
+/// cancelled transfer's connection on its own queue and does not say when, so a ``DownloadQueue`` on this transport
+/// can free a cancelled download's slot while a server still counts its request.
 public final class URLSessionTransport: HTTPTransport {
     private let session: URLSession
     private let delegate: StreamingDelegate
@@ -57,13 +61,19 @@ public final class URLSessionTransport: HTTPTransport {
         let task = session.dataTask(with: urlRequest)
         let stream = delegate.register(task)
         task.resume()
-        let head = try await withTaskCancellationHandler {
-            try await stream.head()
-        } onCancel: {
-            task.cancel()
+        let head: HTTPResponse
+        do {
+            head = try await withTaskCancellationHandler {
+                try await stream.head()
+            } onCancel: {
+                task.cancel()
+            }
+        } catch {
+            await stream.close()
+            throw error
         }
         if let encoding = head.headerFields[.contentEncoding], encoding.lowercased() != "identity" {
-            task.cancel()
+            await stream.close()
             throw TransportError(
                 "the server sent Content-Encoding '\(encoding)' although identity was asked; URLSession would "
                     + "decode it, so the bytes could not be stored as sent")
@@ -76,6 +86,8 @@ public final class URLSessionTransport: HTTPTransport {
                     task.cancel()
                 }
             }
+        } close: {
+            await stream.close()
         }
         return TransportResponse(head: head, body: body)
     }
@@ -152,6 +164,8 @@ private final class TaskStream: Sendable {
         var suspended = false
         var end: Result<Void, any Error>?
         var chunkWaiter: CheckedContinuation<Data?, any Error>?
+        /// Callers of ``close()`` waiting for the task to complete.
+        var endWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     private let state = Locked(State())
@@ -199,21 +213,40 @@ private final class TaskStream: Sendable {
     }
 
     func complete(_ error: (any Error)?) {
-        let (headWaiter, chunkWaiter) = state.withLock { state in
+        let (headWaiter, chunkWaiter, endWaiters) = state.withLock { state in
             let end: Result<Void, any Error> = error.map { .failure($0) } ?? .success(())
             state.end = end
             if state.head == nil { state.head = .failure(error ?? TransportError("no response")) }
             defer {
                 state.headWaiter = nil
                 state.chunkWaiter = nil
+                state.endWaiters = []
             }
-            return (state.headWaiter, state.chunkWaiter)
+            return (state.headWaiter, state.chunkWaiter, state.endWaiters)
         }
+        for waiter in endWaiters { waiter.resume() }
         headWaiter?.resume(throwing: error ?? TransportError("the connection closed without a response"))
         if let error {
             chunkWaiter?.resume(throwing: error)
         } else {
             chunkWaiter?.resume(returning: nil)
+        }
+    }
+
+    /// Cancels the task unless it has completed, and returns once URLSession reports its completion: by then it
+    /// has let go of the connection (closed, as a transfer cut short cannot be reused, or kept for the next one).
+    func close() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state -> Bool in
+                if state.end != nil { return true }
+                state.endWaiters.append(continuation)
+                return false
+            }
+            if done {
+                continuation.resume()
+            } else {
+                task.cancel()
+            }
         }
     }
 

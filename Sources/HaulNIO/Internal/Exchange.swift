@@ -34,6 +34,9 @@ final class Exchange: @unchecked Sendable {
     private var abandoned = false
     /// Whether any byte of the response arrived (a reused connection that closed before one did is retried).
     private var sawBytes = false
+    /// The response ended and its connection went back to the transport's pool (decided with `ended`, under
+    /// the lock, so that ``close()`` never waits for a connection that stays open).
+    private var pooled = false
 
     /// Reading from the socket pauses above this many buffered body bytes and resumes below half of it.
     static let highWater = 1 << 20
@@ -84,7 +87,17 @@ final class Exchange: @unchecked Sendable {
         let lease = Lease(self)
         return ResponseBody {
             { try await lease.exchange.next(lease) }
+        } close: {
+            await lease.exchange.close()
         }
+    }
+
+    /// Abandons the response unless it ended, and returns once its connection is back in the pool or closed: the
+    /// server has then seen the close before the caller's next request (the queue frees a slot only after this).
+    func close() async {
+        if lock.withLock({ pooled }) { return }
+        fail(CancellationError(), abandon: true)
+        try? await connection.channel.closeFuture.get()
     }
 
     /// The next chunk, `nil` at the end. Chunks already in are taken without suspending (for a small response,
@@ -170,14 +183,16 @@ final class Exchange: @unchecked Sendable {
 
     /// The response ended: the connection goes back to the pool if it may be reused and nobody abandoned it.
     func receiveEnd(keepAlive: Bool) {
-        let (waiter, reusable) = lock.withLock { () -> (CheckedContinuation<Void, any Error>?, Bool) in
+        let (waiter, transport) = lock.withLock { () -> (CheckedContinuation<Void, any Error>?, NIOTransport?) in
             ended = true
+            let transport = keepAlive && !abandoned && failure == nil ? self.transport : nil
+            pooled = transport != nil
             defer { bodyWaiter = nil }
-            return (bodyWaiter, keepAlive && !abandoned && failure == nil)
+            return (bodyWaiter, transport)
         }
         // Back in the pool before the reader learns of the end: a caller that downloads one file after another
         // then finds it there for the next request instead of opening another connection.
-        if reusable, let transport {
+        if let transport {
             transport.release(connection, to: endpoint)
         } else {
             connection.channel.close(promise: nil)
