@@ -123,10 +123,14 @@ def measured(argv, timeout, stderr_path):
 
 # --- tools -------------------------------------------------------------------------------------------------------
 
+BASELINE_TOOL = "haul baseline (NIO)"  # with --baseline: another haul binary, run like "haul (NIO)"
+BASELINE = None
+
 TOOLS = {
     "haul (NIO)": "haul-nio",
     "haul (AsyncHTTPClient)": "haul-ahc",
     "haul (URLSession)": "haul-urlsession",
+    BASELINE_TOOL: "haul-baseline",
     "curl": "curl",
     "wget2": "wget2",
     "aria2c": "aria2c",
@@ -152,8 +156,10 @@ def write_inputs(items, directory):
 def command(tool, width, dest, urls, config):
     """Each tool as a user would run it for a batch, with retries on (the same flags in every scenario)."""
     if tool.startswith("haul"):
-        transport = {"haul (NIO)": "nio", "haul (AsyncHTTPClient)": "async-http-client"}.get(tool, "urlsession")
-        return [HAUL, "get", "-q", "-j", str(width), "-d", dest, "-i", urls, "--transport", transport]
+        transport = {"haul (NIO)": "nio", BASELINE_TOOL: "nio", "haul (AsyncHTTPClient)": "async-http-client"}.get(
+            tool, "urlsession")
+        binary = BASELINE if tool == BASELINE_TOOL else HAUL
+        return [binary, "get", "-q", "-j", str(width), "-d", dest, "-i", urls, "--transport", transport]
     if tool == "curl":
         # --fail: without it a 503 body is saved as the file; --retry-all-errors: retry a cut body too.
         parallel = ["--parallel", "--parallel-max", str(width)] if width > 1 else []
@@ -553,6 +559,9 @@ def main():
     parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5")
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the tmpfs pass")
     parser.add_argument("--haul", help="the haul binary to measure (default: .build-static/release/haul)")
+    parser.add_argument("--baseline", help="a second haul binary (e.g. the previous commit's), measured in the same "
+                        "runs as 'haul baseline (NIO)', next to 'haul (NIO)'")
+    parser.add_argument("--tools", help="comma-separated tools to run (default: all), e.g. 'haul (NIO),curl'")
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "RESULTS.md"),
                         help="where the Markdown goes (bench/RESULTS.md)")
     args = parser.parse_args()
@@ -561,6 +570,14 @@ def main():
         HAUL = os.path.abspath(args.haul)
     if not os.access(HAUL, os.X_OK):
         sys.exit(f"error: {HAUL} is missing; run bench/compare, which builds it")
+    global BASELINE
+    if args.baseline:
+        BASELINE = os.path.abspath(args.baseline)
+        if not os.access(BASELINE, os.X_OK):
+            sys.exit(f"error: --baseline {BASELINE} is not an executable")
+    wanted = [t.strip() for t in args.tools.split(",")] if args.tools else None
+    if wanted and set(wanted) - set(TOOLS) - {BASELINE_TOOL}:
+        sys.exit(f"error: unknown tool in --tools; known: {', '.join(TOOLS)}")
 
     disk_root = tempfile.mkdtemp(prefix="haul-compare.", dir="/var/tmp")  # /var/tmp: the real disk, not tmpfs
     shm_root = tempfile.mkdtemp(prefix="haul-compare.", dir="/dev/shm")
@@ -577,6 +594,13 @@ def main():
         if unknown:
             sys.exit(f"error: unknown scenario in --only: {', '.join(sorted(unknown))}")
         chosen = [s for s in all_scenarios if s.key in keys]
+        for scenario in chosen:
+            tools = [t for t in scenario.tools if t != BASELINE_TOOL]
+            if BASELINE:
+                tools.insert(tools.index(HAUL_DEFAULT) + 1, BASELINE_TOOL)
+            scenario.tools = [t for t in tools if wanted is None or t in wanted or t == BASELINE_TOOL]
+            if HAUL_DEFAULT not in scenario.tools:
+                sys.exit(f"error: --tools must include '{HAUL_DEFAULT}' (the ratios are to it)")
         disk, shm = FreshDisk(disk_root), Scratch(shm_root)
         results = {}
         for scenario in chosen:
