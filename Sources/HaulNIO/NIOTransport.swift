@@ -8,24 +8,24 @@ import NIOPosix
 /// Haul's own HTTP/1.1 client for plain `http://`, written directly on SwiftNIO: the fastest transport for
 /// batches of small files, and what `haul get` uses by default on Linux.
 ///
-/// Why a second NIO-based transport beside `AsyncHTTPClientTransport`: for a 4 KiB file AsyncHTTPClient's
-/// request machinery (request bag, connection pool state machine, several hops between the event loop and
-/// Swift concurrency per request) cost more CPU than the rest of Haul's work together (perf, 10,000 x 4 KiB:
-/// 38% of the samples). Here one request is one hop to the event loop and one back: the response head is
-/// handed over after the read that brought it has been parsed, so a small body is usually complete by then and
-/// the engine reads it without waiting again.
+/// Why a second NIO-based transport beside `AsyncHTTPClientTransport`: for a small file AsyncHTTPClient's request
+/// machinery (request bag, connection pool state machine, several hops between the event loop and Swift
+/// concurrency per request) costs more CPU than the rest of Haul's work together (bench/compare, s3). Here one
+/// request is one hop to the event loop and one back: the response head is handed over after the read that
+/// brought it has been parsed, so a small body is usually complete by then and the engine reads it without
+/// waiting again.
 ///
 /// Downloads started by ``DownloadQueue`` (or ``Downloader/start(_:)``) run on the event loop of their connection
 /// (``preferredExecutor(for:)``): the task resumed by a response runs on the thread that read it, and the next
-/// download starts there on the connection just given back. On Swift's global executor each request and each
-/// response was a switch between threads with a wake-up behind it (10,000 x 4 KiB: -12% wall time, paired).
+/// download starts there on the connection just given back, with no switch between threads and no wake-up per
+/// request or response (bench/compare, s3).
 /// The engine's work for a download, its file calls included (a few tens of microseconds for a small file; large
 /// bodies are written on a thread of their own), then runs on those loops: a server that must not share them gives
 /// the transport an `eventLoopGroup` of its own. Downloads with `Durability.powerLoss` (an `fsync` per file) stay
 /// on Swift's global executor.
 ///
 /// What it does: requests encoded and responses parsed by the transport itself, each connection a single channel
-/// handler (NIO's HTTP codec handlers and their `HTTPHeaders` were ~8% of the CPU of a batch of 4 KiB files);
+/// handler;
 /// keep-alive connections reused per host and port (an idle connection the server closed is
 /// replaced transparently, once per request); bodies streamed with back-pressure (reading from the socket
 /// pauses while more than 1 MiB waits); the transfer stops when the calling task is cancelled or the body is
@@ -74,7 +74,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     /// The event loop a new download runs on: the calling thread's if it is one of ours (a download that
     /// finishes there starts the next one there, on the connection it just gave back), else the group's next.
     public func preferredExecutor(for url: URL) -> (any TaskExecutor)? {
-        guard url.schemeBytes.equalsIgnoringCase("http") else { return nil }
+        guard url.scheme?.lowercased() == "http" else { return nil }
         return currentExecutor() ?? executor(of: group.next())
     }
 

@@ -18,13 +18,13 @@ import Darwin
 /// (made ahead, its space reserved and its pages made writable, on that thread) and folds the full one into the
 /// database in one transaction, in the background on a thread of the lowest priority (in time the downloads leave
 /// idle), then deletes it; closing the journal folds the rest, and a log left
-/// by a killed process is folded by the next journal that opens the database. A transaction per download cost
-/// ~35 µs here (BEGIN, WAL pages, COMMIT, four `fcntl` locks): a fifth of a 10,000 x 4 KiB run. How far a written
+/// by a killed process is folded by the next journal that opens the database. A transaction per download (BEGIN, WAL
+/// pages, COMMIT, four `fcntl` locks) would cost a large share of a batch of small files (bench/journal). How far a written
 /// record survives follows `durability`, like the engine's files:
 /// - ``Downloader/Durability/processCrash`` (the default): nothing is `fsync`ed (`synchronous = OFF` for the
 ///   database). A record survives the process being killed at any instant: it is in the log, in the page cache.
-///   On ext4 one `fsync` forces out every file written since the last one, which cost a batch of small downloads
-///   up to 70% more time. After a power loss the database may be unreadable; opening it then fails with a
+///   On ext4 one `fsync` forces out every file written since the last one, which a batch of small downloads would
+///   pay for again and again. After a power loss the database may be unreadable; opening it then fails with a
 ///   message naming it (delete it: only resumability is lost).
 /// - ``Downloader/Durability/powerLoss``: every append is `fsync`ed and the database is `synchronous = FULL`.
 ///
@@ -45,10 +45,6 @@ public final class SQLiteJournal: Journal {
     /// The writer connection's prepared statements (used only inside the pool's writer, one caller at a time).
     private let statements: WriteStatements
     private let path: String
-    /// Whether opening created the database file, and the directories it made for it (outermost first): what
-    /// ``discard()`` removes.
-    private let createdDatabase: Bool
-    private let createdDirectories: [String]
     /// Whether every append is `fsync`ed (``Downloader/Durability/powerLoss``).
     private let syncEachAppend: Bool
     /// The records and the log, under one lock so that the log has the changes in the order the cache got them.
@@ -98,16 +94,9 @@ public final class SQLiteJournal: Journal {
     /// A log is folded into the database once it holds this many changes.
     private let foldThreshold: Int
     private let afterRotating: (@Sendable () -> Void)?
-    /// Whether this instance's writes go into ``State/cache`` (see the `remembersWrites` parameter of the package
-    /// initialiser).
-    private let remembersWrites: Bool
-    /// Whether every look-up answers `nil` without the lock: an instance that does not remember its writes and
-    /// opened an empty journal (a first `haul get` into a directory), whose cache therefore stays empty.
-    private let knowsNothing: Bool
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
-    /// downloads run fills gaps the network leaves; one fold of everything at close ran alone at the end (10,000
-    /// small files: +14.4% over `--no-journal` with one fold at close, +9.3% with this, +11.4% with 1,024; 20
-    /// paired rounds each). No change is kept in memory meanwhile: the fold reads the log back.
+    /// downloads run fills gaps the network leaves, where one fold of everything at close would run alone at the end
+    /// (bench/journal). No change is kept in memory meanwhile: the fold reads the log back.
     package static let defaultFoldThreshold = 4096
 
     /// Opens (creating if needed, with its directory) the journal at `path`.
@@ -128,35 +117,22 @@ public final class SQLiteJournal: Journal {
 
     /// Opens the journal at `path`, folding its log into the database every `foldThreshold` changes.
     ///
-    /// Without `remembersWrites`, ``record(for:)`` answers from what the journal held when it was opened, and a
-    /// key written since reads as unknown (its write still reaches the log and the database): for a process that
-    /// looks each download up once, before it writes it, and never after, which `haul get` is. Keeping every
-    /// record written in memory, only to be freed at exit, was ~1% of a batch of small files.
     /// `afterRotating` (tests): called by a writer that started a new log, after it let go of the lock and before
     /// it queues the full log's fold.
     package init(
         path: String, durability: Downloader.Durability = .processCrash,
-        foldThreshold: Int = SQLiteJournal.defaultFoldThreshold, remembersWrites: Bool = true,
+        foldThreshold: Int = SQLiteJournal.defaultFoldThreshold,
         onError: @escaping @Sendable (any Error) -> Void = { _ in }, afterRotating: (@Sendable () -> Void)? = nil
     ) throws {
         self.foldThreshold = max(1, foldThreshold)
         self.afterRotating = afterRotating
-        self.remembersWrites = remembersWrites
-        var missing: [String] = []
-        var directory = (path as NSString).deletingLastPathComponent
-        while !directory.isEmpty, directory != "/", !FileManager.default.fileExists(atPath: directory) {
-            missing.insert(directory, at: 0)
-            directory = (directory as NSString).deletingLastPathComponent
-        }
         try JournalOpenError.mapping(path) {
             try FileManager.default.createDirectory(
                 atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         }
-        createdDirectories = missing
         // Owner-only from the start (SQLite gives its -wal and -shm files the same mode): requests are stored
         // with their header fields, which may carry credentials.
         let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-        createdDatabase = descriptor >= 0
         if descriptor >= 0 { close(descriptor) }
         var configuration = Configuration()
         configuration.label = "haul-journal"
@@ -194,7 +170,6 @@ public final class SQLiteJournal: Journal {
         let log = try JournalOpenError.mapping(path) {
             try IntentLog(databasePath: path, reserving: Self.preparedLogSize)
         }
-        knowsNothing = !remembersWrites && cache.isEmpty
         state = Locked(State(cache: cache, log: log))
         // The downloads start writing at once; the pages they will write are made writable meanwhile.
         folding.async { [state] in
@@ -310,31 +285,14 @@ public final class SQLiteJournal: Journal {
         for full in left + [log] { Self.fold(full, into: pool, with: statements, onError: onError) }
         // Finalized before the pool closes the connection, which would otherwise report them as unfinalized.
         pool.writeWithoutTransaction { _ in statements.finalize() }
-        // Freeing every cached record (~5 ms for 10,000) is left to the folding queue, off the caller's thread: a
-        // process that is about to exit never waits for it.
+        // Freeing every cached record is left to the folding queue, off the caller's thread: a process that is about
+        // to exit never waits for it.
         folding.async { [state] in state.withLock { $0.cache = [:] } }
         folding.stop()
     }
 
-    /// Finishes the journal and, if opening it created the database, deletes the database and the directories
-    /// made for it (those left empty): for a caller that opened the journal ahead of work it then did not do.
-    /// `haul get` opens its journal while it reads and plans its input, and a bad input leaves nothing behind. A
-    /// database that was there before is only finished. The journal must not be used afterwards.
-    package func discard() {
-        finish()
-        guard createdDatabase else { return }
-        do {
-            try pool.close()
-        } catch {
-            return onError(error)  // still open (a statement in use): left in place rather than deleted under it
-        }
-        for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
-        for directory in createdDirectories.reversed() { rmdir(directory) }
-    }
-
     /// The record stored for `key`, if any.
     public func record(for key: JournalKey) -> JournalRecord? {
-        if knowsNothing { return nil }
         let key = CacheKey(key)
         return state.withLock { $0.cache[key] }
     }
@@ -360,10 +318,9 @@ public final class SQLiteJournal: Journal {
         }
     }
 
-    /// Puts a record just written into the cache; an instance that does not remember its writes makes its key
-    /// unknown there instead (never stale: an older record for it may have been loaded at open).
+    /// Puts a record just written into the cache.
     private func remember(_ record: JournalRecord, at key: CacheKey, in cache: inout [CacheKey: JournalRecord]) {
-        if remembersWrites { cache[key] = record } else { cache.removeValue(forKey: key) }
+        cache[key] = record
     }
 
     /// Appends the frame of an upsert of `record` with the next sequence (which the database ignores for a key it

@@ -52,8 +52,8 @@ package func contentsOf(_ url: URL) -> [UInt8]? {
 }
 
 /// Runs blocking work (a child process, a blocking socket) on a thread of its own and awaits it. Blocking one of
-/// Swift concurrency's threads instead (as many as cores: 2 here) starves every other test, and Foundation's
-/// `Process` needs a free Dispatch thread to notice a child's exit: with all of them blocked, tests deadlocked.
+/// Swift concurrency's threads instead (as many as cores) starves every other test, and Foundation's
+/// `Process` needs a free Dispatch thread to notice a child's exit: with all of them blocked, tests deadlock.
 package func onOwnThread<Result: Sendable>(_ body: @escaping @Sendable () throws -> Result) async throws -> Result {
     try await withCheckedThrowingContinuation { continuation in
         Thread { continuation.resume(with: Swift.Result { try body() }) }.start()

@@ -320,7 +320,7 @@ extension DownloadRun {
     }
 
     private func makeRequest(url: URL, fields: HTTPFields, resumeFrom: Int64) -> HTTPRequest {
-        var head = HTTPRequest.get(url)
+        var head = HTTPRequest(method: .get, url: url)
         // Most requests set no fields and resume nothing: the fields made once are theirs, with nothing to copy.
         if fields.isEmpty && resumeFrom == 0 {
             head.headerFields = baseFields

@@ -22,8 +22,6 @@ final class DownloadRun: @unchecked Sendable {
     let interruptibleTransport: (any InterruptibleHTTPTransport)?
     let baseFields: HTTPFields
     let stallWatch: StallWatch
-    /// Gives URL paths, remembering the last directory's (see ``Downloader/path(of:)``).
-    let directoryPath: Downloader
     let emit: @Sendable (DownloadEvent) -> Void
     var logger: Logger
 
@@ -44,15 +42,8 @@ final class DownloadRun: @unchecked Sendable {
     var skippedResult: DownloadResult?
     var meter: ProgressMeter
     let lastActivity = ActivityClock()
-    /// The request's key in the journal, made once (URL and paths as strings: a few microseconds each time). For a
-    /// file destination its path is `destinationPath`, already worked out, and a directory's path is the
-    /// downloader's remembered one: `URL.path` again was ~0.7 µs a download, 5-7 ms of a 10,000-file run.
-    lazy var journalKey: JournalKey = {
-        if case .file = request.destination, let destinationPath {
-            return JournalKey(url: request.url.absoluteString, destination: destinationPath)
-        }
-        return JournalKey(request, path: directoryPath.path(of:))
-    }()
+    /// The request's key in the journal, made once.
+    lazy var journalKey = JournalKey(request)
 
     /// The destination path, known to have been absent shortly before this run (not looked up again).
     let absentPath: String?
@@ -68,7 +59,6 @@ final class DownloadRun: @unchecked Sendable {
         interruptibleTransport = downloader.interruptibleTransport
         baseFields = downloader.baseFields
         stallWatch = downloader.stallWatch
-        directoryPath = downloader
         self.emit = emit
         logger = downloader.configuration.logger
         logger[metadataKey: "url"] = .stringConvertible(request.url)  // rendered only if something is logged
@@ -123,9 +113,8 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     private func validateRequest() throws(DownloadError) {
-        // The host left encoded: a decoded one is a new string made for every download.
-        let scheme = request.url.schemeBytes
-        guard scheme.equalsIgnoringCase("http") || scheme.equalsIgnoringCase("https"),
+        let scheme = request.url.scheme?.lowercased()
+        guard scheme == "http" || scheme == "https",
             request.url.host(percentEncoded: true)?.isEmpty == false
         else {
             throw DownloadError(

@@ -66,17 +66,11 @@ public struct JournalKey: Hashable, Sendable, Codable, CustomStringConvertible {
 
     /// The key of `request`.
     public init(_ request: DownloadRequest) {
-        self.init(request, path: \.path)
-    }
-
-    /// The key of `request`, with `path` giving the path of its destination's file or directory URL (the engine's
-    /// remembers the last directory's: `URL.path` decodes the URL again on every call).
-    init(_ request: DownloadRequest, path: (URL) -> String) {
         url = request.url.absoluteString
         switch request.destination {
-        case .file(let file): destination = path(file)
+        case .file(let file): destination = file.path
         case .directory(let directory, let useContentDisposition):
-            destination = path(directory) + (useContentDisposition ? "/?content-disposition" : "/")
+            destination = directory.path + (useContentDisposition ? "/?content-disposition" : "/")
         }
     }
 

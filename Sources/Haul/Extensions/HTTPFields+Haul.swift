@@ -3,8 +3,7 @@ import HTTPTypes
 extension HTTPFields {
     /// The value of the first field named `name`, for fields that occur once (`ETag`, `Content-Range`, ...).
     ///
-    /// The subscript joins the values of every field of the name into a new string; looked up for each response of a
-    /// batch of small files, that was ~1% of the CPU.
+    /// The subscript joins the values of every field of the name into a new string.
     func first(_ name: HTTPField.Name) -> String? {
         first { $0.name == name }?.value
     }

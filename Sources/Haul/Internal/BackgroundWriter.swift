@@ -12,7 +12,7 @@ final class BackgroundWriter: @unchecked Sendable {
 
     static let maxPending = 8 << 20
     /// Bodies known to be at most this large are written inline on the receiving task: for them the overlap
-    /// gains nothing and the thread hop per chunk is most of the engine's own cost (2,000 x 16 KiB files).
+    /// gains nothing and the thread hop per chunk would be most of the engine's own cost (bench/compare, s3).
     static let inlineLimit: Int64 = 256 << 10
 
     let file: PartialFile

@@ -2,10 +2,9 @@ import HaulOperations
 
 /// Watches every running attempt of one downloader for stalls with one ticking task.
 ///
-/// Each attempt used to have a watchdog child task sleeping in a loop beside it: a task group, a second task
-/// and a timer armed and cancelled per attempt, ~7% of the CPU of a 10,000 x 4 KiB batch (perf: the dispatch
-/// manager thread and its timer heap). Here an attempt registers its activity clock and what to do on a stall;
-/// one task checks them all at the same interval the per-attempt loop used, and ends when none is left.
+/// An attempt registers its activity clock and what to do on a stall; one task checks them all at a fixed interval,
+/// and ends when none is left. A watchdog task per attempt would cost a task group, a second task and a timer armed
+/// and cancelled per attempt (bench/compare, s3).
 final class StallWatch: Sendable {
     private struct Watched {
         let clock: ActivityClock

@@ -6,28 +6,9 @@ extension DownloadQueue {
     typealias Outcome = Result<DownloadResult, DownloadError>
 
     /// Downloads with the same URL and destination share one transfer.
-    ///
-    /// Its hash is worked out once, when the download is added: the table of joins looks every download up four
-    /// times (when added, when joined or entered, and twice when it ends), and hashing a URL and a destination URL
-    /// each time was ~1% of a batch of small files.
     struct JoinKey: Hashable {
         let url: URL
         let destination: Destination
-        private let hash: Int
-
-        init(url: URL, destination: Destination) {
-            self.url = url
-            self.destination = destination
-            var hasher = Hasher()
-            hasher.combine(url)
-            hasher.combine(destination)
-            hash = hasher.finalize()
-        }
-
-        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
-        static func == (lhs: Self, rhs: Self) -> Bool {
-            lhs.hash == rhs.hash && lhs.url == rhs.url && lhs.destination == rhs.destination
-        }
     }
 
     /// Drops `entry`'s join if it is still this entry's, with one lookup.
@@ -101,9 +82,6 @@ extension DownloadQueue {
         var cancelledFiles = 0
         /// Sizes of the finished files.
         var finishedBytes: Int64 = 0
-        /// Finished downloads that were skipped as already complete, and the body bytes the others received.
-        var skippedFiles = 0
-        var transferredBytes: Int64 = 0
         /// `expectedSize` of waiting downloads that declared one, and how many did not.
         var waitingExpectedBytes: Int64 = 0
         var waitingWithoutSize = 0
@@ -416,8 +394,6 @@ extension DownloadQueue {
             case .success(let result):
                 state.batch.finishedFiles += 1
                 state.batch.finishedBytes += result.size
-                state.batch.transferredBytes += result.bytesTransferred
-                if result.skipped { state.batch.skippedFiles += 1 }
             case .failure(let error) where error.isCancellation:
                 state.batch.cancelledFiles += 1
             case .failure:

@@ -57,8 +57,8 @@ public final class DownloadQueue: Sendable {
     let recordsRequests: Bool
     let state: Locked<State>
     /// `state.interest` as bits (``QueueEvent/Kind/bit``), readable without the lock: a download's event that no
-    /// subscriber takes then costs no lock at all (with several threads finishing downloads, the lock taken for
-    /// every event was contended: ~5% of a batch of small files, in the kernel's futex).
+    /// subscriber takes then costs no lock at all: with several threads finishing downloads, a lock taken for every
+    /// event is contended (bench/compare, s3).
     let interestBits = Atomic<UInt16>(0)
 
     /// Creates a queue that runs its downloads on `downloader`.
@@ -102,8 +102,8 @@ public final class DownloadQueue: Sendable {
     /// with ``ConflictPolicy/overwrite``), and the conflict policy applies then, after the request.
     ///
     /// A large batch of one priority, on a queue whose failures leave the others running, is entered in slices and
-    /// its first downloads start before the rest is entered (10,000 requests took ~15 ms to enter, and none
-    /// started before all were in); the order of admission is the same. A ``cancelAll()`` made on another thread
+    /// its first downloads start before the rest is entered (bench/compare, s3: the first request goes out before a
+    /// list of 10,000 is in); the order of admission is the same. A ``cancelAll()`` made on another thread
     /// while such a batch is being added may then miss the requests not yet entered.
     @discardableResult
     public func add(_ requests: [DownloadRequest]) -> [DownloadHandle] {
@@ -120,8 +120,8 @@ public final class DownloadQueue: Sendable {
         added.reserveCapacity(requests.count)
         let sliced = slicesAdmission(of: requests)
         let sliceSize = sliced ? Self.admissionSlice : max(requests.count, 1)
-        // Sliced, the listing is made once the first slice's downloads run (they look their destinations up): it
-        // took ~5 ms for 10,000, which would otherwise all come before the first request.
+        // Sliced, the listing is made once the first slice's downloads run (they look their destinations up), not
+        // before the first request.
         var absent = sliced ? nil : DestinationSnapshot.absentPaths(of: requests)
         var start = 0
         repeat {
@@ -286,39 +286,6 @@ public final class DownloadQueue: Sendable {
 
     /// The current batch's progress.
     public var progress: BatchProgress { locked { $0.batchProgress() } }
-
-    /// How the current batch's downloads ended, in counts and sums.
-    package struct Tally: Sendable, Equatable {
-        /// Downloads with a file at their destination, those skipped as already complete included.
-        package var finished = 0
-        package var skipped = 0
-        package var failed = 0
-        package var cancelled = 0
-        /// Sizes of the finished files.
-        package var bytesOnDisk: Int64 = 0
-        /// Body bytes the finished downloads received.
-        package var bytesTransferred: Int64 = 0
-
-        /// A tally with these counts and sums.
-        package init(
-            finished: Int = 0, skipped: Int = 0, failed: Int = 0, cancelled: Int = 0, bytesOnDisk: Int64 = 0,
-            bytesTransferred: Int64 = 0
-        ) {
-            (self.finished, self.skipped, self.failed, self.cancelled) = (finished, skipped, failed, cancelled)
-            (self.bytesOnDisk, self.bytesTransferred) = (bytesOnDisk, bytesTransferred)
-        }
-    }
-
-    /// The current batch's tally: for a summary of a large batch without reading every handle's result.
-    package var tally: Tally {
-        locked { state in
-            let batch = state.batch
-            return Tally(
-                finished: batch.finishedFiles, skipped: batch.skippedFiles, failed: batch.failedFiles,
-                cancelled: batch.cancelledFiles, bytesOnDisk: batch.finishedBytes,
-                bytesTransferred: batch.transferredBytes)
-        }
-    }
 
     /// Downloads waiting for a slot.
     public var waitingCount: Int { locked { $0.scheduler.waitingCount } }

@@ -14,9 +14,9 @@ enum ResponsePart {
 
 /// An HTTP/1.1 response parser (RFC 9112) for the responses of one connection, in the order their requests went out.
 ///
-/// Haul's own rather than NIO's `HTTPResponseDecoder`: that one is llhttp behind a `ByteToMessageHandler`, with
-/// NIO's `HTTPHeaders` built through callbacks and then converted to HTTPTypes, about 3% of Haul's CPU for a batch
-/// of 4 KiB files (perf). Here the head goes straight to an `HTTPResponse` and body bytes are slices of the read.
+/// Haul's own rather than NIO's `HTTPResponseDecoder` (llhttp behind a `ByteToMessageHandler`, building NIO's
+/// `HTTPHeaders` through callbacks, then converted to HTTPTypes): here the head goes straight to an `HTTPResponse`
+/// and body bytes are slices of the read (bench/compare, s3).
 ///
 /// Strict where a lax reading could misframe a body: a `Content-Length` must be digits (repeats must agree), a
 /// folded header line or a malformed chunk is an error, and so is a response nobody asked for. Bodies are framed as

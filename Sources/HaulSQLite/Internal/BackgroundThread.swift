@@ -8,9 +8,8 @@ import Darwin
 
 /// A serial queue of work on a thread of its own that runs at the lowest CPU priority (nice 19 on Linux,
 /// background quality of service elsewhere): the journal's folds into SQLite, which can wait, take the time the
-/// downloads leave idle instead of a share of the cores they are busy on. A batch of small downloads keeps both
-/// cores of this machine ~80% busy (the rest waits on the network), and a fold of 4,096 changes at normal priority
-/// pushed the downloads' own work aside for its ~9 ms.
+/// downloads leave idle instead of a share of the cores they are busy on: a batch of small downloads keeps the
+/// cores busy, and a fold at normal priority would push the downloads' own work aside (bench/journal).
 ///
 /// A low-priority thread can be held up for long while the machine is busy, so whoever must wait for the queue
 /// (``drain()``) does not wait for it: it runs what is queued itself, after the job under way.

@@ -49,16 +49,16 @@ struct RawChange {
 }
 
 /// An append-only file of journal changes beside the database (`journal.sqlite-log.<pid>.<n>`), one per open
-/// journal: a change costs one `write(2)` instead of an SQLite transaction (BEGIN, a page or more into the WAL,
-/// COMMIT, and four `fcntl` locks, ~35 µs here), and a batch of them is folded into the database at once.
+/// journal: a change costs one copy instead of an SQLite transaction (BEGIN, a page or more into the WAL, COMMIT,
+/// and four `fcntl` locks), and a batch of them is folded into the database at once (bench/journal).
 ///
 /// A change is in the page cache when ``append(_:)`` returns, so it survives the process being killed at any
 /// instant, as the WAL did with `synchronous = OFF`; after ``sync()`` it is also on disk.
 ///
 /// On Linux the log is written through a shared mapping of space reserved ahead with `fallocate` (a log made ahead
 /// of its use reserves 1 MiB at once and has its pages made writable by ``prefault()``; otherwise 64 KiB, then
-/// more, up to 1 MiB at a time): an append is a copy, not a `write(2)` (which cost ~2 µs per download on ext4: the
-/// size and time stamps of the inode change with every write, each change a jbd2 handle). Reserving the blocks
+/// more, up to 1 MiB at a time): an append is a copy, not a `write(2)`, which on ext4 changes the inode's size and
+/// time stamps with every write, each change a journal handle of its own. Reserving the blocks
 /// first means a full disk is an error from `fallocate`, never a `SIGBUS` on a page that has nowhere to go (the
 /// append is then tried with `pwrite(2)`, which may still fit, or fails with a clear error). The reserved tail reads
 /// as zeros, which end the log as a torn frame does. Elsewhere, and where a mapping cannot be made, every append is

@@ -85,8 +85,7 @@ struct RunReport: Sendable {
         var error: DownloadError
     }
 
-    /// Counts and sums, not the results themselves: a summary needs no more, and copying 10,000 results into the
-    /// report took longer than everything else between the last download and the exit.
+    /// Counts and sums, not the results themselves: a summary needs no more.
     var downloaded = 0
     var skipped = 0
     var failures: [Failure] = []
@@ -109,15 +108,6 @@ struct RunReport: Sendable {
             bytesTransferred += result.bytesTransferred
         }
         bytesOnDisk += result.size
-    }
-
-    /// Counts a batch whose downloads all ended without a failure, from the queue's tally.
-    mutating func add(_ tally: DownloadQueue.Tally) {
-        skipped += tally.skipped
-        downloaded += tally.finished - tally.skipped
-        cancelled += tally.cancelled
-        bytesTransferred += tally.bytesTransferred
-        bytesOnDisk += tally.bytesOnDisk
     }
 
     /// 0 all succeeded; 1 at least one failed; 130 interrupted; 141 standard output closed.

@@ -94,7 +94,7 @@ struct GetCommand: AsyncParsableCommand {
         help: ArgumentHelp(
             "When the destination exists and Haul did not write it: fail (that download fails, the file is untouched), skip, overwrite or rename.",
             valueName: "fail|skip|overwrite|rename"))
-    var onConflict: String = "fail"
+    var onConflict: ConflictPolicy = .fail
 
     @Flag(help: "NDJSON on stdout: start, progress, retry, finish, fail, summary; no progress bars.")
     var json = false
@@ -121,7 +121,7 @@ struct GetCommand: AsyncParsableCommand {
             "How bytes move: nio (Haul's own HTTP/1.1 client; https goes through async-http-client), "
                 + "async-http-client or urlsession.",
             valueName: "nio|async-http-client|urlsession"))
-    var transport: String = TransportChoice.nio.rawValue
+    var transport: TransportChoice = .nio
 
     func validate() throws {
         if maxConcurrent < 1 { throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)") }
@@ -134,12 +134,6 @@ struct GetCommand: AsyncParsableCommand {
         if let maxSize, parseByteCount(maxSize) == nil {
             throw ValidationError("--max-size '\(maxSize)' is not a size (e.g. 500000, 64K, 10M, 2G)")
         }
-        if ConflictPolicy(rawValue: onConflict) == nil {
-            throw ValidationError("--on-conflict must be fail, skip, overwrite or rename, not '\(onConflict)'")
-        }
-        if TransportChoice(rawValue: transport) == nil {
-            throw ValidationError("--transport must be nio, async-http-client or urlsession, not '\(transport)'")
-        }
         if json && quiet { throw ValidationError("--json and --quiet cannot be combined") }
         if journal != nil && noJournal { throw ValidationError("--journal and --no-journal cannot be combined") }
     }
@@ -148,19 +142,10 @@ struct GetCommand: AsyncParsableCommand {
         // First: a signal while the input is read or the journal opened must stop the run cleanly too.
         Interruption.install()
         let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
-        // The journal is opened while the input is read and planned: ~5 ms (SQLite's open, WAL set-up, schema)
-        // that would otherwise come before the first request, on the core the planning leaves idle. A bad input
-        // then discards it: a journal this run created goes again, with the directories made for it.
-        let journalPath = journalPath(directory: directory)
-        let journalOpening = journalPath.map { path in Task.detached { try Self.openJournal(at: path) } }
-        let plan: [PlannedDownload]
-        do {
-            plan = try makePlan(directory: directory)
-            try createDirectories(for: plan, base: directory)
-        } catch {
-            if let journalOpening { (try? await journalOpening.value)?.discard() }
-            throw error
-        }
+        let plan = try makePlan(directory: directory)
+        try createDirectories(for: plan, base: directory)
+        // Opened once the input is known to be good: a bad input leaves nothing behind.
+        let journal = try journalPath(directory: directory).map(Self.openJournal(at:))
 
         var settings = RunSettings(directory: directory)
         settings.maxConcurrent = maxConcurrent
@@ -168,17 +153,16 @@ struct GetCommand: AsyncParsableCommand {
         settings.retries = retries
         settings.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
         settings.stallTimeout = .milliseconds(Int64(stallTimeout * 1000))
-        settings.transport = TransportChoice(rawValue: transport) ?? .nio
+        settings.transport = transport
         settings.output = json ? .json : .automatic
         settings.quiet = quiet
         settings.verbose = verbose
-        let journal = try await journalOpening?.value
         settings.journal = journal
-        if let journal { settings.finishJournal = { journal.finish() } }
-        // The journal is finished by the run itself, once the downloads have ended (`finishJournal`).
         let report = await GetRun.run(plan, settings: settings)
-        // Exits holding everything: freeing the plan and the handles (with their requests and results) one by one
-        // took ~10 ms after the last download of 10,000, for memory the system takes back at once.
+        // The process exits without releasing the journal, so its last changes are folded in here.
+        journal?.finish()
+        // Exits holding everything: the system takes back the plan's and the results' memory at once, where
+        // freeing them one by one would come after the last download (bench/compare, s3).
         withExtendedLifetime((plan, report)) { Foundation.exit(report.exitCode) }
     }
 
@@ -190,7 +174,7 @@ struct GetCommand: AsyncParsableCommand {
         planSettings.checksum = checksum
         planSettings.headers = headers
         planSettings.maxSize = maxSize.flatMap(parseByteCount)
-        planSettings.conflictPolicy = ConflictPolicy(rawValue: onConflict) ?? .fail
+        planSettings.conflictPolicy = onConflict
         planSettings.useContentDisposition = contentDisposition
         switch Planner.plan(entries, settings: planSettings) {
         case .success(let planned) where inputProblems.isEmpty: return planned
@@ -209,9 +193,8 @@ struct GetCommand: AsyncParsableCommand {
     private static func openJournal(at path: String) throws -> SQLiteJournal {
         let warned = Locked(false)
         do {
-            // Each download is looked up once, before it is written: the journal need not remember its writes.
             return try SQLiteJournal(
-                path: path, remembersWrites: false,
+                path: path,
                 onError: { error in
                     // Downloads go on; only what a rerun can skip or resume is affected. Said once.
                     let first = warned.withLock { warned in
@@ -352,3 +335,5 @@ struct UsageFailure: Error {
     var problems: [InputProblem]
     init(_ problems: [InputProblem]) { self.problems = problems }
 }
+
+extension ConflictPolicy: ExpressibleByArgument {}

@@ -1,3 +1,4 @@
+import ArgumentParser
 import Dispatch
 import Synchronization
 import Foundation
@@ -14,7 +15,7 @@ import Darwin
 #endif
 
 /// Which transport moves the bytes.
-enum TransportChoice: String, CaseIterable {
+enum TransportChoice: String, CaseIterable, ExpressibleByArgument {
     /// Haul's own HTTP/1.1 client (HaulNIO) for http, AsyncHTTPClient for https: the default.
     case nio
     case asyncHTTPClient = "async-http-client"
@@ -35,9 +36,6 @@ struct RunSettings {
     var verbose = false
     /// Where completed and partial downloads are remembered between runs; `nil` for nowhere.
     var journal: (any Journal)?
-    /// Brings the journal up to date once every download has ended (the SQLite journal's last fold, ~3 ms after
-    /// 10,000 files): run while the run winds down (summary, transport shutdown, ~3.5 ms), not after it.
-    var finishJournal: (@Sendable () -> Void)?
 
     enum OutputMode {
         case automatic, json
@@ -95,7 +93,6 @@ enum GetRun {
         let handles = queue.add(plan.map(\.request))
         if interruption.happened { queue.cancelAll() }  // a signal that came before the downloads were added
         await queue.waitUntilIdle()
-        let journalFinished = settings.finishJournal.map { finish in Task.detached { finish() } }
         queue.finishEvents()  // every event of the run is buffered by now: the consumer draws them and ends
         await consumer.value
         ticker.cancel()
@@ -104,25 +101,16 @@ enum GetRun {
         try? await ownedTransport?.shutdown()
 
         var report = RunReport(interrupted: interruption.happened, elapsed: .now - started)
-        let tally = queue.tally
-        if tally.failed == 0, tally.finished + tally.cancelled == handles.count {
-            // Every download ended without a failure to name: the queue's counts are the summary. Reading 10,000
-            // results instead (each handle, its box and its result, cold) was ~3 ms after the last download.
-            report.add(tally)
-        } else {
-            // The planned download is read only for a failure's name.
-            for index in handles.indices {
-                switch handles[index].outcome {
-                case .success(let result): report.add(result)
-                case .failure(let error) where error.isCancellation: report.cancelled += 1
-                case .failure(let error): report.failures.append(.init(name: plan[index].displayName, error: error))
-                case nil: report.cancelled += 1
-                }
+        for index in handles.indices {
+            switch handles[index].outcome {
+            case .success(let result): report.add(result)
+            case .failure(let error) where error.isCancellation: report.cancelled += 1
+            case .failure(let error): report.failures.append(.init(name: plan[index].displayName, error: error))
+            case nil: report.cancelled += 1
             }
         }
         display.summarize(report)
         report.handles = handles
-        await journalFinished?.value
         return report
     }
 

@@ -61,64 +61,30 @@ enum Planner {
             case .failure(let problem): problems.append(InputProblem(origin: "--header", message: problem.message))
             }
         }
-        // Standardized once: every download without dir= shares it.
-        let directoryPath = settings.directory.standardizedFileURL.path
-        let headers = globalHeaders
         var planned: [PlannedDownload] = []
-        let entryProblems = planEach(entries, into: &planned) { entry in
-            plan(entry, settings: settings, headers: headers, directoryPath: directoryPath)
+        planned.reserveCapacity(entries.count)
+        for entry in entries {
+            switch plan(entry, settings: settings, headers: globalHeaders) {
+            case .success(let download): planned.append(download)
+            case .failure(let failure): problems += failure.problems
+            }
         }
-        problems += entryProblems
         problems += duplicateDestinations(planned)
         return problems.isEmpty ? .success(planned) : .failure(UsageFailure(problems))
     }
 
-    /// Plans every entry, in order, into `planned` (those that can be); returns the problems of those that cannot.
-    /// A long list is done in two halves at once: each entry is planned on its own (a `URL` parsed, a name
-    /// derived), and the second core is otherwise idle before the first request (10,000 entries took ~12 ms on
-    /// one). Each download is written straight into its place and moved out from there: collecting results and
-    /// then copying them (their requests and all) took another ~2 ms.
-    private static func planEach(
-        _ entries: [InputEntry], into planned: inout [PlannedDownload],
-        _ body: @escaping @Sendable (InputEntry) -> Result<PlannedDownload, UsageFailure>
-    ) -> [InputProblem] {
-        let count = entries.count
-        let slots = Slots<PlannedDownload>(count: count)
-        defer { slots.deallocate() }
-        let problems = Locked<[(index: Int, problems: [InputProblem])]>([])
-        let work = { @Sendable (range: Range<Int>) in
-            for index in range {
-                switch body(entries[index]) {
-                case .success(let download): slots.put(download, at: index)
-                case .failure(let failure): problems.withLock { $0.append((index, failure.problems)) }
-                }
-            }
-        }
-        if count >= 2_048 {
-            let middle = count / 2
-            DispatchQueue.concurrentPerform(iterations: 2) { half in work(half == 0 ? 0..<middle : middle..<count) }
-        } else {
-            work(0..<count)
-        }
-        let found = problems.withLock { $0 }.sorted { $0.index < $1.index }
-        planned = slots.take(skipping: found.map(\.index))
-        return found.flatMap(\.problems)
-    }
-
     private static func plan(
-        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields, directoryPath: String
+        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields
     ) -> Result<PlannedDownload, UsageFailure> {
         var problems: [String] = []
         let url = validateURL(entry.url, problems: &problems)
         var directory = settings.directory
-        var directoryPath = directoryPath
         if let subdirectory = entry.subdirectory {
             let parts = subdirectory.split(separator: "/")
             if subdirectory.hasPrefix("/") || parts.contains("..") || parts.isEmpty {
                 problems.append("dir='\(subdirectory)' must be a relative path inside the destination, without '..'")
             } else {
                 directory = directory.appendingPathComponent(subdirectory, isDirectory: true)
-                directoryPath = directory.standardizedFileURL.path
             }
         }
         let fileName = entry.fileName ?? settings.fileName
@@ -143,23 +109,7 @@ enum Planner {
         let request = DownloadRequest(
             url: url, destination: destination, headerFields: fields, expectedDigest: digest,
             maxSize: settings.maxSize, conflictPolicy: settings.conflictPolicy)
-        // What `request.plannedFileURL` gives, by joining strings: building and standardizing a URL for every
-        // download (three times) was most of planning a list of 10,000, before the first could start.
-        let name: String?
-        let plannedPath: String?
-        switch destination {
-        case .file(let file):
-            name = file.lastPathComponent
-            plannedPath = file.standardizedFileURL.path
-        case .directory(_, useContentDisposition: true):
-            name = nil
-            plannedPath = nil
-        case .directory(_, useContentDisposition: false):
-            // A name from the URL is one safe path component (no '/', never '.' or '..'), so joined to a
-            // standardized directory the path is standardized too.
-            name = DownloadRequest.fileName(for: url)
-            plannedPath = name.map { directoryPath.hasSuffix("/") ? directoryPath + $0 : directoryPath + "/" + $0 }
-        }
+        let plannedPath = request.plannedFileURL?.standardizedFileURL.path
         if plannedPath == nil, !settings.useContentDisposition {
             return .failure(
                 UsageFailure([
@@ -171,7 +121,8 @@ enum Planner {
         return .success(
             PlannedDownload(
                 request: request, source: entry.source,
-                displayName: name ?? DownloadRequest.fileName(for: url) ?? url.absoluteString, plannedPath: plannedPath)
+                displayName: fileName ?? DownloadRequest.fileName(for: url) ?? url.absoluteString,
+                plannedPath: plannedPath)
         )
     }
 
@@ -181,8 +132,6 @@ enum Planner {
             problems.append("'\(text)' is not a valid URL (expected http://HOST/PATH or https://HOST/PATH)")
             return nil
         }
-        // Compared without making lowercased copies, and the host checked as written (decoding it made a string
-        // per URL): a list of 10,000 is validated before the first download.
         guard scheme.utf8.equalsIgnoringCase("http") || scheme.utf8.equalsIgnoringCase("https") else {
             problems.append("unsupported scheme '\(scheme.lowercased())' in '\(text)': only http and https")
             return nil
@@ -220,12 +169,8 @@ enum Planner {
 
     /// Two downloads that would write one file: each pair is named.
     private static func duplicateDestinations(_ planned: [PlannedDownload]) -> [InputProblem] {
-        // Indices, room made up front: growing a dictionary of whole downloads one by one showed in the start-up
-        // of a list of 10,000.
         var firstByPath: [PathKey: Int] = [:]
-        firstByPath.reserveCapacity(planned.count)
         var problems: [InputProblem] = []
-        // By index: a loop over the elements copied every download (its request and all) to read one path.
         for index in planned.indices {
             guard let path = planned[index].plannedPath else { continue }
             if let first = firstByPath[PathKey(path)].map({ planned[$0] }) {
@@ -278,36 +223,4 @@ func parseByteCount(_ text: String) -> Int64? {
 struct HeaderProblem: Error {
     var message: String
     init(_ message: String) { self.message = message }
-}
-
-/// Room for `count` values written from several threads, each index once, then moved out in order: no copy of a
-/// value, and no retain or release of what it holds.
-private final class Slots<Value>: @unchecked Sendable {
-    private let base: UnsafeMutablePointer<Value>
-    private let count: Int
-
-    init(count: Int) {
-        self.count = count
-        base = .allocate(capacity: max(count, 1))
-    }
-
-    /// Index `index` must not have been written before; no two threads write one index.
-    func put(_ value: consuming Value, at index: Int) {
-        (base + index).initialize(to: value)
-    }
-
-    /// Every value, in order, except at `skipped` (indices never written, ascending); leaves none behind.
-    func take(skipping skipped: [Int]) -> [Value] {
-        [Value](unsafeUninitializedCapacity: count - skipped.count) { buffer, initialized in
-            var start = 0
-            for end in skipped + [count] {
-                _ = buffer[initialized..<initialized + end - start].moveInitialize(
-                    fromContentsOf: UnsafeMutableBufferPointer(start: base + start, count: end - start))
-                initialized += end - start
-                start = end + 1
-            }
-        }
-    }
-
-    func deallocate() { base.deallocate() }
 }

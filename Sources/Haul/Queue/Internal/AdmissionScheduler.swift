@@ -10,8 +10,7 @@ import HeapModule
 /// Removals and priority changes are lazy: the stale position is skipped when it reaches the front.
 ///
 /// Hosts are numbered when first seen (a number is reused once its host is forgotten): admitting or finishing a
-/// download looks its host up several times, and hashing the host's name for each was ~1% of a batch of small
-/// files. A reused number cannot confuse a stale heap entry: sequences are never reused, and an entry counts only
+/// download looks its host up several times, by number rather than by hashing its name (bench-queue). A reused number cannot confuse a stale heap entry: sequences are never reused, and an entry counts only
 /// while its host's best item has its sequence.
 package struct AdmissionScheduler {
     package typealias ID = UInt64

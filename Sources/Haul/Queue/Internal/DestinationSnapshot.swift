@@ -9,9 +9,9 @@ import Musl
 /// Which destinations of a batch are absent when the batch is added, learnt by listing each directory once
 /// instead of looking every destination up when its download starts.
 ///
-/// Why: the look-up (`lstat`: a search of the directory, under the directory's lock that the downloads publishing
-/// into it take too) was ~10% of the CPU of a batch of 10,000 x 4 KiB files on ext4; listing the directory costs a
-/// few milliseconds. The look-up only spares a request for a file that is there already; what keeps an existing file
+/// Why: each look-up (`lstat`) searches the directory under the lock that the downloads publishing into it take
+/// too, and a batch of small files then spends its time waiting for that lock (bench/compare, s3); listing the
+/// directory once is cheap. The look-up only spares a request for a file that is there already; what keeps an existing file
 /// safe is publishing, which never replaces a file unless the policy is `overwrite`. A file that appears after the
 /// batch was added is therefore found when publishing, and its policy applies then (see `DownloadRun`).
 ///
