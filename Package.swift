@@ -160,8 +160,26 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
-        // Helpers the test targets share (scratch directories, bounded polling).
-        .target(name: "HaulTestSupport", path: "Tests/HaulTestSupport"),
+        .testTarget(
+            name: "HaulNIOTests",
+            dependencies: [
+                "Haul", "HaulNIO", "HaulOperations", "HaulTestServer", "HaulTestSupport",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        // Helpers the test targets share (scratch directories, bounded polling, a test configuration of the engine,
+        // a raw-socket server that sends whatever bytes a test gives it).
+        .target(
+            name: "HaulTestSupport",
+            dependencies: [
+                "Haul", "HaulOperations",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "Tests/HaulTestSupport"),
 
         // The seeds' Operation scenarios, written with HaulOperations. Built and run by .ci/run.
         .executableTarget(
@@ -196,10 +214,11 @@ let package = Package(
         .testTarget(name: "ExamplesTests", dependencies: ["HaulTestSupport"]),
 
         // Benchmarks, not tests: `swift run -c release bench-operations` (see bench/README.md).
-        .executableTarget(name: "bench-operations", dependencies: ["HaulOperations"], path: "bench/Operations"),
         .executableTarget(
-            name: "bench-download", dependencies: ["Haul", "HaulAsyncHTTPClient"], path: "bench/Download"),
-        .executableTarget(name: "bench-queue", dependencies: ["Haul"], path: "bench/Queue"),
+            name: "bench-operations", dependencies: ["HaulOperations"], path: "bench/Sources/bench-operations"),
+        .executableTarget(
+            name: "bench-download", dependencies: ["Haul", "HaulAsyncHTTPClient"], path: "bench/Sources/bench-download"),
+        .executableTarget(name: "bench-queue", dependencies: ["Haul"], path: "bench/Sources/bench-queue"),
     ]
 )
 

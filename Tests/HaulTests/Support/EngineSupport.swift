@@ -24,16 +24,6 @@ enum TransportKind: String, CaseIterable, Sendable, CustomTestStringConvertible 
     }
 }
 
-/// A backoff clock that never sleeps: it records what it was asked to wait.
-final class RecordingClock: BackoffClock {
-    private let waits = Locked<[Duration]>([])
-    var recorded: [Duration] { waits.withLock { $0 } }
-    func sleep(for duration: Duration) async throws {
-        waits.withLock { $0.append(duration) }
-        try Task.checkCancellation()
-    }
-}
-
 /// A backoff clock whose sleeps last until the task is cancelled; `entered` opens when a sleep begins.
 final class BlockingClock: BackoffClock {
     let entered = Signal()
@@ -81,11 +71,3 @@ final class EventLog: Sendable {
     }
 }
 
-/// Test configuration: no jitter, no real backoff sleeps.
-func testConfiguration(clock: any BackoffClock = RecordingClock(), retries: Int = 3) -> Downloader.Configuration {
-    var configuration = Downloader.Configuration()
-    configuration.retryPolicy = RetryPolicy(maxRetries: retries, jitter: .none)
-    configuration.backoffClock = clock
-    configuration.progressInterval = .milliseconds(1)
-    return configuration
-}
