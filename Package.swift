@@ -73,11 +73,10 @@ let package = Package(
         .target(
             name: "HaulNIO",
             dependencies: [
-                "Haul",
+                "Haul", "HaulOperations",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
 
@@ -116,9 +115,8 @@ let package = Package(
         .target(
             name: "HaulTestServer",
             dependencies: [
+                "HaulOperations",
                 .product(name: "NIOCore", package: "swift-nio"),
-                // NIOLockedValueBox (pthread) rather than Synchronization.Mutex (futex), which TSan cannot see.
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]

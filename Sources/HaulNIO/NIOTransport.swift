@@ -1,7 +1,7 @@
 public import Haul
 public import HTTPTypes
 public import struct Foundation.URL
-import NIOConcurrencyHelpers
+import HaulOperations
 public import NIOCore
 import NIOPosix
 
@@ -35,7 +35,7 @@ import NIOPosix
 public final class NIOTransport: InterruptibleHTTPTransport {
     private let group: any EventLoopGroup
     private let fallback: (any HTTPTransport)?
-    private let pool = NIOLockedValueBox<Pool>(Pool())
+    private let pool = Locked(Pool())
 
     private struct Pool {
         var idle: [Endpoint: [Connection]] = [:]
@@ -80,7 +80,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
 
     /// Closes the idle connections; requests made afterwards open new ones.
     public func closeIdleConnections() {
-        let idle = pool.withLockedValue { pool in
+        let idle = pool.withLock { pool in
             defer { pool.idle = [:] }
             return pool.idle.values.flatMap { $0 }
         }
@@ -142,7 +142,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
 
     private func acquire(_ endpoint: Endpoint, connectTimeout: Duration) async throws -> (Connection, reused: Bool) {
         let here = currentExecutor()?.loop
-        let idle = pool.withLockedValue { pool -> Connection? in
+        let idle = pool.withLock { pool -> Connection? in
             // One on this thread's loop first: its responses then resume this task without a thread switch.
             if let here, let index = pool.idle[endpoint]?.lastIndex(where: { $0.channel.eventLoop === here }),
                 let connection = pool.idle[endpoint]?.remove(at: index), connection.channel.isActive
@@ -171,7 +171,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
 
     /// Takes back a connection whose response ended and that may be reused.
     func release(_ connection: Connection, to endpoint: Endpoint) {
-        let keep = pool.withLockedValue { pool -> Bool in
+        let keep = pool.withLock { pool -> Bool in
             guard pool.idle[endpoint, default: []].count < Self.maxIdlePerEndpoint else { return false }
             pool.idle[endpoint, default: []].append(connection)
             return true

@@ -1,5 +1,5 @@
 import Foundation
-import NIOConcurrencyHelpers
+import HaulOperations
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -86,30 +86,30 @@ extension TestServer {
 
 extension TestServer {
     func markRunning(port: Int, channels: [any Channel], group: MultiThreadedEventLoopGroup?) throws {
-        try lifecycle.withLockedValue { lifecycle in
+        try lifecycle.withLock { lifecycle in
             guard case .idle = lifecycle else { throw TestServerError.alreadyStarted }
             lifecycle = .running(port: port, channels: channels, group: group)
         }
     }
 
     func takeForShutdown() -> ([any Channel], MultiThreadedEventLoopGroup?) {
-        lifecycle.withLockedValue { lifecycle in
+        lifecycle.withLock { lifecycle in
             guard case .running(_, let channels, let group) = lifecycle else { return ([], nil) }
             lifecycle = .stopped
             return (channels, group)
         }
     }
 
-    func openConnections() -> [any Channel] { connections.withLockedValue { Array($0.values) } }
+    func openConnections() -> [any Channel] { connections.withLock { Array($0.values) } }
 
     func releaseHeldRequests() { state.releaseAllGates() }
 
     func register(_ channel: any Channel) {
-        connections.withLockedValue { $0[ObjectIdentifier(channel)] = channel }
+        connections.withLock { $0[ObjectIdentifier(channel)] = channel }
     }
 
     func unregister(_ channel: any Channel) {
-        _ = connections.withLockedValue { $0.removeValue(forKey: ObjectIdentifier(channel)) }
+        _ = connections.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) }
     }
 }
 

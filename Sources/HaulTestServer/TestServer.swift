@@ -2,7 +2,7 @@ public import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import NIOConcurrencyHelpers
+import HaulOperations
 
 /// A loopback HTTP/1.1 server with Range support and fault injection, to prove download code.
 ///
@@ -27,10 +27,10 @@ public final class TestServer: Sendable {
         case stopped
     }
 
-    let lifecycle = NIOLockedValueBox(Lifecycle.idle)
+    let lifecycle = Locked(Lifecycle.idle)
     let state: ServerState
     // Every accepted connection, so shutdown can close held, stalled and head-only ones too.
-    let connections = NIOLockedValueBox([ObjectIdentifier: any Channel]())
+    let connections = Locked([ObjectIdentifier: any Channel]())
 
     /// Creates a server; nothing is bound until ``start()``.
     public init(configuration: Configuration = Configuration()) {
@@ -60,7 +60,7 @@ public final class TestServer: Sendable {
 
     /// The bound port; 0 before ``start()`` returns.
     public var port: Int {
-        lifecycle.withLockedValue { state in
+        lifecycle.withLock { state in
             if case .running(let port, _, _) = state { return port }
             return 0
         }

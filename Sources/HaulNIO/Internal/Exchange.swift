@@ -1,6 +1,6 @@
 import HTTPTypes
 import Haul
-import NIOConcurrencyHelpers
+import HaulOperations
 import NIOCore
 
 /// A connection and the handler that routes its responses.
@@ -10,40 +10,43 @@ struct Connection: Sendable {
 }
 
 /// One request and its response on one connection: filled by the handler on the event loop, read by the
-/// engine's task. Everything mutable is under `lock`; continuations are resumed outside it and carry no value:
+/// engine's task. Everything mutable is in `state`; continuations are resumed outside its lock and carry no value:
 /// the head and the chunks are taken under the lock the event loop handed them over with, a hand-off that
-/// ThreadSanitizer sees (it reported the head and the chunks as races when they travelled in the continuation).
-final class Exchange: @unchecked Sendable {
+/// ThreadSanitizer sees (it reports the head and the chunks as races when they travel in the continuation).
+final class Exchange: Sendable {
     let connection: Connection
     private let endpoint: Endpoint
-    private weak var transport: NIOTransport?
+    private let transport: WeakTransport
 
-    private let lock = NIOLock()
-    private var headWaiter: CheckedContinuation<Void, any Error>?
-    private var pendingHead: HTTPResponse?
-    /// The head once handed over (after the read that brought it was parsed).
-    private var deliveredHead: HTTPResponse?
-    private var chunks = CircularBuffer<ByteBuffer>()
-    private var buffered = 0
-    /// The handler stopped reading from the socket because too much is buffered.
-    private var readingPaused = false
-    private var ended = false
-    private var failure: (any Error)?
-    private var bodyWaiter: CheckedContinuation<Void, any Error>?
-    /// Set when nobody will read the rest (the body was abandoned or the task cancelled).
-    private var abandoned = false
-    /// Whether any byte of the response arrived (a reused connection that closed before one did is retried).
-    private var sawBytes = false
-    /// The response ended and its connection went back to the transport's pool (decided with `ended`, under
-    /// the lock, so that ``close()`` never waits for a connection that stays open).
-    private var pooled = false
+    private struct State {
+        var headWaiter: CheckedContinuation<Void, any Error>?
+        var pendingHead: HTTPResponse?
+        /// The head once handed over (after the read that brought it was parsed).
+        var deliveredHead: HTTPResponse?
+        var chunks = CircularBuffer<ByteBuffer>()
+        var buffered = 0
+        /// The handler stopped reading from the socket because too much is buffered.
+        var readingPaused = false
+        var ended = false
+        var failure: (any Error)?
+        var bodyWaiter: CheckedContinuation<Void, any Error>?
+        /// Set when nobody will read the rest (the body was abandoned or the task cancelled).
+        var abandoned = false
+        /// Whether any byte of the response arrived (a reused connection that closed before one did is retried).
+        var sawBytes = false
+        /// The response ended and its connection went back to the transport's pool (decided with `ended`, under
+        /// the lock, so that ``Exchange/close()`` never waits for a connection that stays open).
+        var pooled = false
+    }
+
+    private let state = Locked(State())
 
     /// Reading from the socket pauses above this many buffered body bytes and resumes below half of it.
     static let highWater = 1 << 20
 
     init(connection: Connection, transport: NIOTransport, endpoint: Endpoint) {
         self.connection = connection
-        self.transport = transport
+        self.transport = WeakTransport(transport)
         self.endpoint = endpoint
     }
 
@@ -55,9 +58,9 @@ final class Exchange: @unchecked Sendable {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 // A task cancelled before it got here has already run `onCancel`: nothing would resume a waiter
                 // stored now, so the failure is reported at once.
-                let earlier = lock.withLock { () -> (any Error)? in
-                    if let failure { return failure }
-                    headWaiter = continuation
+                let earlier = state.withLock { state -> (any Error)? in
+                    if let failure = state.failure { return failure }
+                    state.headWaiter = continuation
                     return nil
                 }
                 if let earlier {
@@ -75,8 +78,10 @@ final class Exchange: @unchecked Sendable {
         } onCancel: {
             fail(CancellationError(), abandon: true)
         }
-        return try lock.withLock {
-            guard let head = deliveredHead else { throw failure ?? NIOTransportError.closedBeforeResponse }
+        return try state.withLock { state in
+            guard let head = state.deliveredHead else {
+                throw state.failure ?? NIOTransportError.closedBeforeResponse
+            }
             return head
         }
     }
@@ -95,7 +100,7 @@ final class Exchange: @unchecked Sendable {
     /// Abandons the response unless it ended, and returns once its connection is back in the pool or closed: the
     /// server has then seen the close before the caller's next request (the queue frees a slot only after this).
     func close() async {
-        if lock.withLock({ pooled }) { return }
+        if state.withLock({ $0.pooled }) { return }
         fail(CancellationError(), abandon: true)
         try? await connection.channel.closeFuture.get()
     }
@@ -109,15 +114,15 @@ final class Exchange: @unchecked Sendable {
                 throw CancellationError()
             }
             enum Now { case chunk(ByteBuffer, resumeReading: Bool), end, error(any Error), wait }
-            let now = lock.withLock { () -> Now in
-                if let chunk = chunks.popFirst() {
-                    buffered -= chunk.readableBytes
-                    let resume = readingPaused && buffered <= Self.highWater / 2
-                    if resume { readingPaused = false }
+            let now = state.withLock { state -> Now in
+                if let chunk = state.chunks.popFirst() {
+                    state.buffered -= chunk.readableBytes
+                    let resume = state.readingPaused && state.buffered <= Self.highWater / 2
+                    if resume { state.readingPaused = false }
                     return .chunk(chunk, resumeReading: resume)
                 }
-                if let failure { return .error(failure) }
-                return ended ? .end : .wait
+                if let failure = state.failure { return .error(failure) }
+                return state.ended ? .end : .wait
             }
             switch now {
             case .chunk(let chunk, let resumeReading):
@@ -129,9 +134,9 @@ final class Exchange: @unchecked Sendable {
             }
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                    let ready = lock.withLock { () -> Bool in
-                        if !chunks.isEmpty || failure != nil || ended { return true }
-                        bodyWaiter = continuation
+                    let ready = state.withLock { state -> Bool in
+                        if !state.chunks.isEmpty || state.failure != nil || state.ended { return true }
+                        state.bodyWaiter = continuation
                         return false
                     }
                     if ready { continuation.resume() }
@@ -147,35 +152,35 @@ final class Exchange: @unchecked Sendable {
     /// Takes the response head. Every response starts with one, so this is also where the exchange learns that
     /// bytes of a response arrived (informational heads never get here: the parser skips them).
     func receive(head: HTTPResponse) {
-        lock.withLock {
-            sawBytes = true
-            pendingHead = head
+        state.withLock { state in
+            state.sawBytes = true
+            state.pendingHead = head
         }
     }
 
     /// Hands the head over once the read that brought it is parsed: for a small response, the body and its end
     /// are in by then, and the engine reads them without waiting again.
     func readComplete() {
-        let waiter = lock.withLock { () -> CheckedContinuation<Void, any Error>? in
-            guard let head = pendingHead, deliveredHead == nil else { return nil }
-            deliveredHead = head
-            pendingHead = nil
-            defer { headWaiter = nil }
-            return headWaiter
+        let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            guard let head = state.pendingHead, state.deliveredHead == nil else { return nil }
+            state.deliveredHead = head
+            state.pendingHead = nil
+            defer { state.headWaiter = nil }
+            return state.headWaiter
         }
         waiter?.resume()
     }
 
     /// Stores a body chunk and wakes the reader; returns whether reading should pause.
     func receive(body: ByteBuffer) -> Bool {
-        let (waiter, pause) = lock.withLock { () -> (CheckedContinuation<Void, any Error>?, Bool) in
-            if !abandoned {
-                chunks.append(body)
-                buffered += body.readableBytes
+        let (waiter, pause) = state.withLock { state -> (CheckedContinuation<Void, any Error>?, Bool) in
+            if !state.abandoned {
+                state.chunks.append(body)
+                state.buffered += body.readableBytes
             }
-            if buffered > Self.highWater { readingPaused = true }
-            defer { bodyWaiter = nil }
-            return (bodyWaiter, readingPaused)
+            if state.buffered > Self.highWater { state.readingPaused = true }
+            defer { state.bodyWaiter = nil }
+            return (state.bodyWaiter, state.readingPaused)
         }
         waiter?.resume()
         return pause
@@ -183,12 +188,13 @@ final class Exchange: @unchecked Sendable {
 
     /// The response ended: the connection goes back to the pool if it may be reused and nobody abandoned it.
     func receiveEnd(keepAlive: Bool) {
-        let (waiter, transport) = lock.withLock { () -> (CheckedContinuation<Void, any Error>?, NIOTransport?) in
-            ended = true
-            let transport = keepAlive && !abandoned && failure == nil ? self.transport : nil
-            pooled = transport != nil
-            defer { bodyWaiter = nil }
-            return (bodyWaiter, transport)
+        let (waiter, transport) = state.withLock {
+            state -> (CheckedContinuation<Void, any Error>?, NIOTransport?) in
+            state.ended = true
+            let transport = keepAlive && !state.abandoned && state.failure == nil ? self.transport.value : nil
+            state.pooled = transport != nil
+            defer { state.bodyWaiter = nil }
+            return (state.bodyWaiter, transport)
         }
         // Back in the pool before the reader learns of the end: a caller that downloads one file after another
         // then finds it there for the next request instead of opening another connection.
@@ -204,33 +210,33 @@ final class Exchange: @unchecked Sendable {
     /// Fails whatever waits (the head or the next chunk) and closes the connection, unless the response has
     /// already ended.
     func fail(_ error: any Error, abandon: Bool = false) {
-        let (headWaiter, bodyWaiter, close) = lock.withLock {
-            () -> (CheckedContinuation<Void, any Error>?, CheckedContinuation<Void, any Error>?, Bool) in
-            if abandon { abandoned = true }
-            guard !ended, failure == nil else { return (nil, nil, false) }
+        let (headWaiter, bodyWaiter, reported) = state.withLock {
+            state -> (CheckedContinuation<Void, any Error>?, CheckedContinuation<Void, any Error>?, (any Error)?) in
+            if abandon { state.abandoned = true }
+            guard !state.ended, state.failure == nil else { return (nil, nil, nil) }
             // Before any byte of a response, every connection failure reads the same (and a reused connection is
             // then retried); once the head is in, a close is a cut body.
             let reported: any Error =
                 if error is CancellationError || (error as? NIOTransportError)?.isInvalidResponse == true {
                     error
-                } else if !sawBytes {
+                } else if !state.sawBytes {
                     NIOTransportError.closedBeforeResponse
                 } else if let closed = error as? NIOTransportError, closed == .closedBeforeResponse {
                     NIOTransportError.closedDuringBody
                 } else {
                     error
                 }
-            failure = reported
+            state.failure = reported
             defer {
-                self.headWaiter = nil
-                self.bodyWaiter = nil
+                state.headWaiter = nil
+                state.bodyWaiter = nil
             }
-            return (self.headWaiter, self.bodyWaiter, true)
+            return (state.headWaiter, state.bodyWaiter, reported)
         }
-        let reported = lock.withLock { failure } ?? error
+        guard let reported else { return }
         headWaiter?.resume(throwing: reported)
         bodyWaiter?.resume(throwing: reported)
-        if close { connection.channel.close(promise: nil) }
+        connection.channel.close(promise: nil)
     }
 
     /// Lets the exchange notice that nobody reads the body any more.
@@ -250,4 +256,10 @@ struct BufferChunk: ByteChunk {
     func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
         try buffer.withUnsafeReadableBytes(body)
     }
+}
+
+/// The transport an exchange gives its connection back to, not kept alive by the exchange.
+struct WeakTransport: Sendable {
+    weak var value: NIOTransport?
+    init(_ value: NIOTransport) { self.value = value }
 }

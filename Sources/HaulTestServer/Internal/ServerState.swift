@@ -1,5 +1,5 @@
 import NIOCore
-import NIOConcurrencyHelpers
+import HaulOperations
 
 /// Everything the connections of one server share: statistics, rules, gates and per-path counters.
 /// One lock guards it; promise completions happen after the lock is released.
@@ -19,18 +19,18 @@ final class ServerState: Sendable {
         var contentCache: [String: GeneratedContent] = [:]
     }
 
-    private let guarded = NIOLockedValueBox(Guarded())
+    private let guarded = Locked(Guarded())
     private let maxRecordedRequests: Int
 
     init(maxRecordedRequests: Int) {
         self.maxRecordedRequests = maxRecordedRequests
     }
 
-    var snapshot: TestServerStats { guarded.withLockedValue { $0.stats } }
+    var snapshot: TestServerStats { guarded.withLock { $0.stats } }
 
     func reset() {
         // Re-arming gates releases nobody: waiters stay held until their gate opens again.
-        guarded.withLockedValue { state in
+        guarded.withLock { state in
             let held = state.stats.heldByGate
             let inFlight = state.stats.inFlight
             let inFlightByHost = state.stats.inFlightByHost
@@ -49,7 +49,7 @@ final class ServerState: Sendable {
 
     /// Records a request head and returns the rule fault that applies to it, if any.
     func requestStarted(_ request: RecordedRequest) -> Fault? {
-        guarded.withLockedValue { state in
+        guarded.withLock { state in
             state.stats.requestCount += 1
             state.stats.requestsByPath[request.path, default: 0] += 1
             if state.stats.requests.count < maxRecordedRequests {
@@ -68,7 +68,7 @@ final class ServerState: Sendable {
     }
 
     func requestFinished(host: String?) {
-        guarded.withLockedValue { state in
+        guarded.withLock { state in
             state.stats.inFlight = max(0, state.stats.inFlight - 1)
             let host = host ?? ""
             let count = max(0, state.stats.inFlightByHost[host, default: 0] - 1)
@@ -77,7 +77,7 @@ final class ServerState: Sendable {
     }
 
     func bodyBytesSent(_ count: Int, path: String) {
-        guarded.withLockedValue { state in
+        guarded.withLock { state in
             state.stats.bodyBytesSent += count
             state.stats.bodyBytesByPath[path, default: 0] += count
         }
@@ -85,7 +85,7 @@ final class ServerState: Sendable {
 
     /// Counts a request against a per-path fault; returns the 1-based number of this request.
     func nextOrdinal(_ counter: PerPathCounter, path: String) -> Int {
-        guarded.withLockedValue { state in
+        guarded.withLock { state in
             let ordinal = state.counters[counter, default: [:]][path, default: 0] + 1
             state.counters[counter, default: [:]][path] = ordinal
             return ordinal
@@ -93,15 +93,15 @@ final class ServerState: Sendable {
     }
 
     func connectionAccepted() {
-        guarded.withLockedValue { $0.stats.connectionsAccepted += 1 }
+        guarded.withLock { $0.stats.connectionsAccepted += 1 }
     }
 
     func content(name: String, version: Int) -> GeneratedContent {
         let key = "\(version)/\(name)"
-        if let cached = guarded.withLockedValue({ $0.contentCache[key] }) { return cached }
+        if let cached = guarded.withLock({ $0.contentCache[key] }) { return cached }
         // Built outside the lock: 64 KiB of splitmix64 is cheap, but other connections need not wait.
         let content = GeneratedContent(name: name, version: version)
-        guarded.withLockedValue { state in
+        guarded.withLock { state in
             if state.contentCache.count >= 256 { state.contentCache.removeAll() }
             state.contentCache[key] = content
         }
@@ -110,14 +110,14 @@ final class ServerState: Sendable {
 
     // MARK: Rules
 
-    func addRule(_ rule: FaultRule) { guarded.withLockedValue { $0.rules.append(rule) } }
-    func removeAllRules() { guarded.withLockedValue { $0.rules.removeAll() } }
+    func addRule(_ rule: FaultRule) { guarded.withLock { $0.rules.append(rule) } }
+    func removeAllRules() { guarded.withLock { $0.rules.removeAll() } }
 
     // MARK: Gates
 
     /// Returns `nil` when the gate is open, or a future that completes when it opens.
     func waitAtGate(_ name: String, eventLoop: any EventLoop) -> EventLoopFuture<Void>? {
-        guarded.withLockedValue { state -> EventLoopFuture<Void>? in
+        guarded.withLock { state -> EventLoopFuture<Void>? in
             if state.openGates.contains(name) { return nil }
             let promise = eventLoop.makePromise(of: Void.self)
             state.gateWaiters[name, default: []].append(promise)
@@ -127,7 +127,7 @@ final class ServerState: Sendable {
     }
 
     func openGate(_ name: String) {
-        let waiters = guarded.withLockedValue { state in
+        let waiters = guarded.withLock { state in
             state.openGates.insert(name)
             state.stats.heldByGate[name] = nil
             return state.gateWaiters.removeValue(forKey: name) ?? []
@@ -136,12 +136,12 @@ final class ServerState: Sendable {
     }
 
     func closeGate(_ name: String) {
-        _ = guarded.withLockedValue { $0.openGates.remove(name) }
+        _ = guarded.withLock { $0.openGates.remove(name) }
     }
 
     /// Releases every waiter (the server is going away).
     func releaseAllGates() {
-        let waiters = guarded.withLockedValue { state in
+        let waiters = guarded.withLock { state in
             let all = state.gateWaiters.values.flatMap { $0 }
             state.gateWaiters = [:]
             state.stats.heldByGate = [:]
