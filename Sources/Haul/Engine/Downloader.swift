@@ -15,7 +15,7 @@ public import Logging
 /// Cancelling the calling task cancels the transfer (or the backoff wait) and removes the partial file.
 /// All thrown errors are ``DownloadError``.
 public final class Downloader: Sendable {
-    /// Engine settings; the defaults are DESIGN.md's defaults table.
+    /// Engine settings; the defaults are those of ARCHITECTURE.md, "Defaults".
     public struct Configuration: Sendable {
         /// When and how often transient failures are retried.
         public var retryPolicy: RetryPolicy = .default

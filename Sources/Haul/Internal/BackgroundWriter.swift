@@ -5,7 +5,7 @@ import HaulOperations
 /// Writes and hashes body chunks on a thread of its own, so that reading the network and writing the disk
 /// overlap (the engine otherwise alternates between the two, and a 1 GiB download ran at 0.6–0.8× curl).
 /// At most `maxPending` bytes wait in memory: `write` suspends the reader beyond that, which keeps memory
-/// bounded by back-pressure, not by file size (DESIGN.md invariant 2).
+/// bounded by back-pressure, not by file size (ARCHITECTURE.md, "Invariants" 2).
 final class BackgroundWriter: @unchecked Sendable {
     // unchecked Sendable: `file` and `digest` are only touched on `queue` (or after `drain()`, when nothing is
     // queued; or, with no queue, by the one task that writes); `state` is a Locked.

@@ -327,7 +327,7 @@ extension DownloadRun {
             return head
         }
         var fields = fields
-        // Bodies are stored as sent, so Range offsets are offsets into the file (DESIGN.md invariant 7).
+        // Bodies are stored as sent, so Range offsets are offsets into the file (ARCHITECTURE.md, "Invariants" 7).
         fields[.acceptEncoding] = "identity"
         if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
         fields[.range] = nil

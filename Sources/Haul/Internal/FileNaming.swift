@@ -1,7 +1,7 @@
 import Foundation
 
 /// Turns names that come from outside (a URL path, a `Content-Disposition` header) into a file name that
-/// cannot leave its directory: invariant 6 of DESIGN.md.
+/// cannot leave its directory (ARCHITECTURE.md, "Invariants" 6).
 package enum FileNaming {
     /// The longest name most file systems accept, in bytes.
     static let maxNameBytes = 255

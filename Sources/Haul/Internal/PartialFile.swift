@@ -9,8 +9,8 @@ import Glibc
 import Musl
 #endif
 
-/// The hidden file a download is written to before it is published at its destination (DESIGN.md,
-/// invariants 1 and 9): same directory as the destination, so publishing is an atomic rename; created, never
+/// The hidden file a download is written to before it is published at its destination (ARCHITECTURE.md,
+/// "Invariants" 1 and 9): same directory as the destination, so publishing is an atomic rename; created, never
 /// followed (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600 until published, then ``publishedMode``).
 ///
 /// On Linux a small body that will not be kept for a later resume goes to an unnamed file instead

@@ -18,7 +18,7 @@ import Synchronization
 /// Adding a request whose URL and destination equal a waiting or running one joins it instead of fetching
 /// twice; the first request's settings apply.
 public final class DownloadQueue: Sendable {
-    /// How a queue admits and reports downloads. The defaults are DESIGN.md's defaults table.
+    /// How a queue admits and reports downloads. The defaults are those of ARCHITECTURE.md, "Defaults".
     public struct Configuration: Sendable {
         /// The most downloads running at once; 1 runs them one after another in submission order.
         public var maxConcurrentDownloads: Int
