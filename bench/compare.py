@@ -550,7 +550,7 @@ def machine_line(disk):
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
     fs = subprocess.run(["df", "-T", disk], capture_output=True, text=True).stdout.splitlines()[-1].split()[1]
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.system()} {platform.release()}; " \
-           f"destination {fs} ({disk}), tmpfs pass in /dev/shm"
+           f"destination {fs}, tmpfs pass in /dev/shm"
 
 
 def main():
@@ -650,9 +650,9 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         "reusing freed inodes, which made creating files right after deleting the previous run's up to 20 times "
         "dearer, at random), every tmpfs run into an empty directory, `sync` before the clock starts, files checked "
         "byte for byte afterwards (a failed or wrong run is never a time). Before the clock starts, nginx's files for "
-        "the scenario are read and the tool is started once (`--version`): this machine pages out memory left "
-        "untouched for a few seconds, so otherwise a run could begin with both on disk, depending on how long the "
-        "tools before it took. Wall time from a blocking wait. CPU s is user + system time of the "
+        "the scenario are read and the tool is started once (`--version`): memory left untouched for a few seconds "
+        "may be reclaimed, and otherwise a run could begin with both on disk, depending on how long the tools before "
+        "it took. Wall time from a blocking wait. CPU s is user + system time of the "
         "tool's process, peak RSS its maximum resident set from GNU time (largest of the runs). \"Haul vs it\" is Haul's speed "
         "(`haul get` as it runs by default: its own HTTP/1.1 client on NIO, journal on) over that tool's: above 1.00x Haul is faster. "
         "nginx serves s1-s3 from files; `haul serve` (a fresh process per run, so every fault fires again) serves "
