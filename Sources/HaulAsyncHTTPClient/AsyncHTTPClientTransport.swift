@@ -8,12 +8,12 @@ import NIOHTTP1
 /// the engine's writer.
 ///
 /// Why not URLSession on Linux: its download tasks crash the process on a full disk, write chunks twice and
-/// leak temporary files; it forwards `Authorization` across origins on redirects and ran at 0.2–0.5× curl's
-/// throughput here (README, "Transports"). This transport follows no redirects (the engine does) and
+/// leak temporary files; it forwards `Authorization` across origins on redirects and is several times slower
+/// (bench/compare). This transport follows no redirects (the engine does) and
 /// decompresses nothing.
 ///
 /// AsyncHTTPClient closes the connection of a cancelled request on its event loop after it has reported the
-/// cancellation, and says nothing when it has: a ``DownloadQueue`` on this transport frees a cancelled download's
+/// cancellation, and says nothing when it has: a `DownloadQueue` on this transport frees a cancelled download's
 /// slot when the request ends, so a server can for a moment count the cancelled request beside the one that
 /// took its slot. `NIOTransport` closes the connection before the slot is freed.
 public final class AsyncHTTPClientTransport: HTTPTransport {
@@ -26,8 +26,11 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     /// Creates a transport with its own client, configured for the engine: no redirects, no decompression,
     /// connection pooling with keep-alive. Call ``shutdown()`` when done with it.
     ///
-    /// - Parameter connectTimeout: how long establishing a connection may take. AsyncHTTPClient sets it per
-    ///   client, not per request, so it is fixed here; give the engine's `connectTimeout` the same value.
+    /// - Parameters:
+    ///   - maximumConnectionsPerHost: the client's soft limit of HTTP/1.1 connections to one host; at least the
+    ///     queue's width, so that the queue's limits decide how many downloads run.
+    ///   - connectTimeout: how long establishing a connection may take. AsyncHTTPClient sets it per client, not per
+    ///     request, so it is fixed here; give the engine's `connectTimeout` the same value.
     public init(maximumConnectionsPerHost: Int = 64, connectTimeout: Duration = .seconds(10)) {
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow

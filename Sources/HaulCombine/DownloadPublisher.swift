@@ -7,8 +7,8 @@ public import Foundation
 public import Haul
 import HaulOperations
 
-/// A publisher of one queued download: it adds the request to its ``DownloadQueue`` when the subscriber first
-/// asks for a value, emits the ``DownloadResult`` once and finishes, or fails with the ``DownloadError``.
+/// A publisher of one queued download: it adds the request to its `DownloadQueue` when the subscriber first
+/// asks for a value, emits the `DownloadResult` once and finishes, or fails with the `DownloadError`.
 /// Cancelling the subscription cancels the download (nothing is left at its destination).
 ///
 /// ```swift

@@ -15,7 +15,7 @@ import NIOPosix
 /// brought it has been parsed, so a small body is usually complete by then and the engine reads it without
 /// waiting again.
 ///
-/// Downloads started by ``DownloadQueue`` (or ``Downloader/start(_:)``) run on the event loop of their connection
+/// Downloads started by `DownloadQueue` (or `Downloader.start(_:)`) run on the event loop of their connection
 /// (``preferredExecutor(for:)``): the task resumed by a response runs on the thread that read it, and the next
 /// download starts there on the connection just given back, with no switch between threads and no wake-up per
 /// request or response (bench/compare, s3).
@@ -29,7 +29,7 @@ import NIOPosix
 /// keep-alive connections reused per host and port (an idle connection the server closed is
 /// replaced transparently, once per request); bodies streamed with back-pressure (reading from the socket
 /// pauses while more than 1 MiB waits); the transfer stops when the calling task is cancelled or the body is
-/// abandoned; no redirects, no decompression (the engine's rules apply, see ``HTTPTransport``).
+/// abandoned; no redirects, no decompression (the engine's rules apply, see `HTTPTransport`).
 /// What it leaves to `fallback`: every other scheme (`https`: TLS stays in AsyncHTTPClient, one well-tested
 /// place). Without a fallback such a request fails with ``NIOTransportError/unsupportedScheme(_:)``.
 public final class NIOTransport: InterruptibleHTTPTransport {

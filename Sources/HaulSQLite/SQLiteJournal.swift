@@ -21,12 +21,12 @@ import Darwin
 /// by a killed process is folded by the next journal that opens the database. A transaction per download (BEGIN, WAL
 /// pages, COMMIT, four `fcntl` locks) would cost a large share of a batch of small files (bench/journal). How far a written
 /// record survives follows `durability`, like the engine's files:
-/// - ``Downloader/Durability/processCrash`` (the default): nothing is `fsync`ed (`synchronous = OFF` for the
+/// - `Downloader.Durability.processCrash` (the default): nothing is `fsync`ed (`synchronous = OFF` for the
 ///   database). A record survives the process being killed at any instant: it is in the log, in the page cache.
 ///   On ext4 one `fsync` forces out every file written since the last one, which a batch of small downloads would
 ///   pay for again and again. After a power loss the database may be unreadable; opening it then fails with a
 ///   message naming it (delete it: only resumability is lost).
-/// - ``Downloader/Durability/powerLoss``: every append is `fsync`ed and the database is `synchronous = FULL`.
+/// - `Downloader.Durability.powerLoss`: every append is `fsync`ed and the database is `synchronous = FULL`.
 ///
 /// Other processes: a journal opened while another is open on the same database sees what that one had written
 /// (its log is read, not folded); what it writes later is seen by journals opened after.
@@ -45,7 +45,7 @@ public final class SQLiteJournal: Journal {
     /// The writer connection's prepared statements (used only inside the pool's writer, one caller at a time).
     private let statements: WriteStatements
     private let path: String
-    /// Whether every append is `fsync`ed (``Downloader/Durability/powerLoss``).
+    /// Whether every append is `fsync`ed (`Downloader.Durability.powerLoss`).
     private let syncEachAppend: Bool
     /// The records and the log, under one lock so that the log has the changes in the order the cache got them.
     private let state: Locked<State>
@@ -102,8 +102,9 @@ public final class SQLiteJournal: Journal {
     /// Opens (creating if needed, with its directory) the journal at `path`.
     ///
     /// - Parameters:
+    ///   - path: the database file; its directory is created if missing.
     ///   - durability: how far a committed record must survive (see the type's discussion); give it the
-    ///     downloader's ``Downloader/Configuration/durability``.
+    ///     downloader's `Downloader.Configuration.durability`.
     ///   - onError: called when a later read or write fails (the download goes on; only what a later run can
     ///     resume or skip is affected). By default errors are dropped.
     /// - Throws: ``JournalOpenError`` when the database cannot be opened or migrated (its reason, and a message
@@ -364,7 +365,7 @@ public final class SQLiteJournal: Journal {
     /// Appends `frames` (encoded by the caller, before the lock) to the log and applies `change`, the same changes,
     /// to the cache, under the lock, so that the log's order is the cache's; folds the log once full. The lock is
     /// held for a copy and a dictionary update only: the two event loops commit at once often enough that a longer
-    /// hold put one of them to sleep on the mutex. With ``Downloader/Durability/powerLoss`` the log is `fsync`ed after
+    /// hold put one of them to sleep on the mutex. With `Downloader.Durability.powerLoss` the log is `fsync`ed after
     /// the lock is released, so that writers share the disk's time rather than queue for it.
     private func write(_ frames: [UInt8], changes: Int, _ change: (inout [CacheKey: JournalRecord]) -> Void) {
         let (log, rotated, wantsSpare, failure) = state.withLock {

@@ -3,6 +3,7 @@ import Haul
 import HaulOperations
 import NIOCore
 import NIOPosix
+import HaulTestSupport
 import Testing
 
 @testable import HaulNIO

@@ -51,24 +51,6 @@ struct SQLiteJournalTests {
         #expect(mode == 0o600)
     }
 
-    @Test("discard removes a database it created with the directories made for it, and keeps one that was there")
-    func discard() throws {
-        let dir = try TemporaryDirectory()
-        let path = dir.url.appendingPathComponent("out/.haul/journal.sqlite").path
-        let key = JournalKey(url: "http://127.0.0.1:1/a", destination: "/d/a")
-        let created = try SQLiteJournal(path: path)
-        created.store(JournalRecord(key: key, path: "/d/a", state: .requested))
-        created.discard()
-        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.url.path) == [])
-
-        let kept = try SQLiteJournal(path: path)
-        kept.store(JournalRecord(key: key, path: "/d/a", state: .requested))
-        kept.finish()
-        let reopened = try SQLiteJournal(path: path)
-        reopened.discard()
-        #expect(try SQLiteJournal(path: path).record(for: key)?.state == .requested)
-    }
-
     @Test("durability: nothing is fsynced for process-crash safety, every commit for power-loss safety")
     func durability() throws {
         let dir = try TemporaryDirectory()

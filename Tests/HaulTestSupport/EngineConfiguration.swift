@@ -1,4 +1,4 @@
-import Haul
+package import Haul
 import HaulOperations
 
 /// Test configuration: no jitter, no real backoff sleeps.
@@ -18,5 +18,19 @@ package final class RecordingClock: BackoffClock {
     package func sleep(for duration: Duration) async throws {
         waits.withLock { $0.append(duration) }
         try Task.checkCancellation()
+    }
+}
+
+/// Collects a download's events.
+package final class EventLog: Sendable {
+    package init() {}
+    private let events = Locked<[DownloadEvent]>([])
+    package var all: [DownloadEvent] { events.withLock { $0 } }
+    package func record(_ event: DownloadEvent) { events.withLock { $0.append(event) } }
+
+    package var redirects: Int { all.filter { if case .redirected = $0 { true } else { false } }.count }
+    package var retries: Int { all.filter { if case .retrying = $0 { true } else { false } }.count }
+    package var lastProgress: DownloadProgress? {
+        all.compactMap { if case .progress(let progress) = $0 { progress } else { nil } }.last
     }
 }

@@ -92,9 +92,12 @@ public final class Downloader: Sendable {
     let interruptibleTransport: (any InterruptibleHTTPTransport)?
     /// The header fields of a request that sets none and resumes nothing, made once (see `makeRequest`).
     let baseFields: HTTPFields
+
     /// Downloads `request` and returns once the file is published (or was skipped by the conflict policy).
     ///
-    /// - Parameter onEvent: called for every ``DownloadEvent``, in order, on the downloading task.
+    /// - Parameters:
+    ///   - request: what to download and where to put it.
+    ///   - onEvent: called for every ``DownloadEvent``, in order, on the downloading task.
     /// - Throws: ``DownloadError``; nothing of this download is left at the destination.
     public func download(
         _ request: DownloadRequest,

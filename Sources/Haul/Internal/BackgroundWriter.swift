@@ -3,7 +3,7 @@ import Foundation
 import HaulOperations
 
 /// Writes and hashes body chunks on a thread of its own, so that reading the network and writing the disk
-/// overlap (the engine otherwise alternates between the two, and a 1 GiB download ran at 0.6–0.8× curl).
+/// overlap (the engine otherwise alternates between the two: bench/compare, s1).
 /// At most `maxPending` bytes wait in memory: `write` suspends the reader beyond that, which keeps memory
 /// bounded by back-pressure, not by file size (ARCHITECTURE.md, "Invariants" 2).
 final class BackgroundWriter: @unchecked Sendable {

@@ -19,7 +19,7 @@ public enum QueueEvent: Sendable {
         case started
         /// A download's ``DownloadEvent/progress(_:)``.
         case progress
-        /// A download's ``DownloadEvent/redirected(to:)``.
+        /// A download's ``DownloadEvent/redirected(from:to:status:)``.
         case redirected
         /// A download's ``DownloadEvent/retrying(attempt:after:error:)``.
         case retrying

@@ -29,7 +29,7 @@ extension DownloadQueue {
     }
 
     /// Adds every request and waits until all have ended; the results are in the order of `requests`.
-    /// Cancelling the calling task cancels them all. With ``FailurePolicy/cancelOthers`` the first failure
+    /// Cancelling the calling task cancels them all. With `FailurePolicy.cancelOthers` the first failure
     /// cancels the rest, which report ``DownloadError/Code/cancelled``.
     public func downloadAll(_ requests: [DownloadRequest]) async -> [Result<DownloadResult, DownloadError>] {
         let handles = add(requests)

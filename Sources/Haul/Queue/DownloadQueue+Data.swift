@@ -20,6 +20,9 @@ extension DownloadQueue {
     /// buffer, so an interrupted transfer resumes with `Range` like any download and memory holds the body once.
     ///
     /// - Parameters:
+    ///   - url: what to GET.
+    ///   - headerFields: extra request header fields (`Authorization` and `Cookie` never follow a redirect to
+    ///     another origin).
     ///   - maxSize: The largest body accepted (32 MiB by default); a larger one fails with
     ///     ``DownloadError/Code/sizeLimitExceeded`` before it is read.
     ///   - priority: Scheduling priority among queued work.

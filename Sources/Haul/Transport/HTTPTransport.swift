@@ -91,9 +91,11 @@ public struct ResponseBody: AsyncSequence, Sendable {
 
     /// Creates a body from a factory of "next chunk" functions: each call to the factory starts one iteration.
     ///
-    /// - Parameter close: what ``close()`` does: abandon the rest of the body if it was not read to its end, and
-    ///   return once the transport no longer holds the connection for this response (back in its pool, or
-    ///   closed). The default returns at once, for transports that cannot tell when their connection is closed.
+    /// - Parameters:
+    ///   - makeNext: makes the "next chunk" function of one iteration; the function returns `nil` at the end.
+    ///   - close: what ``close()`` does: abandon the rest of the body if it was not read to its end, and return
+    ///     once the transport no longer holds the connection for this response (back in its pool, or closed). The
+    ///     default returns at once, for transports that cannot tell when their connection is closed.
     public init(
         _ makeNext: @escaping @Sendable () -> (() async throws -> (any ByteChunk)?),
         close: @escaping @Sendable () async -> Void = {}

@@ -27,9 +27,11 @@ public final class URLSessionTransport: HTTPTransport {
     /// Creates a transport with its own session on `configuration` (ephemeral by default: no cookies, no
     /// cache, nothing shared with other sessions).
     ///
-    /// - Parameter maximumConnectionsPerHost: the session's own cap on connections to one host. URLSession
-    ///   allows 6 unless told otherwise, which would quietly cap a queue wider than that; the queue's limits
-    ///   decide how many downloads run, so this only needs to be at least the queue's width.
+    /// - Parameters:
+    ///   - configuration: the session's configuration; its cookie storage and URL cache are turned off.
+    ///   - maximumConnectionsPerHost: the session's own cap on connections to one host. URLSession allows 6 unless
+    ///     told otherwise, which would quietly cap a queue wider than that; the queue's limits decide how many
+    ///     downloads run, so this only needs to be at least the queue's width.
     public init(configuration: URLSessionConfiguration = .ephemeral, maximumConnectionsPerHost: Int = 64) {
         let delegate = StreamingDelegate()
         configuration.httpMaximumConnectionsPerHost = max(maximumConnectionsPerHost, 1)

@@ -312,9 +312,10 @@ struct DownloadQueueTests {
             server.openGate("g")
             for handle in handles { _ = await handle.finalOutcomeForTest() }
             let progress = queue.progress
-            #expect(
-                [progress.totalFiles, progress.finishedFiles, progress.failedFiles, progress.cancelledFiles]
-                    == [5, 2, 1, 2])
+            let counts: [Int] = [
+                progress.totalFiles, progress.finishedFiles, progress.failedFiles, progress.cancelledFiles,
+            ]
+            #expect(counts == [5, 2, 1, 2])
             #expect(progress.bytesWritten == 104)
         }
     }

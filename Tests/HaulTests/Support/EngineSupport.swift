@@ -58,16 +58,3 @@ final class Signal: Sendable {
     }
 }
 
-/// Collects a download's events.
-final class EventLog: Sendable {
-    private let events = Locked<[DownloadEvent]>([])
-    var all: [DownloadEvent] { events.withLock { $0 } }
-    func record(_ event: DownloadEvent) { events.withLock { $0.append(event) } }
-
-    var redirects: Int { all.filter { if case .redirected = $0 { true } else { false } }.count }
-    var retries: Int { all.filter { if case .retrying = $0 { true } else { false } }.count }
-    var lastProgress: DownloadProgress? {
-        all.compactMap { if case .progress(let progress) = $0 { progress } else { nil } }.last
-    }
-}
-
