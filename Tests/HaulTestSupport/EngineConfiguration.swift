@@ -2,7 +2,8 @@ package import Haul
 import HaulOperations
 
 /// Test configuration: no jitter, no real backoff sleeps.
-package func testConfiguration(clock: any BackoffClock = RecordingClock(), retries: Int = 3) -> Downloader.Configuration {
+package func testConfiguration(clock: any BackoffClock = RecordingClock(), retries: Int = 3) -> Downloader.Configuration
+{
     var configuration = Downloader.Configuration()
     configuration.retryPolicy = RetryPolicy(maxRetries: retries, jitter: .none)
     configuration.backoffClock = clock

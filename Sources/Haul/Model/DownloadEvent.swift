@@ -15,4 +15,3 @@ public enum DownloadEvent: Sendable {
     /// The download failed for good; nothing is at the destination.
     case failed(DownloadError)
 }
-
