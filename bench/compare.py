@@ -607,8 +607,11 @@ def main():
             log(f"{scenario.key}: {scenario.title} — warm-up, then {args.runs} runs per tool, alternating")
             for tool in scenario.tools:
                 run_once(scenario, tool, disk, disk_root, reference)
-            for _ in range(args.runs):
-                for tool in scenario.tools:
+            for round_number in range(args.runs):
+                # Each round starts with the next tool: a tool's place in the round shows in its time on the real
+                # disk (the first of a round ran up to twice as long in s2w8), so every tool takes every place.
+                shift = round_number % len(scenario.tools)
+                for tool in scenario.tools[shift:] + scenario.tools[:shift]:
                     results.setdefault((scenario.key, "disk", tool), []).append(
                         run_once(scenario, tool, disk, disk_root, reference))
             if not args.no_tmpfs:
@@ -646,7 +649,8 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         f"{tool_version(['wget', '--version'])}.",
         "",
         f"Method: each scenario after a warm-up run of every tool, {args.runs} runs per tool with the tools "
-        "alternating, medians; every real-disk run into a newly made ext4 (a loop file on the real disk: ext4 delays "
+        "alternating, each round starting with the next tool (a tool's place in a round shows in its time), "
+        "medians; every real-disk run into a newly made ext4 (a loop file on the real disk: ext4 delays "
         "reusing freed inodes, which made creating files right after deleting the previous run's up to 20 times "
         "dearer, at random), every tmpfs run into an empty directory, `sync` before the clock starts, files checked "
         "byte for byte afterwards (a failed or wrong run is never a time). Before the clock starts, nginx's files for "
