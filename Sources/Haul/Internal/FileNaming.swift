@@ -19,15 +19,14 @@ package enum FileNaming {
         let path = url.path(percentEncoded: true)
         if path.isEmpty || path.hasSuffix("/") { return "index.html" }
         let last = split(path: path).name
-        if let plain = plainName(last.utf8) { return plain }
-        let decoded = last.removingPercentEncoding ?? String(last)
-        return sanitize(decoded)
+        return plainName(last.utf8) ?? decodedName(last)
     }
 
     /// The name itself when it needs no decoding and no cleaning, which is most names: printable ASCII without
-    /// `%`, separators, spaces at either end or a leading dot, and short enough. `nil` sends it the long way.
+    /// `%`, separators, spaces at either end or a leading dot, and short enough. `nil` sends it the long way,
+    /// ``decodedName(_:)``, which gives the same for every name this takes (FileNamingFuzzTests checks it).
     /// (Per download this runs in the planner, the queue and the engine; the long way costs microseconds.)
-    private static func plainName(_ bytes: Substring.UTF8View) -> String? {
+    static func plainName(_ bytes: Substring.UTF8View) -> String? {
         guard let first = bytes.first, let last = bytes.last, bytes.count <= maxNameBytes,
             first != UInt8(ascii: "."), first != UInt8(ascii: " "), last != UInt8(ascii: " ")
         else { return nil }
@@ -35,6 +34,11 @@ package enum FileNaming {
             guard byte > 0x20, byte < 0x7f, byte != UInt8(ascii: "%"), byte != UInt8(ascii: "\\") else { return nil }
         }
         return String(Substring(bytes))
+    }
+
+    /// A URL's last path component percent-decoded and made safe: the long way of ``name(for:)``.
+    static func decodedName(_ component: Substring) -> String? {
+        sanitize(component.removingPercentEncoding ?? String(component))
     }
 
     /// The file name a `Content-Disposition` header suggests (RFC 6266: `filename*` wins over `filename`),
@@ -52,21 +56,32 @@ package enum FileNaming {
         return (extended ?? plain).flatMap(sanitize)
     }
 
-    /// Keeps only the last path segment, drops NUL, control characters, bidirectional formatting characters and
-    /// leading dots, trims spaces, and cuts to 255 bytes keeping the extension. `nil` if nothing usable remains
-    /// (`..`, empty, only dots).
+    /// Keeps only the last path segment, drops NUL, control characters, bidirectional formatting characters, dots
+    /// and spaces at the start and spaces at the end, and cuts to 255 bytes keeping the extension. `nil` if nothing
+    /// usable remains (`..`, empty, only dots). A name it returns is its own safe name.
     static func sanitize(_ raw: String) -> String? {
-        // Both separators count: a Windows-style "..\\..\\x" must not survive on any platform.
-        let lastSegment = raw.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
+        // Both separators count: a Windows-style "..\\..\\x" must not survive on any platform. Split on scalars: a
+        // `/` with a combining mark after it (or a prepended mark before it) is one `Character`, not equal to "/".
+        let segments = raw.unicodeScalars.split(whereSeparator: { $0 == "/" || $0 == "\\" })
         var scalars = String.UnicodeScalarView()
-        for scalar in lastSegment.unicodeScalars where !isUnprintable(scalar) {
+        for scalar in segments.last ?? Substring.UnicodeScalarView() where !isUnprintable(scalar) {
             scalars.append(scalar)
         }
-        var name = String(scalars).trimmingCharacters(in: .whitespaces)
-        while name.hasPrefix(".") { name.removeFirst() }
-        name = name.trimmingCharacters(in: .whitespaces)
+        let name = trimmed(String(scalars))
         guard !name.isEmpty else { return nil }
-        return truncated(name)
+        // Cut, the name may end in a space again.
+        return trimmed(truncated(name))
+    }
+
+    /// `name` without dots or spaces at its start and spaces at its end. Dots and spaces go together: trimmed one
+    /// after the other, ". ." was left as "." and ".. .." as "..".
+    private static func trimmed(_ name: String) -> String {
+        var scalars = Substring(name).unicodeScalars
+        while let first = scalars.first, first == "." || CharacterSet.whitespaces.contains(first) {
+            scalars = scalars.dropFirst()
+        }
+        while let last = scalars.last, CharacterSet.whitespaces.contains(last) { scalars = scalars.dropLast() }
+        return String(scalars)
     }
 
     /// Whether `scalar` must not appear in a file name or in text printed to a terminal: C0 and C1 control
@@ -104,10 +119,11 @@ package enum FileNaming {
         return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
-    /// `name (n).ext` for the rename conflict policy.
+    /// `name (n).ext` for the rename conflict policy; a name too long for the number is cut before it, so that
+    /// every number gives another name.
     static func numbered(_ name: String, _ number: Int) -> String {
         let (stem, ext) = split(name)
-        return truncated("\(stem) (\(number))\(ext)")
+        return fitted(stem, suffix: " (\(number))", ext)
     }
 
     private static func split(_ name: String) -> (stem: String, ext: String) {
@@ -118,10 +134,30 @@ package enum FileNaming {
     private static func truncated(_ name: String) -> String {
         guard name.utf8.count > maxNameBytes else { return name }
         let (stem, ext) = split(name)
+        return fitted(stem, ext)
+    }
+
+    /// `stem`, `suffix` and `ext` in at most 255 bytes: the stem is cut (between characters) and an extension of
+    /// 32 bytes or more dropped.
+    private static func fitted(_ stem: String, suffix: String = "", _ ext: String) -> String {
+        let whole = stem + suffix + ext
+        guard whole.utf8.count > maxNameBytes else { return whole }
         let keptExt = ext.utf8.count < 32 ? ext : ""
-        var cut = stem
-        while cut.utf8.count + keptExt.utf8.count > maxNameBytes { cut.removeLast() }
-        return cut + keptExt
+        let room = maxNameBytes - suffix.utf8.count - keptExt.utf8.count
+        var cut = prefix(of: stem[...], fittingIn: room)
+        if cut.isEmpty {
+            // A first character longer than the room (a letter under hundreds of combining marks) is cut between
+            // its scalars: without a stem the name was its extension alone, hidden, or ".".
+            var scalars = Substring.UnicodeScalarView()
+            var used = 0
+            for scalar in stem.unicodeScalars {
+                used += UTF8.width(scalar)
+                if used > room { break }
+                scalars.append(scalar)
+            }
+            cut = Substring(scalars)
+        }
+        return cut + suffix + keptExt
     }
 
     /// Splits `type; a=b; c="d;e"` into its parameters (names lowercased, quotes and escapes removed).

@@ -41,7 +41,9 @@ struct FileNamingTests {
         }
     }
 
-    @Test("nothing safe left: nil", arguments: ["http://h/..", "http://h/%2E%2E", "http://h/%00"])
+    @Test(
+        "nothing safe left: nil",
+        arguments: ["http://h/..", "http://h/%2E%2E", "http://h/%00", "http://h/..%20..", "http://h/%D8%80%2F.."])
     func unsafe(url: String) throws {
         #expect(FileNaming.name(for: try #require(URL(string: url))) == nil)
     }
@@ -66,10 +68,32 @@ struct FileNamingTests {
         #expect(FileNaming.name(fromContentDisposition: header) == nil)
     }
 
+    @Test(
+        "dots and spaces at the start go together; a separator joined to a mark by a Character still separates",
+        arguments: [
+            (". .", nil as String?), (".. ..", nil), (" . .x", "x"), (".\u{301}x", "\u{301}x"),
+            ("a/\u{301}b", "\u{301}b"), ("\u{600}/..", nil), ("a\\\u{301}..", "\u{301}.."),
+        ])
+    func dotsSpacesAndJoinedSeparators(raw: String, expected: String?) {
+        #expect(FileNaming.sanitize(raw).map { Array($0.utf8) } == expected.map { Array($0.utf8) })
+    }
+
+    @Test("a name whose first character alone is over 255 bytes is cut between scalars, not to its extension")
+    func hugeFirstCharacter() throws {
+        let marks = String(repeating: "\u{301}", count: 300)
+        let name = try #require(FileNaming.sanitize("x" + marks + ".bin"))
+        #expect(name.utf8.starts(with: "x\u{301}".utf8) && name.hasSuffix(".bin") && name.utf8.count <= 255)
+        #expect(FileNaming.sanitize("x" + marks + ".").map { $0.unicodeScalars.first == "x" } == true)
+        #expect(FileNaming.sanitize("x" + marks).map { !$0.isEmpty && $0.utf8.count <= 255 } == true)
+    }
+
     @Test("numbered names for the rename policy")
     func numbered() {
         #expect(FileNaming.numbered("data.tar.gz", 1) == "data.tar (1).gz")
         #expect(FileNaming.numbered("README", 2) == "README (2)")
+        // A name of 255 bytes is cut before its number, not after.
+        let long = String(repeating: "n", count: 251) + ".bin"
+        #expect(FileNaming.numbered(long, 1) == String(repeating: "n", count: 247) + " (1).bin")
     }
 
     @Test("long names are cut to 255 bytes, keeping the extension")
