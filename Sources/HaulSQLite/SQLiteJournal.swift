@@ -313,7 +313,9 @@ public final class SQLiteJournal: Journal {
         let keys = records.map { CacheKey($0.key) }
         var frames: [UInt8] = []
         let time = IntentLog.now()
-        for record in records { encodeUpsert(record, time: time, into: &frames) }
+        for (index, record) in records.enumerated() {
+            encodeUpsert(record, time: time, continued: index < records.count - 1, into: &frames)
+        }
         write(frames, changes: records.count) { cache in
             for (key, record) in zip(keys, records) { remember(record, at: key, in: &cache) }
         }
@@ -325,11 +327,15 @@ public final class SQLiteJournal: Journal {
     }
 
     /// Appends the frame of an upsert of `record` with the next sequence (which the database ignores for a key it
-    /// has). Before the lock, like the JSON of its request: neither needs it.
-    private func encodeUpsert(_ record: JournalRecord, time: Int64, into frames: inout [UInt8]) {
+    /// has). Before the lock, like the JSON of its request: neither needs it. `continued` for every record of a batch
+    /// but its last.
+    private func encodeUpsert(
+        _ record: JournalRecord, time: Int64, continued: Bool = false, into frames: inout [UInt8]
+    ) {
         let sequence = nextSequence.wrappingAdd(1, ordering: .relaxed).oldValue
         IntentLog.frame(
-            upserting: record, sequence: sequence, request: Self.json(record.request), time: time, into: &frames)
+            upserting: record, sequence: sequence, request: Self.json(record.request), time: time,
+            continued: continued, into: &frames)
     }
 
     /// Stores `record` like ``store(_:)-(JournalRecord)``: its append to the log is a copy into memory (on Linux)
@@ -349,8 +355,10 @@ public final class SQLiteJournal: Journal {
         let cacheKeys = keys.map(CacheKey.init)
         var frames: [UInt8] = []
         let time = IntentLog.now()
-        for key in keys {
-            IntentLog.frame(removingURL: key.url, destination: key.destination, time: time, into: &frames)
+        for (index, key) in keys.enumerated() {
+            IntentLog.frame(
+                removingURL: key.url, destination: key.destination, time: time, continued: index < keys.count - 1,
+                into: &frames)
         }
         write(frames, changes: keys.count) { cache in
             for key in cacheKeys { cache.removeValue(forKey: key) }

@@ -71,7 +71,9 @@ struct RawChange {
 ///
 /// Frames: payload length (4 bytes), checksum of the payload (8 bytes, see ``checksum(_:)``), payload. Reading
 /// stops at the first frame that is incomplete or does not match its checksum: what a write cut short by a power
-/// loss leaves.
+/// loss leaves. A write of several changes (a batch, which survives whole or not at all) marks every frame but its
+/// last as continued (the high bit of the change's kind), and reading hands out a batch's changes only once its last
+/// frame is read.
 final class IntentLog: @unchecked Sendable {  // the descriptor is set once; appends are serialized by the journal
     /// The log's path: the name other journals look for, or for a log made ahead of its use the hidden name it has
     /// until ``name()`` (set under the journal's lock, before the log is handed to anyone else).
@@ -330,6 +332,10 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
     /// a fold parses tens of thousands of frames while the caller waits (closing the journal).
     private static func parse(_ buffer: UnsafeRawBufferPointer, into body: (RawChange) throws -> Void) rethrows {
         var offset = 0
+        // The changes of a batch whose last frame has not been read yet. A batch survives whole or not at all, so one
+        // cut short (a kill or a power loss in the middle of its write) leaves none of them, however many of its
+        // frames are whole.
+        var batch: [RawChange] = []
         while buffer.count - offset >= 12 {
             var reader = Reader(buffer: buffer, offset: offset)
             let length = Int(reader.integer(UInt32.self))
@@ -339,19 +345,26 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
                 Self.matches(UnsafeRawBufferPointer(rebasing: buffer[start..<start + length]), checksum),
                 let time = reader.number(), let change = reader.change(time: time), reader.offset == start + length
             else { break }
-            try body(change)
             offset = start + length
+            if reader.continued {
+                batch.append(change)
+                continue
+            }
+            for earlier in batch { try body(earlier) }
+            batch.removeAll(keepingCapacity: true)
+            try body(change)
         }
     }
 
     /// Appends the frame of an upsert of `record` to `bytes`: the fields of a ``WriteStatements/Row`` in its order
     /// (``Reader/change(time:)`` reads them back), taken from the record where they are. The payload is written in
     /// place and its length and checksum filled in before it: this runs once per download, and a `Row` made first
-    /// copied five strings only to drop them again.
+    /// copied five strings only to drop them again. `continued` for every frame of a batch but its last.
     static func frame(
-        upserting record: JournalRecord, sequence: Int64, request: String?, time: Int64, into bytes: inout [UInt8]
+        upserting record: JournalRecord, sequence: Int64, request: String?, time: Int64, continued: Bool = false,
+        into bytes: inout [UInt8]
     ) {
-        let start = beginFrame(time: time, kind: 1, into: &bytes)
+        let start = beginFrame(time: time, kind: 1, continued: continued, into: &bytes)
         put(record.key.url, into: &bytes)
         put(record.key.destination, into: &bytes)
         put(record.path, into: &bytes)
@@ -388,20 +401,23 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         endFrame(from: start, into: &bytes)
     }
 
-    /// Appends the frame of the removal of the record of `url` and `destination` to `bytes`.
-    static func frame(removingURL url: String, destination: String, time: Int64, into bytes: inout [UInt8]) {
-        let start = beginFrame(time: time, kind: 2, into: &bytes)
+    /// Appends the frame of the removal of the record of `url` and `destination` to `bytes`; `continued` for every
+    /// frame of a batch but its last.
+    static func frame(
+        removingURL url: String, destination: String, time: Int64, continued: Bool = false, into bytes: inout [UInt8]
+    ) {
+        let start = beginFrame(time: time, kind: 2, continued: continued, into: &bytes)
         put(url, into: &bytes)
         put(destination, into: &bytes)
         endFrame(from: start, into: &bytes)
     }
 
     /// Appends room for the frame's length and checksum, then the start of its payload; returns where the room is.
-    private static func beginFrame(time: Int64, kind: UInt8, into bytes: inout [UInt8]) -> Int {
+    private static func beginFrame(time: Int64, kind: UInt8, continued: Bool, into bytes: inout [UInt8]) -> Int {
         let header = bytes.count
         bytes.append(contentsOf: repeatElement(0, count: 12))
         put(time, into: &bytes)
-        bytes.append(kind)
+        bytes.append(continued ? kind | Reader.continuedBit : kind)
         return header
     }
 
@@ -473,9 +489,14 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
 
     /// Reads a payload; every accessor returns `nil` (or 0) past the end, which `parse` then rejects.
     private struct Reader {
+        /// Set in a change's kind when later frames of the same batch follow.
+        static let continuedBit: UInt8 = 0x80
+
         let buffer: UnsafeRawBufferPointer
         var offset: Int
         private var failed = false
+        /// Whether the change read is not the last of its batch.
+        private(set) var continued = false
 
         init(buffer: UnsafeRawBufferPointer, offset: Int) {
             self.buffer = buffer
@@ -486,7 +507,8 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             guard offset < buffer.count else { return nil }
             let kind = buffer[offset]
             offset += 1
-            switch kind {
+            continued = kind & Self.continuedBit != 0
+            switch kind & ~Self.continuedBit {
             case 1:
                 guard let url = text(), let destination = text(), let path = text(), let state = text() else {
                     return nil
