@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import Testing
 
 @testable import Haul
@@ -151,20 +152,4 @@ struct FileNamingFuzzTests {
         }
         return slashes ? name : String(String.UnicodeScalarView(name.unicodeScalars.filter { $0 != "/" }))
     }
-}
-
-/// A small seeded generator (SplitMix64), so that a failing sequence can be run again.
-private struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func next(below bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }
