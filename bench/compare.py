@@ -17,7 +17,6 @@ fails or leaves a wrong or missing file counts as failed, never as a time. Figur
 """
 
 import argparse
-import datetime
 import filecmp
 import math
 import os
@@ -412,10 +411,9 @@ def run_once(scenario, tool, place, work, reference):
 def warm(program, items):
     """Reads what nginx will serve and starts the tool once (`--version`), before the clock starts.
 
-    This machine reclaims memory that has not been touched for a few seconds (a DAMON `pageout` scheme,
-    /sys/kernel/mm/damon), so whether nginx's files and a tool's own code were still in memory depended on how long
-    the tools before it had run: the run right after aria2c's 14 s often began with nginx reading its files from disk
-    (~1,200 waits for a read in one s3 run). Every tool now starts with both in memory."""
+    A machine may reclaim memory that has not been touched for a few seconds (a DAMON `pageout` scheme,
+    /sys/kernel/mm/damon, does), and whether nginx's files and a tool's own code are still in memory would then
+    depend on how long the tools before it ran. Every tool starts with both in memory."""
     subprocess.run([program, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for item in items:
         with open(item.reference, "rb") as f:
@@ -641,7 +639,7 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
     lines = [
         "# bench/compare: Haul against curl, wget2, aria2c and wget",
         "",
-        f"Run on {datetime.date.today().isoformat()} with `bench/compare {args.runs}` "
+        f"Run with `bench/compare {args.runs}` "
         f"({elapsed / 60:.0f} min). Machine: {machine_line(disk_root)}.",
         "",
         f"Tools: haul {haul_version} (release, `--static-swift-stdlib`); {tool_version(['curl', '--version'])}; "
