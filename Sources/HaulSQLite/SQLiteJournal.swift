@@ -94,6 +94,9 @@ public final class SQLiteJournal: Journal {
     /// A log is folded into the database once it holds this many changes.
     private let foldThreshold: Int
     private let afterRotating: (@Sendable () -> Void)?
+    /// Whether this instance's writes go into ``State/cache`` (see the `remembersWrites` parameter of the package
+    /// initialiser).
+    private let remembersWrites: Bool
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
     /// downloads run fills gaps the network leaves, where one fold of everything at close would run alone at the end
     /// (bench/journal). No change is kept in memory meanwhile: the fold reads the log back.
@@ -118,15 +121,21 @@ public final class SQLiteJournal: Journal {
 
     /// Opens the journal at `path`, folding its log into the database every `foldThreshold` changes.
     ///
+    /// Without `remembersWrites`, ``record(for:)`` answers from what the journal held when it was opened, and a
+    /// key written since reads as unknown (its write still reaches the log and the database): for a process that
+    /// looks each download up once, before it writes it, and never after, which `haul get` is. It then holds no
+    /// record per download in memory for the rest of the run (bench/compare, s3: peak RSS).
+    ///
     /// `afterRotating` (tests): called by a writer that started a new log, after it let go of the lock and before
     /// it queues the full log's fold.
     package init(
         path: String, durability: Downloader.Durability = .processCrash,
-        foldThreshold: Int = SQLiteJournal.defaultFoldThreshold,
+        foldThreshold: Int = SQLiteJournal.defaultFoldThreshold, remembersWrites: Bool = true,
         onError: @escaping @Sendable (any Error) -> Void = { _ in }, afterRotating: (@Sendable () -> Void)? = nil
     ) throws {
         self.foldThreshold = max(1, foldThreshold)
         self.afterRotating = afterRotating
+        self.remembersWrites = remembersWrites
         try JournalOpenError.mapping(path) {
             try FileManager.default.createDirectory(
                 atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
@@ -321,9 +330,10 @@ public final class SQLiteJournal: Journal {
         }
     }
 
-    /// Puts a record just written into the cache.
+    /// Puts a record just written into the cache; an instance that does not remember its writes makes its key
+    /// unknown there instead (never stale: an older record for it may have been loaded at open).
     private func remember(_ record: JournalRecord, at key: CacheKey, in cache: inout [CacheKey: JournalRecord]) {
-        cache[key] = record
+        if remembersWrites { cache[key] = record } else { cache.removeValue(forKey: key) }
     }
 
     /// Appends the frame of an upsert of `record` with the next sequence (which the database ignores for a key it

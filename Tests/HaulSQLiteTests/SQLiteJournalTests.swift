@@ -51,6 +51,33 @@ struct SQLiteJournalTests {
         #expect(mode == 0o600)
     }
 
+    @Test("a journal that does not remember its writes answers from what it opened with, never a stale record")
+    func withoutRememberingWrites() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.url.appendingPathComponent("journal.sqlite").path
+        let old = JournalKey(url: "http://127.0.0.1:1/old", destination: "/d/old")
+        let new = JournalKey(url: "http://127.0.0.1:1/new", destination: "/d/new")
+        let kept = JournalKey(url: "http://127.0.0.1:1/kept", destination: "/d/kept")
+        let before = try SQLiteJournal(path: path)
+        before.store([
+            JournalRecord(key: old, path: "/d/old", state: .requested),
+            JournalRecord(key: kept, path: "/d/kept", state: .requested),
+        ])
+        before.finish()
+
+        let journal = try SQLiteJournal(path: path, remembersWrites: false)
+        #expect(journal.record(for: old)?.state == .requested)  // known at open
+        journal.store(JournalRecord(key: old, path: "/d/old", state: .failed(message: "x")))
+        journal.store(JournalRecord(key: new, path: "/d/new", state: .requested))
+        #expect(journal.record(for: old) == nil)  // written since: unknown here, not the stale .requested
+        #expect(journal.record(for: new) == nil)
+        #expect(journal.record(for: kept)?.state == .requested)
+        journal.finish()
+        let reopened = try SQLiteJournal(path: path)
+        #expect(reopened.record(for: old)?.state == .failed(message: "x"))
+        #expect(reopened.record(for: new)?.state == .requested)
+    }
+
     @Test("durability: nothing is fsynced for process-crash safety, every commit for power-loss safety")
     func durability() throws {
         let dir = try TemporaryDirectory()

@@ -193,8 +193,9 @@ struct GetCommand: AsyncParsableCommand {
     private static func openJournal(at path: String) throws -> SQLiteJournal {
         let warned = Locked(false)
         do {
+            // Each download is looked up once, before it is written: the journal need not remember its writes.
             return try SQLiteJournal(
-                path: path,
+                path: path, remembersWrites: false,
                 onError: { error in
                     // Downloads go on; only what a rerun can skip or resume is affected. Said once.
                     let first = warned.withLock { warned in
