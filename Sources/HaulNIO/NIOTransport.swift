@@ -74,7 +74,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     /// The event loop a new download runs on: the calling thread's if it is one of ours (a download that
     /// finishes there starts the next one there, on the connection it just gave back), else the group's next.
     public func preferredExecutor(for url: URL) -> (any TaskExecutor)? {
-        guard url.scheme?.lowercased() == "http" else { return nil }
+        guard url.scheme?.utf8.equalsIgnoringCase("http") == true else { return nil }
         return currentExecutor() ?? executor(of: group.next())
     }
 

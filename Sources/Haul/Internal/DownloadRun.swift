@@ -113,8 +113,8 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     private func validateRequest() throws(DownloadError) {
-        let scheme = request.url.scheme?.lowercased()
-        guard scheme == "http" || scheme == "https",
+        guard let scheme = request.url.scheme?.utf8,
+            scheme.equalsIgnoringCase("http") || scheme.equalsIgnoringCase("https"),
             request.url.host(percentEncoded: true)?.isEmpty == false
         else {
             throw DownloadError(

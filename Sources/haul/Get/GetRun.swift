@@ -1,5 +1,4 @@
 import ArgumentParser
-import Dispatch
 import Synchronization
 import Foundation
 import Haul

@@ -1,7 +1,6 @@
 import Foundation
 import Haul
 import HTTPTypes
-import HaulOperations
 
 /// A download the command will run, with where it came from for messages.
 struct PlannedDownload: Sendable {
