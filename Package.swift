@@ -34,6 +34,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // Certificates made at run time for the TLS test server, and read to explain a refused one.
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
         // SQLite: the journal (HaulSQLite) and the quotes example.
@@ -64,10 +68,26 @@ let package = Package(
         .target(
             name: "HaulAsyncHTTPClient",
             dependencies: [
-                "Haul",
+                "Haul", "HaulNIOSupport", "HaulOperations",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
+        // What the NIO-based transports share: TLS settings as swift-nio-ssl takes them, and SwiftNIO's errors
+        // in words (a refused certificate explained). Not a product.
+        .target(
+            name: "HaulNIOSupport",
+            dependencies: [
+                "Haul",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
 
@@ -75,7 +95,7 @@ let package = Package(
         .target(
             name: "HaulNIO",
             dependencies: [
-                "Haul", "HaulOperations",
+                "Haul", "HaulNIOSupport", "HaulOperations",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -113,7 +133,8 @@ let package = Package(
             name: "HaulCombineTests",
             dependencies: ["HaulCombine", "HaulAsyncHTTPClient", "HaulTestServer", "HaulTestSupport"]),
 
-        // Loopback HTTP/1.1 server with Range support and fault injection, for tests, bench and `haul serve`.
+        // Loopback HTTP/1.1 server (plain and TLS, with certificates made at run time) with Range support and fault
+        // injection, for tests, bench and `haul serve`.
         .target(
             name: "HaulTestServer",
             dependencies: [
@@ -121,6 +142,10 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
 
@@ -130,7 +155,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
-                "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulSQLite", "HaulTestServer",
+                "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulTestServer",
             ]
         ),
 
@@ -175,7 +200,7 @@ let package = Package(
         .target(
             name: "HaulTestSupport",
             dependencies: [
-                "Haul", "HaulOperations",
+                "Haul", "HaulOperations", "HaulTestServer",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

@@ -1,6 +1,7 @@
 public import Haul
 public import HTTPTypes
 public import struct Foundation.URL
+import HaulNIOSupport
 import HaulOperations
 public import NIOCore
 import NIOPosix
@@ -88,12 +89,12 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     }
 
     /// Sends `request` and returns at the response head; the body streams as the engine reads it.
-    public func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+    public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         guard Self.speaks(request) else {
-            if let fallback { return try await fallback.send(request, connectTimeout: connectTimeout) }
+            if let fallback { return try await fallback.send(request, options: options) }
             throw NIOTransportError.unsupportedScheme(request.scheme ?? "")
         }
-        return try await exchange(request, connectTimeout: connectTimeout, interruption: nil)
+        return try await exchange(request, connectTimeout: options.connectTimeout, interruption: nil)
     }
 
     /// Whether `request` is one of this transport's own (plain `http`): those can be interrupted; the fallback's
@@ -102,13 +103,13 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         Self.speaks(request)
     }
 
-    /// Sends `request` like ``send(_:connectTimeout:)``; interrupting `interruption` fails the wait for the head or
+    /// Sends `request` like ``send(_:options:)``; interrupting `interruption` fails the wait for the head or
     /// the body's next read and closes the connection. A request for the fallback goes there uninterruptible.
     public func send(
-        _ request: HTTPRequest, connectTimeout: Duration, interruption: TransferInterruption
+        _ request: HTTPRequest, options: TransportOptions, interruption: TransferInterruption
     ) async throws -> TransportResponse {
-        guard Self.speaks(request) else { return try await send(request, connectTimeout: connectTimeout) }
-        return try await exchange(request, connectTimeout: connectTimeout, interruption: interruption)
+        guard Self.speaks(request) else { return try await send(request, options: options) }
+        return try await exchange(request, connectTimeout: options.connectTimeout, interruption: interruption)
     }
 
     /// Whether the request's scheme is `http` in any case; compared in place, as it is asked twice per request.
@@ -122,7 +123,13 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         let endpoint = try Endpoint(authority: request.authority ?? "")
         let encoded = try EncodedRequest(request, host: endpoint.hostHeader)
         while true {
-            let (connection, reused) = try await acquire(endpoint, connectTimeout: connectTimeout)
+            let (connection, reused): (Connection, Bool)
+            do {
+                (connection, reused) = try await acquire(endpoint, connectTimeout: connectTimeout)
+            } catch {
+                let destination = ServerAddress(host: endpoint.host, port: endpoint.port)
+                throw await ReadableFailure.of(error, at: destination, connectTimeout: connectTimeout) ?? error
+            }
             let exchange = Exchange(connection: connection, transport: self, endpoint: endpoint)
             do {
                 let responseHead = try await exchange.start(encoded, interruption: interruption)

@@ -22,6 +22,8 @@ extension TestServer {
         /// threshold: larger buffers are mapped and unmapped for every write, which halved throughput on some
         /// connections.
         public var chunkSize: Int
+        /// Serve HTTPS with these certificates; `nil` (the default) serves plain HTTP.
+        public var tls: TLS?
 
         /// Creates a configuration; every parameter has a loopback-test default.
         public init(
@@ -32,7 +34,8 @@ extension TestServer {
             filesPath: String = "/files",
             eventLoopThreads: Int? = nil,
             maxRecordedRequests: Int = 10_000,
-            chunkSize: Int = 64 << 10
+            chunkSize: Int = 64 << 10,
+            tls: TLS? = nil
         ) {
             self.host = host
             self.port = port
@@ -42,6 +45,32 @@ extension TestServer {
             self.eventLoopThreads = eventLoopThreads
             self.maxRecordedRequests = maxRecordedRequests
             self.chunkSize = max(1024, chunkSize)
+            self.tls = tls
+        }
+    }
+
+    /// How a ``TestServer`` speaks TLS: every fault it has on HTTP, over HTTPS.
+    public struct TLS: Sendable {
+        /// The CA that issues the server's certificate (and, when asked for, trusted client certificates).
+        public var authority: TestCertificateAuthority
+        /// Which certificate the server presents.
+        public var certificate: CertificateKind
+        /// Refuse the handshake of a client that presents no certificate issued by ``authority``.
+        public var requiresClientCertificate: Bool
+
+        /// Creates TLS settings.
+        ///
+        /// - Parameters:
+        ///   - authority: the CA clients should trust (see ``TestCertificateAuthority/certificatePEM``).
+        ///   - certificate: a valid certificate by default; the others fail verification in their own way.
+        ///   - requiresClientCertificate: ask for a client certificate and refuse a missing or unknown one.
+        public init(
+            authority: TestCertificateAuthority, certificate: CertificateKind = .valid,
+            requiresClientCertificate: Bool = false
+        ) {
+            self.authority = authority
+            self.certificate = certificate
+            self.requiresClientCertificate = requiresClientCertificate
         }
     }
 }

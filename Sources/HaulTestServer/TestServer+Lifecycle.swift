@@ -3,6 +3,7 @@ import HaulOperations
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 
 extension TestServer {
     /// Binds the configured host and port (and `::1` on the same port when the host is `127.0.0.1`).
@@ -25,9 +26,17 @@ extension TestServer {
             state: state,
             resolver: resolver,
             filesMount: configuration.filesPath,
-            chunkSize: configuration.chunkSize
+            chunkSize: configuration.chunkSize,
+            scheme: configuration.tls == nil ? "http" : "https"
         )
-        let bootstrap = makeBootstrap(group: loops, context: context)
+        let tlsContext: NIOSSLContext?
+        do {
+            tlsContext = try configuration.tls.map(Self.makeTLSContext)
+        } catch {
+            try await group?.shutdownGracefully()
+            throw TestServerError.tlsSetupFailed(underlying: error)
+        }
+        let bootstrap = makeBootstrap(group: loops, context: context, tls: tlsContext)
         var channels: [any Channel] = []
         do {
             let primary = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
@@ -58,7 +67,24 @@ extension TestServer {
         try await group?.shutdownGracefully()
     }
 
-    private func makeBootstrap(group: any EventLoopGroup, context: ServerContext) -> ServerBootstrap {
+    private static func makeTLSContext(_ tls: TLS) throws -> NIOSSLContext {
+        let issued = try tls.authority.serverCertificate(tls.certificate)
+        let chain = try NIOSSLCertificate.fromPEMBytes(Array(issued.certificatePEM.utf8))
+        let key = try NIOSSLPrivateKey(bytes: Array(issued.keyPEM.utf8), format: .pem)
+        var configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        configuration.applicationProtocols = ["http/1.1"]
+        if tls.requiresClientCertificate {
+            configuration.certificateVerification = .noHostnameVerification
+            configuration.trustRoots = .certificates(
+                try NIOSSLCertificate.fromPEMBytes(Array(tls.authority.certificatePEM.utf8)))
+        }
+        return try NIOSSLContext(configuration: configuration)
+    }
+
+    private func makeBootstrap(
+        group: any EventLoopGroup, context: ServerContext, tls: NIOSSLContext?
+    ) -> ServerBootstrap {
         let registry = ConnectionRegistry(server: self)
         return ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
@@ -71,6 +97,7 @@ extension TestServer {
             .childChannelInitializer { channel in
                 registry.add(channel)
                 return channel.eventLoop.makeCompletedFuture {
+                    if let tls { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls)) }
                     // No outbound header validation: a fault server must be able to send what a lying one sends
                     // (a control character in `Content-Disposition` or `Location`, say).
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(

@@ -66,9 +66,12 @@ public final class TestServer: Sendable {
         }
     }
 
-    /// `http://127.0.0.1:PORT` (or the configured host).
+    /// `http` or `https` (with ``Configuration/tls``).
+    public var scheme: String { configuration.tls == nil ? "http" : "https" }
+
+    /// `http://127.0.0.1:PORT` (or the configured host; `https` with ``Configuration/tls``).
     public var baseURL: URL {
-        guard let url = URL(string: "http://\(hostForURL(configuration.host)):\(port)") else {
+        guard let url = URL(string: "\(scheme)://\(hostForURL(configuration.host)):\(port)") else {
             preconditionFailure("host \(configuration.host) does not make a valid URL")
         }
         return url
@@ -82,7 +85,7 @@ public final class TestServer: Sendable {
     ///   - host: Host name to put in the URL; pass `"localhost"` to reach the same server as another origin.
     public func url(path: String, query: [String: String] = [:], host: String? = nil) -> URL {
         var components = URLComponents()
-        components.scheme = "http"
+        components.scheme = scheme
         components.host = host ?? configuration.host
         components.port = port
         components.path = path

@@ -4,6 +4,7 @@ public struct TestServerError: Error, CustomStringConvertible, Sendable {
         case alreadyStarted
         case rootNotFound(String)
         case bindFailed(host: String, port: Int, underlying: String)
+        case tlsSetupFailed(String)
     }
 
     private let code: Code
@@ -16,6 +17,10 @@ public struct TestServerError: Error, CustomStringConvertible, Sendable {
         TestServerError(code: .bindFailed(host: host, port: port, underlying: String(describing: underlying)))
     }
 
+    static func tlsSetupFailed(underlying: any Error) -> TestServerError {
+        TestServerError(code: .tlsSetupFailed(String(describing: underlying)))
+    }
+
     /// A message saying what happened and what to do.
     public var description: String {
         switch code {
@@ -25,6 +30,8 @@ public struct TestServerError: Error, CustomStringConvertible, Sendable {
             "The directory to serve does not exist: \(path). Pass an existing directory."
         case .bindFailed(let host, let port, let underlying):
             "Could not listen on \(host):\(port) (\(underlying)). Pick another port, or 0 for a free one."
+        case .tlsSetupFailed(let underlying):
+            "Could not make the server's TLS certificate and context (\(underlying))."
         }
     }
 }

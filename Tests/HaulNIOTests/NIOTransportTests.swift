@@ -70,7 +70,8 @@ struct NIOTransportTests {
             let size = 32 << 20
             let transport = NIOTransport()
             let url = server.url(path: "/bytes/big", query: ["size": "\(size)"])
-            let response = try await transport.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(5))
+            let response = try await transport.send(
+                HTTPRequest(method: .get, url: url), options: .init(connectTimeout: .seconds(5)))
             #expect(response.head.status.code == 200)
             try await eventually("the server sent the first megabyte") { server.stats.bodyBytesSent >= 1 << 20 }
             // Unbounded reading would take all 32 MiB into memory within milliseconds on loopback.
@@ -97,7 +98,8 @@ struct NIOTransportTests {
             let url = server.url(path: "/bytes/never", query: ["size": "10"])
             let task = Task {
                 withUnsafeCurrentTask { $0?.cancel() }
-                return try await transport.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(5))
+                return try await transport.send(
+                    HTTPRequest(method: .get, url: url), options: .init(connectTimeout: .seconds(5)))
             }
             await #expect(throws: CancellationError.self) { try await task.value }
             #expect(server.stats.requests(toPath: "/bytes/never") == 0)
@@ -110,7 +112,7 @@ struct NIOTransportTests {
     func invalidAuthority(authority: String) async throws {
         let request = HTTPRequest(method: .get, scheme: "http", authority: authority, path: "/file")
         let error = try await #require(throws: NIOTransportError.self) {
-            _ = try await NIOTransport().send(request, connectTimeout: .seconds(1))
+            _ = try await NIOTransport().send(request, options: .init(connectTimeout: .seconds(1)))
         }
         #expect(error == .invalidAuthority(authority))
         #expect("\(error)".contains("'\(authority)'"))
@@ -122,7 +124,7 @@ struct NIOTransportTests {
             for authority in ["127.0.0.1:\(server.port)", "user:secret@127.0.0.1:\(server.port)"] {
                 let request = HTTPRequest(
                     method: .get, scheme: "http", authority: authority, path: "/bytes/a?size=3")
-                let response = try await NIOTransport().send(request, connectTimeout: .seconds(5))
+                let response = try await NIOTransport().send(request, options: .init(connectTimeout: .seconds(5)))
                 #expect(response.head.status.code == 200, "\(authority)")
             }
             let hosts = server.stats.requests.map(\.host)
@@ -141,7 +143,7 @@ struct NIOTransportTests {
             get.headerFields[.transferEncoding] = "chunked"
             let post = HTTPRequest(method: .post, scheme: "http", authority: authority, path: "/bytes/p?size=7")
             for (request, size) in [(get, 5), (post, 7)] {
-                let response = try await transport.send(request, connectTimeout: .seconds(5))
+                let response = try await transport.send(request, options: .init(connectTimeout: .seconds(5)))
                 var received = 0
                 for try await chunk in response.body { received += chunk.count }
                 #expect(response.head.status.code == 200 && received == size, "\(request.method)")
@@ -182,12 +184,14 @@ struct NIOTransportTests {
         try await TestServer.withRunning { server in
             let transport = NIOTransport()
             let url = server.url(path: "/bytes/h", query: ["size": "1000"])
-            let head = try await transport.send(HTTPRequest(method: .head, url: url), connectTimeout: .seconds(5))
+            let head = try await transport.send(
+                HTTPRequest(method: .head, url: url), options: .init(connectTimeout: .seconds(5)))
             var headBytes = 0
             for try await chunk in head.body { headBytes += chunk.count }
             #expect(head.head.status.code == 200 && head.head.headerFields[.contentLength] == "1000")
             #expect(headBytes == 0)
-            let get = try await transport.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(5))
+            let get = try await transport.send(
+                HTTPRequest(method: .get, url: url), options: .init(connectTimeout: .seconds(5)))
             var body: [UInt8] = []
             for try await chunk in get.body { chunk.withUnsafeBytes { body += $0 } }
             #expect(body == TestServer.expectedBytes(name: "h", size: 1000))
@@ -201,7 +205,7 @@ struct NIOTransportTests {
             let request = HTTPRequest(
                 method: .get, scheme: "http", authority: "127.0.0.1:\(server.port)", path: "/two words")
             let error = try await #require(throws: NIOTransportError.self) {
-                _ = try await NIOTransport().send(request, connectTimeout: .seconds(1))
+                _ = try await NIOTransport().send(request, options: .init(connectTimeout: .seconds(1)))
             }
             #expect(error == .invalidTarget("/two words"))
             #expect("\(error)".contains("'/two words'"))
@@ -255,14 +259,15 @@ struct NIOTransportTests {
         let url = try #require(URL(string: "https://example.invalid/file"))
         let alone = NIOTransport()
         let error = try await #require(throws: NIOTransportError.self) {
-            _ = try await alone.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(1))
+            _ = try await alone.send(HTTPRequest(method: .get, url: url), options: .init(connectTimeout: .seconds(1)))
         }
         #expect(error == .unsupportedScheme("https"))
         #expect("\(error)".contains("https"))
 
         let recorder = RecordingTransport()
         let routed = NIOTransport(fallback: recorder)
-        let response = try await routed.send(HTTPRequest(method: .get, url: url), connectTimeout: .seconds(1))
+        let response = try await routed.send(
+            HTTPRequest(method: .get, url: url), options: .init(connectTimeout: .seconds(1)))
         #expect(response.head.status.code == 204)
         #expect(recorder.authorities == ["example.invalid"])
     }
@@ -273,8 +278,8 @@ struct NoPreference: HTTPTransport {
     let base: any HTTPTransport
     init(_ base: any HTTPTransport) { self.base = base }
 
-    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
-        try await base.send(request, connectTimeout: connectTimeout)
+    func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
+        try await base.send(request, options: options)
     }
 }
 
@@ -284,7 +289,7 @@ final class RecordingTransport: HTTPTransport {
     private let seen = Locked<[String]>([])
     var authorities: [String] { seen.withLock { $0 } }
 
-    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+    func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         seen.withLock { $0.append(request.authority ?? "") }
         return TransportResponse(head: HTTPResponse(status: .noContent), body: .empty)
     }

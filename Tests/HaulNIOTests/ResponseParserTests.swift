@@ -155,14 +155,14 @@ struct ResponseParserTests {
             for (index, name) in ["chunked", "close-delimited"].enumerated() {
                 let request = HTTPRequest(
                     method: .get, scheme: "http", authority: "127.0.0.1:\(port)", path: "/\(index)")
-                let response = try await transport.send(request, connectTimeout: .seconds(5))
+                let response = try await transport.send(request, options: .init(connectTimeout: .seconds(5)))
                 var received: [UInt8] = []
                 for try await chunk in response.body { chunk.withUnsafeBytes { received += $0 } }
                 #expect(received == body, "\(name)")
             }
             let request = HTTPRequest(method: .get, scheme: "http", authority: "127.0.0.1:\(port)", path: "/2")
             let error = await #expect(throws: NIOTransportError.self) {
-                _ = try await transport.send(request, connectTimeout: .seconds(5))
+                _ = try await transport.send(request, options: .init(connectTimeout: .seconds(5)))
             }
             #expect(error == .invalidResponse("Content-Length 'x'"))
         }

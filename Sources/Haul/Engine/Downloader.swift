@@ -21,8 +21,12 @@ public final class Downloader: Sendable {
         public var retryPolicy: RetryPolicy = .default
         /// The most redirects followed for one attempt.
         public var maxRedirects = 10
-        /// How long establishing a connection may take.
+        /// How long establishing a connection (and, for `https`, the TLS handshake) may take.
         public var connectTimeout: Duration = .seconds(10)
+        /// How `https` servers are verified and which client certificate is presented; every transport applies it.
+        public var tls: TLSSettings = .default
+        /// Which HTTP version to ask for: HTTP/2 where an `https` server offers it (the default), or HTTP/1.1 only.
+        public var httpVersion: HTTPVersionPreference = .negotiate
         /// No byte (and no response head) for this long is a transient failure.
         public var stallTimeout: Duration = .seconds(30)
         /// Whether a published file is also synced to disk (`fsync` of file and directory).
@@ -84,6 +88,9 @@ public final class Downloader: Sendable {
         fields[.acceptEncoding] = "identity"
         fields[.userAgent] = configuration.userAgent
         baseFields = fields
+        transportOptions = TransportOptions(
+            connectTimeout: configuration.connectTimeout, tls: configuration.tls,
+            httpVersion: configuration.httpVersion)
     }
 
     /// Watches this downloader's running attempts for stalls.
@@ -92,6 +99,8 @@ public final class Downloader: Sendable {
     let interruptibleTransport: (any InterruptibleHTTPTransport)?
     /// The header fields of a request that sets none and resumes nothing, made once (see `makeRequest`).
     let baseFields: HTTPFields
+    /// What every request asks of the transport beside the request itself.
+    let transportOptions: TransportOptions
 
     /// Downloads `request` and returns once the file is published (or was skipped by the conflict policy).
     ///

@@ -103,9 +103,9 @@ extension DownloadRun {
                         throw NeedsOwnTask()
                     }
                     response = try await interruptibleTransport.send(
-                        head, connectTimeout: configuration.connectTimeout, interruption: interruption)
+                        head, options: transportOptions, interruption: interruption)
                 } else {
-                    response = try await transport.send(head, connectTimeout: configuration.connectTimeout)
+                    response = try await transport.send(head, options: transportOptions)
                 }
             } catch let needed as NeedsOwnTask {
                 throw needed
@@ -372,7 +372,13 @@ extension DownloadRun {
 
     func transportFailure(_ error: any Error, url: URL) -> AttemptFailure {
         if let failure = error as? AttemptFailure { return failure }
-        let failure = DownloadError(.transport, message: "request failed: \(error)", url: url, underlying: error)
+        // A transport's own words name the host and the reason; anything else is the library's description.
+        let failure =
+            if let readable = error as? TransportError {
+                DownloadError(.transport, message: readable.message, url: url, underlying: readable.underlying ?? error)
+            } else {
+                DownloadError(.transport, message: "request failed: \(error)", url: url, underlying: error)
+            }
         if let classified = error as? any TransportFailure, !classified.isTransient { return .permanent(failure) }
         return .transient(failure)
     }

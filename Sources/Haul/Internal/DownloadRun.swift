@@ -21,6 +21,7 @@ final class DownloadRun: @unchecked Sendable {
     let transport: any HTTPTransport
     let interruptibleTransport: (any InterruptibleHTTPTransport)?
     let baseFields: HTTPFields
+    let transportOptions: TransportOptions
     let stallWatch: StallWatch
     let emit: @Sendable (DownloadEvent) -> Void
     var logger: Logger
@@ -58,6 +59,7 @@ final class DownloadRun: @unchecked Sendable {
         transport = downloader.transport
         interruptibleTransport = downloader.interruptibleTransport
         baseFields = downloader.baseFields
+        transportOptions = downloader.transportOptions
         stallWatch = downloader.stallWatch
         self.emit = emit
         logger = downloader.configuration.logger

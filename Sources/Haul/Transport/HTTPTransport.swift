@@ -14,9 +14,11 @@ public protocol HTTPTransport: Sendable {
     ///
     /// - Parameters:
     ///   - request: the request head; its `scheme` and `authority` say where to connect.
-    ///   - connectTimeout: how long establishing the connection may take.
+    ///   - options: the connect timeout, how `https` is verified, the HTTP version to ask for. A transport that
+    ///     cannot apply a setting other than the default fails the request with an error that says so, rather than
+    ///     ignoring it.
     /// - Throws: `CancellationError` or a transport error if no response head arrives.
-    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse
+    func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse
 
     /// Where a download of `url` is best run: the executor of the thread that will receive its response, so
     /// that the engine's work on each response needs no switch between threads. `nil` (the default): Swift's
@@ -46,14 +48,14 @@ public protocol TransportFailure: Error {
 /// attempt runs in the download's own task, and a stall interrupts the exchange instead: one task and two task
 /// switches fewer per download, which shows on batches of small files.
 public protocol InterruptibleHTTPTransport: HTTPTransport {
-    /// Whether ``send(_:connectTimeout:interruption:)`` can interrupt `request` (asked before each request: a
+    /// Whether ``send(_:options:interruption:)`` can interrupt `request` (asked before each request: a
     /// redirect may lead to one it cannot, which the engine then sends the plain way).
     func canInterrupt(_ request: HTTPRequest) -> Bool
 
-    /// Sends like ``HTTPTransport/send(_:connectTimeout:)``; once `interruption` is interrupted, the pending send
+    /// Sends like ``HTTPTransport/send(_:options:)``; once `interruption` is interrupted, the pending send
     /// and every read of the body after it fail promptly and the connection is closed.
     func send(
-        _ request: HTTPRequest, connectTimeout: Duration, interruption: TransferInterruption
+        _ request: HTTPRequest, options: TransportOptions, interruption: TransferInterruption
     ) async throws -> TransportResponse
 }
 

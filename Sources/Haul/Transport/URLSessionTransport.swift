@@ -49,8 +49,17 @@ public final class URLSessionTransport: HTTPTransport {
     }
 
     /// Sends `request` and returns at the response head.
-    public func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+    ///
+    /// URLSession verifies `https` against the system's trust store and negotiates the HTTP version itself: a
+    /// request whose `options` ask for other TLS settings or for HTTP/1.1 only fails with a permanent error that
+    /// says so (use `NIOTransport` or `AsyncHTTPClientTransport` for those).
+    public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         guard let url = request.url else { throw URLError(.badURL) }
+        if options.tls != .default || options.httpVersion != .negotiate {
+            throw TransportError(
+                "URLSessionTransport cannot apply TLS settings (a CA, a client certificate, no verification) or pin "
+                    + "HTTP/1.1; use the NIO or AsyncHTTPClient transport", isTransient: false)
+        }
         var urlRequest = URLRequest(url: url)
         urlRequest.httpMethod = request.method.rawValue
         for field in request.headerFields {
@@ -59,7 +68,7 @@ public final class URLSessionTransport: HTTPTransport {
         urlRequest.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
         // URLSession has no connect timeout of its own on Linux; its request timeout is an idle timeout, which
         // the engine's stall watchdog also enforces. Use the connect timeout as a floor for it.
-        urlRequest.timeoutInterval = max(connectTimeout.secondsValue, 60)
+        urlRequest.timeoutInterval = max(options.connectTimeout.secondsValue, 60)
         let task = session.dataTask(with: urlRequest)
         let stream = delegate.register(task)
         task.resume()
@@ -93,12 +102,6 @@ public final class URLSessionTransport: HTTPTransport {
         }
         return TransportResponse(head: head, body: body)
     }
-}
-
-/// A transport failure described in words.
-struct TransportError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
 }
 
 extension Duration {

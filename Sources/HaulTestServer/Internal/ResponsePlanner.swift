@@ -56,7 +56,7 @@ struct ResponsePlanner {
 
     private func redirectLocation() -> String? {
         if let target = fault.redirectTarget { return target }
-        let origin = "http://" + (head.headers.first(name: "host") ?? "127.0.0.1")
+        let origin = server.scheme + "://" + (head.headers.first(name: "host") ?? "127.0.0.1")
         if fault.redirectLoop == true { return origin + head.uri }
         if let count = fault.redirectCount, count > 0 {
             return origin + target.replacingRedirectCount(with: count - 1)

@@ -5,11 +5,14 @@ final class ServerContext: Sendable {
     /// Mount point of the served directory: `/files` or `/`, always ending in `/`.
     let filesMount: String
     let chunkSize: Int
+    /// `http` or `https`: the scheme of the redirects the server makes up.
+    let scheme: String
 
-    init(state: ServerState, resolver: FileResolver?, filesMount: String, chunkSize: Int) {
+    init(state: ServerState, resolver: FileResolver?, filesMount: String, chunkSize: Int, scheme: String) {
         self.state = state
         self.resolver = resolver
         self.filesMount = filesMount.hasSuffix("/") ? filesMount : filesMount + "/"
         self.chunkSize = chunkSize
+        self.scheme = scheme
     }
 }

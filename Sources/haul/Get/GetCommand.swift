@@ -1,6 +1,7 @@
 public import ArgumentParser
 import Foundation
 import Haul
+import HaulNIOSupport
 import HaulOperations
 import HaulSQLite
 
@@ -123,7 +124,53 @@ struct GetCommand: AsyncParsableCommand {
             valueName: "nio|async-http-client|urlsession"))
     var transport: TransportChoice = .nio
 
+    @Option(
+        name: .customLong("cacert"),
+        help: ArgumentHelp(
+            "Trust the CA certificates in FILE (PEM) instead of the system's (default: $SSL_CERT_FILE).",
+            valueName: "FILE"))
+    var caFile: String?
+
+    @Option(
+        name: .customLong("capath"),
+        help: ArgumentHelp(
+            "Trust the CA certificates in DIR (PEM files named by subject hash, as c_rehash makes them) instead of "
+                + "the system's (default: $SSL_CERT_DIR).",
+            valueName: "DIR"))
+    var caDirectory: String?
+
+    @Flag(
+        name: [.customShort("k"), .customLong("insecure")],
+        help: "Accept any server certificate: encrypted, but the server is not authenticated (prints a warning).")
+    var insecure = false
+
+    @Option(
+        name: .customLong("cert"),
+        help: ArgumentHelp("Client certificate to present (PEM; may hold its key too).", valueName: "FILE"))
+    var clientCertificate: String?
+
+    @Option(name: .customLong("key"), help: ArgumentHelp("Private key of --cert (PEM).", valueName: "FILE"))
+    var clientKey: String?
+
+    @Flag(name: .customLong("http1.1"), help: "Use HTTP/1.1 only, even where an https server offers HTTP/2.")
+    var http1_1 = false
+
+    @Flag(
+        name: .customLong("http2"),
+        help: "Use HTTP/2 where an https server offers it by ALPN, else HTTP/1.1 (the default).")
+    var http2 = false
+
     func validate() throws {
+        if http1_1 && http2 { throw ValidationError("--http1.1 and --http2 cannot be combined") }
+        if clientKey != nil && clientCertificate == nil { throw ValidationError("--key needs --cert") }
+        if transport == .urlSession,
+            insecure || caFile != nil || caDirectory != nil || clientCertificate != nil || http1_1
+        {
+            throw ValidationError(
+                "--transport urlsession verifies with the system's trust store and negotiates the HTTP version itself: "
+                    + "--cacert, --capath, --insecure, --cert and --http1.1 need the nio or async-http-client transport"
+            )
+        }
         if maxConcurrent < 1 { throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)") }
         if let perHost, perHost < 1 { throw ValidationError("--per-host must be at least 1, not \(perHost)") }
         if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
@@ -142,6 +189,7 @@ struct GetCommand: AsyncParsableCommand {
         // First: a signal while the input is read or the journal opened must stop the run cleanly too.
         Interruption.install()
         let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
+        let tls = try tlsSettings()
         let plan = try makePlan(directory: directory)
         try createDirectories(for: plan, base: directory)
         // Opened once the input is known to be good: a bad input leaves nothing behind.
@@ -154,6 +202,8 @@ struct GetCommand: AsyncParsableCommand {
         settings.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
         settings.stallTimeout = .milliseconds(Int64(stallTimeout * 1000))
         settings.transport = transport
+        settings.tls = tls
+        settings.httpVersion = http1_1 ? .http1_1 : .negotiate
         settings.output = json ? .json : .automatic
         settings.quiet = quiet
         settings.verbose = verbose
@@ -164,6 +214,38 @@ struct GetCommand: AsyncParsableCommand {
         // Exits holding everything: the system takes back the plan's and the results' memory at once, where
         // freeing them one by one would come after the last download (bench/compare, s3).
         withExtendedLifetime((plan, report)) { Foundation.exit(report.exitCode) }
+    }
+
+    /// The TLS settings of the options (the environment's CA when none is given), every file named checked.
+    private func tlsSettings() throws -> TLSSettings {
+        let environment = TLSSettings.fromEnvironment()
+        let fromOptions = caFile != nil || caDirectory != nil
+        var settings = fromOptions ? TLSSettings(caFile: caFile, caDirectory: caDirectory) : environment
+        // The system store is used by the urlsession transport; it takes no CA from the environment.
+        if transport == .urlSession { settings = .default }
+        settings.verifiesPeer = !insecure
+        settings.clientCertificateFile = clientCertificate
+        settings.clientKeyFile = clientKey
+        func origin(of path: String?) -> String {
+            switch path {
+            case settings.caFile: fromOptions ? "--cacert" : "SSL_CERT_FILE"
+            case settings.caDirectory: fromOptions ? "--capath" : "SSL_CERT_DIR"
+            case clientKey: "--key"
+            default: "--cert"
+            }
+        }
+        do {
+            try settings.validate()
+            _ = try settings.makeClientConfiguration()
+        } catch let error as DownloadError {
+            throw UsageFailure([InputProblem(origin: origin(of: error.path), message: error.message)])
+        } catch let error as TransportError {
+            let path = [settings.caFile, clientCertificate, clientKey].compactMap { $0 }.first {
+                error.message.contains("'\($0)'")
+            }
+            throw UsageFailure([InputProblem(origin: origin(of: path), message: error.message)])
+        }
+        return settings
     }
 
     /// The downloads the input asks for, or every problem found in it.

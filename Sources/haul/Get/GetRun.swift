@@ -30,6 +30,9 @@ struct RunSettings {
     var connectTimeout: Duration = .seconds(10)
     var stallTimeout: Duration = .seconds(30)
     var transport = TransportChoice.nio
+    /// How `https` is verified; `--insecure` prints a warning when the run starts.
+    var tls = TLSSettings.default
+    var httpVersion = HTTPVersionPreference.negotiate
     var output = OutputMode.automatic
     var quiet = false
     var verbose = false
@@ -62,6 +65,13 @@ enum GetRun {
         configuration.retryPolicy.maxRetries = settings.retries
         configuration.connectTimeout = settings.connectTimeout
         configuration.stallTimeout = settings.stallTimeout
+        configuration.tls = settings.tls
+        configuration.httpVersion = settings.httpVersion
+        if !settings.tls.verifiesPeer {
+            Console.err(
+                "haul: warning: --insecure: server certificates are not verified; anyone on the path can "
+                    + "read and change what is downloaded\n")
+        }
         configuration.keepsPartialOnCancel = true
         configuration.journal = settings.journal
         if settings.verbose {

@@ -17,8 +17,8 @@ struct DiskFullTests {
         let mountPoint = try TemporaryDirectory()
         try run("/bin/mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", mountPoint.path)
         defer { try? run("/bin/umount", "-l", mountPoint.path) }
-        try await TestServer.withRunning { server in
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+        try await TestServer.withRunning(kind.server()) { server in
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let url = server.url(path: "/bytes/huge.bin", query: ["size": "1000000"])
             let error = try await #require(throws: DownloadError.self) {
                 try await downloader.download(DownloadRequest(url: url, destination: .directory(mountPoint.url)))

@@ -17,11 +17,11 @@ struct DownloadCancellationTests {
 
     @Test("cancelling at every stage cleans up", arguments: cases)
     func cancelAtStage(kind: TransportKind, stage: Stage) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let clock = BlockingClock()
             let atRename = Signal()
-            var configuration = testConfiguration(clock: clock)
+            var configuration = kind.configuration(clock: clock)
             configuration.hooks.beforePublish = {
                 atRename.fire()
                 try? await Task.sleep(for: .seconds(3600))  // returns early when the task is cancelled

@@ -11,9 +11,9 @@ struct DownloadOperationTests {
         "a width-1 OperationQueue downloads strictly one after another; the completion runs after all",
         arguments: TransportKind.allCases)
     func sequentialQueue(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let queue = OperationQueue()
             queue.maxConcurrentOperationCount = 1
             // Throttled so that each transfer takes a while: overlapping ones would show in the server's count.

@@ -10,10 +10,10 @@ import Testing
 struct DownloaderRulesTests {
     @Test("a chain of redirects is followed, each reported", arguments: TransportKind.allCases)
     func redirectChain(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let events = EventLog()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let url = server.url(
                 path: "/bytes/hops", query: ["size": "100", "redirects": "3", "redirectStatus": "307"])
             let result = try await downloader.download(
@@ -25,9 +25,9 @@ struct DownloaderRulesTests {
 
     @Test("redirect loops, too many hops and non-http targets are refused", arguments: TransportKind.allCases)
     func refusedRedirects(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let cases: [([String: String], DownloadError.Code)] = [
                 (["redirectLoop": "1"], .redirectLoop),
                 (["redirects": "11"], .tooManyRedirects),
@@ -49,9 +49,9 @@ struct DownloaderRulesTests {
         "Authorization and Cookie never reach another origin; the same origin keeps them",
         arguments: TransportKind.allCases)
     func credentialsStayWithTheirOrigin(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let elsewhere = server.url(path: "/bytes/target", query: ["size": "10"], host: "localhost")
             let url = server.url(path: "/bytes/start", query: ["size": "10", "redirectTo": elsewhere.absoluteString])
             var fields = HTTPFields()
@@ -76,11 +76,11 @@ struct DownloaderRulesTests {
 
     @Test("names from URLs and Content-Disposition never leave the directory", arguments: TransportKind.allCases)
     func namesStayInside(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let parent = try TemporaryDirectory()
             let dir = parent.url.appendingPathComponent("inside")
             try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             func fetch(_ url: URL, disposition: Bool = false) async throws -> String {
                 let result = try await downloader.download(
                     DownloadRequest(url: url, destination: .directory(dir, useContentDisposition: disposition)))
@@ -118,11 +118,11 @@ struct DownloaderRulesTests {
 
     @Test("a symlink planted at the partial or the destination name is refused", arguments: TransportKind.allCases)
     func symlinksRefused(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let victim = dir.file("victim")
             try Data("precious".utf8).write(to: victim)
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             // Above DownloadRun.restartableLimit, so that the body goes to a named partial on every system.
             let url = server.url(path: "/bytes/evil", query: ["size": "300000"])
             try FileManager.default.createSymbolicLink(
@@ -158,9 +158,9 @@ struct DownloaderRulesTests {
 
     @Test("checksum and size checks: a mismatch publishes nothing", arguments: TransportKind.allCases)
     func verification(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let url = server.url(path: "/bytes/checked", query: ["size": "4096"])
             let good = try await downloader.download(DownloadRequest(url: url, destination: .file(dir.file("good"))))
 
@@ -189,11 +189,11 @@ struct DownloaderRulesTests {
 
     @Test("conflict policies: fail, skip, overwrite, rename", arguments: TransportKind.allCases)
     func conflictPolicies(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let existing = dir.file("data.bin")
             try Data("old".utf8).write(to: existing)
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let url = server.url(path: "/bytes/data.bin", query: ["size": "64"])
             let fresh = TestServer.expectedBytes(name: "data.bin", size: 64)
             func request(_ policy: ConflictPolicy) -> DownloadRequest {

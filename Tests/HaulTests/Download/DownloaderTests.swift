@@ -10,10 +10,10 @@ import Testing
 struct DownloaderTests {
     @Test("a plain download lands byte-identical, with its SHA-256 and no leftovers", arguments: TransportKind.allCases)
     func plainDownload(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let events = EventLog()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let url = server.url(path: "/bytes/plain.bin", query: ["size": "300000"])
             let result = try await downloader.download(
                 DownloadRequest(url: url, destination: .directory(dir.url)), onEvent: events.record)
@@ -35,9 +35,9 @@ struct DownloaderTests {
         "a server that closes the connection after each response: every file arrives, none sent twice",
         arguments: TransportKind.allCases)
     func serverClosesAfterEachResponse(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 0))
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration(retries: 0))
             for index in 0..<5 {
                 let url = server.url(
                     path: "/bytes/closing\(index)", query: ["size": "\(20_000 + index)", "close": "1"])
@@ -53,10 +53,11 @@ struct DownloaderTests {
 
     @Test("503 twice then success: retried with the policy's backoff", arguments: TransportKind.allCases)
     func retriesTransientStatus(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let clock = RecordingClock()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(clock: clock))
+            let downloader = Downloader(
+                transport: kind.makeTransport(), configuration: kind.configuration(clock: clock))
             let url = server.url(path: "/bytes/flaky", query: ["size": "1000", "fail": "2"])
             let result = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
             #expect(result.attempts == 3)
@@ -68,10 +69,11 @@ struct DownloaderTests {
 
     @Test("Retry-After in seconds and as an HTTP date is honoured", arguments: TransportKind.allCases)
     func honoursRetryAfter(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let clock = RecordingClock()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(clock: clock))
+            let downloader = Downloader(
+                transport: kind.makeTransport(), configuration: kind.configuration(clock: clock))
             let seconds = server.url(path: "/bytes/ra1", query: ["size": "10", "fail": "1", "retryAfter": "7"])
             _ = try await downloader.download(DownloadRequest(url: seconds, destination: .directory(dir.url)))
             #expect(clock.recorded == [.seconds(7)])
@@ -86,10 +88,10 @@ struct DownloaderTests {
 
     @Test("retries run out: the last error, nothing at the destination", arguments: TransportKind.allCases)
     func retriesExhausted(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let downloader = Downloader(
-                transport: kind.makeTransport(), configuration: testConfiguration(retries: 2))
+                transport: kind.makeTransport(), configuration: kind.configuration(retries: 2))
             let url = server.url(path: "/bytes/down", query: ["size": "10", "status": "503"])
             let error = try await #require(throws: DownloadError.self) {
                 try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
@@ -102,9 +104,9 @@ struct DownloaderTests {
 
     @Test("404 is not retried", arguments: TransportKind.allCases)
     func notFoundIsPermanent(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let url = server.url(path: "/nothing-here")
             let error = try await #require(throws: DownloadError.self) {
                 try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
@@ -118,9 +120,9 @@ struct DownloaderTests {
 
     @Test("a cut connection resumes with Range + If-Range; only the rest is sent", arguments: TransportKind.allCases)
     func resumesAfterCut(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let size = 1_000_000
             let url = server.url(
                 path: "/bytes/cut.bin", query: ["size": "\(size)", "cutAfter": "400000", "cutTimes": "1"])
@@ -145,9 +147,9 @@ struct DownloaderTests {
         "a body shorter than Content-Length is transient and resumes from what arrived",
         arguments: TransportKind.allCases)
     func shortBodyResumes(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 2))
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration(retries: 2))
             // Every response is 1,000 bytes short, the resumed ones too, so the download cannot complete.
             let url = server.url(path: "/bytes/short", query: ["size": "50000", "shortBy": "1000"])
             let error = try await #require(throws: DownloadError.self) {
@@ -166,9 +168,9 @@ struct DownloaderTests {
 
     @Test("a changed ETag on resume restarts from zero with the new content", arguments: TransportKind.allCases)
     func changedContentRestarts(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let size = 200_000
             let url = server.url(
                 path: "/bytes/moving",
@@ -184,9 +186,9 @@ struct DownloaderTests {
 
     @Test("a 200 answering a Range request starts over, never appends", arguments: TransportKind.allCases)
     func ignoredRangeStartsOver(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let url = server.url(
                 path: "/bytes/norange",
                 query: ["size": "100000", "cutAfter": "30000", "cutTimes": "1", "ignoreRange": "1"])
@@ -198,9 +200,9 @@ struct DownloaderTests {
 
     @Test("a stall mid-body is detected and the download resumes past it", arguments: TransportKind.allCases)
     func stallResumes(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            var configuration = testConfiguration(retries: 10)
+            var configuration = kind.configuration(retries: 10)
             configuration.stallTimeout = .milliseconds(300)
             let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
             // Every response stalls for good after 40,000 bytes; each attempt resumes 40,000 further on.
@@ -223,9 +225,9 @@ struct DownloaderTests {
 
     @Test("a response head that never comes ends as stalled", arguments: TransportKind.allCases)
     func headOnlyStalls(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            var configuration = testConfiguration(retries: 1)
+            var configuration = kind.configuration(retries: 1)
             configuration.stallTimeout = .milliseconds(300)
             let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
             let url = server.url(path: "/bytes/silent", query: ["size": "1000", "headOnly": "1"])
@@ -239,9 +241,9 @@ struct DownloaderTests {
 
     @Test("a connection closed without a response is a transport error, retried", arguments: TransportKind.allCases)
     func droppedConnection(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 2))
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration(retries: 2))
             let url = server.url(path: "/bytes/drop", query: ["size": "10", "dropConnection": "1"])
             let error = try await #require(throws: DownloadError.self) {
                 try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
@@ -256,13 +258,13 @@ struct DownloaderTests {
         "a gzip body is stored as sent, or refused where the transport would decode it",
         arguments: TransportKind.allCases)
     func gzipStoredAsSent(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 0))
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration(retries: 0))
             let url = server.url(path: "/bytes/zipped", query: ["size": "5000", "gzip": "1"])
             let request = DownloadRequest(url: url, destination: .directory(dir.url))
             switch kind {
-            case .asyncHTTPClient, .nio:
+            case .asyncHTTPClient, .nio, .asyncHTTPClientOverTLS, .nioOverTLS:
                 let result = try await downloader.download(request)
                 let bytes = try #require(contentsOf(result.fileURL))
                 #expect(bytes.prefix(2) == [0x1f, 0x8b])
@@ -277,9 +279,9 @@ struct DownloaderTests {
 
     @Test("a slow head still arrives; a missing Authorization is a permanent 401", arguments: TransportKind.allCases)
     func delayAndAuth(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration())
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let slow = server.url(path: "/bytes/slow", query: ["size": "100", "delay": "200"])
             let started = ContinuousClock.now
             let result = try await downloader.download(DownloadRequest(url: slow, destination: .directory(dir.url)))

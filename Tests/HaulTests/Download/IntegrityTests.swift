@@ -18,7 +18,7 @@ struct IntegrityTests {
         _ first: DownloadRequest, _ second: DownloadRequest, at destination: URL, on server: TestServer,
         kind: TransportKind
     ) async throws -> (DownloadResult, DownloadError?) {
-        let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 0))
+        let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration(retries: 0))
         async let winner = downloader.download(first)
         async let loser = failure { () async throws(DownloadError) in try await downloader.download(second) }
         let partial =
@@ -57,7 +57,7 @@ struct IntegrityTests {
         "two downloads whose names collide only at the response (Content-Disposition): one wins, whole; the other fails clearly",
         arguments: TransportKind.allCases)
     func lateNameCollision(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let disposition = ["disposition": "attachment; filename=\"same.bin\""]
             let destination = Destination.directory(dir.url, useContentDisposition: true)
@@ -80,7 +80,7 @@ struct IntegrityTests {
         "two writers on one destination (overwrite): the second leaves the first's partial alone; only whole bytes are published",
         arguments: TransportKind.allCases)
     func twoWritersOneDestination(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let target = dir.file("one.bin")
             let first = DownloadRequest(
@@ -162,7 +162,7 @@ struct IntegrityTests {
         }
         try await RawServer.withRunning(respond: respond) { port in
             let dir = try TemporaryDirectory()
-            let downloader = Downloader(transport: kind.makeTransport(), configuration: testConfiguration(retries: 3))
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration(retries: 3))
             let events = EventLog()
             let url = try #require(URL(string: "http://127.0.0.1:\(port)/lied.bin"))
             let result = try await downloader.download(

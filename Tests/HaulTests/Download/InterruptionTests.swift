@@ -73,16 +73,16 @@ final class PartlyInterruptible: InterruptibleHTTPTransport {
         !(request.path ?? "").hasPrefix(refused)
     }
 
-    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+    func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         note(request, "plain")
-        return try await inner.send(request, connectTimeout: connectTimeout)
+        return try await inner.send(request, options: options)
     }
 
     func send(
-        _ request: HTTPRequest, connectTimeout: Duration, interruption: TransferInterruption
+        _ request: HTTPRequest, options: TransportOptions, interruption: TransferInterruption
     ) async throws -> TransportResponse {
         note(request, "interruptible")
-        return try await inner.send(request, connectTimeout: connectTimeout, interruption: interruption)
+        return try await inner.send(request, options: options, interruption: interruption)
     }
 
     private func note(_ request: HTTPRequest, _ way: String) {

@@ -30,21 +30,28 @@ final class MemoryJournal: Journal {
 /// is resumed by the next downloader (a later process) with Range/If-Range.
 @Suite("Journal", .timeLimit(.minutes(2)))
 struct JournalTests {
-    func downloader(_ journal: MemoryJournal, keepPartial: Bool = true) -> Downloader {
-        var configuration = testConfiguration()
+    func downloader(
+        _ journal: MemoryJournal, keepPartial: Bool = true, kind: TransportKind = .asyncHTTPClient
+    ) -> Downloader {
+        var configuration = kind.configuration()
         configuration.journal = journal
         configuration.keepsPartialOnCancel = keepPartial
-        return Downloader(transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
+        return Downloader(transport: kind.makeTransport(), configuration: configuration)
     }
 
-    @Test("a completed download whose file is unchanged is skipped without a request; a changed one is not")
-    func completedIsSkipped() async throws {
-        try await TestServer.withRunning { server in
+    /// The suite's tests that run over `https` too.
+    static let kinds: [TransportKind] = [.asyncHTTPClient, .asyncHTTPClientOverTLS]
+
+    @Test(
+        "a completed download whose file is unchanged is skipped without a request; a changed one is not",
+        arguments: kinds)
+    func completedIsSkipped(kind: TransportKind) async throws {
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
             let request = DownloadRequest(
                 url: server.url(path: "/bytes/a.bin", query: ["size": "5000"]), destination: .directory(dir.url))
-            let first = try await downloader(journal).download(request)
+            let first = try await downloader(journal, kind: kind).download(request)
             #expect(!first.skipped)
             let record = try #require(journal.record(for: JournalKey(request)))
             guard case .completed(5000, first.sha256, _) = record.state else {
@@ -52,7 +59,7 @@ struct JournalTests {
                 return
             }
 
-            let again = try await downloader(journal).download(request)
+            let again = try await downloader(journal, kind: kind).download(request)
             #expect(again.skipped)
             #expect(again.sha256 == first.sha256)
             #expect(server.stats.requestCount == 1)
@@ -60,7 +67,7 @@ struct JournalTests {
             // Someone changed the file: it is no longer Haul's, so the conflict policy (fail) applies.
             try Data("edited".utf8).write(to: first.fileURL)
             let error = try await #require(throws: DownloadError.self) {
-                try await downloader(journal).download(request)
+                try await downloader(journal, kind: kind).download(request)
             }
             #expect(error.code == .destinationExists)
             #expect(contentsOf(first.fileURL) == Array("edited".utf8))
@@ -115,9 +122,11 @@ struct JournalTests {
         }
     }
 
-    @Test("a cancelled download keeps its partial; the next downloader resumes it with Range and If-Range")
-    func cancelledPartialResumes() async throws {
-        try await TestServer.withRunning { server in
+    @Test(
+        "a cancelled download keeps its partial; the next downloader resumes it with Range and If-Range",
+        arguments: kinds)
+    func cancelledPartialResumes(kind: TransportKind) async throws {
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
             let size = 400_000
@@ -126,7 +135,7 @@ struct JournalTests {
                 url: server.url(path: "/bytes/big.bin", query: ["size": "\(size)", "rate": "200000"]),
                 destination: .directory(dir.url))
             let sawBytes = Signal()
-            let first = downloader(journal)
+            let first = downloader(journal, kind: kind)
             let task = Task {
                 try await first.download(request) { event in
                     if case .progress(let progress) = event, progress.bytesWritten >= 50_000 { sawBytes.fire() }
@@ -143,7 +152,7 @@ struct JournalTests {
             let kept = try #require(dir.url.appendingPathComponent(".big.bin.haul-partial").fileSize)
 
             let log = EventLog()
-            let result = try await downloader(journal).download(request) { log.record($0) }
+            let result = try await downloader(journal, kind: kind).download(request) { log.record($0) }
             let events = log.all
             #expect(result.size == Int64(size))
             #expect(result.bytesTransferred == Int64(size) - kept)

@@ -20,10 +20,10 @@ struct PublishingTests {
         "a small body is written under no name at all (Linux), a large one under its partial name",
         arguments: TransportKind.allCases)
     func partialNames(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let snapshots = Snapshots()
-            var configuration = testConfiguration()
+            var configuration = kind.configuration()
             configuration.hooks.beforePublish = { snapshots.take(dir) }
             let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
             for (name, size) in [("small", 4096), ("large", 300_000)] {
@@ -49,10 +49,10 @@ struct PublishingTests {
         "a file that appears at the destination while downloading is left alone, small or large",
         arguments: TransportKind.allCases)
     func appearedMeanwhile(kind: TransportKind) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             for (name, size) in [("small", 4096), ("large", 300_000)] {
-                var configuration = testConfiguration()
+                var configuration = kind.configuration()
                 configuration.hooks.beforePublish = { try? Data("theirs".utf8).write(to: dir.file(name)) }
                 let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
                 let url = server.url(path: "/bytes/\(name)", query: ["size": "\(size)"])

@@ -12,7 +12,7 @@ func makeQueue(
 ) -> DownloadQueue {
     DownloadQueue(
         downloader: Downloader(
-            transport: transport.makeTransport(), configuration: testConfiguration(retries: retries)
+            transport: transport.makeTransport(), configuration: transport.configuration(retries: retries)
         ),
         configuration: configuration)
 }
@@ -31,7 +31,7 @@ struct DownloadQueueTests {
         "the highest number in flight is exactly the global limit, on each transport",
         arguments: TransportKind.allCases, [1, 3, 8])
     func globalLimit(transport: TransportKind, limit: Int) async throws {
-        try await TestServer.withRunning { server in
+        try await TestServer.withRunning(transport.server()) { server in
             let dir = try TemporaryDirectory()
             let queue = makeQueue(.init(maxConcurrentDownloads: limit), transport: transport)
             let handles = queue.add(
@@ -500,9 +500,9 @@ final class QueueReadingTransport: HTTPTransport {
     let queue = Locked<DownloadQueue?>(nil)
     let seenRunning = Locked<[Int]>([])
 
-    func send(_ request: HTTPRequest, connectTimeout: Duration) async throws -> TransportResponse {
+    func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         try await withTaskCancellationHandler {
-            try await inner.send(request, connectTimeout: connectTimeout)
+            try await inner.send(request, options: options)
         } onCancel: {
             if let queue = queue.withLock({ $0 }) { seenRunning.withLock { $0.append(queue.runningCount) } }
         }

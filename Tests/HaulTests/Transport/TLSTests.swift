@@ -1,0 +1,205 @@
+import Foundation
+import Haul
+import HaulAsyncHTTPClient
+import HaulNIO
+import HaulTestServer
+import HaulTestSupport
+import HTTPTypes
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// HTTPS on every transport that speaks it: each bad certificate fails at once with a message that names the host
+/// and the reason, the settings trust what they name, client certificates, and a refused connection fails fast.
+@Suite("TLS", .timeLimit(.minutes(2)))
+struct TLSTests {
+    static let kinds: [TransportKind] = [.asyncHTTPClientOverTLS, .nioOverTLS]
+
+    static let badCertificates: [(TestServer.CertificateKind, String)] = [
+        (.expired, "certificate for 127.0.0.1 has expired"),
+        (.notYetValid, "certificate for 127.0.0.1 is not valid yet"),
+        (.wrongHost, "host name mismatch: certificate is for example.test"),
+        (.selfSigned, "certificate not trusted for 127.0.0.1: self-signed certificate"),
+        (.unknownCA, "certificate not trusted for 127.0.0.1: issued by an unknown CA (Unknown Test CA)"),
+    ]
+
+    @Test(
+        "a bad certificate fails for good at the first attempt, says why, and leaves nothing",
+        arguments: kinds, badCertificates)
+    func badCertificate(kind: TransportKind, bad: (TestServer.CertificateKind, String)) async throws {
+        try await TestServer.withRunning(TestTLS.server(certificate: bad.0)) { server in
+            let dir = try TemporaryDirectory()
+            let clock = RecordingClock()
+            let downloader = Downloader(
+                transport: kind.makeTransport(), configuration: kind.configuration(clock: clock))
+            let url = server.url(path: "/bytes/secret.bin", query: ["size": "1000"])
+            let error = try await #require(throws: DownloadError.self) {
+                try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+            }
+            #expect(error.code == .transport)
+            #expect(error.message == bad.1)
+            #expect(clock.recorded.isEmpty, "retried: \(clock.recorded)")
+            #expect(server.stats.requestCount == 0)
+            #expect(dir.contents().isEmpty)
+        }
+    }
+
+    @Test("without the CA in the settings the test CA is unknown; verifiesPeer false accepts even a self-signed one")
+    func trustComesFromTheSettings() async throws {
+        try await TestServer.withRunning(TestTLS.server()) { server in
+            let dir = try TemporaryDirectory()
+            let url = server.url(path: "/bytes/a.bin", query: ["size": "2000"])
+            let systemOnly = Downloader(transport: AsyncHTTPClientTransport.shared, configuration: testConfiguration())
+            let error = try await #require(throws: DownloadError.self) {
+                try await systemOnly.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+            }
+            #expect(error.message == "certificate not trusted for 127.0.0.1: issued by an unknown CA (Haul Test CA)")
+        }
+        try await TestServer.withRunning(TestTLS.server(certificate: .selfSigned)) { server in
+            let dir = try TemporaryDirectory()
+            var configuration = testConfiguration()
+            configuration.tls.verifiesPeer = false
+            let downloader = Downloader(transport: AsyncHTTPClientTransport.shared, configuration: configuration)
+            let result = try await downloader.download(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/b.bin", query: ["size": "2000"]), destination: .directory(dir.url)))
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "b.bin", size: 2000))
+        }
+    }
+
+    @Test("a server that asks for a client certificate refuses none, and accepts one from its CA", arguments: kinds)
+    func clientCertificate(kind: TransportKind) async throws {
+        try await TestServer.withRunning(TestTLS.server(requiresClientCertificate: true)) { server in
+            let dir = try TemporaryDirectory()
+            let url = server.url(path: "/bytes/c.bin", query: ["size": "3000"])
+            let clock = RecordingClock()
+            let without = Downloader(transport: kind.makeTransport(), configuration: kind.configuration(clock: clock))
+            let error = try await #require(throws: DownloadError.self) {
+                try await without.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+            }
+            #expect(
+                error.message
+                    == "127.0.0.1:\(server.port) refused the TLS handshake: it asks for a client certificate it trusts")
+            #expect(clock.recorded.isEmpty && dir.contents().isEmpty)
+
+            let issued = try TestTLS.authority.clientCertificate()
+            let certificate = dir.file("client.pem")
+            let key = dir.file("client.key")
+            try Data(issued.certificatePEM.utf8).write(to: certificate)
+            try Data(issued.keyPEM.utf8).write(to: key)
+            let both = dir.file("both.pem")
+            try Data((issued.certificatePEM + "\n" + issued.keyPEM).utf8).write(to: both)
+            for (certificateFile, keyFile) in [(certificate.path, Optional(key.path)), (both.path, nil)] {
+                var configuration = kind.configuration()
+                configuration.tls.clientCertificateFile = certificateFile
+                configuration.tls.clientKeyFile = keyFile
+                let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
+                let result = try await downloader.download(
+                    DownloadRequest(url: url, destination: .file(dir.file("out-\(keyFile == nil)"))))
+                #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "c.bin", size: 3000))
+            }
+        }
+    }
+
+    @Test("a refused connection fails in under 3 s with the default retries, on every transport and scheme")
+    func refusedFailsFast() async throws {
+        let port = try unusedPort()
+        for kind in TransportKind.allCases {
+            let dir = try TemporaryDirectory()
+            var configuration = kind.configuration()
+            configuration.retryPolicy = .default
+            configuration.backoffClock = ContinuousBackoffClock()
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
+            let scheme = kind.usesTLS ? "https" : "http"
+            let url = try #require(URL(string: "\(scheme)://127.0.0.1:\(port)/file.bin"))
+            let started = ContinuousClock.now
+            let error = try await #require(throws: DownloadError.self) {
+                try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+            }
+            let elapsed = ContinuousClock.now - started
+            #expect(elapsed < .seconds(3), "\(kind): \(elapsed)")
+            if kind != .urlSession { #expect(error.message == "connection refused (127.0.0.1:\(port))", "\(kind)") }
+        }
+    }
+
+    @Test("a redirect from http to https is a change of origin: credentials stay behind")
+    func schemeChangeIsOriginChange() async throws {
+        try await TestServer.withRunning(TestTLS.server()) { secure in
+            try await TestServer.withRunning { plain in
+                let dir = try TemporaryDirectory()
+                let target = secure.url(path: "/bytes/t.bin", query: ["size": "100"])
+                let url = plain.url(path: "/bytes/s.bin", query: ["size": "100", "redirectTo": target.absoluteString])
+                var fields = HTTPFields()
+                fields[.authorization] = "Bearer secret"
+                let downloader = Downloader(
+                    transport: TransportKind.nioOverTLS.makeTransport(),
+                    configuration: TransportKind.nioOverTLS.configuration())
+                let result = try await downloader.download(
+                    DownloadRequest(url: url, destination: .file(dir.file("t")), headerFields: fields))
+                #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "t.bin", size: 100))
+                #expect(plain.stats.requests.first?.authorization == "Bearer secret")
+                #expect(secure.stats.requests.count == 1 && secure.stats.requests.first?.authorization == nil)
+            }
+        }
+    }
+
+    @Test("settings that name a missing or unreadable file fail before any request, naming the file")
+    func settingsAreChecked() throws {
+        let dir = try TemporaryDirectory()
+        let missing = dir.file("missing.pem").path
+        #expect(throws: DownloadError.self) { try TLSSettings(caFile: missing).validate() }
+        #expect(throws: DownloadError.self) { try TLSSettings(caDirectory: missing).validate() }
+        #expect(throws: DownloadError.self) { try TLSSettings(clientKeyFile: TestTLS.caFile).validate() }
+        do {
+            try TLSSettings(caFile: missing).validate()
+        } catch {
+            #expect(error.message == "CA certificate file '\(missing)' does not exist" && error.path == missing)
+        }
+        try TLSSettings(caFile: TestTLS.caFile, caDirectory: dir.url.path).validate()
+        let environment = TLSSettings.fromEnvironment(["SSL_CERT_FILE": "/a.pem", "SSL_CERT_DIR": ""])
+        #expect(environment == TLSSettings(caFile: "/a.pem"))
+    }
+
+    @Test("a CA file that holds no certificate fails every https request for good, naming the file", arguments: kinds)
+    func unusableCAFile(kind: TransportKind) async throws {
+        try await TestServer.withRunning(TestTLS.server()) { server in
+            let dir = try TemporaryDirectory()
+            let garbage = dir.file("garbage.pem")
+            try Data("not a certificate\n".utf8).write(to: garbage)
+            var configuration = kind.configuration()
+            configuration.tls.caFile = garbage.path
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
+            let error = try await #require(throws: DownloadError.self) {
+                try await downloader.download(
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/g", query: ["size": "10"]), destination: .file(dir.file("g"))))
+            }
+            #expect(error.message.contains("CA certificate file '\(garbage.path)'"))
+            #expect(server.stats.connectionsAccepted == 0)
+        }
+    }
+}
+
+/// A loopback port nothing listens on (bound, read and closed again).
+func unusedPort() throws -> Int {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard descriptor >= 0 else { throw POSIXError(.EIO) }
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+    }
+    guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
