@@ -10,6 +10,8 @@ on tmpfs, where the file system costs least, to separate network from file-syste
   s4  50 x 4 MiB from `haul serve` throttled to 4 MiB/s per response, width 8: concurrency, not CPU, decides
   s5  s4 with 10% of the files failing once with 503 and 5% cut mid-body once; only correct files count,
       and the bytes the server sent beyond the total size are reported
+  s1s, s2w1s, s2w8s, s3s  s1, s2 and s3 over HTTPS (nginx with TLS, HTTP/2 offered by ALPN; each tool trusts the
+      run's CA and otherwise keeps its defaults)
 
 Every run starts from an empty destination and is checked byte for byte against the reference files; a run that
 fails or leaves a wrong or missing file counts as failed, never as a time. Figures: wall time, throughput (MB/s =
@@ -66,6 +68,7 @@ class Scenario:
     unit: str  # "MB/s" or "files/s"
     server: str  # "nginx" or "haul-serve"
     timeout: float
+    ca: str = None  # over HTTPS: the CA file every tool is told to trust
     total_bytes: int = 0
     files: int = 0
     items: list = field(default_factory=list)  # nginx scenarios: fixed; haul-serve: rebuilt per run (new port)
@@ -152,26 +155,31 @@ def write_inputs(items, directory):
     return urls, config
 
 
-def command(tool, width, dest, urls, config):
-    """Each tool as a user would run it for a batch, with retries on (the same flags in every scenario)."""
+def command(tool, width, dest, urls, config, ca=None):
+    """Each tool as a user would run it for a batch, with retries on (the same flags in every scenario); over HTTPS
+    each is told to trust `ca` and otherwise left to its defaults (HTTP/2 where it offers it)."""
     if tool.startswith("haul"):
         transport = {"haul (NIO)": "nio", BASELINE_TOOL: "nio", "haul (AsyncHTTPClient)": "async-http-client"}.get(
             tool, "urlsession")
         binary = BASELINE if tool == BASELINE_TOOL else HAUL
-        return [binary, "get", "-q", "-j", str(width), "-d", dest, "-i", urls, "--transport", transport]
+        trust = ["--cacert", ca] if ca else []
+        return [binary, "get", "-q", "-j", str(width), "-d", dest, "-i", urls, "--transport", transport, *trust]
     if tool == "curl":
         # --fail: without it a 503 body is saved as the file; --retry-all-errors: retry a cut body too.
         parallel = ["--parallel", "--parallel-max", str(width)] if width > 1 else []
-        return ["curl", "-s", "--fail", "--retry", "5", "--retry-all-errors", *parallel,
+        trust = ["--cacert", ca] if ca else []
+        return ["curl", "-s", "--fail", "--retry", "5", "--retry-all-errors", *parallel, *trust,
                 "--output-dir", dest, "-K", config]
+    trust = [f"--ca-certificate={ca}"] if ca else []
     if tool == "wget2":
         return ["wget2", "-q", "--no-robots", "--tries", "5", "--max-threads", str(width), "-nd", "-P", dest,
-                "-i", urls]
+                *trust, "-i", urls]
     if tool == "aria2c":
         # --retry-wait > 0 is what makes aria2c retry a 503.
-        return ["aria2c", "-q", "-j", str(width), "--max-tries=5", "--retry-wait=1", "-d", dest, "-i", urls]
+        return ["aria2c", "-q", "-j", str(width), "--max-tries=5", "--retry-wait=1", "-d", dest, *trust,
+                "-i", urls]
     if tool == "wget":
-        return ["wget", "-q", "--tries=5", "--retry-on-http-error=503", "-nd", "-P", dest, "-i", urls]
+        return ["wget", "-q", "--tries=5", "--retry-on-http-error=503", "-nd", "-P", dest, *trust, "-i", urls]
     raise ValueError(tool)
 
 
@@ -212,9 +220,12 @@ class Nginx:
     def __init__(self, work, root):
         self.work = work
         started = subprocess.run(
-            ["bash", "-c", 'source "$0" && WORK="$1" && start_nginx "$2" && echo "$NGINX_PORT"', LIB, work, root],
+            ["bash", "-c",
+             'source "$0" && WORK="$1" && start_nginx "$2" && echo "$NGINX_PORT $NGINX_TLS_PORT $NGINX_CA"',
+             LIB, work, root],
             check=True, capture_output=True, text=True)
-        self.port = int(started.stdout.split()[-1])
+        port, tls_port, ca = started.stdout.split()[-3:]
+        self.port, self.tls_port, self.ca = int(port), int(tls_port), ca
 
     def stop(self):
         subprocess.run(["bash", "-c", 'source "$0" && WORK="$1" && stop_nginx', LIB, self.work])
@@ -290,9 +301,13 @@ def make_content(work):
 
 
 def scenarios(nginx, www, reference):
-    def nginx_items(directory, names):
-        return [Item(f"http://127.0.0.1:{nginx.port}/{directory}{name}", name,
-                     os.path.join(www, directory, name)) for name in names]
+    def nginx_items(directory, names, https=False):
+        base = f"https://127.0.0.1:{nginx.tls_port}" if https else f"http://127.0.0.1:{nginx.port}"
+        return [Item(f"{base}/{directory}{name}", name, os.path.join(www, directory, name)) for name in names]
+
+    # URLSession takes no CA (its transport verifies with the system's store only), so it sits out the HTTPS rows.
+    tls_tools = [t for t in ALL_TOOLS if t != "haul (URLSession)"]
+    tls_parallel = [t for t in PARALLEL_TOOLS if t != "haul (URLSession)"]
 
     mids = [f"m{i:03d}" for i in range(200)]
     smalls = [f"f{i:05d}" for i in range(10000)]
@@ -309,6 +324,14 @@ def scenarios(nginx, www, reference):
                  PARALLEL_TOOLS, "MB/s", "haul-serve", 300),
         Scenario("s5", "as s4, 10% of files 503 once, 5% cut mid-body once", 8, PARALLEL_TOOLS, "MB/s",
                  "haul-serve", 300),
+        Scenario("s1s", "one 1 GiB file over HTTPS", 1, tls_tools, "MB/s", "nginx", 300, ca=nginx.ca,
+                 items=nginx_items("", ["big"], https=True)),
+        Scenario("s2w1s", "200 x 1 MiB over HTTPS, width 1", 1, tls_tools, "MB/s", "nginx", 300, ca=nginx.ca,
+                 items=nginx_items("mid/", mids, https=True)),
+        Scenario("s2w8s", "200 x 1 MiB over HTTPS, width 8", 8, tls_parallel, "MB/s", "nginx", 300, ca=nginx.ca,
+                 items=nginx_items("mid/", mids, https=True)),
+        Scenario("s3s", "10,000 x 4 KiB over HTTPS, width 8", 8, tls_parallel, "files/s", "nginx", 900, ca=nginx.ca,
+                 items=nginx_items("small/", smalls, https=True)),
     ]
     for s in result:
         if s.items:
@@ -391,7 +414,7 @@ def run_once(scenario, tool, place, work, reference):
     os.makedirs(inputs, exist_ok=True)
     urls, config = write_inputs(items, inputs)
     stderr_path = os.path.join(work, "stderr.txt")
-    argv = command(tool, scenario.width, dest, urls, config)
+    argv = command(tool, scenario.width, dest, urls, config, scenario.ca)
     warm(argv[0], [] if server else items)
     try:
         status, wall, cpu, rss = measured(argv, scenario.timeout, stderr_path)
@@ -554,7 +577,8 @@ def machine_line(disk):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="?", type=int, default=3, help="repetitions per tool on the real disk (3)")
-    parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5")
+    parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5 and the HTTPS rows "
+                        "s1s,s2w1s,s2w8s,s3s")
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the tmpfs pass")
     parser.add_argument("--haul", help="the haul binary to measure (default: .build-static/release/haul)")
     parser.add_argument("--baseline", help="a second haul binary (e.g. the previous commit's), measured in the same "

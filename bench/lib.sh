@@ -6,10 +6,14 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# start_nginx ROOT: serves ROOT on a free loopback port with sendfile and long keep-alive; sets NGINX_PORT.
-# Stop it with stop_nginx (the scripts do so in their EXIT trap).
+# start_nginx ROOT: serves ROOT on free loopback ports with sendfile and long keep-alive: plain HTTP on NGINX_PORT,
+# and HTTPS with HTTP/2 offered by ALPN on NGINX_TLS_PORT, with a certificate for 127.0.0.1 from a CA made for the
+# run (its certificate: NGINX_CA). Stop it with stop_nginx (the scripts do so in their EXIT trap).
 start_nginx() {
     NGINX_PORT=$(free_port)
+    NGINX_TLS_PORT=$(free_port)
+    NGINX_CA=$WORK/tls/ca.pem
+    make_certificates "$WORK/tls"
     cat > "$WORK/nginx.conf" <<CONF
 worker_processes 2;
 pid $WORK/nginx.pid;
@@ -21,9 +25,30 @@ http {
     tcp_nopush on;
     keepalive_requests 1000000;
     server { listen 127.0.0.1:$NGINX_PORT; root $1; }
+    server {
+        listen 127.0.0.1:$NGINX_TLS_PORT ssl http2;
+        ssl_certificate $WORK/tls/cert.pem;
+        ssl_certificate_key $WORK/tls/key.pem;
+        root $1;
+    }
 }
 CONF
     nginx -c "$WORK/nginx.conf"
+}
+
+# make_certificates DIR: a P-256 CA (DIR/ca.pem) and a server certificate it issued for 127.0.0.1 and localhost
+# (DIR/cert.pem, DIR/key.pem), valid for 30 days.
+make_certificates() {
+    mkdir -p "$1"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 -subj "/CN=Haul bench CA" \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
+        -keyout "$1/ca.key" -out "$1/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$1/key.pem" -out "$1/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+        > "$1/server.ext"
+    openssl x509 -req -in "$1/server.csr" -CA "$1/ca.pem" -CAkey "$1/ca.key" -CAcreateserial -days 30 \
+        -extfile "$1/server.ext" -out "$1/cert.pem" 2>/dev/null
 }
 
 stop_nginx() { nginx -c "$WORK/nginx.conf" -s stop 2>/dev/null || true; }

@@ -10,9 +10,12 @@ import Testing
 /// holds whenever they land.
 @Suite("haul get killed", .timeLimit(.minutes(3)))
 struct CrashTests {
-    @Test("SIGKILL at 20 random moments, then reruns: every file identical, resumed not restarted, journal truthful")
-    func killedRunsResume() async throws {
-        try await TestServer.withRunning { server in
+    @Test(
+        "SIGKILL at 20 random moments, then reruns: every file identical, resumed not restarted, journal truthful",
+        arguments: ["http", "https"])
+    func killedRunsResume(scheme: String) async throws {
+        let overTLS = scheme == "https"
+        try await TestServer.withRunning(overTLS ? TestTLS.server() : .init()) { server in
             let dir = try TemporaryDirectory()
             // Per kill, what was in flight is lost (sent, not yet on disk): tens of KB per connection on a loaded
             // machine. Large enough a batch that 20 kills' worth of it stays well inside the 1.25x allowed.
@@ -27,7 +30,9 @@ struct CrashTests {
             let input = dir.url.appendingPathComponent("urls.txt")
             try Data(list.utf8).write(to: input)
             let target = dir.url.appendingPathComponent("out")
-            let arguments = ["get", "-q", "-j", "4", "-d", target.path, "-i", input.path]
+            let arguments =
+                ["get", "-q", "-j", "4", "-d", target.path, "-i", input.path]
+                + (overTLS ? ["--cacert", TestTLS.caFile] : [])
 
             var generator = SystemRandomNumberGenerator()
             var killed = 0

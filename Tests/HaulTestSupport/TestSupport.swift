@@ -89,9 +89,11 @@ package final class ChildProcess: Sendable {
     private let stdoutPath: String
     private let stderrPath: String
 
-    /// Starts `executable` (a path, or a name looked up in `PATH`) with `arguments`, `input` on standard input.
+    /// Starts `executable` (a path, or a name looked up in `PATH`) with `arguments`, `input` on standard input;
+    /// `signalsAtDefault` unblocks every signal and resets its handling, as a shell starts a command.
     package init(
-        _ executable: String, _ arguments: [String], input: String = "", environment: [String: String]? = nil
+        _ executable: String, _ arguments: [String], input: String = "", environment: [String: String]? = nil,
+        signalsAtDefault: Bool = false
     ) throws {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("haul-child-\(UUID().uuidString)")
         let stdinPath = scratch.path + ".in"
@@ -111,9 +113,24 @@ package final class ChildProcess: Sendable {
         posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         let environment = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
+        // With `signalsAtDefault` the child starts as from a shell: no signal blocked, every one at its default.
+        // Otherwise it inherits the spawning thread's mask, and Dispatch's threads block signals (nginx then never
+        // sees SIGTERM).
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        if signalsAtDefault {
+            var none = sigset_t()
+            sigemptyset(&none)
+            var all = sigset_t()
+            sigfillset(&all)
+            posix_spawnattr_setsigmask(&attributes, &none)
+            posix_spawnattr_setsigdefault(&attributes, &all)
+            posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        }
         var pid: pid_t = 0
         let spawned = withCStrings([executable] + arguments) { argv in
-            withCStrings(environment) { envp in posix_spawnp(&pid, executable, &actions, nil, argv, envp) }
+            withCStrings(environment) { envp in posix_spawnp(&pid, executable, &actions, &attributes, argv, envp) }
         }
         guard spawned == 0 else { throw POSIXError(POSIXErrorCode(rawValue: spawned) ?? .EIO) }
         self.pid = pid
@@ -121,6 +138,9 @@ package final class ChildProcess: Sendable {
 
     /// Sends `signal` to the child.
     package func send(_ signal: Int32) { kill(pid, signal) }
+
+    /// What the child has written to standard output so far.
+    package var stdoutSoFar: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
 
     /// Waits (on a thread of its own) for the child to exit; returns its exit status (128 + N when killed by signal
     /// N, as a shell reports it) and what it wrote.

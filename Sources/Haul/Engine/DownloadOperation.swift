@@ -33,7 +33,7 @@ public final class DownloadOperation: ResultOperation<DownloadResult>, @unchecke
         perform = { () async throws(DownloadError) -> DownloadResult in
             try await downloader.download(request, onEvent: onEvent)
         }
-        super.init(name: name ?? request.url.absoluteString)
+        super.init(name: name ?? request.url.redactedString)
     }
 
     /// Creates an operation that, when an `OperationQueue` starts it, adds `request` to `queue` and finishes
@@ -48,7 +48,7 @@ public final class DownloadOperation: ResultOperation<DownloadResult>, @unchecke
     public init(_ request: DownloadRequest, queue: DownloadQueue, name: String? = nil) {
         self.request = request
         perform = { () async throws(DownloadError) -> DownloadResult in try await queue.download(request) }
-        super.init(name: name ?? request.url.absoluteString)
+        super.init(name: name ?? request.url.redactedString)
     }
 
     /// Starts the download; called by the queue.

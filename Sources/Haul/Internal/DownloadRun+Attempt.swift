@@ -93,7 +93,7 @@ extension DownloadRun {
             let url = hops.url
             let resumeFrom = hops.mayResume && validator != nil ? writer?.size ?? 0 : 0
             let head = makeRequest(url: url, fields: hops.fields, resumeFrom: resumeFrom)
-            logger.debug("request", metadata: ["url": "\(url.absoluteString)", "range-from": "\(resumeFrom)"])
+            logger.debug("request", metadata: ["url": "\(url.redactedString)", "range-from": "\(resumeFrom)"])
             // A cancelled task sends nothing: some transports would still put the request on the wire.
             try Task.checkCancellation()
             let response: TransportResponse
@@ -137,7 +137,7 @@ extension DownloadRun {
         _ response: TransportResponse, url: URL, resumeFrom: Int64, hops: inout Hops
     ) async throws -> AfterResponse {
         let status = response.head.status.code
-        logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.absoluteString)"])
+        logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.redactedString)"])
 
         if HTTPRules.redirectStatuses.contains(status) {
             if hops.visited.isEmpty { hops.visited.insert(request.url.absoluteString) }
@@ -146,7 +146,7 @@ extension DownloadRun {
             if HTTPRules.origin(of: target) != HTTPRules.origin(of: url) {
                 for name in HTTPRules.credentialFields { hops.fields[name] = nil }
             }
-            logger.info("redirect", metadata: ["from": "\(url.absoluteString)", "to": "\(target.absoluteString)"])
+            logger.info("redirect", metadata: ["from": "\(url.redactedString)", "to": "\(target.redactedString)"])
             emit(.redirected(from: url, to: target, status: status))
             hops.url = target
             return .sendAgain
@@ -356,7 +356,7 @@ extension DownloadRun {
         guard visited.insert(target.absoluteString).inserted else {
             throw AttemptFailure.permanent(
                 DownloadError(
-                    .redirectLoop, message: "redirect loop: '\(target.absoluteString)' was already visited", url: url))
+                    .redirectLoop, message: "redirect loop: '\(target.redactedString)' was already visited", url: url))
         }
         count += 1
         return target

@@ -37,7 +37,7 @@ enum HTTPRules {
             return .failure(
                 DownloadError(
                     .redirectRefused,
-                    message: "refused a redirect to '\(target.absoluteString)': only http and https are followed",
+                    message: "refused a redirect to '\(target.redactedString)': only http and https are followed",
                     url: current))
         }
         return .success(target)

@@ -93,7 +93,7 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
     /// The message, prefixed with the URL.
     public var description: String {
         guard let url else { return message }
-        return "\(url.absoluteString): \(message)"
+        return "\(url.redactedString): \(message)"
     }
 
     /// Same as ``description``.

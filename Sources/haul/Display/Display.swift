@@ -132,7 +132,7 @@ struct RunReport: Sendable {
         text += "\(Format.bytes(bytesTransferred)) in \(Format.elapsed(elapsed)) (\(Format.speed(averageSpeed)))\n"
         for failure in failures {
             text += "  failed: \(failure.name): \(failure.error.message)"
-            if let url = failure.error.url { text += " (\(url.absoluteString))" }
+            if let url = failure.error.url { text += " (\(url.redactedString))" }
             text += "\n"
         }
         if interrupted {
@@ -145,5 +145,5 @@ struct RunReport: Sendable {
 /// The name a download is shown by: the planned file name, else the URL's last component.
 func displayName(of request: DownloadRequest) -> String {
     request.plannedFileURL?.lastPathComponent ?? DownloadRequest.fileName(for: request.url)
-        ?? request.url.absoluteString
+        ?? request.url.redactedString
 }

@@ -71,7 +71,7 @@ final class JSONDisplay: Display {
                 line.status = error.status
             case .finished(let result):
                 line.event = "finish"
-                line.url = result.finalURL.absoluteString
+                line.url = result.finalURL.redactedString
                 line.path = result.fileURL.path
                 line.size = result.size
                 line.sha256 = result.sha256
@@ -79,7 +79,7 @@ final class JSONDisplay: Display {
                 line.skipped = result.skipped
             case .failed(let error):
                 line.event = "fail"
-                line.url = error.url?.absoluteString
+                line.url = error.url?.redactedString
                 line.code = error.code.description
                 line.status = error.status
                 line.error = error.message

@@ -7,13 +7,16 @@ import HaulOperations
 final class LineDisplay: Display {
     private let started = Locked([DownloadID: ContinuousClock.Instant]())
     private let quiet: Bool
+    /// With `-v`: a failure's line is followed by the transport library's own error.
+    private let verbose: Bool
     /// The planned downloads' names, in the order they were added to a new queue: download `#N` is `names[N-1]`
     /// (a queue numbers downloads from 1 in that order, and `haul get` never adds one twice). So no `.queued`
     /// event is needed for a name.
     private let names: [String]
 
-    init(quiet: Bool, names: [String]) {
+    init(quiet: Bool, verbose: Bool = false, names: [String]) {
         self.quiet = quiet
+        self.verbose = verbose
         self.names = names
     }
 
@@ -47,6 +50,9 @@ final class LineDisplay: Display {
         case .failed(let error):
             guard !error.isCancellation else { return }
             Console.err("fail   \(name): \(error.message)\n")
+            if verbose, let underlying = error.underlying {
+                Console.err(Format.printable("       \(underlying)") + "\n")
+            }
         case .progress, .redirected:
             break
         }

@@ -127,7 +127,7 @@ enum GetRun {
         if settings.output == .json { return JSONDisplay() }
         // Verbose logs go to standard error line by line; bars redrawn over them would garble both.
         if settings.quiet || settings.verbose || !Console.isInteractiveTerminal {
-            return LineDisplay(quiet: settings.quiet, names: plan.map(\.displayName))
+            return LineDisplay(quiet: settings.quiet, verbose: settings.verbose, names: plan.map(\.displayName))
         }
         return TerminalDisplay()
     }

@@ -120,7 +120,7 @@ enum Planner {
         return .success(
             PlannedDownload(
                 request: request, source: entry.source,
-                displayName: fileName ?? DownloadRequest.fileName(for: url) ?? url.absoluteString,
+                displayName: fileName ?? DownloadRequest.fileName(for: url) ?? url.redactedString,
                 plannedPath: plannedPath)
         )
     }
@@ -178,7 +178,7 @@ enum Planner {
                     InputProblem(
                         origin: download.origin,
                         message:
-                            "'\(download.request.url.absoluteString)' and '\(first.request.url.absoluteString)' (\(first.origin)) would both write '\(path)'; give one of them another name (out=NAME)"
+                            "'\(download.request.url.redactedString)' and '\(first.request.url.redactedString)' (\(first.origin)) would both write '\(path)'; give one of them another name (out=NAME)"
                     ))
             } else {
                 firstByPath[PathKey(path)] = index

@@ -15,16 +15,26 @@ struct HaulOutput: CustomStringConvertible {
 final class HaulProcess: Sendable {
     private let child: ChildProcess
 
-    /// Starts `haul ARGUMENTS` with `input` on standard input.
-    init(_ arguments: [String], input: String? = nil) throws {
+    /// Starts `haul ARGUMENTS` with `input` on standard input, and `environment` beside the test process's own
+    /// (whose `SSL_CERT_FILE` and `SSL_CERT_DIR` are left out, so that only a test sets them).
+    init(_ arguments: [String], input: String? = nil, environment extra: [String: String] = [:]) throws {
         var environment = ProcessInfo.processInfo.environment
+        environment["SSL_CERT_FILE"] = nil
+        environment["SSL_CERT_DIR"] = nil
         environment["TERM"] = "dumb"
+        environment.merge(extra) { _, new in new }
         child = try ChildProcess(
             try Self.binary().path, arguments, input: input ?? "", environment: environment)
     }
 
     /// The process's id.
     var pid: pid_t { child.pid }
+
+    /// The URL of a `haul serve` process's "Serving on URL" line, once it has printed it.
+    var printedURL: String? {
+        let line = child.stdoutSoFar.split(separator: "\n").first { $0.hasPrefix("Serving on ") }
+        return line.map { String($0.dropFirst("Serving on ".count)) }
+    }
 
     /// Sends `signal` (SIGINT by default), as Ctrl-C would.
     func send(_ signal: Int32 = SIGINT) { child.send(signal) }
@@ -44,8 +54,10 @@ final class HaulProcess: Sendable {
     }
 
     /// Runs `haul ARGUMENTS` to the end.
-    static func run(_ arguments: [String], input: String? = nil) async throws -> HaulOutput {
-        try await HaulProcess(arguments, input: input).finish()
+    static func run(
+        _ arguments: [String], input: String? = nil, environment: [String: String] = [:]
+    ) async throws -> HaulOutput {
+        try await HaulProcess(arguments, input: input, environment: environment).finish()
     }
 
     /// The built `haul` binary.

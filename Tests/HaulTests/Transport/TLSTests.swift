@@ -69,6 +69,27 @@ struct TLSTests {
         }
     }
 
+    @Test("a CA directory named by subject hash (as c_rehash makes it) is trusted", arguments: kinds)
+    func caDirectory(kind: TransportKind) async throws {
+        try await TestServer.withRunning(TestTLS.server()) { server in
+            let dir = try TemporaryDirectory()
+            let hashing = try ChildProcess("openssl", ["x509", "-noout", "-subject_hash", "-in", TestTLS.caFile])
+            let hash = await hashing.finish().stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            try #require(hash.count == 8, "openssl printed no subject hash: '\(hash)'")
+            let certificates = dir.file("certs")
+            try FileManager.default.createDirectory(at: certificates, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(
+                atPath: TestTLS.caFile, toPath: certificates.appendingPathComponent("\(hash).0").path)
+            var configuration = testConfiguration()
+            configuration.tls = TLSSettings(caDirectory: certificates.path)
+            let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
+            let result = try await downloader.download(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/d.bin", query: ["size": "4000"]), destination: .file(dir.file("d"))))
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "d.bin", size: 4000))
+        }
+    }
+
     @Test("a server that asks for a client certificate refuses none, and accepts one from its CA", arguments: kinds)
     func clientCertificate(kind: TransportKind) async throws {
         try await TestServer.withRunning(TestTLS.server(requiresClientCertificate: true)) { server in
@@ -105,7 +126,7 @@ struct TLSTests {
 
     @Test("a refused connection fails in under 3 s with the default retries, on every transport and scheme")
     func refusedFailsFast() async throws {
-        let port = try unusedPort()
+        let port = try freeLoopbackPort()
         for kind in TransportKind.allCases {
             let dir = try TemporaryDirectory()
             var configuration = kind.configuration()
@@ -121,6 +142,30 @@ struct TLSTests {
             let elapsed = ContinuousClock.now - started
             #expect(elapsed < .seconds(3), "\(kind): \(elapsed)")
             if kind != .urlSession { #expect(error.message == "connection refused (127.0.0.1:\(port))", "\(kind)") }
+        }
+    }
+
+    @Test("a connection that is never accepted times out with the connect timeout, on each NIO-based transport")
+    func connectTimeout() async throws {
+        try await withUnacceptingListener { port in
+            let client = AsyncHTTPClientTransport(connectTimeout: .seconds(1))
+            let cases: [(String, any HTTPTransport)] = [
+                ("http", NIOTransport()), ("http", client), ("https", NIOTransport(fallback: client)),
+            ]
+            for (scheme, transport) in cases {
+                var configuration = testConfiguration(retries: 0)
+                configuration.connectTimeout = .seconds(1)
+                configuration.tls = TestTLS.settings
+                let downloader = Downloader(transport: transport, configuration: configuration)
+                let url = try #require(URL(string: "\(scheme)://127.0.0.1:\(port)/slow.bin"))
+                let dir = try TemporaryDirectory()
+                let error = try await #require(throws: DownloadError.self) {
+                    try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+                }
+                #expect(
+                    error.message == "timed out connecting to 127.0.0.1:\(port) after 1 s", "\(scheme) \(transport)")
+            }
+            try await client.shutdown()
         }
     }
 
@@ -182,24 +227,31 @@ struct TLSTests {
     }
 }
 
-/// A loopback port nothing listens on (bound, read and closed again).
-func unusedPort() throws -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard descriptor >= 0 else { throw POSIXError(.EIO) }
-    defer { close(descriptor) }
+/// Runs `body` with the port of a loopback listener whose accept queue is full, so that a new connection is never
+/// accepted: the kernel drops its SYN and the client waits out its connect timeout.
+private func withUnacceptingListener(_ body: (Int) async throws -> Void) async throws {
+    let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(listener) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    let bound = withUnsafePointer(to: &address) {
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let ready = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            bind(listener, $0, length) == 0 && listen(listener, 0) == 0 && getsockname(listener, $0, &length) == 0
         }
     }
-    guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+    try #require(ready)
+    // A backlog of 0 holds one connection; two fill it for sure.
+    var fillers: [Int32] = []
+    defer { fillers.forEach { close($0) } }
+    for _ in 0..<2 {
+        let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        fillers.append(filler)
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) }
+        }
     }
-    return Int(UInt16(bigEndian: address.sin_port))
+    try await Task.sleep(for: .milliseconds(100))
+    try await body(Int(UInt16(bigEndian: address.sin_port)))
 }

@@ -1,0 +1,179 @@
+package import Foundation
+package import HaulTestServer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Debian's nginx serving HTTPS with HTTP/2 on a free loopback port, started and stopped by a test: a real h2 server
+/// beside Haul's own HTTP/1.1 test server. Its certificate comes from ``TestTLS/authority``; its access log records,
+/// for every request, the connection it came on and the protocol (`connection protocol status uri`).
+package final class Nginx: Sendable {
+    /// The port it listens on (127.0.0.1).
+    package let port: Int
+    /// The directory it serves at `/`.
+    package let root: URL
+    private let directory: String
+    private let process: ChildProcess
+
+    /// Starts nginx with `extraDirectives` in its `server` block (e.g. `keepalive_requests 10;`), serving `files`
+    /// (name to bytes) at `/`, and waits until it accepts connections.
+    ///
+    /// - Throws: when nginx is not installed (`scripts/test` installs it) or does not start.
+    package init(files: [String: [UInt8]], extraDirectives: String = "") async throws {
+        guard let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"].first(where: FileManager.default.isExecutableFile)
+        else {
+            throw NginxError("nginx is not installed: run the tests with scripts/test, which installs it")
+        }
+        directory =
+            FileManager.default.temporaryDirectory.appendingPathComponent("haul-nginx-\(UUID().uuidString)")
+            .path
+        root = URL(fileURLWithPath: directory + "/www", isDirectory: true)
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        for (name, bytes) in files { try Data(bytes).write(to: root.appendingPathComponent(name)) }
+        let issued = try TestTLS.authority.serverCertificate(.valid)
+        try Data(issued.certificatePEM.utf8).write(to: URL(fileURLWithPath: directory + "/cert.pem"))
+        try Data(issued.keyPEM.utf8).write(to: URL(fileURLWithPath: directory + "/key.pem"))
+        var lastError: (any Error)?
+        // A free port is found by binding and closing; another process may take it in between, so try a few.
+        for _ in 0..<5 {
+            let port = try freeLoopbackPort()
+            try Self.configuration(directory: directory, port: port, extra: extraDirectives).write(
+                toFile: directory + "/nginx.conf", atomically: true, encoding: .utf8)
+            let process = try ChildProcess(
+                binary, ["-p", directory, "-c", directory + "/nginx.conf"], signalsAtDefault: true)
+            if await Self.accepts(port: port, process: process) {
+                self.port = port
+                self.process = process
+                return
+            }
+            process.send(SIGKILL)
+            let output = await process.finish()
+            lastError = NginxError("nginx did not start on port \(port): \(output.stderr)")
+        }
+        throw lastError ?? NginxError("nginx did not start")
+    }
+
+    /// Starts nginx (see ``init(files:extraDirectives:)``), runs `body` with it, and stops it however `body` ends.
+    package static func withRunning<Result>(
+        files: [String: [UInt8]], extraDirectives: String = "", _ body: (Nginx) async throws -> Result
+    ) async throws -> Result {
+        let nginx = try await Nginx(files: files, extraDirectives: extraDirectives)
+        do {
+            let result = try await body(nginx)
+            await nginx.stop()
+            return result
+        } catch {
+            await nginx.stop()
+            throw error
+        }
+    }
+
+    /// `https://127.0.0.1:PORT/NAME`.
+    package func url(_ name: String) -> URL {
+        guard let url = URL(string: "https://127.0.0.1:\(port)/\(name)") else {
+            preconditionFailure("'\(name)' does not make a URL")
+        }
+        return url
+    }
+
+    /// The access log's lines so far, each `(connection, protocol, status, uri)`.
+    package var accessLog: [(connection: Int, protocol: String, status: Int, uri: String)] {
+        let text = (try? String(contentsOfFile: directory + "/access.log", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ")
+            guard fields.count == 4, let connection = Int(fields[0]), let status = Int(fields[2]) else { return nil }
+            return (connection, String(fields[1]), status, String(fields[3]))
+        }
+    }
+
+    /// Stops nginx and removes its directory.
+    package func stop() async {
+        process.send(SIGTERM)
+        _ = await process.finish()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private static func configuration(directory: String, port: Int, extra: String) -> String {
+        """
+        daemon off;
+        master_process off;
+        user root;
+        worker_processes 1;
+        error_log \(directory)/error.log warn;
+        pid \(directory)/nginx.pid;
+        events { worker_connections 256; }
+        http {
+            log_format haul '$connection $server_protocol $status $request_uri';
+            access_log \(directory)/access.log haul;
+            client_body_temp_path \(directory)/body;
+            proxy_temp_path \(directory)/proxy;
+            fastcgi_temp_path \(directory)/fastcgi;
+            uwsgi_temp_path \(directory)/uwsgi;
+            scgi_temp_path \(directory)/scgi;
+            server {
+                listen 127.0.0.1:\(port) ssl http2;
+                ssl_certificate \(directory)/cert.pem;
+                ssl_certificate_key \(directory)/key.pem;
+                root \(directory)/www;
+                \(extra)
+            }
+        }
+        """
+    }
+
+    private static func accepts(port: Int, process: ChildProcess) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if connects(to: port) { return true }
+            if (try? String(contentsOfFile: "/proc/\(process.pid)/stat", encoding: .utf8))?.contains(") Z") ?? true {
+                return false
+            }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return false
+    }
+
+    private static func connects(to port: Int) -> Bool {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+    }
+}
+
+/// Why nginx could not be started for a test.
+package struct NginxError: Error, CustomStringConvertible {
+    package let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A loopback port that was free a moment ago (bound, read and closed again).
+package func freeLoopbackPort() throws -> Int {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard descriptor >= 0 else { throw POSIXError(.EIO) }
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+    }
+    guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
