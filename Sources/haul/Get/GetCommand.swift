@@ -189,8 +189,10 @@ struct GetCommand: AsyncParsableCommand {
         // First: a signal while the input is read or the journal opened must stop the run cleanly too.
         Interruption.install()
         let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
-        let tls = try tlsSettings()
         let plan = try makePlan(directory: directory)
+        // As curl does, the CA and certificate files are read only when something is fetched over https: a stale
+        // SSL_CERT_FILE does not stop a run of http URLs.
+        let tls = try tlsSettings(checkingFiles: plan.contains { $0.request.url.scheme?.lowercased() == "https" })
         try createDirectories(for: plan, base: directory)
         // Opened once the input is known to be good: a bad input leaves nothing behind.
         let journal = try journalPath(directory: directory).map(Self.openJournal(at:))
@@ -216,8 +218,9 @@ struct GetCommand: AsyncParsableCommand {
         withExtendedLifetime((plan, report)) { Foundation.exit(report.exitCode) }
     }
 
-    /// The TLS settings of the options (the environment's CA when none is given), every file named checked.
-    private func tlsSettings() throws -> TLSSettings {
+    /// The TLS settings of the options (the environment's CA when none is given); with `checkingFiles`, every file
+    /// they name is read and checked.
+    private func tlsSettings(checkingFiles: Bool) throws -> TLSSettings {
         let environment = TLSSettings.fromEnvironment()
         let fromOptions = caFile != nil || caDirectory != nil
         var settings = fromOptions ? TLSSettings(caFile: caFile, caDirectory: caDirectory) : environment
@@ -234,6 +237,7 @@ struct GetCommand: AsyncParsableCommand {
             default: "--cert"
             }
         }
+        guard checkingFiles else { return settings }
         do {
             try settings.validate()
             _ = try settings.makeClientConfiguration()
