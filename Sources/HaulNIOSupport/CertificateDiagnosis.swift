@@ -66,7 +66,7 @@ package enum CertificateDiagnosis {
         withUnsafeMutableBytes(of: &storage) { $0.copyBytes(from: bytes) }
         var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         guard inet_ntop(AF_INET6, &storage, &text, socklen_t(text.count)) != nil else { return "?" }
-        return String(cString: text)
+        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// The common name of a distinguished name, else the whole name.

@@ -7,7 +7,7 @@ import Darwin
 #endif
 import Foundation
 package import Haul
-package import NIOCore
+import NIOCore
 import NIOPosix
 import NIOSSL
 

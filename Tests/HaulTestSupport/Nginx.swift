@@ -1,5 +1,5 @@
 package import Foundation
-package import HaulTestServer
+import HaulTestServer
 
 #if canImport(Glibc)
 import Glibc
