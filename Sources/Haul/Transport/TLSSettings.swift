@@ -52,9 +52,6 @@ public struct TLSSettings: Sendable, Hashable {
         return TLSSettings(caFile: value("SSL_CERT_FILE"), caDirectory: value("SSL_CERT_DIR"))
     }
 
-    /// Whether these settings replace the system's trust store.
-    public var replacesSystemTrust: Bool { caFile != nil || caDirectory != nil }
-
     /// Checks that the files and directories named exist and can be read, so that a typo fails before any
     /// request with the path in the message rather than as a handshake error on every download.
     ///
