@@ -124,14 +124,17 @@ struct TLSTests {
         }
     }
 
-    @Test("a refused connection fails in under 3 s with the default retries, on every transport and scheme")
+    /// The default policy's waits are random (full jitter, 1.75 s on average, at most 3.5 s), so they are recorded
+    /// rather than slept: what is timed is the transport's part, four connection attempts, which must not hide a
+    /// connect retry loop of its own (AsyncHTTPClient's would wait out its 10 s connect timeout on each attempt).
+    @Test("a refused connection fails fast with the default retries: 4 attempts, no transport retries of its own")
     func refusedFailsFast() async throws {
         let port = try freeLoopbackPort()
         for kind in TransportKind.allCases {
             let dir = try TemporaryDirectory()
-            var configuration = kind.configuration()
+            let clock = RecordingClock()
+            var configuration = kind.configuration(clock: clock)
             configuration.retryPolicy = .default
-            configuration.backoffClock = ContinuousBackoffClock()
             let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
             let scheme = kind.usesTLS ? "https" : "http"
             let url = try #require(URL(string: "\(scheme)://127.0.0.1:\(port)/file.bin"))
@@ -139,9 +142,33 @@ struct TLSTests {
             let error = try await #require(throws: DownloadError.self) {
                 try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
             }
-            let elapsed = ContinuousClock.now - started
-            #expect(elapsed < .seconds(3), "\(kind): \(elapsed)")
+            let attempts = ContinuousClock.now - started
+            #expect(clock.recorded.count == 3, "\(kind): \(clock.recorded)")
+            #expect(clock.recorded.allSatisfy { $0 <= .seconds(2) }, "\(kind): \(clock.recorded)")
+            #expect(attempts < .seconds(5), "\(kind): \(attempts)")
             if kind != .urlSession { #expect(error.message == "connection refused (127.0.0.1:\(port))", "\(kind)") }
+            #expect(dir.contents().isEmpty)
+        }
+    }
+
+    /// `.invalid` is reserved (RFC 6761): no resolver can give it an address, with or without a network.
+    @Test("a host that does not exist fails at once, not retried, on every transport and scheme")
+    func noSuchHost() async throws {
+        for kind in TransportKind.allCases {
+            let dir = try TemporaryDirectory()
+            let clock = RecordingClock()
+            let downloader = Downloader(
+                transport: kind.makeTransport(), configuration: kind.configuration(clock: clock))
+            let scheme = kind.usesTLS ? "https" : "http"
+            let url = try #require(URL(string: "\(scheme)://nosuch.invalid/file.bin"))
+            let error = try await #require(throws: DownloadError.self) {
+                try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+            }
+            if kind != .urlSession {
+                #expect(error.message == "no such host: nosuch.invalid", "\(kind)")
+                #expect(clock.recorded.isEmpty, "\(kind) retried: \(clock.recorded)")
+            }
+            #expect(dir.contents().isEmpty)
         }
     }
 
