@@ -5,13 +5,16 @@ import HaulNIOSupport
 import HaulOperations
 public import NIOCore
 import NIOPosix
+import NIOSSL
 
-/// Haul's own HTTP/1.1 client for plain `http://`, written directly on SwiftNIO: the fastest transport for
-/// batches of small files, and what `haul get` uses by default on Linux.
+/// Haul's own HTTP/1.1 client for `http://` and `https://`, written directly on SwiftNIO (TLS by swift-nio-ssl):
+/// the fastest transport for one large file and for batches of small ones, and what `haul get` uses by default on
+/// Linux.
 ///
 /// Why a second NIO-based transport beside `AsyncHTTPClientTransport`: for a small file AsyncHTTPClient's request
 /// machinery (request bag, connection pool state machine, several hops between the event loop and Swift
-/// concurrency per request) costs more CPU than the rest of Haul's work together (bench/compare, s3). Here one
+/// concurrency per request) costs more CPU than the rest of Haul's work together, and for a large one its body
+/// stream hands the engine one small buffer per hop (bench/compare, s1-s3 and their HTTPS rows). Here one
 /// request is one hop to the event loop and one back: the response head is handed over after the read that
 /// brought it has been parsed, so a small body is usually complete by then and the engine reads it without
 /// waiting again.
@@ -26,13 +29,15 @@ import NIOPosix
 /// on Swift's global executor.
 ///
 /// What it does: requests encoded and responses parsed by the transport itself, each connection a single channel
-/// handler;
-/// keep-alive connections reused per host and port (an idle connection the server closed is
-/// replaced transparently, once per request); bodies streamed with back-pressure (reading from the socket
-/// pauses while more than 1 MiB waits); the transfer stops when the calling task is cancelled or the body is
-/// abandoned; no redirects, no decompression (the engine's rules apply, see `HTTPTransport`).
-/// What it leaves to `fallback`: every other scheme (`https`: TLS stays in AsyncHTTPClient, one well-tested
-/// place). Without a fallback such a request fails with ``NIOTransportError/unsupportedScheme(_:)``.
+/// handler (behind swift-nio-ssl's for `https`, which offers only `http/1.1` by ALPN and verifies the server with
+/// the request's ``TLSSettings``); keep-alive connections reused per scheme, host, port and TLS settings (an idle
+/// connection the server closed is replaced transparently, once per request); bodies streamed with back-pressure
+/// (reading from the socket pauses while more than 1 MiB waits); the transfer stops when the calling task is
+/// cancelled or the body is abandoned; no redirects, no decompression (the engine's rules apply, see
+/// `HTTPTransport`).
+/// What it leaves to `fallback`: other schemes, and `https` requests whose options ask for HTTP/2
+/// (``HTTPVersionPreference/http2``). Without a fallback such a request fails with
+/// ``NIOTransportError/unsupportedScheme(_:)``.
 public final class NIOTransport: InterruptibleHTTPTransport {
     private let group: any EventLoopGroup
     private let fallback: (any HTTPTransport)?
@@ -48,7 +53,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     /// Creates a transport.
     ///
     /// - Parameters:
-    ///   - fallback: the transport for requests this one does not speak (`https`); typically an
+    ///   - fallback: the transport for requests this one does not speak (other schemes, HTTP/2); typically an
     ///     `AsyncHTTPClientTransport`.
     ///   - eventLoopGroup: where the connections live; `nil` means NIO's process-wide group (the one
     ///     AsyncHTTPClient's shared client uses too).
@@ -75,7 +80,8 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     /// The event loop a new download runs on: the calling thread's if it is one of ours (a download that
     /// finishes there starts the next one there, on the connection it just gave back), else the group's next.
     public func preferredExecutor(for url: URL) -> (any TaskExecutor)? {
-        guard url.scheme?.utf8.equalsIgnoringCase("http") == true else { return nil }
+        guard let scheme = url.scheme?.utf8, scheme.equalsIgnoringCase("http") || scheme.equalsIgnoringCase("https")
+        else { return nil }
         return currentExecutor() ?? executor(of: group.next())
     }
 
@@ -90,17 +96,17 @@ public final class NIOTransport: InterruptibleHTTPTransport {
 
     /// Sends `request` and returns at the response head; the body streams as the engine reads it.
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
-        guard Self.speaks(request) else {
+        guard let secure = Self.ownScheme(of: request, options: options) else {
             if let fallback { return try await fallback.send(request, options: options) }
             throw NIOTransportError.unsupportedScheme(request.scheme ?? "")
         }
-        return try await exchange(request, connectTimeout: options.connectTimeout, interruption: nil)
+        return try await exchange(request, secure: secure, options: options, interruption: nil)
     }
 
-    /// Whether `request` is one of this transport's own (plain `http`): those can be interrupted; the fallback's
-    /// cannot.
-    public func canInterrupt(_ request: HTTPRequest) -> Bool {
-        Self.speaks(request)
+    /// Whether `request` is one of this transport's own (`http`, and `https` unless HTTP/2 is asked for): those can
+    /// be interrupted; the fallback's cannot.
+    public func canInterrupt(_ request: HTTPRequest, options: TransportOptions) -> Bool {
+        Self.ownScheme(of: request, options: options) != nil
     }
 
     /// Sends `request` like ``send(_:options:)``; interrupting `interruption` fails the wait for the head or
@@ -108,27 +114,33 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     public func send(
         _ request: HTTPRequest, options: TransportOptions, interruption: TransferInterruption
     ) async throws -> TransportResponse {
-        guard Self.speaks(request) else { return try await send(request, options: options) }
-        return try await exchange(request, connectTimeout: options.connectTimeout, interruption: interruption)
+        guard let secure = Self.ownScheme(of: request, options: options) else {
+            return try await send(request, options: options)
+        }
+        return try await exchange(request, secure: secure, options: options, interruption: interruption)
     }
 
-    /// Whether the request's scheme is `http` in any case; compared in place, as it is asked twice per request.
-    private static func speaks(_ request: HTTPRequest) -> Bool {
-        request.scheme?.utf8[...].equalsIgnoringCase("http") ?? false
+    /// Whether the request is this transport's own, and if so whether it is `https`; the scheme is compared in
+    /// place, in any case, as it is asked twice per request.
+    private static func ownScheme(of request: HTTPRequest, options: TransportOptions) -> Bool? {
+        guard let scheme = request.scheme?.utf8[...] else { return nil }
+        if scheme.equalsIgnoringCase("http") { return false }
+        if scheme.equalsIgnoringCase("https") && options.httpVersion != .http2 { return true }
+        return nil
     }
 
     private func exchange(
-        _ request: HTTPRequest, connectTimeout: Duration, interruption: TransferInterruption?
+        _ request: HTTPRequest, secure: Bool, options: TransportOptions, interruption: TransferInterruption?
     ) async throws -> TransportResponse {
-        let endpoint = try Endpoint(authority: request.authority ?? "")
+        let endpoint = try Endpoint(authority: request.authority ?? "", tls: secure ? options.tls : nil)
         let encoded = try EncodedRequest(request, host: endpoint.hostHeader)
+        let destination = ServerAddress(host: endpoint.host, port: endpoint.port)
         while true {
             let (connection, reused): (Connection, Bool)
             do {
-                (connection, reused) = try await acquire(endpoint, connectTimeout: connectTimeout)
+                (connection, reused) = try await acquire(endpoint, connectTimeout: options.connectTimeout)
             } catch {
-                let destination = ServerAddress(host: endpoint.host, port: endpoint.port)
-                throw await ReadableFailure.of(error, at: destination, connectTimeout: connectTimeout) ?? error
+                throw await ReadableFailure.of(error, at: destination, connectTimeout: options.connectTimeout) ?? error
             }
             let exchange = Exchange(connection: connection, transport: self, endpoint: endpoint)
             do {
@@ -140,7 +152,8 @@ public final class NIOTransport: InterruptibleHTTPTransport {
                 await exchange.close()
                 // A kept-alive connection the server had already closed: the request never reached it.
                 if reused, let closed = error as? NIOTransportError, closed == .closedBeforeResponse { continue }
-                throw error
+                // A TLS alert can come after the handshake (TLS 1.3 refuses a client certificate on the first read).
+                throw await ReadableFailure.of(error, at: destination, connectTimeout: options.connectTimeout) ?? error
             }
         }
     }
@@ -162,18 +175,76 @@ public final class NIOTransport: InterruptibleHTTPTransport {
             return nil
         }
         if let idle { return (idle, true) }
+        let timeout = TimeAmount.nanoseconds(Int64(connectTimeout.seconds * 1e9))
+        let deadline = NIODeadline.now() + timeout
+        // Made (and its files read) before connecting: a settings file that cannot be used fails without a connection.
+        let tls = try endpoint.tls.map {
+            try (context: sslContext(for: $0), serverName: Self.serverName(endpoint.host))
+        }
+        let loop = here ?? group.next()
+        let handshake = tls == nil ? nil : loop.makePromise(of: Void.self)
         let handler = ExchangeHandler()
-        let channel = try await ClientBootstrap(group: here ?? group)
-            .connectTimeout(.nanoseconds(Int64(connectTimeout.seconds * 1e9)))
-            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(handler)
+        let channel: any Channel
+        do {
+            channel = try await ClientBootstrap(group: loop)
+                .connectTimeout(timeout)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let pipeline = channel.pipeline.syncOperations
+                        if let tls, let handshake {
+                            try pipeline.addHandler(
+                                NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
+                            try pipeline.addHandler(HandshakeWatcher(handshake))
+                        }
+                        try pipeline.addHandler(handler)
+                    }
                 }
+                .connect(host: endpoint.host, port: endpoint.port)
+                .get()
+        } catch {
+            handshake?.fail(error)
+            throw error
+        }
+        if let handshake {
+            // The handshake shares the connect timeout, as curl's and AsyncHTTPClient's do.
+            let timer = loop.scheduleTask(deadline: deadline) {
+                handshake.fail(ChannelError.connectTimeout(timeout))
+                channel.close(promise: nil)
             }
-            .connect(host: endpoint.host, port: endpoint.port)
-            .get()
+            defer { timer.cancel() }
+            do {
+                try await handshake.futureResult.get()
+            } catch {
+                channel.close(promise: nil)
+                throw error
+            }
+        }
         return (Connection(channel: channel, handler: handler), false)
+    }
+
+    /// swift-nio-ssl contexts, one per distinct settings value: making one reads the files the settings name and
+    /// loads the trust store, which must not happen per connection.
+    private let sslContexts = Locked([TLSSettings: NIOSSLContext]())
+
+    private func sslContext(for settings: TLSSettings) throws -> NIOSSLContext {
+        if let made = sslContexts.withLock({ $0[settings] }) { return made }
+        var configuration = try settings.makeClientConfiguration()
+        configuration.applicationProtocols = ["http/1.1"]
+        let made: NIOSSLContext
+        do {
+            made = try NIOSSLContext(configuration: configuration)
+        } catch {
+            throw TransportError("cannot use the TLS settings: \(error)", isTransient: false, underlying: error)
+        }
+        sslContexts.withLock { $0[settings] = made }
+        return made
+    }
+
+    /// The name sent by SNI and checked against the certificate; `nil` for an IP address, which SNI cannot carry
+    /// (swift-nio-ssl then checks the certificate against the address connected to).
+    private static func serverName(_ host: String) -> String? {
+        (try? SocketAddress(ipAddress: host, port: 0)) == nil ? host : nil
     }
 
     /// Takes back a connection whose response ended and that may be reused.

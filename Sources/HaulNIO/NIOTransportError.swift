@@ -20,7 +20,8 @@ public struct NIOTransportError: TransportFailure, Hashable, CustomStringConvert
         self.detail = detail
     }
 
-    /// The URL's scheme is not `http` and no fallback transport was given.
+    /// The URL's scheme is neither `http` nor `https`, or an `https` request asks for HTTP/2, and no fallback
+    /// transport was given.
     public static func unsupportedScheme(_ scheme: String) -> Self { Self(.unsupportedScheme, scheme) }
     /// The request's authority has no host, or a port that is not a number from 1 to 65535.
     public static func invalidAuthority(_ authority: String) -> Self { Self(.invalidAuthority, authority) }
@@ -45,8 +46,9 @@ public struct NIOTransportError: TransportFailure, Hashable, CustomStringConvert
     public var description: String {
         switch code {
         case .unsupportedScheme:
-            "scheme '\(detail)' is not plain http and no fallback transport was given "
-                + "(pass one, e.g. an AsyncHTTPClientTransport, to NIOTransport(fallback:))"
+            "NIOTransport speaks http and https over HTTP/1.1; a '\(detail)' request of another scheme or asking for "
+                + "HTTP/2 needs a fallback transport (pass one, e.g. an AsyncHTTPClientTransport, to "
+                + "NIOTransport(fallback:))"
         case .invalidAuthority: "invalid host or port in '\(detail)'"
         case .invalidTarget:
             "invalid request target '\(detail)': it must not be empty nor hold spaces or control characters "

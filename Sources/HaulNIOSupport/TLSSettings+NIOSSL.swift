@@ -14,9 +14,15 @@ extension TLSSettings {
         var configuration = TLSConfiguration.makeClientConfiguration()
         if !verifiesPeer {
             configuration.certificateVerification = .none
+        } else if let caFile, let caDirectory {
+            // The directory first: given certificates and then a directory, swift-nio-ssl fails to make the context
+            // (`failedToLoadCertificate`), which made every https request fail with SSL_CERT_FILE and SSL_CERT_DIR set.
+            configuration.trustRoots = .file(caDirectory)
+            configuration.additionalTrustRoots = [
+                .certificates(try Self.certificates(caFile, what: "CA certificate file"))
+            ]
         } else if let caFile {
             configuration.trustRoots = .certificates(try Self.certificates(caFile, what: "CA certificate file"))
-            if let caDirectory { configuration.additionalTrustRoots = [.file(caDirectory)] }
         } else if let caDirectory {
             // swift-nio-ssl hands a directory to OpenSSL's hashed-directory lookup.
             configuration.trustRoots = .file(caDirectory)

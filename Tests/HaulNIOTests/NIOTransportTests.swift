@@ -219,8 +219,8 @@ struct NIOTransportTests {
         let transport = NIOTransport(eventLoopGroup: group)
         let loops = group.makeIterator().map { $0 }
         for (url, speaks) in [
-            ("https://example.invalid/f", false), ("httpx://example.invalid/f", false), ("htt://h/f", false),
-            ("http://example.invalid/f", true), ("HTTP://example.invalid/f", true),
+            ("ftp://example.invalid/f", false), ("httpx://example.invalid/f", false), ("htt://h/f", false),
+            ("http://example.invalid/f", true), ("HTTP://example.invalid/f", true), ("https://example.invalid/f", true),
         ] {
             #expect((transport.preferredExecutor(for: try #require(URL(string: url))) != nil) == speaks, "\(url)")
         }
@@ -254,22 +254,28 @@ struct NIOTransportTests {
         try await group.shutdownGracefully()
     }
 
-    @Test("https goes to the fallback transport; without one it fails with a clear error")
+    @Test("other schemes and https asking for HTTP/2 go to the fallback; without one they fail with a clear error")
     func fallback() async throws {
-        let url = try #require(URL(string: "https://example.invalid/file"))
+        let other = try #require(URL(string: "ftp://example.invalid/file"))
+        let secure = try #require(URL(string: "https://example.invalid/file"))
+        let http2 = TransportOptions(connectTimeout: .seconds(1), httpVersion: .http2)
         let alone = NIOTransport()
-        let error = try await #require(throws: NIOTransportError.self) {
-            _ = try await alone.send(HTTPRequest(method: .get, url: url), options: .init(connectTimeout: .seconds(1)))
+        for (url, options) in [(other, TransportOptions(connectTimeout: .seconds(1))), (secure, http2)] {
+            let error = try await #require(throws: NIOTransportError.self) {
+                _ = try await alone.send(HTTPRequest(method: .get, url: url), options: options)
+            }
+            #expect(error == .unsupportedScheme(url.scheme ?? ""))
+            #expect("\(error)".contains("'\(url.scheme ?? "")'") && "\(error)".contains("fallback"))
+            #expect(!alone.canInterrupt(HTTPRequest(method: .get, url: url), options: options))
         }
-        #expect(error == .unsupportedScheme("https"))
-        #expect("\(error)".contains("https"))
 
         let recorder = RecordingTransport()
         let routed = NIOTransport(fallback: recorder)
-        let response = try await routed.send(
-            HTTPRequest(method: .get, url: url), options: .init(connectTimeout: .seconds(1)))
-        #expect(response.head.status.code == 204)
-        #expect(recorder.authorities == ["example.invalid"])
+        for (url, options) in [(other, TransportOptions(connectTimeout: .seconds(1))), (secure, http2)] {
+            let response = try await routed.send(HTTPRequest(method: .get, url: url), options: options)
+            #expect(response.head.status.code == 204)
+        }
+        #expect(recorder.authorities == ["example.invalid", "example.invalid"])
     }
 }
 

@@ -25,8 +25,8 @@ public final class Downloader: Sendable {
         public var connectTimeout: Duration = .seconds(10)
         /// How `https` servers are verified and which client certificate is presented; every transport applies it.
         public var tls: TLSSettings = .default
-        /// Which HTTP version to ask for: HTTP/2 where an `https` server offers it (the default), or HTTP/1.1 only.
-        public var httpVersion: HTTPVersionPreference = .negotiate
+        /// Which HTTP version to ask for: the transport's choice (the default), HTTP/1.1 only, or HTTP/2 where offered.
+        public var httpVersion: HTTPVersionPreference = .automatic
         /// No byte (and no response head) for this long is a transient failure.
         public var stallTimeout: Duration = .seconds(30)
         /// Whether a published file is also synced to disk (`fsync` of file and directory).

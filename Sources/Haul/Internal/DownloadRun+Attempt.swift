@@ -99,7 +99,9 @@ extension DownloadRun {
             let response: TransportResponse
             do {
                 if let interruption {
-                    guard let interruptibleTransport, interruptibleTransport.canInterrupt(head) else {
+                    guard let interruptibleTransport,
+                        interruptibleTransport.canInterrupt(head, options: transportOptions)
+                    else {
                         throw NeedsOwnTask()
                     }
                     response = try await interruptibleTransport.send(

@@ -48,9 +48,9 @@ public protocol TransportFailure: Error {
 /// attempt runs in the download's own task, and a stall interrupts the exchange instead: one task and two task
 /// switches fewer per download, which shows on batches of small files.
 public protocol InterruptibleHTTPTransport: HTTPTransport {
-    /// Whether ``send(_:options:interruption:)`` can interrupt `request` (asked before each request: a
-    /// redirect may lead to one it cannot, which the engine then sends the plain way).
-    func canInterrupt(_ request: HTTPRequest) -> Bool
+    /// Whether ``send(_:options:interruption:)`` can interrupt `request` sent with `options` (asked before each
+    /// request: a redirect may lead to one it cannot, which the engine then sends the plain way).
+    func canInterrupt(_ request: HTTPRequest, options: TransportOptions) -> Bool
 
     /// Sends like ``HTTPTransport/send(_:options:)``; once `interruption` is interrupted, the pending send
     /// and every read of the body after it fail promptly and the connection is closed.

@@ -1,9 +1,14 @@
 /// Which HTTP version a transport asks for.
 public enum HTTPVersionPreference: String, Sendable, Hashable, CaseIterable {
-    /// HTTP/2 where an `https` server offers it by ALPN, else HTTP/1.1 (curl's default).
-    case negotiate
+    /// The transport's own choice: `NIOTransport` speaks HTTP/1.1 (over TLS too: one large body moves fastest on
+    /// a connection of its own, and a batch on a pool of them), `AsyncHTTPClientTransport` and
+    /// `URLSessionTransport` take HTTP/2 where an `https` server offers it by ALPN.
+    case automatic
     /// HTTP/1.1 only, also where the server offers HTTP/2.
     case http1_1
+    /// HTTP/2 where an `https` server offers it by ALPN, else HTTP/1.1 (curl's `--http2`). `NIOTransport` hands
+    /// such requests to its fallback.
+    case http2
 }
 
 /// What the engine asks of a transport for one request, beside the request itself.
@@ -18,7 +23,7 @@ public struct TransportOptions: Sendable, Hashable {
     /// Creates options; the defaults are the engine's (see ``Downloader/Configuration``).
     public init(
         connectTimeout: Duration = .seconds(10), tls: TLSSettings = .default,
-        httpVersion: HTTPVersionPreference = .negotiate
+        httpVersion: HTTPVersionPreference = .automatic
     ) {
         self.connectTimeout = connectTimeout
         self.tls = tls

@@ -55,7 +55,7 @@ public final class URLSessionTransport: HTTPTransport {
     /// says so (use `NIOTransport` or `AsyncHTTPClientTransport` for those).
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         guard let url = request.url else { throw URLError(.badURL) }
-        if options.tls != .default || options.httpVersion != .negotiate {
+        if options.tls != .default || options.httpVersion == .http1_1 {
             throw TransportError(
                 "URLSessionTransport cannot apply TLS settings (a CA, a client certificate, no verification) or pin "
                     + "HTTP/1.1; use the NIO or AsyncHTTPClient transport", isTransient: false)

@@ -1,12 +1,18 @@
-/// A host and port, parsed from a request's authority (`host`, `host:port`, `[v6]`, `[v6]:port`).
+import Haul
+
+/// Where connections go and how they are secured: a host and port, parsed from a request's authority (`host`,
+/// `host:port`, `[v6]`, `[v6]:port`), and for `https` the TLS settings (connections made with other settings are
+/// not shared).
 struct Endpoint: Hashable, Sendable {
     let host: String
     let port: Int
     /// The authority as the `Host` header carries it: without user info.
     let hostHeader: String
+    /// `nil` for plain `http`.
+    let tls: TLSSettings?
 
     /// Parsed on the UTF-8 view: its delimiters are ASCII, so there is no need to break it into characters.
-    init(authority: String) throws {
+    init(authority: String, tls: TLSSettings? = nil) throws {
         var rest = Substring(authority)
         if let at = rest.utf8.lastIndex(of: UInt8(ascii: "@")) {  // userinfo is never sent
             rest = rest[rest.utf8.index(after: at)...]
@@ -31,12 +37,13 @@ struct Endpoint: Hashable, Sendable {
         } else {
             host = rest
         }
-        let number = port.map { Int($0) } ?? 80
+        let number = port.map { Int($0) } ?? (tls == nil ? 80 : 443)
         guard !host.isEmpty, let number, (1...65535).contains(number) else {
             throw NIOTransportError.invalidAuthority(authority)
         }
         self.host = String(host)
         self.port = number
         hostHeader = String(rest)
+        self.tls = tls
     }
 }

@@ -2,6 +2,7 @@ import HTTPTypes
 import Haul
 import HaulOperations
 import NIOCore
+import NIOSSL
 
 /// A connection and the handler that routes its responses.
 struct Connection: Sendable {
@@ -214,15 +215,17 @@ final class Exchange: Sendable {
             state -> (CheckedContinuation<Void, any Error>?, CheckedContinuation<Void, any Error>?, (any Error)?) in
             if abandon { state.abandoned = true }
             guard !state.ended, state.failure == nil else { return (nil, nil, nil) }
-            // Before any byte of a response, every connection failure reads the same (and a reused connection is
-            // then retried); once the head is in, a close is a cut body.
+            // Before any byte of a response, every way a connection ends reads the same (and a reused connection is
+            // then retried); once the head is in, a close is a cut body. Other errors (a TLS alert) stay as they are.
             let reported: any Error =
-                if error is CancellationError || (error as? NIOTransportError)?.isInvalidResponse == true {
+                if !Self.endsConnection(error) {
                     error
                 } else if !state.sawBytes {
                     NIOTransportError.closedBeforeResponse
                 } else if let closed = error as? NIOTransportError, closed == .closedBeforeResponse {
                     NIOTransportError.closedDuringBody
+                } else if case .uncleanShutdown? = error as? NIOSSLError {
+                    NIOTransportError.closedDuringBody  // closed without TLS's close_notify: a cut body too
                 } else {
                     error
                 }
@@ -237,6 +240,14 @@ final class Exchange: Sendable {
         headWaiter?.resume(throwing: reported)
         bodyWaiter?.resume(throwing: reported)
         connection.channel.close(promise: nil)
+    }
+
+    /// Whether `error` is the connection going away (closed, reset, closed without TLS's close_notify) rather than
+    /// something the server said.
+    private static func endsConnection(_ error: any Error) -> Bool {
+        if let own = error as? NIOTransportError { return !own.isInvalidResponse }
+        if case .uncleanShutdown? = error as? NIOSSLError { return true }
+        return error is IOError || error is ChannelError
     }
 
     /// Lets the exchange notice that nobody reads the body any more.

@@ -20,6 +20,9 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// handled once the parse has returned.
     private var parsing = false
     private var closedWhileParsing = false
+    /// An error that closed the connection between exchanges: what the next exchange is told. A TLS 1.3 server that
+    /// refuses the client's certificate says so right after the handshake, before the request is written.
+    private var failureWithoutExchange: (any Error)?
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -35,7 +38,7 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// exchange.
     func begin(_ exchange: Exchange, _ request: EncodedRequest) {
         guard let context, context.channel.isActive else {
-            exchange.fail(NIOTransportError.closedBeforeResponse)
+            exchange.fail(failureWithoutExchange ?? NIOTransportError.closedBeforeResponse)
             return
         }
         self.exchange = exchange
@@ -101,7 +104,11 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        exchange?.fail(error)
+        if let exchange {
+            exchange.fail(error)
+        } else {
+            failureWithoutExchange = error
+        }
         exchange = nil
         context.close(promise: nil)
     }

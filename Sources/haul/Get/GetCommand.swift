@@ -152,12 +152,18 @@ struct GetCommand: AsyncParsableCommand {
     @Option(name: .customLong("key"), help: ArgumentHelp("Private key of --cert (PEM).", valueName: "FILE"))
     var clientKey: String?
 
-    @Flag(name: .customLong("http1.1"), help: "Use HTTP/1.1 only, even where an https server offers HTTP/2.")
+    @Flag(
+        name: .customLong("http1.1"),
+        help: "Use HTTP/1.1 only, even where an https server offers HTTP/2 (the nio transport's default).")
     var http1_1 = false
 
     @Flag(
         name: .customLong("http2"),
-        help: "Use HTTP/2 where an https server offers it by ALPN, else HTTP/1.1 (the default).")
+        help: ArgumentHelp(
+            "Use HTTP/2 where an https server offers it by ALPN, else HTTP/1.1.",
+            discussion:
+                "The nio transport sends such requests through AsyncHTTPClient; async-http-client and urlsession "
+                + "negotiate HTTP/2 by default."))
     var http2 = false
 
     func validate() throws {
@@ -205,7 +211,7 @@ struct GetCommand: AsyncParsableCommand {
         settings.stallTimeout = .milliseconds(Int64(stallTimeout * 1000))
         settings.transport = transport
         settings.tls = tls
-        settings.httpVersion = http1_1 ? .http1_1 : .negotiate
+        settings.httpVersion = http1_1 ? .http1_1 : http2 ? .http2 : .automatic
         settings.output = json ? .json : .automatic
         settings.quiet = quiet
         settings.verbose = verbose

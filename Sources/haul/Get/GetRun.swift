@@ -32,7 +32,7 @@ struct RunSettings {
     var transport = TransportChoice.nio
     /// How `https` is verified; `--insecure` prints a warning when the run starts.
     var tls = TLSSettings.default
-    var httpVersion = HTTPVersionPreference.negotiate
+    var httpVersion = HTTPVersionPreference.automatic
     var output = OutputMode.automatic
     var quiet = false
     var verbose = false

@@ -69,7 +69,7 @@ final class PartlyInterruptible: InterruptibleHTTPTransport {
 
     init(refusing prefix: String) { refused = prefix }
 
-    func canInterrupt(_ request: HTTPRequest) -> Bool {
+    func canInterrupt(_ request: HTTPRequest, options: TransportOptions) -> Bool {
         !(request.path ?? "").hasPrefix(refused)
     }
 

@@ -4,8 +4,9 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
-/// Downloads over HTTP/2 from a real h2 server (nginx, started by the test), on each transport that speaks it: many
-/// files over one connection, a stream reset mid-body, GOAWAY in the middle of a batch, and HTTP/1.1 when asked.
+/// Downloads over HTTP/2 from a real h2 server (nginx, started by the test), on each transport that speaks it when
+/// asked (`NIOTransport` through its fallback): many files over one connection, a stream reset mid-body, GOAWAY in
+/// the middle of a batch; HTTP/1.1 when asked, and by default on `NIOTransport`.
 @Suite("HTTP/2", .timeLimit(.minutes(2)))
 struct HTTP2Tests {
     static let kinds: [TransportKind] = [.asyncHTTPClientOverTLS, .nioOverTLS]
@@ -15,12 +16,19 @@ struct HTTP2Tests {
             ("f\($0).bin", TestServer.expectedBytes(name: "f\($0).bin", size: 20_000 + $0))
         })
 
+    /// The kind's test configuration, asking for HTTP/2.
+    static func http2(_ kind: TransportKind, clock: RecordingClock = RecordingClock()) -> Downloader.Configuration {
+        var configuration = kind.configuration(clock: clock)
+        configuration.httpVersion = .http2
+        return configuration
+    }
+
     func download(_ nginx: Nginx, kind: TransportKind, _ configuration: Downloader.Configuration? = nil, width: Int = 4)
         async throws -> TemporaryDirectory
     {
         let dir = try TemporaryDirectory()
         let downloader = Downloader(
-            transport: kind.makeTransport(), configuration: configuration ?? kind.configuration())
+            transport: kind.makeTransport(), configuration: configuration ?? Self.http2(kind))
         let names = Self.files.keys.sorted()
         // The first file alone: the connection it opens is the one the batch can share. (Requests that start while
         // no connection is up yet may each open one before the client learns the server speaks HTTP/2.)
@@ -65,7 +73,7 @@ struct HTTP2Tests {
                 let dir = try TemporaryDirectory()
                 let clock = RecordingClock()
                 let downloader = Downloader(
-                    transport: kind.makeTransport(), configuration: kind.configuration(clock: clock))
+                    transport: kind.makeTransport(), configuration: Self.http2(kind, clock: clock))
                 let url = try #require(
                     URL(string: "https://127.0.0.1:\(nginx.port)/cut/big.bin?size=400000&cutAfter=100000&cutTimes=1"))
                 let result = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
@@ -87,6 +95,17 @@ struct HTTP2Tests {
             let log = nginx.accessLog
             #expect(
                 log.count == Self.files.count && log.allSatisfy { $0.protocol == "HTTP/1.1" }, "\(log.map(\.protocol))")
+        }
+    }
+
+    @Test("NIOTransport speaks HTTP/1.1 over TLS by default: a batch on at most as many connections as run at once")
+    func nioDefaultsToHTTP1() async throws {
+        try await Nginx.withRunning(files: Self.files) { nginx in
+            _ = try await download(nginx, kind: .nioOverTLS, TransportKind.nioOverTLS.configuration(), width: 4)
+            let log = nginx.accessLog
+            #expect(
+                log.count == Self.files.count && log.allSatisfy { $0.protocol == "HTTP/1.1" }, "\(log.map(\.protocol))")
+            #expect((1...4).contains(Set(log.map(\.connection)).count), "connections: \(Set(log.map(\.connection)))")
         }
     }
 }

@@ -69,7 +69,9 @@ struct TLSTests {
         }
     }
 
-    @Test("a CA directory named by subject hash (as c_rehash makes it) is trusted", arguments: kinds)
+    @Test(
+        "a CA directory named by subject hash (as c_rehash makes it) is trusted, alone or beside a CA file",
+        arguments: kinds)
     func caDirectory(kind: TransportKind) async throws {
         try await TestServer.withRunning(TestTLS.server()) { server in
             let dir = try TemporaryDirectory()
@@ -87,6 +89,22 @@ struct TLSTests {
                 DownloadRequest(
                     url: server.url(path: "/bytes/d.bin", query: ["size": "4000"]), destination: .file(dir.file("d"))))
             #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "d.bin", size: 4000))
+
+            // A file and a directory together (as SSL_CERT_FILE and SSL_CERT_DIR often are): both are trusted.
+            let other = dir.file("other-ca.pem")
+            try TestCertificateAuthority(commonName: "Another CA").writeCertificate(to: other)
+            let empty = dir.file("empty")
+            try FileManager.default.createDirectory(at: empty, withIntermediateDirectories: true)
+            for (file, directory) in [(other.path, certificates.path), (TestTLS.caFile, empty.path)] {
+                configuration.tls = TLSSettings(caFile: file, caDirectory: directory)
+                let both = Downloader(transport: kind.makeTransport(), configuration: configuration)
+                let name = "both-\(directory == empty.path)"
+                let again = try await both.download(
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/\(name)", query: ["size": "4000"]),
+                        destination: .file(dir.file(name))))
+                #expect(contentsOf(again.fileURL) == TestServer.expectedBytes(name: name, size: 4000))
+            }
         }
     }
 
