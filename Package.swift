@@ -91,7 +91,7 @@ let package = Package(
             ]
         ),
 
-        // Haul's own HTTP/1.1 client on SwiftNIO: plain http, the default for `haul get` (HTTPS goes to a fallback).
+        // Haul's own HTTP/1.1 client on SwiftNIO, http and https: `haul get`'s default (HTTP/2 goes to a fallback).
         .target(
             name: "HaulNIO",
             dependencies: [

@@ -119,8 +119,8 @@ struct GetCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "How bytes move: nio (Haul's own HTTP/1.1 client; https goes through async-http-client), "
-                + "async-http-client or urlsession.",
+            "How bytes move: nio (Haul's own HTTP/1.1 client, http and https; --http2 goes through "
+                + "async-http-client), async-http-client or urlsession.",
             valueName: "nio|async-http-client|urlsession"))
     var transport: TransportChoice = .nio
 

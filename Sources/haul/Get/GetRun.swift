@@ -15,7 +15,7 @@ import Darwin
 
 /// Which transport moves the bytes.
 enum TransportChoice: String, CaseIterable, ExpressibleByArgument {
-    /// Haul's own HTTP/1.1 client (HaulNIO) for http, AsyncHTTPClient for https: the default.
+    /// Haul's own HTTP/1.1 client (HaulNIO) for http and https, AsyncHTTPClient for HTTP/2: the default.
     case nio
     case asyncHTTPClient = "async-http-client"
     case urlSession = "urlsession"
