@@ -150,6 +150,10 @@ struct GetCommandTests {
             inputFile: "http://127.0.0.1:1/x.bin\n  dir=sub\nhttp://127.0.0.1:1/y.bin\n  dir=sub/\n  out=x.bin\n",
             mustSay: ["urls.txt:3", "urls.txt:1", "would both write", "sub/x.bin"]),
         BadInput(
+            label: "input file: one directory written two ways (dir=./sub, dir=sub)", arguments: { _, _ in [] },
+            inputFile: "http://127.0.0.1:1/x.bin\n  dir=./sub\nhttp://127.0.0.1:2/x.bin\n  dir=sub\n",
+            mustSay: ["urls.txt:3", "urls.txt:1", "would both write", "sub/x.bin"]),
+        BadInput(
             label: "input file: option line before any URL", arguments: { _, _ in [] }, inputFile: "  out=x\n",
             mustSay: ["urls.txt:1", "must follow a URL"]),
         BadInput(

@@ -3,7 +3,23 @@ public import Foundation
 /// A finished download.
 public struct DownloadResult: Sendable, Equatable {
     /// Where the file is.
-    public var fileURL: URL
+    public var fileURL: URL {
+        get {
+            switch location {
+            case .path(let path): URL(fileURLWithPath: path, isDirectory: false)
+            case .url(let url): url
+            }
+        }
+        set { location = .url(newValue) }
+    }
+    /// The engine's results keep the file's path and make its URL when asked: most results of a large batch are
+    /// only counted, and a file URL percent-encodes its path (bench/compare, s3).
+    private var location: Location
+
+    private enum Location: Sendable {
+        case path(String)
+        case url(URL)
+    }
     /// Its size in bytes.
     public var size: Int64
     /// Its SHA-256, in hex (always computed while writing).
@@ -23,7 +39,26 @@ public struct DownloadResult: Sendable, Equatable {
         fileURL: URL, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
         skipped: Bool = false
     ) {
-        self.fileURL = fileURL
+        self.init(
+            location: .url(fileURL), size: size, sha256: sha256, finalURL: finalURL, attempts: attempts,
+            bytesTransferred: bytesTransferred, skipped: skipped)
+    }
+
+    /// A result for the file at `path`, its URL made when first asked for.
+    init(
+        path: String, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
+        skipped: Bool = false
+    ) {
+        self.init(
+            location: .path(path), size: size, sha256: sha256, finalURL: finalURL, attempts: attempts,
+            bytesTransferred: bytesTransferred, skipped: skipped)
+    }
+
+    private init(
+        location: Location, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
+        skipped: Bool
+    ) {
+        self.location = location
         self.size = size
         self.sha256 = sha256
         self.finalURL = finalURL
@@ -32,13 +67,10 @@ public struct DownloadResult: Sendable, Equatable {
         self.skipped = skipped
     }
 
-    /// A result for the file at `path`.
-    init(
-        path: String, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
-        skipped: Bool = false
-    ) {
-        self.init(
-            fileURL: URL(fileURLWithPath: path, isDirectory: false), size: size, sha256: sha256, finalURL: finalURL,
-            attempts: attempts, bytesTransferred: bytesTransferred, skipped: skipped)
+    /// Equal when every property is (a result made from a path equals one made from that path's file URL).
+    public static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.size == rhs.size && lhs.sha256 == rhs.sha256 && lhs.finalURL == rhs.finalURL
+            && lhs.attempts == rhs.attempts && lhs.bytesTransferred == rhs.bytesTransferred
+            && lhs.skipped == rhs.skipped && lhs.fileURL == rhs.fileURL
     }
 }

@@ -60,10 +60,13 @@ enum Planner {
             case .failure(let problem): problems.append(InputProblem(origin: "--header", message: problem.message))
             }
         }
+        // Every download without dir= shares the directory; standardizing its URL is the dearest step of planning one
+        // (bench/compare, s3: planning runs before the first request).
+        let directoryPath = settings.directory.standardizedFileURL.path
         var planned: [PlannedDownload] = []
         planned.reserveCapacity(entries.count)
         for entry in entries {
-            switch plan(entry, settings: settings, headers: globalHeaders) {
+            switch plan(entry, settings: settings, headers: globalHeaders, directoryPath: directoryPath) {
             case .success(let download): planned.append(download)
             case .failure(let failure): problems += failure.problems
             }
@@ -73,17 +76,19 @@ enum Planner {
     }
 
     private static func plan(
-        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields
+        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields, directoryPath: String
     ) -> Result<PlannedDownload, UsageFailure> {
         var problems: [String] = []
         let url = validateURL(entry.url, problems: &problems)
         var directory = settings.directory
+        var directoryPath = directoryPath
         if let subdirectory = entry.subdirectory {
             let parts = subdirectory.split(separator: "/")
             if subdirectory.hasPrefix("/") || parts.contains("..") || parts.isEmpty {
                 problems.append("dir='\(subdirectory)' must be a relative path inside the destination, without '..'")
             } else {
                 directory = directory.appendingPathComponent(subdirectory, isDirectory: true)
+                directoryPath = directory.standardizedFileURL.path
             }
         }
         let fileName = entry.fileName ?? settings.fileName
@@ -108,7 +113,11 @@ enum Planner {
         let request = DownloadRequest(
             url: url, destination: destination, headerFields: fields, expectedDigest: digest,
             maxSize: settings.maxSize, conflictPolicy: settings.conflictPolicy)
-        let plannedPath = request.plannedFileURL?.standardizedFileURL.path
+        // The name `request.plannedFileURL` ends in: one path component, never '.' or '..' (FileNaming makes a URL's
+        // safe, and `problemWithFileName` refused any other), so joined to a standardized directory the path is
+        // standardized too.
+        let name = fileName ?? (settings.useContentDisposition ? nil : DownloadRequest.fileName(for: url))
+        let plannedPath = name.map { directoryPath.hasSuffix("/") ? directoryPath + $0 : directoryPath + "/" + $0 }
         if plannedPath == nil, !settings.useContentDisposition {
             return .failure(
                 UsageFailure([
@@ -120,7 +129,7 @@ enum Planner {
         return .success(
             PlannedDownload(
                 request: request, source: entry.source,
-                displayName: fileName ?? DownloadRequest.fileName(for: url) ?? url.redactedString,
+                displayName: name ?? DownloadRequest.fileName(for: url) ?? url.redactedString,
                 plannedPath: plannedPath)
         )
     }
