@@ -203,6 +203,7 @@ let package = Package(
             name: "HaulTestSupport",
             dependencies: [
                 "Haul", "HaulOperations", "HaulTestServer",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

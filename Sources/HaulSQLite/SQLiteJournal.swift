@@ -233,7 +233,7 @@ public final class SQLiteJournal: Journal {
                 table.column("url", .text).notNull()
                 table.column("destination", .text).notNull()
                 table.column("path", .text).notNull()
-                table.column("state", .text).notNull()  // requested | partial | verified | completed | failed
+                table.column("state", .text).notNull()  // requested | partial | completed | failed
                 table.column("validator", .text)
                 table.column("totalBytes", .integer)
                 table.column("size", .integer)
@@ -593,15 +593,10 @@ public final class SQLiteJournal: Journal {
         case "partial":
             guard let validator = row.validator else { return nil }
             state = .partial(validator: validator, totalBytes: row.totalBytes)
-        case "verified":
-            guard let size = row.size, let sha256 = row.sha256 else { return nil }
-            state = .verified(size: size, sha256: sha256)
         case "completed":
-            guard let size = row.size, let sha256 = row.sha256, let modified = row.modifiedNanoseconds,
-                let inode = row.inode
-            else { return nil }
+            guard let size = row.size, let modified = row.modifiedNanoseconds, let inode = row.inode else { return nil }
             state = .completed(
-                size: size, sha256: sha256,
+                size: size, sha256: row.sha256,
                 stamp: FileStamp(size: size, modifiedNanoseconds: modified, inode: UInt64(bitPattern: inode)))
         default:
             return nil

@@ -497,6 +497,30 @@ struct GetCommandTests {
         }
     }
 
+    @Test("--sha256 prints each file's digest on its line and in --json; without it none is computed or printed")
+    func sha256Option() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let digest = sha256Hex(TestServer.expectedBytes(name: "h.bin", size: 400_000))
+            let url = bytes(server, "h.bin", size: 400_000)
+            let lines = try await HaulProcess.run(["get", "--sha256", "--no-journal", "-d", dir.path, url])
+            #expect(lines.status == 0 && lines.stdout.contains("h.bin") && lines.stdout.contains("sha256=\(digest)"))
+
+            let json = try await HaulProcess.run([
+                "get", "--sha256", "--json", "--no-journal", "--on-conflict", "overwrite", "-d", dir.path, url,
+            ])
+            let finish = try json.stdout.split(separator: "\n")
+                .compactMap { try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+                .first { $0["event"] as? String == "finish" }
+            #expect(finish?["sha256"] as? String == digest, "\(json)")
+
+            let plain = try await HaulProcess.run([
+                "get", "--json", "--no-journal", "--on-conflict", "overwrite", "-d", dir.path, url,
+            ])
+            #expect(plain.status == 0 && !plain.stdout.contains("sha256"), "\(plain)")
+        }
+    }
+
     @Test("-q prints nothing on success and only errors otherwise; -v logs requests to stderr")
     func quietAndVerbose() async throws {
         try await TestServer.withRunning { server in
@@ -583,11 +607,6 @@ struct GetCommandTests {
             #expect(server.stats.bodyBytesSent - sentBefore < size)
         }
     }
-}
-
-/// The SHA-256 of `bytes` in hex.
-func sha256Hex(_ bytes: [UInt8]) -> String {
-    SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
 }
 
 /// `--connect-timeout`, against a listener whose accept queue is full: Linux then drops new SYNs, so a connect

@@ -40,7 +40,14 @@ struct IntentLogTests {
         let live = try TemporaryDirectory()
         let journal = try SQLiteJournal(path: live.file("j.sqlite").path)
         for index in 0..<300 { journal.store(record(index)) }
-        journal.store((0..<20).map { record($0, .verified(size: Int64($0), sha256: "ab")) })
+        journal.store(
+            (0..<20).map {
+                record(
+                    $0,
+                    .completed(
+                        size: Int64($0), sha256: "ab",
+                        stamp: FileStamp(size: Int64($0), modifiedNanoseconds: 7, inode: 9)))
+            })
         journal.remove((20..<30).map { record($0).key })
         // Every field a record has, through the log's encoding.
         var request = DownloadRequest(
@@ -59,7 +66,13 @@ struct IntentLogTests {
         ]
         journal.store(every)
         let expected =
-            (0..<20).map { record($0, .verified(size: Int64($0), sha256: "ab")) } + (30..<300).map { record($0) }
+            (0..<20).map {
+                record(
+                    $0,
+                    .completed(
+                        size: Int64($0), sha256: "ab",
+                        stamp: FileStamp(size: Int64($0), modifiedNanoseconds: 7, inode: 9)))
+            } + (30..<300).map { record($0) }
             + every
 
         // What a kill leaves: the files as they are now, with nobody holding the log.
@@ -111,7 +124,13 @@ struct IntentLogTests {
         let live = try TemporaryDirectory()
         let journal = try SQLiteJournal(path: live.file("j.sqlite").path)
         let sha256 = String(repeating: "ab", count: 32)
-        let expected = (0..<50).map { record($0, .verified(size: Int64($0), sha256: sha256)) }
+        let expected = (0..<50).map {
+            record(
+                $0,
+                .completed(
+                    size: Int64($0), sha256: sha256, stamp: FileStamp(size: Int64($0), modifiedNanoseconds: 7, inode: 9)
+                ))
+        }
         journal.store(Array(expected[..<10]))
         for record in expected[10...] { journal.store(record) }
         let killed = try TemporaryDirectory()
@@ -148,10 +167,13 @@ struct IntentLogTests {
         #expect(second.allRecords() == [record(1), record(2)])
         second.store(record(1, .failed(message: "404")))
         do { _ = try SQLiteJournal(path: path) }  // opened and closed: folds nothing of the others
-        first.store(record(2, .verified(size: 1, sha256: "ab")))
+        first.store(
+            record(2, .completed(size: 1, sha256: "ab", stamp: FileStamp(size: 1, modifiedNanoseconds: 7, inode: 9))))
         #expect(
             try SQLiteJournal(path: path).allRecords() == [
-                record(1, .failed(message: "404")), record(2, .verified(size: 1, sha256: "ab")),
+                record(1, .failed(message: "404")),
+                record(
+                    2, .completed(size: 1, sha256: "ab", stamp: FileStamp(size: 1, modifiedNanoseconds: 7, inode: 9))),
             ])
         #expect(logs(in: dir.url).count == 2)
     }
@@ -205,7 +227,9 @@ struct IntentLogTests {
         func padded(_ index: Int) -> JournalRecord {
             JournalRecord(
                 key: JournalKey(url: "http://h/\(index)", destination: "/d/"), path: "/d/\(padding)\(index)",
-                state: .verified(size: Int64(index), sha256: "ab"))
+                state: .completed(
+                    size: Int64(index), sha256: "ab",
+                    stamp: FileStamp(size: Int64(index), modifiedNanoseconds: 7, inode: 9)))
         }
         for index in 0..<1_000 { journal.store(padded(index)) }
         journal.store((1_000..<11_000).map(padded))

@@ -22,7 +22,7 @@ struct SQLiteJournalTests {
             .failed(message: "the server answered 404"),
             .partial(validator: "\"etag\"", totalBytes: 123),
             .partial(validator: "Tue, 01 Jan 2030 00:00:00 GMT", totalBytes: nil),
-            .verified(size: 9, sha256: "ab"),
+            .completed(size: 9, sha256: nil, stamp: FileStamp(size: 9, modifiedNanoseconds: 7, inode: 9)),
             .completed(
                 size: 9, sha256: "cd",
                 stamp: FileStamp(size: 9, modifiedNanoseconds: 1_700_000_000_123_456_789, inode: UInt64.max - 1)),
@@ -39,7 +39,10 @@ struct SQLiteJournalTests {
             #expect(try SQLiteJournal(path: path).record(for: key) == record)  // a later process sees it
         }
         let journal = try SQLiteJournal(path: path)
-        journal.store(JournalRecord(key: other, path: "/d/x.bin", state: .verified(size: 1, sha256: "ef")))
+        journal.store(
+            JournalRecord(
+                key: other, path: "/d/x.bin",
+                state: .completed(size: 1, sha256: "ef", stamp: FileStamp(size: 1, modifiedNanoseconds: 7, inode: 9))))
         journal.store(JournalRecord(key: key, path: "/d/a", state: .requested))
         // Replacing a record keeps its place: the order is the order first stored.
         #expect(journal.allRecords().map(\.key) == [key, other])
@@ -144,7 +147,11 @@ struct SQLiteJournalTests {
             for index in 0..<200 {
                 group.addTask {
                     let key = JournalKey(url: "http://h/\(index)", destination: "/d/")
-                    journal.store(JournalRecord(key: key, path: "/d/\(index)", state: .verified(size: 1, sha256: "x")))
+                    journal.store(
+                        JournalRecord(
+                            key: key, path: "/d/\(index)",
+                            state: .completed(
+                                size: 1, sha256: "x", stamp: FileStamp(size: 1, modifiedNanoseconds: 7, inode: 9))))
                 }
             }
         }
@@ -182,7 +189,10 @@ struct SQLiteJournalTests {
                     let key = JournalKey(url: "http://h/\(index)", destination: "/d/")
                     journal.store(JournalRecord(key: key, path: "/d/\(index)", state: .requested))
                     await journal.commit(
-                        JournalRecord(key: key, path: "/d/\(index)", state: .verified(size: 1, sha256: "x")))
+                        JournalRecord(
+                            key: key, path: "/d/\(index)",
+                            state: .completed(
+                                size: 1, sha256: "x", stamp: FileStamp(size: 1, modifiedNanoseconds: 7, inode: 9))))
                     await journal.commit(
                         JournalRecord(
                             key: key, path: "/d/\(index)", state: .completed(size: 1, sha256: "x", stamp: stamp)))

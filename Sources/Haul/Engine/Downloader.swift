@@ -49,6 +49,11 @@ public final class Downloader: Sendable {
         public var logger = Logger(label: "haul", factory: { _ in SwiftLogNoOpLogHandler() })
         /// The `User-Agent` sent unless the request sets one.
         public var userAgent = "Haul/0.1"
+        /// Whether every file's SHA-256 is computed as its bytes are written, for ``DownloadResult/sha256`` and the
+        /// journal. Off by default: hashing costs about as much CPU as receiving and writing the bytes together. A
+        /// request with an expected digest always has that digest computed and checked (and a SHA-256 one is also
+        /// its result's `sha256`).
+        public var computesSHA256 = false
         /// Hooks for tests to act at exact moments.
         package var hooks = Hooks()
 

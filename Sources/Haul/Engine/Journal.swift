@@ -87,13 +87,10 @@ public struct JournalRecord: Sendable, Hashable, Codable {
         /// Bytes are in the partial file of `path`; they may be resumed while the server's validator (strong
         /// ETag or Last-Modified) still matches.
         case partial(validator: String, totalBytes: Int64?)
-        /// The file is complete and verified and about to be published at `path` (a crash may have hit the
-        /// rename): a file there with this size and SHA-256 is this download's.
-        case verified(size: Int64, sha256: String)
-        /// The file was published at `path` (or is about to be: the engine records it just before the rename,
-        /// with the stamp the rename keeps); it counts as there only while a file at `path` has this size,
-        /// modification time and inode.
-        case completed(size: Int64, sha256: String, stamp: FileStamp)
+        /// The file was published at `path` (or is about to be: the engine records it just before publishing, with
+        /// the stamp the rename or link keeps); it counts as there only while a file at `path` has this size,
+        /// modification time and inode. `sha256` is its digest in hex when the download computed one.
+        case completed(size: Int64, sha256: String?, stamp: FileStamp)
         /// The download failed for good with this message; nothing of it was kept.
         case failed(message: String)
 
@@ -107,7 +104,7 @@ public struct JournalRecord: Sendable, Hashable, Codable {
         public var isUnfinished: Bool {
             switch self {
             case .requested, .partial: true
-            case .verified, .completed, .failed: false
+            case .completed, .failed: false
             }
         }
     }

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import HaulOperations
 
-/// Writes and hashes body chunks on a thread of its own, so that reading the network and writing the disk
+/// Writes body chunks (and hashes them, when a digest is asked for) on a thread of its own, so that reading the network and writing the disk
 /// overlap (the engine otherwise alternates between the two: bench/compare, s1).
 /// At most `maxPending` bytes wait in memory: `write` suspends the reader beyond that, which keeps memory
 /// bounded by back-pressure, not by file size (ARCHITECTURE.md, "Invariants" 2).
@@ -18,6 +18,7 @@ final class BackgroundWriter: @unchecked Sendable {
     let file: PartialFile
     private var digest: RunningDigest
     private let algorithm: Digest.Algorithm?
+    private let computesSHA256: Bool
     /// Where writes happen; `nil` when they happen on the caller (see ``inlineLimit``): making a queue for every
     /// small file that never gave it work showed in profiles of batches of 4 KiB files.
     private let queue: DispatchQueue?
@@ -30,20 +31,22 @@ final class BackgroundWriter: @unchecked Sendable {
 
     private let state = Locked(State())
 
-    init(file: PartialFile, algorithm: Digest.Algorithm?, expectedSize: Int64?) {
+    init(file: PartialFile, algorithm: Digest.Algorithm?, computesSHA256: Bool, expectedSize: Int64?) {
         self.file = file
         self.algorithm = algorithm
+        self.computesSHA256 = computesSHA256
         let inline = expectedSize.map { $0 <= Self.inlineLimit } ?? false
         queue = inline ? nil : DispatchQueue(label: "haul.writer")
-        digest = RunningDigest(also: algorithm)
+        digest = RunningDigest(sha256: computesSHA256, also: algorithm)
     }
 
-    /// A writer that continues `file`, a partial an earlier run left: its bytes are read once to seed the
-    /// digests, so the finished file is still verified as a whole.
-    convenience init(resuming file: PartialFile, algorithm: Digest.Algorithm?, expectedSize: Int64?, url: URL)
-        throws(DownloadError)
-    {
-        self.init(file: file, algorithm: algorithm, expectedSize: expectedSize)
+    /// A writer that continues `file`, a partial an earlier run left: when a digest is asked for, its bytes are read
+    /// once to seed it, so the finished file is still verified as a whole.
+    convenience init(
+        resuming file: PartialFile, algorithm: Digest.Algorithm?, computesSHA256: Bool, expectedSize: Int64?, url: URL
+    ) throws(DownloadError) {
+        self.init(file: file, algorithm: algorithm, computesSHA256: computesSHA256, expectedSize: expectedSize)
+        guard !digest.isEmpty else { return }
         do {
             try digest.update(fileAt: file.path, count: file.size)
         } catch {
@@ -100,7 +103,7 @@ final class BackgroundWriter: @unchecked Sendable {
         let result: Result<Void, DownloadError> = serialized {
             do throws(DownloadError) {
                 try file.truncate(url: url)
-                digest = RunningDigest(also: algorithm)
+                digest = RunningDigest(sha256: computesSHA256, also: algorithm)
                 return .success(())
             } catch {
                 return .failure(error)
@@ -113,7 +116,7 @@ final class BackgroundWriter: @unchecked Sendable {
     var size: Int64 { serialized { file.size } }
 
     /// The digests of everything written (call after ``drain()``).
-    func finalizeDigest() -> (sha256: [UInt8], requested: [UInt8]?) {
+    func finalizeDigest() -> (sha256: [UInt8]?, requested: [UInt8]?) {
         serialized { digest.finalize(for: algorithm) }
     }
 

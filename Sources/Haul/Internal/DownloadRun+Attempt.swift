@@ -427,7 +427,8 @@ extension DownloadRun {
                     creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
             }
             writer = BackgroundWriter(
-                file: file, algorithm: request.expectedDigest?.algorithm, expectedSize: totalBytes)
+                file: file, algorithm: request.expectedDigest?.algorithm,
+                computesSHA256: configuration.computesSHA256, expectedSize: totalBytes)
         } catch {
             throw AttemptFailure.permanent(error)
         }

@@ -142,16 +142,18 @@ final class DownloadRun: @unchecked Sendable {
                     message: "'\(path)' already exists; left untouched (choose skip, overwrite or rename)",
                     url: request.url, path: path)
             case .skip:
-                let sha: [UInt8]
-                do {
-                    sha = try RunningDigest.sha256(ofFileAt: path)
-                } catch {
-                    throw DownloadError(
-                        .fileSystem, message: "cannot read '\(path)': \(error)", url: request.url,
-                        path: path, underlying: error)
+                var sha: [UInt8]?
+                if configuration.computesSHA256 {
+                    do {
+                        sha = try RunningDigest.sha256(ofFileAt: path)
+                    } catch {
+                        throw DownloadError(
+                            .fileSystem, message: "cannot read '\(path)': \(error)", url: request.url,
+                            path: path, underlying: error)
+                    }
                 }
                 return DownloadResult(
-                    path: path, size: size, sha256: sha.hexString,
+                    path: path, size: size, sha256: sha?.hexString,
                     finalURL: request.url,
                     attempts: 0, bytesTransferred: 0, skipped: true)
             case .overwrite, .rename:
@@ -172,7 +174,7 @@ final class DownloadRun: @unchecked Sendable {
                 .sizeMismatch, message: "got \(size) bytes, expected \(expected)", url: finalURL, bytesReceived: size)
         }
         let (digest, requested) = writer.finalizeDigest()
-        let sha256 = digest.hexString
+        let sha256 = digest?.hexString
         if let expected = request.expectedDigest, requested != expected.bytes {
             throw DownloadError(
                 .checksumMismatch,
@@ -199,25 +201,23 @@ final class DownloadRun: @unchecked Sendable {
             attempts: attempts, bytesTransferred: bytesTransferred)
     }
 
-    /// Publishes `partial`, recording it in the journal with one write where it can: rename and link keep the
-    /// inode and modification time, so the sealed partial's stamp is the published file's, and the record can be
-    /// written before the rename (a crash between the two leaves a record whose file is absent, which counts as
-    /// not done). Only the rename policy, whose final name is known after the fact, needs two writes.
+    /// Publishes `partial`, recording it in the journal first: rename and link keep the inode and modification
+    /// time, so the sealed partial's stamp is the published file's, and the record can be written before publishing
+    /// (a crash between the two leaves a record whose file is absent or another one, which counts as not done). Only
+    /// the rename policy, whose final name may turn out another, then records the name it published under.
     private func recordAndPublish(
-        _ partial: PartialFile, at path: String, size: Int64, sha256: String
+        _ partial: PartialFile, at path: String, size: Int64, sha256: String?
     ) async throws(DownloadError) -> String {
         guard let journal = configuration.journal else { return try publish(partial, to: path) }
         let key = journalKey
         try partial.seal(durable: configuration.durability == .powerLoss, url: finalURL)
-        if request.conflictPolicy != .rename, let stamp = partial.stamp() {
+        let stamp = partial.stamp()
+        if let stamp {
             await journal.commit(
                 JournalRecord(key: key, path: path, state: .completed(size: size, sha256: sha256, stamp: stamp)))
-            return try publish(partial, to: path)
         }
-        // Recorded before the rename, so that a crash between the two still lets the next run recognise the file.
-        await journal.commit(JournalRecord(key: key, path: path, state: .verified(size: size, sha256: sha256)))
         let published = try publish(partial, to: path)
-        if let stamp = FileStamp(ofFileAt: published) {
+        if published != path || stamp == nil, let stamp = FileStamp(ofFileAt: published) {
             await journal.commit(
                 JournalRecord(key: key, path: published, state: .completed(size: size, sha256: sha256, stamp: stamp)))
         }
@@ -292,7 +292,7 @@ final class DownloadRun: @unchecked Sendable {
         guard let record = journal.record(for: journalKey) else { return nil }
         switch record.state {
         case .requested, .failed: return nil  // nothing of it on disk to resume or skip
-        case .partial, .verified, .completed: break
+        case .partial, .completed: break
         }
         // A name chosen from Content-Disposition in the earlier run is the name to look at now.
         if destinationPath == nil { destinationPath = record.path }
@@ -301,25 +301,18 @@ final class DownloadRun: @unchecked Sendable {
         if record.path != destinationPath {
             guard request.conflictPolicy == .rename, case .completed = record.state else { return nil }
         }
-        let skipped = { (size: Int64, sha256: String) in
-            DownloadResult(
+        let skipped = { (size: Int64, sha256: String?) in
+            // A record of a run that computed no digest, for a downloader that reports one.
+            let sha256 =
+                sha256 ?? (self.configuration.computesSHA256 ? try? RunningDigest.sha256(ofFileAt: record.path) : nil)?
+                .hexString
+            return DownloadResult(
                 path: record.path, size: size, sha256: sha256,
                 finalURL: self.request.url, attempts: 0, bytesTransferred: 0, skipped: true)
         }
         switch record.state {
         case .completed(let size, let sha256, let stamp):
             if FileStamp(ofFileAt: record.path) == stamp { return skipped(size, sha256) }
-        case .verified(let size, let sha256):
-            // The crash came between verifying and publishing: the file there is ours only if it has our bytes.
-            if let stamp = FileStamp(ofFileAt: record.path), stamp.size == size,
-                (try? RunningDigest.sha256(ofFileAt: record.path))?.hexString == sha256
-            {
-                journal.store(
-                    JournalRecord(
-                        key: record.key, path: record.path, state: .completed(size: size, sha256: sha256, stamp: stamp)
-                    ))
-                return skipped(size, sha256)
-            }
         case .requested, .failed:
             break  // handled above
         case .partial(let validator, let total):
@@ -329,7 +322,8 @@ final class DownloadRun: @unchecked Sendable {
                 file.size > 0
             else { return nil }
             writer = try BackgroundWriter(
-                resuming: file, algorithm: request.expectedDigest?.algorithm, expectedSize: total, url: request.url)
+                resuming: file, algorithm: request.expectedDigest?.algorithm,
+                computesSHA256: configuration.computesSHA256, expectedSize: total, url: request.url)
             self.validator = validator
             totalBytes = total
             recordedPartial = true

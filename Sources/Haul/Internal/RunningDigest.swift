@@ -1,10 +1,12 @@
 import Crypto
 import Foundation
 
-/// SHA-256 of everything written (for the result and the journal), plus the request's own algorithm when
-/// it asked for another one; fed while writing, so verifying never reads the file again.
+/// The digests a download asked for, fed while its bytes are written so that verifying never reads the file again:
+/// the request's own algorithm (its expected digest), and SHA-256 for the result and the journal when the downloader
+/// computes it (``Downloader/Configuration/computesSHA256``). With neither, nothing is hashed: hashing is most of the
+/// CPU a large download costs (bench/compare, s1).
 struct RunningDigest {
-    private var sha256 = SHA256()
+    private var sha256: SHA256?
     private var extra: Extra?
 
     private enum Extra {
@@ -12,7 +14,11 @@ struct RunningDigest {
         case sha512(SHA512)
     }
 
-    init(also algorithm: Digest.Algorithm?) {
+    /// Whether any digest is computed.
+    var isEmpty: Bool { sha256 == nil && extra == nil }
+
+    init(sha256 wantsSHA256: Bool, also algorithm: Digest.Algorithm?) {
+        sha256 = wantsSHA256 || algorithm == .sha256 ? SHA256() : nil
         switch algorithm {
         case .sha384: extra = .sha384(SHA384())
         case .sha512: extra = .sha512(SHA512())
@@ -21,7 +27,7 @@ struct RunningDigest {
     }
 
     mutating func update(_ bytes: UnsafeRawBufferPointer) {
-        sha256.update(bufferPointer: bytes)
+        sha256?.update(bufferPointer: bytes)
         switch extra {
         case .sha384(var hasher):
             hasher.update(bufferPointer: bytes)
@@ -46,9 +52,9 @@ struct RunningDigest {
         guard count == nil || left == 0 else { throw CocoaError(.fileReadCorruptFile) }
     }
 
-    /// The SHA-256 and, if asked for, the other digest's bytes.
-    func finalize(for algorithm: Digest.Algorithm?) -> (sha256: [UInt8], requested: [UInt8]?) {
-        let sha = Array(sha256.finalize())
+    /// The SHA-256, if computed, and the requested algorithm's digest, if one was asked for.
+    func finalize(for algorithm: Digest.Algorithm?) -> (sha256: [UInt8]?, requested: [UInt8]?) {
+        let sha = sha256.map { Array($0.finalize()) }
         switch (algorithm, extra) {
         case (.sha256?, _): return (sha, sha)
         case (_, .sha384(let hasher)?): return (sha, Array(hasher.finalize()))
@@ -59,8 +65,8 @@ struct RunningDigest {
 
     /// The SHA-256 of a file already on disk (the `skip` conflict policy reports it).
     static func sha256(ofFileAt path: String) throws -> [UInt8] {
-        var digest = RunningDigest(also: nil)
+        var digest = RunningDigest(sha256: true, also: nil)
         try digest.update(fileAt: path)
-        return digest.finalize(for: nil).sha256
+        return digest.finalize(for: nil).sha256 ?? []
     }
 }

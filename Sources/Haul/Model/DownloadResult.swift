@@ -22,8 +22,9 @@ public struct DownloadResult: Sendable, Equatable {
     }
     /// Its size in bytes.
     public var size: Int64
-    /// Its SHA-256, in hex (always computed while writing).
-    public var sha256: String
+    /// Its SHA-256 in hex, when it was computed: the request expected a SHA-256 digest, or the downloader computes
+    /// one for every file (``Downloader/Configuration/computesSHA256``); `nil` otherwise.
+    public var sha256: String?
     /// The URL the bytes finally came from, after redirects.
     public var finalURL: URL
     /// How many attempts it took (1 when nothing had to be retried).
@@ -36,7 +37,7 @@ public struct DownloadResult: Sendable, Equatable {
 
     /// Creates a result.
     public init(
-        fileURL: URL, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
+        fileURL: URL, size: Int64, sha256: String?, finalURL: URL, attempts: Int, bytesTransferred: Int64,
         skipped: Bool = false
     ) {
         self.init(
@@ -46,7 +47,7 @@ public struct DownloadResult: Sendable, Equatable {
 
     /// A result for the file at `path`, its URL made when first asked for.
     init(
-        path: String, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
+        path: String, size: Int64, sha256: String?, finalURL: URL, attempts: Int, bytesTransferred: Int64,
         skipped: Bool = false
     ) {
         self.init(
@@ -55,7 +56,7 @@ public struct DownloadResult: Sendable, Equatable {
     }
 
     private init(
-        location: Location, size: Int64, sha256: String, finalURL: URL, attempts: Int, bytesTransferred: Int64,
+        location: Location, size: Int64, sha256: String?, finalURL: URL, attempts: Int, bytesTransferred: Int64,
         skipped: Bool
     ) {
         self.location = location

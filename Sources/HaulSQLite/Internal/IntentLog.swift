@@ -389,8 +389,6 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             rest("requested")
         case .partial(let validator, let totalBytes):
             rest("partial", validator: validator, totalBytes: totalBytes)
-        case .verified(let size, let sha256):
-            rest("verified", sha256: sha256, size: size)
         case .completed(let size, let sha256, let stamp):
             rest(
                 "completed", sha256: sha256, size: size, modified: stamp.modifiedNanoseconds,

@@ -45,7 +45,9 @@ final class LineDisplay: Display {
                 Console.out("skip   \(name): already complete\n")
             } else {
                 let time = started.map { " in \(Format.elapsed(.now - $0))" } ?? ""
-                Console.out("done   \(result.fileURL.lastPathComponent)  \(Format.bytes(result.size))\(time)\n")
+                let digest = result.sha256.map { "  sha256=\($0)" } ?? ""
+                Console.out(
+                    "done   \(result.fileURL.lastPathComponent)  \(Format.bytes(result.size))\(time)\(digest)\n")
             }
         case .failed(let error):
             guard !error.isCancellation else { return }

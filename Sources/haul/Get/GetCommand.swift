@@ -100,6 +100,11 @@ struct GetCommand: AsyncParsableCommand {
     @Flag(help: "NDJSON on stdout: start, progress, retry, finish, fail, summary; no progress bars.")
     var json = false
 
+    @Flag(
+        name: .customLong("sha256"),
+        help: "Compute each file's SHA-256 while writing it, and print it on its line (and in --json's finish).")
+    var sha256 = false
+
     @Flag(name: [.customShort("q"), .long], help: "Errors only.")
     var quiet = false
 
@@ -213,6 +218,7 @@ struct GetCommand: AsyncParsableCommand {
         settings.tls = tls
         settings.httpVersion = http1_1 ? .http1_1 : http2 ? .http2 : .automatic
         settings.output = json ? .json : .automatic
+        settings.computesSHA256 = sha256
         settings.quiet = quiet
         settings.verbose = verbose
         settings.journal = journal

@@ -36,6 +36,8 @@ struct RunSettings {
     var output = OutputMode.automatic
     var quiet = false
     var verbose = false
+    /// `--sha256`: every file's digest computed and shown.
+    var computesSHA256 = false
     /// Where completed and partial downloads are remembered between runs; `nil` for nowhere.
     var journal: (any Journal)?
 
@@ -67,6 +69,7 @@ enum GetRun {
         configuration.stallTimeout = settings.stallTimeout
         configuration.tls = settings.tls
         configuration.httpVersion = settings.httpVersion
+        configuration.computesSHA256 = settings.computesSHA256
         if !settings.tls.verifiesPeer {
             Console.err(
                 "haul: warning: --insecure: server certificates are not verified; anyone on the path can "

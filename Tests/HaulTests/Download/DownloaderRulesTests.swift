@@ -156,16 +156,50 @@ struct DownloaderRulesTests {
         }
     }
 
+    @Test(
+        "SHA-256 only when asked: none by default, every file's with computesSHA256 (a skipped one's too), an expected one's"
+    )
+    func sha256OnlyWhenAsked() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let url = server.url(path: "/bytes/s.bin", query: ["size": "300000"])
+            let expected = sha256Hex(TestServer.expectedBytes(name: "s.bin", size: 300_000))
+            let plain = Downloader(
+                transport: TransportKind.nio.makeTransport(), configuration: TransportKind.nio.configuration())
+            #expect(
+                try await plain.download(DownloadRequest(url: url, destination: .file(dir.file("a")))).sha256 == nil)
+
+            var asked = DownloadRequest(url: url, destination: .file(dir.file("b")))
+            asked.expectedDigest = try Digest(algorithm: .sha256, hex: expected)
+            #expect(try await plain.download(asked).sha256 == expected)
+            // Another algorithm is checked, and gives no SHA-256.
+            var other = DownloadRequest(url: url, destination: .file(dir.file("c")))
+            other.expectedDigest = try Digest(
+                algorithm: .sha512, hex: sha512Hex(TestServer.expectedBytes(name: "s.bin", size: 300_000)))
+            #expect(try await plain.download(other).sha256 == nil)
+
+            var configuration = TransportKind.nio.configuration()
+            configuration.computesSHA256 = true
+            let hashing = Downloader(transport: TransportKind.nio.makeTransport(), configuration: configuration)
+            #expect(
+                try await hashing.download(DownloadRequest(url: url, destination: .file(dir.file("d")))).sha256
+                    == expected)
+            let skipped = try await hashing.download(
+                DownloadRequest(url: url, destination: .file(dir.file("a")), conflictPolicy: .skip))
+            #expect(skipped.skipped && skipped.sha256 == expected)
+        }
+    }
+
     @Test("checksum and size checks: a mismatch publishes nothing", arguments: TransportKind.allCases)
     func verification(kind: TransportKind) async throws {
         try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let downloader = Downloader(transport: kind.makeTransport(), configuration: kind.configuration())
             let url = server.url(path: "/bytes/checked", query: ["size": "4096"])
-            let good = try await downloader.download(DownloadRequest(url: url, destination: .file(dir.file("good"))))
+            let good = sha256Hex(TestServer.expectedBytes(name: "checked", size: 4096))
 
             var right = DownloadRequest(url: url, destination: .file(dir.file("right")))
-            right.expectedDigest = try Digest(algorithm: .sha256, hex: good.sha256)
+            right.expectedDigest = try Digest(algorithm: .sha256, hex: good)
             right.expectedSize = 4096
             _ = try await downloader.download(right)
 
@@ -173,7 +207,7 @@ struct DownloaderRulesTests {
             wrong.expectedDigest = try Digest(algorithm: .sha256, hex: String(repeating: "0", count: 64))
             let mismatch = try await #require(throws: DownloadError.self) { try await downloader.download(wrong) }
             #expect(mismatch.code == .checksumMismatch)
-            #expect(mismatch.description.contains(good.sha256))
+            #expect(mismatch.description.contains(good))
 
             var sized = DownloadRequest(url: url, destination: .file(dir.file("sized")))
             sized.expectedSize = 4000
@@ -183,7 +217,7 @@ struct DownloaderRulesTests {
             limited.maxSize = 1000
             let tooBig = try await #require(throws: DownloadError.self) { try await downloader.download(limited) }
             #expect(tooBig.code == .sizeLimitExceeded)
-            #expect(dir.contents() == ["good", "right"])
+            #expect(dir.contents() == ["right"])
         }
     }
 

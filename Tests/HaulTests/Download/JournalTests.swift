@@ -24,6 +24,33 @@ final class MemoryJournal: Journal {
     func allRecords() -> [JournalRecord] {
         records.withLock { records in records.order.compactMap { records.byKey[$0] } }
     }
+
+    init() {}
+
+    /// A journal holding what `other` holds.
+    init(copying other: some Journal) {
+        for record in other.allRecords() { store(record) }
+    }
+}
+
+/// A journal that notes, for each commit, whether a file was already at the path of the download's published
+/// file (`v.bin` or `v (1).bin` in the same directory).
+final class CommitWatchingJournal: Journal {
+    let base = MemoryJournal()
+    let commits = Locked<[(record: JournalRecord, publishedExisted: Bool)]>([])
+    func record(for key: JournalKey) -> JournalRecord? { base.record(for: key) }
+    func store(_ record: JournalRecord) { base.store(record) }
+    func commit(_ record: JournalRecord) async {
+        let directory = (record.path as NSString).deletingLastPathComponent
+        let ours = ["v (1).bin", "v.bin"].map { (directory as NSString).appendingPathComponent($0) }
+        let existed = ours.contains { path in
+            FileStamp(ofFileAt: path).map { $0.size == 3000 } ?? false
+        }
+        commits.withLock { $0.append((record, existed)) }
+        base.store(record)
+    }
+    func remove(_ key: JournalKey) { base.remove(key) }
+    func allRecords() -> [JournalRecord] { base.allRecords() }
 }
 
 /// The engine with a journal: a completed, unchanged file is not fetched again; a cancelled download's partial
@@ -96,29 +123,45 @@ struct JournalTests {
         }
     }
 
-    @Test("a file verified but not yet recorded as published (a crash at the rename) is recognised by its bytes")
-    func verifiedIsRecognised() async throws {
+    @Test(
+        "the completed record is committed before publishing, with the stamp publishing keeps; under the rename policy the numbered name is recorded after",
+        arguments: [ConflictPolicy.fail, .rename])
+    func recordedBeforePublishing(policy: ConflictPolicy) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
-            let journal = MemoryJournal()
+            let journal = CommitWatchingJournal()
             let request = DownloadRequest(
-                url: server.url(path: "/bytes/v.bin", query: ["size": "3000"]), destination: .directory(dir.url))
-            let first = try await downloader(journal).download(request)
-            let key = JournalKey(request)
-            journal.store(
-                JournalRecord(key: key, path: first.fileURL.path, state: .verified(size: 3000, sha256: first.sha256)))
-            let again = try await downloader(journal).download(request)
-            #expect(again.skipped)
-            #expect(server.stats.requestCount == 1)
-            guard case .completed = journal.record(for: key)?.state else {
-                Issue.record("the recognised file was not recorded as completed")
+                url: server.url(path: "/bytes/v.bin", query: ["size": "3000"]), destination: .directory(dir.url),
+                conflictPolicy: policy)
+            let path = dir.file("v.bin").path
+            if policy == .rename { try Data("theirs".utf8).write(to: dir.file("v.bin")) }
+            var configuration = TransportKind.asyncHTTPClient.configuration()
+            configuration.journal = journal
+            let result = try await Downloader(
+                transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration
+            )
+            .download(request)
+            let published = result.fileURL.path
+            #expect(published == (policy == .rename ? dir.file("v (1).bin").path : path))
+            let commits = journal.commits.withLock { $0 }
+            // First commit: the intended path, with nothing of ours there yet, and the stamp the file now has.
+            let first = try #require(commits.first)
+            #expect(first.record.path == path)
+            #expect(!first.publishedExisted)
+            guard case .completed(let size, let sha256, let stamp) = first.record.state else {
+                Issue.record("not a completed record: \(first.record.state)")
                 return
             }
-            // Same size, other bytes: not ours.
-            try Data(repeating: 7, count: 3000).write(to: first.fileURL)
-            journal.store(
-                JournalRecord(key: key, path: first.fileURL.path, state: .verified(size: 3000, sha256: first.sha256)))
-            await #expect(throws: DownloadError.self) { try await downloader(journal).download(request) }
+            #expect(size == 3000 && sha256 == nil && stamp == FileStamp(ofFileAt: published))
+            #expect(commits.count == (policy == .rename ? 2 : 1))
+            if policy == .rename { #expect(commits.last?.record.path == published) }
+
+            // A crash after the record, before the publish: nothing at the path, so the download is not done.
+            if policy == .fail {
+                try FileManager.default.removeItem(atPath: path)
+                let again = try await downloader(MemoryJournal(copying: journal)).download(request)
+                #expect(!again.skipped && server.stats.requestCount == 2)
+            }
         }
     }
 
