@@ -10,7 +10,9 @@ final class BackgroundWriter: @unchecked Sendable {
     // unchecked Sendable: `file` and `digest` are only touched on `queue` (or after `drain()`, when nothing is
     // queued; or, with no queue, by the one task that writes); `state` is a Locked.
 
-    static let maxPending = 8 << 20
+    /// Enough to cover the page cache's short stalls; a TLS chunk can hold more memory than its bytes, so more waiting
+    /// is what takes peak RSS up on a fast link (bench/compare, s1s).
+    static let maxPending = 2 << 20
     /// Bodies known to be at most this large are written inline on the receiving task: for them the overlap
     /// gains nothing and the thread hop per chunk would be most of the engine's own cost (bench/compare, s3).
     static let inlineLimit: Int64 = 256 << 10
