@@ -50,6 +50,10 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     /// Idle connections kept per host and port beyond this are closed.
     static let maxIdlePerEndpoint = 64
 
+    /// How much one read from a socket may take: up to 256 KiB, four times NIO's default, so a fast body arrives in
+    /// fewer reads, chunks and writes (bench/compare, s2w1 and s2w8); a small response fits the first read.
+    static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 16 << 10, maximum: 256 << 10)
+
     /// Creates a transport.
     ///
     /// - Parameters:
@@ -189,6 +193,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
             channel = try await ClientBootstrap(group: loop)
                 .connectTimeout(timeout)
                 .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+                .channelOption(.recvAllocator, value: Self.receiveBuffers)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let pipeline = channel.pipeline.syncOperations
