@@ -428,7 +428,7 @@ extension DownloadRun {
             }
             writer = BackgroundWriter(
                 file: file, algorithm: request.expectedDigest?.algorithm,
-                computesSHA256: configuration.computesSHA256, expectedSize: totalBytes)
+                computesSHA256: configuration.computesSHA256)
         } catch {
             throw AttemptFailure.permanent(error)
         }

@@ -301,18 +301,17 @@ final class DownloadRun: @unchecked Sendable {
         if record.path != destinationPath {
             guard request.conflictPolicy == .rename, case .completed = record.state else { return nil }
         }
-        let skipped = { (size: Int64, sha256: String?) in
-            // A record of a run that computed no digest, for a downloader that reports one.
-            let sha256 =
-                sha256 ?? (self.configuration.computesSHA256 ? try? RunningDigest.sha256(ofFileAt: record.path) : nil)?
-                .hexString
-            return DownloadResult(
-                path: record.path, size: size, sha256: sha256,
-                finalURL: self.request.url, attempts: 0, bytesTransferred: 0, skipped: true)
-        }
         switch record.state {
         case .completed(let size, let sha256, let stamp):
-            if FileStamp(ofFileAt: record.path) == stamp { return skipped(size, sha256) }
+            guard FileStamp(ofFileAt: record.path) == stamp else { break }
+            // A record of a run that computed no digest, for a downloader that reports one: hashed from the file.
+            var digest = sha256
+            if digest == nil, configuration.computesSHA256 {
+                digest = (try? RunningDigest.sha256(ofFileAt: record.path))?.hexString
+            }
+            return DownloadResult(
+                path: record.path, size: size, sha256: digest, finalURL: request.url, attempts: 0, bytesTransferred: 0,
+                skipped: true)
         case .requested, .failed:
             break  // handled above
         case .partial(let validator, let total):
@@ -323,7 +322,7 @@ final class DownloadRun: @unchecked Sendable {
             else { return nil }
             writer = try BackgroundWriter(
                 resuming: file, algorithm: request.expectedDigest?.algorithm,
-                computesSHA256: configuration.computesSHA256, expectedSize: total, url: request.url)
+                computesSHA256: configuration.computesSHA256, url: request.url)
             self.validator = validator
             totalBytes = total
             recordedPartial = true
