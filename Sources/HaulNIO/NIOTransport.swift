@@ -50,8 +50,10 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     /// Idle connections kept per host and port beyond this are closed.
     static let maxIdlePerEndpoint = 64
 
-    /// How much one read from a socket may take: up to 256 KiB, four times NIO's default, so a fast body arrives in
-    /// fewer reads, chunks and writes (bench/compare, s2w1 and s2w8); a small response fits the first read.
+    /// How much one read from a plain socket may take: up to 256 KiB, four times NIO's default, so a fast body arrives
+    /// in fewer reads, chunks and writes (bench/compare, s2w1 and s2w8); a small response fits the first read. A TLS
+    /// connection keeps NIO's default: swift-nio-ssl hands on what one read decrypts in one buffer, and buffers that
+    /// large, freed on the writing thread, left glibc's heap holding 10-20 MiB more (bench/compare, s1s).
     static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 16 << 10, maximum: 256 << 10)
 
     /// Creates a transport.
@@ -193,7 +195,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
             channel = try await ClientBootstrap(group: loop)
                 .connectTimeout(timeout)
                 .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-                .channelOption(.recvAllocator, value: Self.receiveBuffers)
+                .channelOption(.recvAllocator, value: tls == nil ? Self.receiveBuffers : AdaptiveRecvByteBufferAllocator())
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let pipeline = channel.pipeline.syncOperations

@@ -54,6 +54,10 @@ enum GetRun {
         let transport: any HTTPTransport
         let ownedTransport: AsyncHTTPClientTransport?
         switch settings.transport {
+        case .nio where settings.httpVersion != .http2:
+            // http and https are NIOTransport's own, and the plan holds nothing else: no fallback to start and stop.
+            transport = NIOTransport()
+            ownedTransport = nil
         case .nio, .asyncHTTPClient:
             let client = AsyncHTTPClientTransport(
                 maximumConnectionsPerHost: max(settings.maxConcurrent, 1), connectTimeout: settings.connectTimeout)
