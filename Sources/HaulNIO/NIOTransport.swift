@@ -190,12 +190,13 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         let loop = here ?? group.next()
         let handshake = tls == nil ? nil : loop.makePromise(of: Void.self)
         let handler = ExchangeHandler()
+        let receiveBuffers = tls == nil ? Self.receiveBuffers : AdaptiveRecvByteBufferAllocator()
         let channel: any Channel
         do {
             channel = try await ClientBootstrap(group: loop)
                 .connectTimeout(timeout)
                 .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-                .channelOption(.recvAllocator, value: tls == nil ? Self.receiveBuffers : AdaptiveRecvByteBufferAllocator())
+                .channelOption(.recvAllocator, value: receiveBuffers)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let pipeline = channel.pipeline.syncOperations
