@@ -20,6 +20,7 @@ let package = Package(
     products: [
         .library(name: "HaulOperations", targets: ["HaulOperations"]),
         .library(name: "Haul", targets: ["Haul"]),
+        .library(name: "HaulURLSession", targets: ["HaulURLSession"]),
         .library(name: "HaulAsyncHTTPClient", targets: ["HaulAsyncHTTPClient"]),
         .library(name: "HaulNIO", targets: ["HaulNIO"]),
         .library(name: "HaulCombine", targets: ["HaulCombine"]),
@@ -56,12 +57,21 @@ let package = Package(
             dependencies: [
                 "HaulOperations",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 // The queue's waiting lists (Deque) and its host heap (Heap); NIO depends on them already.
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
+            ]
+        ),
+        // The Apple default transport. Kept apart so that FoundationNetworking (and libcurl with its libraries, several
+        // milliseconds of every start of a program on Linux) stay out of `Haul` and of `haul` on Linux.
+        .target(
+            name: "HaulURLSession",
+            dependencies: [
+                "Haul", "HaulOperations",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
             ]
         ),
         // The Linux default transport. Kept apart so that AsyncHTTPClient/NIO stay out of `Haul`.
@@ -70,7 +80,6 @@ let package = Package(
             dependencies: [
                 "Haul", "HaulNIOSupport", "HaulOperations",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -158,6 +167,10 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulTestServer",
+                // `--transport urlsession` where URLSession is the system's own; on Linux it would bring libcurl in.
+                .target(
+                    name: "HaulURLSession",
+                    condition: .when(platforms: [.macOS, .iOS, .tvOS, .watchOS, .visionOS])),
             ]
         ),
 
@@ -180,9 +193,8 @@ let package = Package(
         .testTarget(
             name: "HaulTests",
             dependencies: [
-                "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulTestServer", "HaulTestSupport",
+                "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulURLSession", "HaulTestServer", "HaulTestSupport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "HTTPTypesFoundation", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
@@ -245,8 +257,10 @@ let package = Package(
         .executableTarget(
             name: "bench-operations", dependencies: ["HaulOperations"], path: "bench/Sources/bench-operations"),
         .executableTarget(
-            name: "bench-download", dependencies: ["Haul", "HaulAsyncHTTPClient"], path: "bench/Sources/bench-download"),
-        .executableTarget(name: "bench-queue", dependencies: ["Haul"], path: "bench/Sources/bench-queue"),
+            name: "bench-download", dependencies: ["Haul", "HaulAsyncHTTPClient", "HaulURLSession"],
+            path: "bench/Sources/bench-download"),
+        .executableTarget(
+            name: "bench-queue", dependencies: ["Haul", "HaulURLSession"], path: "bench/Sources/bench-queue"),
     ]
 )
 

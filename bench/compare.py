@@ -131,14 +131,14 @@ BASELINE = None
 TOOLS = {
     "haul (NIO)": "haul-nio",
     "haul (AsyncHTTPClient)": "haul-ahc",
-    "haul (URLSession)": "haul-urlsession",
     BASELINE_TOOL: "haul-baseline",
     "curl": "curl",
     "wget2": "wget2",
     "aria2c": "aria2c",
     "wget": "wget",
 }
-PARALLEL_TOOLS = ["haul (NIO)", "haul (AsyncHTTPClient)", "haul (URLSession)", "curl", "wget2", "aria2c"]
+# `haul --transport urlsession` exists on Apple platforms only (bench/download/run.sh measures URLSession on Linux).
+PARALLEL_TOOLS = ["haul (NIO)", "haul (AsyncHTTPClient)", "curl", "wget2", "aria2c"]
 ALL_TOOLS = PARALLEL_TOOLS + ["wget"]  # wget -i is sequential only
 HAUL_DEFAULT = "haul (NIO)"  # the ratios are to this one: `haul get`'s default transport
 
@@ -159,8 +159,7 @@ def command(tool, width, dest, urls, config, ca=None):
     """Each tool as a user would run it for a batch, with retries on (the same flags in every scenario); over HTTPS
     each is told to trust `ca` and otherwise left to its defaults (HTTP/2 where it offers it)."""
     if tool.startswith("haul"):
-        transport = {"haul (NIO)": "nio", BASELINE_TOOL: "nio", "haul (AsyncHTTPClient)": "async-http-client"}.get(
-            tool, "urlsession")
+        transport = "async-http-client" if tool == "haul (AsyncHTTPClient)" else "nio"
         binary = BASELINE if tool == BASELINE_TOOL else HAUL
         trust = ["--cacert", ca] if ca else []
         return [binary, "get", "-q", "-j", str(width), "-d", dest, "-i", urls, "--transport", transport, *trust]
@@ -305,9 +304,6 @@ def scenarios(nginx, www, reference):
         base = f"https://127.0.0.1:{nginx.tls_port}" if https else f"http://127.0.0.1:{nginx.port}"
         return [Item(f"{base}/{directory}{name}", name, os.path.join(www, directory, name)) for name in names]
 
-    # URLSession takes no CA (its transport verifies with the system's store only), so it sits out the HTTPS rows.
-    tls_tools = [t for t in ALL_TOOLS if t != "haul (URLSession)"]
-    tls_parallel = [t for t in PARALLEL_TOOLS if t != "haul (URLSession)"]
 
     mids = [f"m{i:03d}" for i in range(200)]
     smalls = [f"f{i:05d}" for i in range(10000)]
@@ -324,13 +320,13 @@ def scenarios(nginx, www, reference):
                  PARALLEL_TOOLS, "MB/s", "haul-serve", 300),
         Scenario("s5", "as s4, 10% of files 503 once, 5% cut mid-body once", 8, PARALLEL_TOOLS, "MB/s",
                  "haul-serve", 300),
-        Scenario("s1s", "one 1 GiB file over HTTPS", 1, tls_tools, "MB/s", "nginx", 300, ca=nginx.ca,
+        Scenario("s1s", "one 1 GiB file over HTTPS", 1, ALL_TOOLS, "MB/s", "nginx", 300, ca=nginx.ca,
                  items=nginx_items("", ["big"], https=True)),
-        Scenario("s2w1s", "200 x 1 MiB over HTTPS, width 1", 1, tls_tools, "MB/s", "nginx", 300, ca=nginx.ca,
+        Scenario("s2w1s", "200 x 1 MiB over HTTPS, width 1", 1, ALL_TOOLS, "MB/s", "nginx", 300, ca=nginx.ca,
                  items=nginx_items("mid/", mids, https=True)),
-        Scenario("s2w8s", "200 x 1 MiB over HTTPS, width 8", 8, tls_parallel, "MB/s", "nginx", 300, ca=nginx.ca,
+        Scenario("s2w8s", "200 x 1 MiB over HTTPS, width 8", 8, PARALLEL_TOOLS, "MB/s", "nginx", 300, ca=nginx.ca,
                  items=nginx_items("mid/", mids, https=True)),
-        Scenario("s3s", "10,000 x 4 KiB over HTTPS, width 8", 8, tls_parallel, "files/s", "nginx", 900, ca=nginx.ca,
+        Scenario("s3s", "10,000 x 4 KiB over HTTPS, width 8", 8, PARALLEL_TOOLS, "files/s", "nginx", 900, ca=nginx.ca,
                  items=nginx_items("small/", smalls, https=True)),
     ]
     for s in result:

@@ -4,7 +4,7 @@ import HaulNIOSupport
 import Foundation
 import HaulOperations
 public import HTTPTypes
-import HTTPTypesFoundation
+
 import NIOCore
 import NIOHTTP1
 import NIOSSL

@@ -543,6 +543,7 @@ struct GetCommandTests {
         }
     }
 
+    #if canImport(Darwin)
     @Test("--transport urlsession downloads the same bytes")
     func urlSessionTransport() async throws {
         try await TestServer.withRunning { server in
@@ -554,6 +555,30 @@ struct GetCommandTests {
             #expect(contentsOf(dir.file("u.bin")) == TestServer.expectedBytes(name: "u.bin", size: 200_000))
         }
     }
+    #else
+    @Test("--transport urlsession is a usage error off Apple platforms, and haul does not link libcurl")
+    func urlSessionTransportRefused() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let run = try await HaulProcess.run([
+                "get", "--transport", "urlsession", "-d", dir.path, bytes(server, "u.bin", size: 200_000),
+            ])
+            #expect(run.status == 2 && run.stderr.contains("urlsession"), "\(run)")
+            #expect(server.stats.requestCount == 0 && dir.contents().isEmpty)
+        }
+        // Loading libcurl and the libraries it needs is several milliseconds of every start.
+        let ldd = Process()
+        ldd.executableURL = URL(fileURLWithPath: "/usr/bin/ldd")
+        ldd.arguments = [try HaulProcess.binary().path]
+        let output = Pipe()
+        ldd.standardOutput = output
+        try ldd.run()
+        let linked = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        ldd.waitUntilExit()
+        #expect(ldd.terminationStatus == 0 && linked.contains("libc.so"), "\(linked)")
+        #expect(!linked.contains("libcurl"), "\(linked)")
+    }
+    #endif
 
     @Test("rerunning a finished command skips what Haul completed there, without a request")
     func rerunSkipsCompleted() async throws {

@@ -87,7 +87,6 @@ struct GetTLSTests {
                 ),
                 (["--key", garbage.path], "--key needs --cert"),
                 (["--http1.1", "--http2"], "--http1.1 and --http2 cannot be combined"),
-                (["--transport", "urlsession", "-k"], "--transport urlsession"),
             ]
             for (options, expected) in cases {
                 let run = try await HaulProcess.run(["get", "-d", dir.path] + options + [url(server, "x.bin")])

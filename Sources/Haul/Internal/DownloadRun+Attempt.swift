@@ -1,6 +1,6 @@
 import Foundation
 import HTTPTypes
-import HTTPTypesFoundation
+
 import HaulOperations
 import Logging
 

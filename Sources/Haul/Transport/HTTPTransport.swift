@@ -8,7 +8,7 @@ public import HTTPTypes
 /// decode content (it sends `Accept-Encoding: identity` and hands the body over as sent), and must stop the
 /// transfer when the calling task is cancelled or the body stream is abandoned. Haul ships two:
 /// `AsyncHTTPClientTransport` (module `HaulAsyncHTTPClient`, the default on Linux) and
-/// ``URLSessionTransport`` (the default on Apple platforms).
+/// `URLSessionTransport` (`HaulURLSession`, the default on Apple platforms).
 public protocol HTTPTransport: Sendable {
     /// Sends a body-less request and returns once the response head has arrived.
     ///

@@ -125,8 +125,8 @@ struct GetCommand: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "How bytes move: nio (Haul's own HTTP/1.1 client, http and https; --http2 goes through "
-                + "async-http-client), async-http-client or urlsession.",
-            valueName: "nio|async-http-client|urlsession"))
+                + "async-http-client), async-http-client, or urlsession (Apple platforms).",
+            valueName: TransportChoice.names))
     var transport: TransportChoice = .nio
 
     @Option(
@@ -167,14 +167,14 @@ struct GetCommand: AsyncParsableCommand {
         help: ArgumentHelp(
             "Use HTTP/2 where an https server offers it by ALPN, else HTTP/1.1.",
             discussion:
-                "The nio transport sends such requests through AsyncHTTPClient; async-http-client and urlsession "
+                "The nio transport sends such requests through AsyncHTTPClient; async-http-client (and urlsession) "
                 + "negotiate HTTP/2 by default."))
     var http2 = false
 
     func validate() throws {
         if http1_1 && http2 { throw ValidationError("--http1.1 and --http2 cannot be combined") }
         if clientKey != nil && clientCertificate == nil { throw ValidationError("--key needs --cert") }
-        if transport == .urlSession,
+        if transport.isSystemStack,
             insecure || caFile != nil || caDirectory != nil || clientCertificate != nil || http1_1
         {
             throw ValidationError(
@@ -237,7 +237,7 @@ struct GetCommand: AsyncParsableCommand {
         let fromOptions = caFile != nil || caDirectory != nil
         var settings = fromOptions ? TLSSettings(caFile: caFile, caDirectory: caDirectory) : environment
         // The system store is used by the urlsession transport; it takes no CA from the environment.
-        if transport == .urlSession { settings = .default }
+        if transport.isSystemStack { settings = .default }
         settings.verifiesPeer = !insecure
         settings.clientCertificateFile = clientCertificate
         settings.clientKeyFile = clientKey

@@ -7,6 +7,10 @@ import HaulNIO
 import HaulOperations
 import Logging
 
+#if canImport(Darwin)
+import HaulURLSession
+#endif
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -18,7 +22,22 @@ enum TransportChoice: String, CaseIterable, ExpressibleByArgument {
     /// Haul's own HTTP/1.1 client (HaulNIO) for http and https, AsyncHTTPClient for HTTP/2: the default.
     case nio
     case asyncHTTPClient = "async-http-client"
+    #if canImport(Darwin)
+    /// The system's URLSession (Apple platforms: on Linux it would bring libcurl and its libraries into every start).
     case urlSession = "urlsession"
+    #endif
+
+    /// Whether the transport trusts the system's store only and chooses the HTTP version itself.
+    var isSystemStack: Bool {
+        #if canImport(Darwin)
+        self == .urlSession
+        #else
+        false
+        #endif
+    }
+
+    /// The choices as `--help` lists them.
+    static let names = allCases.map(\.rawValue).joined(separator: "|")
 }
 
 /// How `haul get` (and `haul demo`) run a plan.
@@ -63,9 +82,11 @@ enum GetRun {
                 maximumConnectionsPerHost: max(settings.maxConcurrent, 1), connectTimeout: settings.connectTimeout)
             transport = settings.transport == .nio ? NIOTransport(fallback: client) : client
             ownedTransport = client
+        #if canImport(Darwin)
         case .urlSession:
             transport = URLSessionTransport(maximumConnectionsPerHost: max(settings.maxConcurrent, 1))
             ownedTransport = nil
+        #endif
         }
         var configuration = Downloader.Configuration()
         configuration.retryPolicy.maxRetries = settings.retries

@@ -5,6 +5,7 @@ import HaulNIO
 import HaulOperations
 import HaulTestServer
 import HaulTestSupport
+import HaulURLSession
 import Testing
 
 /// The transports every engine test runs against, over `http` and, for those that speak TLS, over `https` (a

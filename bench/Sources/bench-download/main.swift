@@ -6,6 +6,7 @@
 import Foundation
 import Haul
 import HaulAsyncHTTPClient
+import HaulURLSession
 
 #if canImport(Glibc)
 import Glibc

@@ -10,6 +10,7 @@
 // Prints ns per item at each size and the ratio of the largest to the smallest; exits 1 if it exceeds 1.5x.
 import Foundation
 import Haul
+import HaulURLSession
 
 func schedulerNanosPerItem(count: Int, hosts: Int, perHostLimit: Int?) -> Double {
     var scheduler = AdmissionScheduler(maxConcurrent: 8, perHostLimit: perHostLimit)

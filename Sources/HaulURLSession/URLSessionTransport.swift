@@ -1,4 +1,5 @@
 public import HTTPTypes
+public import Haul
 import HaulOperations
 
 #if canImport(FoundationNetworking)
@@ -15,10 +16,10 @@ public import Foundation
 /// `Accept-Encoding: identity`, and (on Apple platforms) suspends the task while the engine is behind so memory
 /// stays bounded; on Linux, FoundationNetworking cannot be suspended mid-transfer, so there it cannot push back.
 /// URLSession decodes `Content-Encoding` on its own, so a response that is encoded anyway fails with
-/// ``DownloadError/Code/transport`` instead of being stored decoded (use AsyncHTTPClient to store it as sent).
+/// `DownloadError.Code.transport` instead of being stored decoded (use AsyncHTTPClient to store it as sent).
 ///
-/// A response is closed (``ResponseBody/close()``) once URLSession reports its task complete. URLSession closes a
-/// cancelled transfer's connection on its own queue and does not say when, so a ``DownloadQueue`` on this transport
+/// A response is closed (`ResponseBody.close()`) once URLSession reports its task complete. URLSession closes a
+/// cancelled transfer's connection on its own queue and does not say when, so a `DownloadQueue` on this transport
 /// can free a cancelled download's slot while a server still counts its request.
 public final class URLSessionTransport: HTTPTransport {
     private let session: URLSession
