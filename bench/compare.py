@@ -508,16 +508,22 @@ def targets(by_key, results):
         return summarize(by_key[key], runs) if runs and key in by_key else None
 
     verdicts = []
-    if "s1" in by_key:
-        haul, curl, wget2 = get("s1", HAUL_DEFAULT), get("s1", "curl"), get("s1", "wget2")
+    for key, wget2_share in [("s1", 0.9), ("s1s", None)]:
+        if key not in by_key:
+            continue
+        haul, curl, wget2 = get(key, HAUL_DEFAULT), get(key, "curl"), get(key, "wget2")
         met = bool(haul and curl and haul["rate"] >= curl["rate"])
+        name = f"{by_key[key].title}: Haul >= 1.0x curl"
+        if wget2_share:
+            met = met and bool(wget2 and haul["rate"] >= wget2_share * wget2["rate"])
+            name += f" and >= {wget2_share}x wget2"
         detail = f"Haul {haul['rate']:.0f} MB/s" if haul else "Haul failed"
         if curl:
-            detail += f", curl {curl['rate']:.0f}"
+            detail += f", curl {curl['rate']:.0f}" + (f" ({haul['rate'] / curl['rate']:.2f}x)" if haul else "")
         if wget2:
-            detail += f", wget2 {wget2['rate']:.0f}"
-        verdicts.append(("1 GiB: Haul >= 1.0x curl", met, detail))
-    for key in ["s2w1", "s2w8", "s3"]:
+            detail += f", wget2 {wget2['rate']:.0f}" + (f" ({haul['rate'] / wget2['rate']:.2f}x)" if haul else "")
+        verdicts.append((name, met, detail))
+    for key in ["s2w1", "s2w8", "s3", "s2w1s", "s2w8s"]:
         if key not in by_key:
             continue
         haul = get(key, HAUL_DEFAULT)
@@ -546,6 +552,11 @@ def targets(by_key, results):
         detail = f"{sum(r.ok for r in runs)} of {len(runs)} runs correct, at most {extra / MIB:.1f} MiB " \
                  f"({extra / by_key['s5'].total_bytes * 100:.1f}%) sent again"
         verdicts.append(("faults: every file correct, <= 10% extra bytes", met, detail))
+    peaks = {key: get(key, HAUL_DEFAULT)["rss"] for key in by_key if get(key, HAUL_DEFAULT)}
+    if peaks:
+        worst = max(peaks, key=peaks.get)
+        verdicts.append(("peak RSS of `haul get` < 64 MiB in every scenario", peaks[worst] < 64,
+                         f"largest {peaks[worst]:.0f} MiB ({worst})"))
     return verdicts
 
 
