@@ -64,8 +64,8 @@ let package = Package(
                 .product(name: "HeapModule", package: "swift-collections"),
             ]
         ),
-        // The Apple default transport. Kept apart so that FoundationNetworking (and libcurl with its libraries, several
-        // milliseconds of every start of a program on Linux) stay out of `Haul` and of `haul` on Linux.
+        // The Apple default transport. Kept apart so that FoundationNetworking (on Linux, libcurl and the libraries it
+        // needs, loaded at every start of a program) stays out of `Haul` and of `haul` on Linux.
         .target(
             name: "HaulURLSession",
             dependencies: [

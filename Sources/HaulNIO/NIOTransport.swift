@@ -53,7 +53,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     /// How much one read from a plain socket may take: up to 256 KiB, four times NIO's default, so a fast body arrives
     /// in fewer reads, chunks and writes (bench/compare, s2w1 and s2w8); a small response fits the first read. A TLS
     /// connection keeps NIO's default: swift-nio-ssl hands on what one read decrypts in one buffer, and buffers that
-    /// large, freed on the writing thread, left glibc's heap holding 10-20 MiB more (bench/compare, s1s).
+    /// large, freed on the writing thread, keep glibc's heap larger than the bytes in flight (bench/compare, s1s).
     static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 16 << 10, maximum: 256 << 10)
 
     /// Creates a transport.

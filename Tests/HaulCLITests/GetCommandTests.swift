@@ -566,7 +566,7 @@ struct GetCommandTests {
             #expect(run.status == 2 && run.stderr.contains("urlsession"), "\(run)")
             #expect(server.stats.requestCount == 0 && dir.contents().isEmpty)
         }
-        // Loading libcurl and the libraries it needs is several milliseconds of every start.
+        // libcurl and the libraries it needs would be loaded at every start (bench/compare, s2w1).
         let ldd = Process()
         ldd.executableURL = URL(fileURLWithPath: "/usr/bin/ldd")
         ldd.arguments = [try HaulProcess.binary().path]
