@@ -90,7 +90,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
 
     /// Sends `request` and returns at the response head; the body streams as the engine reads it.
     /// The connect timeout of `options` is not used: AsyncHTTPClient takes it per client (see
-    /// ``init(maximumConnectionsPerHost:connectTimeout:)``). Errors are ``TransportError``s naming the host and the
+    /// ``init(maximumConnectionsPerHost:connectTimeout:)``). Errors are `TransportError`s naming the host and the
     /// reason; a certificate that is not trusted is a permanent one.
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         var outgoing = HTTPClientRequest(url: Self.url(of: request))

@@ -30,13 +30,13 @@ import NIOSSL
 ///
 /// What it does: requests encoded and responses parsed by the transport itself, each connection a single channel
 /// handler (behind swift-nio-ssl's for `https`, which offers only `http/1.1` by ALPN and verifies the server with
-/// the request's ``TLSSettings``); keep-alive connections reused per scheme, host, port and TLS settings (an idle
+/// the request's `TLSSettings`); keep-alive connections reused per scheme, host, port and TLS settings (an idle
 /// connection the server closed is replaced transparently, once per request); bodies streamed with back-pressure
 /// (reading from the socket pauses while more than 1 MiB waits); the transfer stops when the calling task is
 /// cancelled or the body is abandoned; no redirects, no decompression (the engine's rules apply, see
 /// `HTTPTransport`).
 /// What it leaves to `fallback`: other schemes, and `https` requests whose options ask for HTTP/2
-/// (``HTTPVersionPreference/http2``). Without a fallback such a request fails with
+/// (`HTTPVersionPreference.http2`). Without a fallback such a request fails with
 /// ``NIOTransportError/unsupportedScheme(_:)``.
 public final class NIOTransport: InterruptibleHTTPTransport {
     private let group: any EventLoopGroup
