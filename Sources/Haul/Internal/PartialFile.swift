@@ -56,7 +56,10 @@ final class PartialFile {
         location = path
         isUnnamed = false
         descriptor = try Self.openLocked(path, flags: O_WRONLY | O_CREAT, url: url)
-        if ftruncate(descriptor, 0) != 0 {
+        // Only a leftover is emptied: ext4 takes any truncation to zero, even of an empty file, for a file being
+        // replaced, and then writes its blocks out when it is closed (`auto_da_alloc`), a flush nobody asked for.
+        var info = stat()
+        if fstat(descriptor, &info) != 0 || info.st_size != 0, ftruncate(descriptor, 0) != 0 {
             let code = errno
             close(descriptor)
             throw Self.fileSystemError(code, "truncating", path, url)

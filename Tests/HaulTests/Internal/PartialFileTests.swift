@@ -8,9 +8,29 @@ import Testing
 import Glibc
 #endif
 
-/// The unnamed partial (Linux `O_TMPFILE`) and the two ways it gets its name.
+/// The named partial's creation, and the unnamed partial (Linux `O_TMPFILE`) and the two ways it gets its name.
 @Suite("PartialFile", .timeLimit(.minutes(1)))
 struct PartialFileTests {
+    @Test("a new partial starts empty, and a leftover nobody holds is emptied before it is written again")
+    func createOrEmpty() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-partial-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = URL(string: "http://127.0.0.1/file")!
+        let path = directory.appendingPathComponent(".file.haul-partial").path
+
+        let fresh = try PartialFile(creatingAt: path, url: url)
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int == 0)
+        fresh.remove()
+
+        try Data(repeating: 0x41, count: 10_000).write(to: URL(fileURLWithPath: path))
+        let reused = try PartialFile(creatingAt: path, url: url)
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int == 0)
+        try reused.write(Data("new".utf8), url: url)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data("new".utf8))
+        #expect(reused.size == 3)
+    }
+
     #if os(Linux)
     @Test(
         "an unnamed file is linked by descriptor and through /proc alike, never over an existing file",
