@@ -58,26 +58,49 @@ extension TLSSettings {
     }
 
     /// The `-----BEGIN LABEL-----` ... `-----END LABEL-----` blocks of the file at `path` whose label `wanted` accepts.
+    ///
+    /// Works on the file's bytes: a system bundle (`SSL_CERT_FILE` often names one, ~150 certificates in 3,500
+    /// lines) is read at the start of every run that fetches over https, and splitting and trimming that many lines
+    /// as Unicode text costs tens of milliseconds.
     private static func pemBlocks(_ path: String, what: String, wanted: (String) -> Bool) throws -> [String] {
-        let text: String
+        let bytes: [UInt8]
         do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
+            bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
         } catch {
             throw TransportError("\(what) '\(path)' cannot be read", isTransient: false, underlying: error)
         }
+        let begin = Array("-----BEGIN ".utf8)
+        let end = Array("-----END ".utf8)
+        let dashes = Array("-----".utf8)
         var blocks: [String] = []
-        var current: (label: String, lines: [String])?
-        for line in text.split(whereSeparator: \.isNewline).map({ $0.trimmingCharacters(in: .whitespaces) }) {
-            if current == nil, line.hasPrefix("-----BEGIN "), line.hasSuffix("-----") {
-                current = (String(line.dropFirst(11).dropLast(5)), [line])
-            } else if let open = current {
-                current?.lines.append(line)
-                if line == "-----END \(open.label)-----" {
-                    if wanted(open.label) { blocks.append((current?.lines ?? []).joined(separator: "\n") + "\n") }
-                    current = nil
+        var label: ArraySlice<UInt8>?
+        var block: [UInt8] = []
+        for rawLine in bytes.split(whereSeparator: { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") }) {
+            let line = trimmingBlanks(rawLine)
+            if let open = label {
+                block += line
+                block.append(UInt8(ascii: "\n"))
+                if line.starts(with: end), line.dropFirst(end.count).elementsEqual(open + dashes) {
+                    let name = String(decoding: open, as: UTF8.self)
+                    if wanted(name) { blocks.append(String(decoding: block, as: UTF8.self)) }
+                    label = nil
                 }
+            } else if line.count > begin.count + dashes.count, line.starts(with: begin),
+                line.suffix(5).elementsEqual(dashes)
+            {
+                label = line.dropFirst(begin.count).dropLast(dashes.count)
+                block = Array(line)
+                block.append(UInt8(ascii: "\n"))
             }
         }
         return blocks
+    }
+
+    /// `line` without the spaces and tabs around it.
+    private static func trimmingBlanks(_ line: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        guard let first = line.firstIndex(where: { !isBlank($0) }), let last = line.lastIndex(where: { !isBlank($0) })
+        else { return [] }
+        return line[first...last]
     }
 }

@@ -42,6 +42,21 @@ struct GetTLSTests {
             #expect(run.status == 0, "\(run)")
             #expect(contentsOf(dir.file("e.bin")) == TestServer.expectedBytes(name: "e.bin", size: 5000))
 
+            // A bundle as systems ship them, with the test CA last, in CRLF lines, indented, after a block that is
+            // not a certificate: every certificate in it is trusted.
+            let system = (try? String(contentsOfFile: "/etc/ssl/certs/ca-certificates.crt", encoding: .utf8)) ?? ""
+            let testCA = try String(contentsOfFile: TestTLS.caFile, encoding: .utf8)
+                .split(separator: "\n").map { "  \($0)" }.joined(separator: "\r\n")
+            let bundle = dir.file("bundle.pem")
+            try Data(
+                (system + "\n-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n" + testCA + "\r\n")
+                    .utf8
+            ).write(to: bundle)
+            let bundled = try await HaulProcess.run(
+                ["get", "-q", "-d", dir.path, url(server, "g.bin")], environment: ["SSL_CERT_FILE": bundle.path])
+            #expect(bundled.status == 0, "\(bundled)")
+            #expect(contentsOf(dir.file("g.bin")) == TestServer.expectedBytes(name: "g.bin", size: 5000))
+
             let missing = dir.file("no-such-ca.pem").path
             let bad = try await HaulProcess.run(
                 ["get", "-q", "-d", dir.path, url(server, "f.bin")], environment: ["SSL_CERT_FILE": missing])
