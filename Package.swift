@@ -257,7 +257,7 @@ let package = Package(
         .executableTarget(
             name: "bench-operations", dependencies: ["HaulOperations"], path: "bench/Sources/bench-operations"),
         .executableTarget(
-            name: "bench-download", dependencies: ["Haul", "HaulAsyncHTTPClient", "HaulURLSession"],
+            name: "bench-download", dependencies: ["Haul", "HaulNIO", "HaulAsyncHTTPClient", "HaulURLSession"],
             path: "bench/Sources/bench-download"),
         .executableTarget(
             name: "bench-queue", dependencies: ["Haul", "HaulURLSession"], path: "bench/Sources/bench-queue"),

@@ -10,8 +10,8 @@ on tmpfs, where the file system costs least, to separate network from file-syste
   s4  50 x 4 MiB from `haul serve` throttled to 4 MiB/s per response, width 8: concurrency, not CPU, decides
   s5  s4 with 10% of the files failing once with 503 and 5% cut mid-body once; only correct files count,
       and the bytes the server sent beyond the total size are reported
-  s1s, s2w1s, s2w8s, s3s  s1, s2 and s3 over HTTPS (nginx with TLS, HTTP/2 offered by ALPN; each tool trusts the
-      run's CA and otherwise keeps its defaults)
+  s1s, s2w1s, s2w8s, s3s  s1, s2 and s3 over HTTPS (nginx with TLS, HTTP/2 offered by ALPN; each tool trusts a
+      bundle of the system's CA certificates and the run's CA, and otherwise keeps its defaults)
 
 Every run starts from an empty destination and is checked byte for byte against the reference files; a run that
 fails or leaves a wrong or missing file counts as failed, never as a time. Figures: wall time, throughput (MB/s =
@@ -68,7 +68,7 @@ class Scenario:
     unit: str  # "MB/s" or "files/s"
     server: str  # "nginx" or "haul-serve"
     timeout: float
-    ca: str = None  # over HTTPS: the CA file every tool is told to trust
+    ca: str = None  # over HTTPS: the CA bundle every tool is told to trust
     total_bytes: int = 0
     files: int = 0
     items: list = field(default_factory=list)  # nginx scenarios: fixed; haul-serve: rebuilt per run (new port)

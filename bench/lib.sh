@@ -8,12 +8,15 @@ free_port() {
 
 # start_nginx ROOT: serves ROOT on free loopback ports with sendfile and long keep-alive: plain HTTP on NGINX_PORT,
 # and HTTPS with HTTP/2 offered by ALPN on NGINX_TLS_PORT, with a certificate for 127.0.0.1 from a CA made for the
-# run (its certificate: NGINX_CA). Stop it with stop_nginx (the scripts do so in their EXIT trap).
+# run. NGINX_CA is the bundle a client is told to trust: the system's CA certificates with the run's CA added, so
+# that loading a trust store of the usual size counts as it does for a user. Stop it with stop_nginx (the scripts
+# do so in their EXIT trap).
 start_nginx() {
     NGINX_PORT=$(free_port)
     NGINX_TLS_PORT=$(free_port)
-    NGINX_CA=$WORK/tls/ca.pem
+    NGINX_CA=$WORK/tls/bundle.pem
     make_certificates "$WORK/tls"
+    cat /etc/ssl/certs/ca-certificates.crt "$WORK/tls/ca.pem" > "$NGINX_CA" 2>/dev/null || cp "$WORK/tls/ca.pem" "$NGINX_CA"
     cat > "$WORK/nginx.conf" <<CONF
 worker_processes 2;
 pid $WORK/nginx.pid;

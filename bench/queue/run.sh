@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# DownloadQueue benchmark (issue "DownloadQueue"), same nginx on loopback, destination on the real disk:
-#   1. 10,000 x 4 KiB files at width 8: Haul (DownloadQueue on AsyncHTTPClient) vs curl --parallel, wget2 and
+# DownloadQueue benchmark, same nginx on loopback, destination on the real disk:
+#   1. 10,000 x 4 KiB files at width 8: Haul (DownloadQueue on NIOTransport) vs curl --parallel, wget2 and
 #      aria2c, warm-up then medians of RUNS runs; then syscalls per file of each tool (strace -c, one run).
 #      target: files/s >= the fastest of the three
 #   2. admission cost as the waiting list grows (bench-queue): 100,000 queued admit at the cost of 1,000.
@@ -49,7 +49,7 @@ command_for() {
     local out="$WORK/out" config="$WORK/list.curl"
     if [ "${2:-}" = tmpfs ]; then out="$SHM"; config="$WORK/list-shm.curl"; fi
     case $1 in
-        haul) echo "$BIN --transport async-http-client --width 8 --dir $out --list $WORK/list.txt" ;;
+        haul) echo "$BIN --transport nio --width 8 --dir $out --list $WORK/list.txt" ;;
         curl) echo "curl -s --parallel --parallel-max 8 -K $config" ;;
         wget2) echo "wget2 -q --no-robots --max-threads 8 -nd -P $out -i $WORK/list.txt" ;;
         aria2c) echo "aria2c -q -j 8 -d $out -i $WORK/list.txt" ;;

@@ -1,11 +1,12 @@
 // Drives the download engine for bench/download/run.sh and bench/queue/run.sh: one URL to one file, or a list of
 // URLs into a directory through a DownloadQueue of the given width. Prints one line: `seconds=S bytes=B files=N maxrss_kib=K`.
 //
-//   bench-download --transport async-http-client|urlsession --out FILE URL
-//   bench-download --transport async-http-client|urlsession --width 8 --dir DIR --list URLS.txt
+//   bench-download --transport nio|async-http-client|urlsession --out FILE URL
+//   bench-download --transport nio|async-http-client|urlsession --width 8 --dir DIR --list URLS.txt
 import Foundation
 import Haul
 import HaulAsyncHTTPClient
+import HaulNIO
 import HaulURLSession
 
 #if canImport(Glibc)
@@ -17,7 +18,7 @@ let rusageSelf = RUSAGE_SELF
 #endif
 
 struct Options {
-    var transport = "async-http-client"
+    var transport = "nio"
     var out: String?
     var dir: String?
     var list: String?
@@ -49,6 +50,7 @@ func fail(_ message: String) -> Never {
 let options = parse()
 let transport: any HTTPTransport =
     switch options.transport {
+    case "nio": NIOTransport()
     case "urlsession": URLSessionTransport()
     case "async-http-client": AsyncHTTPClientTransport.shared
     default: fail("unknown transport \(options.transport)")
