@@ -86,7 +86,7 @@ extension TLSSettings {
                     label = nil
                 }
             } else if line.count > begin.count + dashes.count, line.starts(with: begin),
-                line.suffix(5).elementsEqual(dashes)
+                line.suffix(dashes.count).elementsEqual(dashes)
             {
                 label = line.dropFirst(begin.count).dropLast(dashes.count)
                 block = Array(line)

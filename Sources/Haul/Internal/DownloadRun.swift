@@ -11,9 +11,9 @@ final class DownloadRun: @unchecked Sendable {
 
     /// Bodies known to be at most this large are fetched again whole when interrupted: no partial is kept or
     /// journaled for them, and on Linux they are written to an unnamed file (one directory change to publish, not
-    /// three). Above it a kill loses only what was in flight. 256 KiB (the writer's inline limit) wasted up to a
-    /// whole 150 KB body per kill in the crash test, 0.5 MB of 6 MB over 20 kills; 64 KiB bounds that loss while the
-    /// batches of small files that the fast path is for (4-16 KiB) keep it.
+    /// three). Above it a kill loses only what was in flight. Below it a kill wastes at most this much per download
+    /// in flight, which keeps the loss small while the batches of small files that the fast path is for (4-16 KiB)
+    /// keep it.
     static let restartableLimit: Int64 = 64 << 10
 
     let request: DownloadRequest
