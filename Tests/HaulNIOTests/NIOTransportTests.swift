@@ -94,6 +94,30 @@ struct NIOTransportTests {
         }
     }
 
+    @Test("closing a body just as its response ends returns: the connection is either back in the pool or closed")
+    func closeAsResponseEnds() async throws {
+        try await TestServer.withRunning { server in
+            let transport = NIOTransport()
+            // The body's end arrives on the event loop while `close()` runs on another thread; sizes around a few
+            // reads' worth make the two meet now and then.
+            for index in 0..<400 {
+                let url = server.url(path: "/bytes/c\(index)", query: ["size": "\(16 << 10 + (index % 8) << 12)"])
+                let response = try await transport.send(
+                    HTTPRequest(method: .get, url: url), options: .init(connectTimeout: .seconds(5)))
+                let closed = Locked(false)
+                // Unstructured: a close that never returns must fail this test, not hang it.
+                Task.detached {
+                    await response.body.close()
+                    closed.withLock { $0 = true }
+                }
+                try await eventually("close() returned (request \(index))", within: .seconds(5)) {
+                    closed.withLock { $0 }
+                }
+                if !closed.withLock({ $0 }) { break }
+            }
+        }
+    }
+
     @Test("a task cancelled before its request is written fails with CancellationError instead of waiting forever")
     func cancelledBeforeSend() async throws {
         try await TestServer.withRunning { server in

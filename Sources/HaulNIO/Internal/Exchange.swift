@@ -101,7 +101,16 @@ final class Exchange: Sendable {
     /// Abandons the response unless it ended, and returns once its connection is back in the pool or closed: the
     /// server has then seen the close before the caller's next request (the queue frees a slot only after this).
     func close() async {
-        if state.withLock({ $0.pooled }) { return }
+        // One decision with `receiveEnd`, under the lock: the connection went back to the pool, or it never will
+        // (abandoned) and is closed, by `fail` below or, when the response ends meanwhile, by `receiveEnd`. Checked
+        // and abandoned in two steps, an end in between would pool the connection and leave this waiting for a
+        // close that never comes.
+        let pooled = state.withLock { state -> Bool in
+            if state.pooled { return true }
+            state.abandoned = true
+            return false
+        }
+        if pooled { return }
         fail(CancellationError(), abandon: true)
         try? await connection.channel.closeFuture.get()
     }
