@@ -304,7 +304,6 @@ def scenarios(nginx, www, reference):
         base = f"https://127.0.0.1:{nginx.tls_port}" if https else f"http://127.0.0.1:{nginx.port}"
         return [Item(f"{base}/{directory}{name}", name, os.path.join(www, directory, name)) for name in names]
 
-
     mids = [f"m{i:03d}" for i in range(200)]
     smalls = [f"f{i:05d}" for i in range(10000)]
     result = [

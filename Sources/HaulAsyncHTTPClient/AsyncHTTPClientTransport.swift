@@ -4,7 +4,6 @@ import HaulNIOSupport
 import Foundation
 import HaulOperations
 public import HTTPTypes
-
 import NIOCore
 import NIOHTTP1
 import NIOSSL

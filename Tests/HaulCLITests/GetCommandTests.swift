@@ -567,15 +567,19 @@ struct GetCommandTests {
             #expect(server.stats.requestCount == 0 && dir.contents().isEmpty)
         }
         // libcurl and the libraries it needs would be loaded at every start (bench/compare, s2w1).
-        let ldd = Process()
-        ldd.executableURL = URL(fileURLWithPath: "/usr/bin/ldd")
-        ldd.arguments = [try HaulProcess.binary().path]
-        let output = Pipe()
-        ldd.standardOutput = output
-        try ldd.run()
-        let linked = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        ldd.waitUntilExit()
-        #expect(ldd.terminationStatus == 0 && linked.contains("libc.so"), "\(linked)")
+        let binary = try HaulProcess.binary().path
+        let (status, linked) = try await onOwnThread {
+            let ldd = Process()
+            ldd.executableURL = URL(fileURLWithPath: "/usr/bin/ldd")
+            ldd.arguments = [binary]
+            let output = Pipe()
+            ldd.standardOutput = output
+            try ldd.run()
+            let linked = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            ldd.waitUntilExit()
+            return (ldd.terminationStatus, linked)
+        }
+        #expect(status == 0 && linked.contains("libc.so"), "\(linked)")
         #expect(!linked.contains("libcurl"), "\(linked)")
     }
     #endif

@@ -1,6 +1,5 @@
 import Foundation
 import HTTPTypes
-
 import HaulOperations
 import Logging
 
