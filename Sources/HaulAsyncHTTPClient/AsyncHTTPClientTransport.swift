@@ -5,6 +5,7 @@ import Foundation
 import HaulOperations
 public import HTTPTypes
 import NIOCore
+import NIOPosix
 import NIOHTTP1
 import NIOSSL
 
@@ -30,6 +31,11 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     private let http1Client: HTTPClient
     private let ownsClient: Bool
     private let connectTimeout: Duration
+    /// The configuration of the clients this transport made (`nil` on a caller's client): proxied clients are made
+    /// from it.
+    private let baseConfiguration: HTTPClient.Configuration?
+    /// Clients made for each proxy requests asked for, as AsyncHTTPClient sets its proxy per client.
+    private let proxiedClients = Locked([Proxy: (client: HTTPClient, http1Client: HTTPClient)]())
     /// swift-nio-ssl configurations made from the engine's TLS settings, one per distinct value: AsyncHTTPClient
     /// pools connections per configuration, and the files they name are read once.
     private let tlsConfigurations = Locked([TLSSettings: TLSConfiguration]())
@@ -51,11 +57,20 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         configuration.connectionPool.retryConnectionEstablishment = false
         // Idle and minimum-speed limits are the engine's watchdog's job, not the client's.
         configuration.timeout = .init(connect: .milliseconds(max(Int64(connectTimeout.seconds * 1000), 1)), read: nil)
-        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-        configuration.httpVersion = .http1Only
-        http1Client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        baseConfiguration = configuration
+        (client, http1Client) = Self.clients(configuration)
         ownsClient = true
         self.connectTimeout = connectTimeout
+    }
+
+    /// A client offering HTTP/2 and one offering HTTP/1.1 only, with `configuration`.
+    private static func clients(_ configuration: HTTPClient.Configuration) -> (HTTPClient, HTTPClient) {
+        var http1 = configuration
+        http1.httpVersion = .http1Only
+        return (
+            HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration),
+            HTTPClient(eventLoopGroupProvider: .singleton, configuration: http1)
+        )
     }
 
     /// Creates a transport on an existing client, used for every request whatever HTTP version it asks for. The
@@ -66,6 +81,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         self.client = client
         http1Client = client
         ownsClient = false
+        baseConfiguration = nil
         self.connectTimeout = connectTimeout
     }
 
@@ -77,11 +93,23 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
             client.shutdown { _ in }
             http1Client.shutdown { _ in }
         }
+        for (client, http1Client) in proxiedClients.withLock({ Array($0.values) }) {
+            client.shutdown { _ in }
+            http1Client.shutdown { _ in }
+        }
     }
 
     /// Shuts the client down (only a client this transport created).
     public func shutdown() async throws {
         if ownsClient {
+            try await client.shutdown()
+            try await http1Client.shutdown()
+        }
+        let proxied = proxiedClients.withLock { clients in
+            defer { clients = [:] }
+            return Array(clients.values)
+        }
+        for (client, http1Client) in proxied {
             try await client.shutdown()
             try await http1Client.shutdown()
         }
@@ -91,6 +119,11 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     /// The connect timeout of `options` is not used: AsyncHTTPClient takes it per client (see
     /// ``init(maximumConnectionsPerHost:connectTimeout:)``). Errors are `TransportError`s naming the host and the
     /// reason; a certificate that is not trusted is a permanent one.
+    ///
+    /// Proxies: AsyncHTTPClient speaks plain HTTP to an HTTP proxy (absolute form for `http`, `CONNECT` for
+    /// `https`) and SOCKS5 without authentication, letting the proxy resolve host names (`socks5h`). A request
+    /// through another kind of proxy (`https://`, `socks5://`, SOCKS5 with a password), or through any proxy on a
+    /// caller's client, fails with an error that says so; `NIOTransport` speaks them all.
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         var outgoing = HTTPClientRequest(url: Self.url(of: request))
         outgoing.method = .RAW(value: request.method.rawValue)
@@ -100,12 +133,13 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         let response: HTTPClientResponse
         do {
             if options.tls != .default { outgoing.tlsConfiguration = try tlsConfiguration(for: options.tls) }
-            let client = options.httpVersion == .http1_1 ? http1Client : client
+            let clients = try clients(for: options.proxy)
+            let client = options.httpVersion == .http1_1 ? clients.1 : clients.0
             // The deadline only bounds the wait for the head (AsyncHTTPClient drops it once the head is in); the
             // engine's stall watchdog covers the body.
             response = try await client.execute(outgoing, deadline: .now() + .hours(24))
         } catch {
-            throw await readable(error, request: request)
+            throw await readable(error, request: request, proxy: options.proxy)
         }
         var head = HTTPResponse(
             status: .init(code: Int(response.status.code), reasonPhrase: response.status.reasonPhrase))
@@ -123,7 +157,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
                     do {
                         return try await iterator.next().map(BufferChunk.init)
                     } catch {
-                        throw await self.readable(error, request: request)
+                        throw await self.readable(error, request: request, proxy: nil)
                     }
                 }
             })
@@ -136,8 +170,46 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         return made
     }
 
-    /// `error` in words (see `ReadableFailure`), AsyncHTTPClient's own errors included.
-    private func readable(_ error: any Error, request: HTTPRequest) async -> any Error {
+    /// The clients for requests through `proxy` (this transport's own for none), made at the first such request.
+    private func clients(for proxy: Proxy?) throws -> (HTTPClient, HTTPClient) {
+        guard let proxy else { return (client, http1Client) }
+        guard var configuration = baseConfiguration else {
+            throw TransportError(
+                "AsyncHTTPClientTransport(client:) cannot apply the proxy \(proxy): configure the client's proxy "
+                    + "and give the downloader none", isTransient: false)
+        }
+        switch proxy.kind {
+        case .http:
+            configuration.proxy = .server(
+                host: proxy.host, port: proxy.port,
+                authorization: proxy.credentials.map { .basic(username: $0.user, password: $0.password) })
+        case .socks5h where proxy.credentials == nil:
+            configuration.proxy = .socksServer(host: proxy.host, port: proxy.port)
+        case .https, .socks5, .socks5h:
+            throw TransportError(
+                "AsyncHTTPClientTransport cannot use the proxy \(proxy): it speaks plain HTTP to a proxy and SOCKS5 "
+                    + "without a password with host names resolved by the proxy (socks5h); NIOTransport speaks "
+                    + "every kind", isTransient: false)
+        }
+        if let made = proxiedClients.withLock({ $0[proxy] }) { return made }
+        let made = Self.clients(configuration)
+        let kept = proxiedClients.withLock { clients -> (client: HTTPClient, http1Client: HTTPClient)? in
+            if let earlier = clients[proxy] { return earlier }
+            clients[proxy] = made
+            return nil
+        }
+        if let kept {  // another request made them first
+            made.0.shutdown { _ in }
+            made.1.shutdown { _ in }
+            return kept
+        }
+        return made
+    }
+
+    /// `error` in words (see `ReadableFailure`), AsyncHTTPClient's own errors included; failures to reach or use
+    /// `proxy` name the proxy and are not retried.
+    private func readable(_ error: any Error, request: HTTPRequest, proxy: Proxy?) async -> any Error {
+        if let proxy, let failure = await proxyFailure(error, proxy: proxy) { return failure }
         guard let destination = Self.destination(of: request) else { return error }
         if let client = error as? HTTPClientError {
             if client == .connectTimeout || client == .tlsHandshakeTimeout {
@@ -149,6 +221,34 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
             return error
         }
         return await ReadableFailure.of(error, at: destination, connectTimeout: connectTimeout) ?? error
+    }
+
+    /// `error` as a failure of `proxy`, if it is one: the proxy refused the credentials, or could not be reached.
+    private func proxyFailure(_ error: any Error, proxy: Proxy) async -> TransportError? {
+        if let client = error as? HTTPClientError {
+            switch client {
+            case .proxyAuthenticationRequired:
+                return TransportError(
+                    proxy.authenticationFailure(answered: "407 Proxy Authentication Required"), isTransient: false,
+                    underlying: error)
+            case .connectTimeout, .socksHandshakeTimeout, .httpProxyHandshakeTimeout:
+                let address = ServerAddress(host: proxy.host, port: proxy.port)
+                let timedOut = ReadableFailure.timedOut(at: address, after: connectTimeout, underlying: error)
+                return TransportError("cannot use the proxy \(proxy): \(timedOut.message)", isTransient: false)
+            case .invalidProxyResponse:
+                return TransportError(
+                    "the proxy \(proxy) refused the tunnel or answered with something that is not HTTP",
+                    isTransient: false, underlying: error)
+            default:
+                return nil
+            }
+        }
+        guard error is NIOConnectionError || error is IOError else { return nil }
+        let address = ServerAddress(host: proxy.host, port: proxy.port)
+        let readable = await ReadableFailure.of(error, at: address, connectTimeout: connectTimeout)
+        return TransportError(
+            "cannot use the proxy \(proxy): \(readable?.message ?? String(describing: error))", isTransient: false,
+            underlying: error)
     }
 
     private static func destination(of request: HTTPRequest) -> ServerAddress? {

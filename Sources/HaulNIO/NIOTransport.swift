@@ -138,15 +138,20 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     private func exchange(
         _ request: HTTPRequest, secure: Bool, options: TransportOptions, interruption: TransferInterruption?
     ) async throws -> TransportResponse {
-        let endpoint = try Endpoint(authority: request.authority ?? "", tls: secure ? options.tls : nil)
-        let encoded = try EncodedRequest(request, host: endpoint.hostHeader)
+        let endpoint = try Endpoint(
+            authority: request.authority ?? "", tls: secure ? options.tls : nil, proxy: options.proxy,
+            proxyTLS: options.tls)
+        let encoded = try EncodedRequest(request, host: endpoint.hostHeader, proxy: endpoint.forwardingProxy)
         let destination = ServerAddress(host: endpoint.host, port: endpoint.port)
+        // Through a proxy the server may be out of direct reach: no extra connection to diagnose its certificate.
+        let diagnoses = options.proxy == nil
         while true {
             let (connection, reused): (Connection, Bool)
             do {
                 (connection, reused) = try await acquire(endpoint, connectTimeout: options.connectTimeout)
             } catch {
-                throw await ReadableFailure.of(error, at: destination, connectTimeout: options.connectTimeout) ?? error
+                throw await ReadableFailure.of(
+                    error, at: destination, connectTimeout: options.connectTimeout, diagnoses: diagnoses) ?? error
             }
             let exchange = Exchange(connection: connection, transport: self, endpoint: endpoint)
             do {
@@ -159,7 +164,8 @@ public final class NIOTransport: InterruptibleHTTPTransport {
                 // A kept-alive connection the server had already closed: the request never reached it.
                 if reused, let closed = error as? NIOTransportError, closed == .closedBeforeResponse { continue }
                 // A TLS alert can come after the handshake (TLS 1.3 refuses a client certificate on the first read).
-                throw await ReadableFailure.of(error, at: destination, connectTimeout: options.connectTimeout) ?? error
+                throw await ReadableFailure.of(
+                    error, at: destination, connectTimeout: options.connectTimeout, diagnoses: diagnoses) ?? error
             }
         }
     }
@@ -183,14 +189,28 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         if let idle { return (idle, true) }
         let timeout = TimeAmount.nanoseconds(Int64(connectTimeout.seconds * 1e9))
         let deadline = NIODeadline.now() + timeout
-        // Made (and its files read) before connecting: a settings file that cannot be used fails without a connection.
+        // Made (and their files read) before connecting: settings that cannot be used fail without a connection.
         let tls = try endpoint.tls.map {
             try (context: sslContext(for: $0), serverName: Self.serverName(endpoint.host))
         }
+        let proxyTLS = try endpoint.proxyTLS.map {
+            try (context: sslContext(for: $0), serverName: Self.serverName(endpoint.proxy?.host ?? ""))
+        }
         let loop = here ?? group.next()
-        let handshake = tls == nil ? nil : loop.makePromise(of: Void.self)
         let handler = ExchangeHandler()
-        let receiveBuffers = tls == nil ? Self.receiveBuffers : AdaptiveRecvByteBufferAllocator()
+        let tunnel = endpoint.tunnels ? endpoint.proxy.map(TunnelReader.init(proxy:)) : nil
+        let handshake = tls == nil ? nil : loop.makePromise(of: Void.self)
+        let proxyHandshake = proxyTLS == nil ? nil : loop.makePromise(of: Void.self)
+        let receiveBuffers = tls == nil && proxyTLS == nil ? Self.receiveBuffers : AdaptiveRecvByteBufferAllocator()
+        // The server's TLS and the exchange handler: at once, or above the tunnel once it is open.
+        let addConnectionHandlers = { @Sendable (channel: any Channel) throws in
+            let pipeline = channel.pipeline.syncOperations
+            if let tls, let handshake {
+                try pipeline.addHandler(NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
+                try pipeline.addHandler(HandshakeWatcher(handshake))
+            }
+            try pipeline.addHandler(handler)
+        }
         let channel: any Channel
         do {
             channel = try await ClientBootstrap(group: loop)
@@ -200,35 +220,75 @@ public final class NIOTransport: InterruptibleHTTPTransport {
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let pipeline = channel.pipeline.syncOperations
-                        if let tls, let handshake {
+                        if let proxyTLS, let proxyHandshake {
                             try pipeline.addHandler(
-                                NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
-                            try pipeline.addHandler(HandshakeWatcher(handshake))
+                                NIOSSLClientHandler(context: proxyTLS.context, serverHostname: proxyTLS.serverName))
+                            try pipeline.addHandler(HandshakeWatcher(proxyHandshake))
                         }
-                        try pipeline.addHandler(handler)
+                        if let tunnel {
+                            try pipeline.addHandler(tunnel)
+                        } else {
+                            try addConnectionHandlers(channel)
+                        }
                     }
                 }
-                .connect(host: endpoint.host, port: endpoint.port)
+                .connect(host: endpoint.proxy?.host ?? endpoint.host, port: endpoint.proxy?.port ?? endpoint.port)
                 .get()
         } catch {
             handshake?.fail(error)
+            proxyHandshake?.fail(error)
+            throw await proxyFailure(error, endpoint: endpoint, connectTimeout: connectTimeout)
+        }
+        if handshake == nil && proxyHandshake == nil && tunnel == nil {
+            return (Connection(channel: channel, handler: handler), false)
+        }
+        // The handshakes and the tunnel share the connect timeout, as curl's and AsyncHTTPClient's do.
+        let timer = loop.scheduleTask(deadline: deadline) {
+            let expired = ChannelError.connectTimeout(timeout)
+            handshake?.fail(expired)
+            proxyHandshake?.fail(expired)
+            tunnel?.fail(expired)
+            channel.close(promise: nil)
+        }
+        defer { timer.cancel() }
+        do {
+            if let proxyHandshake {
+                do {
+                    try await proxyHandshake.futureResult.get()
+                } catch {
+                    throw await proxyFailure(error, endpoint: endpoint, connectTimeout: connectTimeout)
+                }
+            }
+            if let tunnel, let proxy = endpoint.proxy {
+                do {
+                    try await ProxyTunnel.open(
+                        to: endpoint.host, port: endpoint.port, through: proxy, channel: channel, reader: tunnel)
+                } catch {
+                    throw await proxyFailure(error, endpoint: endpoint, connectTimeout: connectTimeout)
+                }
+                try await loop.submit { try addConnectionHandlers(channel) }.get()
+            }
+            try await handshake?.futureResult.get()
+        } catch {
+            // A promise no watcher was given (the tunnel failed first) must still be completed.
+            handshake?.fail(error)
+            proxyHandshake?.fail(error)
+            channel.close(promise: nil)
             throw error
         }
-        if let handshake {
-            // The handshake shares the connect timeout, as curl's and AsyncHTTPClient's do.
-            let timer = loop.scheduleTask(deadline: deadline) {
-                handshake.fail(ChannelError.connectTimeout(timeout))
-                channel.close(promise: nil)
-            }
-            defer { timer.cancel() }
-            do {
-                try await handshake.futureResult.get()
-            } catch {
-                channel.close(promise: nil)
-                throw error
-            }
-        }
         return (Connection(channel: channel, handler: handler), false)
+    }
+
+    /// A failure to reach the proxy or to open its tunnel, in words that name the proxy: not retried, as a proxy
+    /// that cannot be used is a setting to fix (curl fails at once too).
+    private func proxyFailure(_ error: any Error, endpoint: Endpoint, connectTimeout: Duration) async -> any Error {
+        guard let proxy = endpoint.proxy else { return error }
+        if error is TransportError || error is CancellationError { return error }
+        let address = ServerAddress(host: proxy.host, port: proxy.port)
+        let readable = await ReadableFailure.of(error, at: address, connectTimeout: connectTimeout)
+        return TransportError(
+            "cannot use the proxy \(proxy): \(readable?.message ?? String(describing: error))", isTransient: false,
+            underlying: error)
     }
 
     /// swift-nio-ssl contexts, one per distinct settings value: making one reads the files the settings name and

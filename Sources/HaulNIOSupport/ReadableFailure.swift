@@ -33,8 +33,10 @@ package enum ReadableFailure {
     ///
     /// A failed certificate check is explained by ``CertificateDiagnosis``, which connects once more to look at the
     /// certificate: that is why this is `async`.
+    /// - Parameter diagnoses: whether a refused certificate may be looked at through a connection of its own (not
+    ///   when the server is reached through a proxy: it may be out of direct reach).
     package static func of(
-        _ error: any Error, at destination: ServerAddress, connectTimeout: Duration
+        _ error: any Error, at destination: ServerAddress, connectTimeout: Duration, diagnoses: Bool = true
     ) async -> TransportError? {
         if error is TransportError || error is CancellationError { return nil }
         if let connection = error as? NIOConnectionError { return describe(connection, at: destination) }
@@ -46,13 +48,15 @@ package enum ReadableFailure {
             return TransportError("no such host: \(destination.host)", isTransient: false, underlying: error)
         }
         if let ssl = error as? NIOSSLExtraError, ssl == .failedToValidateHostname {
-            let reason = await CertificateDiagnosis.nameMismatch(at: destination, connectTimeout: connectTimeout)
+            let reason =
+                diagnoses
+                ? await CertificateDiagnosis.nameMismatch(at: destination, connectTimeout: connectTimeout) : nil
             return TransportError(
                 reason ?? "host name mismatch: the certificate is not for \(destination.host)", isTransient: false,
                 underlying: error)
         }
         if let ssl = error as? NIOSSLError {
-            return await describe(ssl, at: destination, connectTimeout: connectTimeout)
+            return await describe(ssl, at: destination, connectTimeout: connectTimeout, diagnoses: diagnoses)
         }
         if let boring = error as? BoringSSLError {
             // An alert after the handshake: in TLS 1.3 a refused client certificate arrives on the first read.
@@ -107,14 +111,15 @@ package enum ReadableFailure {
     }
 
     private static func describe(
-        _ error: NIOSSLError, at destination: ServerAddress, connectTimeout: Duration
+        _ error: NIOSSLError, at destination: ServerAddress, connectTimeout: Duration, diagnoses: Bool
     ) async -> TransportError {
         switch error {
         case .handshakeFailed(let boring):
             let reason = String(describing: boring)
             if reason.contains("CERTIFICATE_VERIFY_FAILED") {
-                let explained = await CertificateDiagnosis.untrusted(
-                    at: destination, connectTimeout: connectTimeout)
+                let explained =
+                    diagnoses
+                    ? await CertificateDiagnosis.untrusted(at: destination, connectTimeout: connectTimeout) : nil
                 return TransportError(
                     explained ?? "certificate not trusted for \(destination.host)", isTransient: false,
                     underlying: error)

@@ -105,7 +105,8 @@ extension TestServer {
                         withErrorHandling: true,
                         withOutboundHeaderValidation: false
                     )
-                    try channel.pipeline.syncOperations.addHandler(HTTPConnectionHandler(server: context))
+                    try channel.pipeline.syncOperations.addHandler(
+                        HTTPConnectionHandler(server: context, usesTLS: tls != nil))
                 }
             }
     }

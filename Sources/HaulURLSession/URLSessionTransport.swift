@@ -53,13 +53,21 @@ public final class URLSessionTransport: HTTPTransport {
     ///
     /// URLSession verifies `https` against the system's trust store and negotiates the HTTP version itself: a
     /// request whose `options` ask for other TLS settings or for HTTP/1.1 only fails with a permanent error that
-    /// says so (use `NIOTransport` or `AsyncHTTPClientTransport` for those).
+    /// says so (use `NIOTransport` or `AsyncHTTPClientTransport` for those). So does a request through a proxy:
+    /// URLSession takes its proxy per session (`URLSessionConfiguration.connectionProxyDictionary` on Apple
+    /// platforms), not per request; configure it there and give the downloader no proxy.
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         guard let url = request.url else { throw URLError(.badURL) }
         if options.tls != .default || options.httpVersion == .http1_1 {
             throw TransportError(
                 "URLSessionTransport cannot apply TLS settings (a CA, a client certificate, no verification) or pin "
                     + "HTTP/1.1; use the NIO or AsyncHTTPClient transport", isTransient: false)
+        }
+        if let proxy = options.proxy {
+            throw TransportError(
+                "URLSessionTransport cannot apply the proxy \(proxy) per request: set the session configuration's "
+                    + "proxy and give the downloader none, or use the NIO or AsyncHTTPClient transport",
+                isTransient: false)
         }
         var urlRequest = URLRequest(url: url)
         urlRequest.httpMethod = request.method.rawValue

@@ -27,6 +27,18 @@ public final class Downloader: Sendable {
         public var tls: TLSSettings = .default
         /// Which HTTP version to ask for: the transport's choice (the default), HTTP/1.1 only, or HTTP/2 where offered.
         public var httpVersion: HTTPVersionPreference = .automatic
+        /// Which proxy each request goes through: none by default (``ProxyConfiguration/environment(_:)`` reads
+        /// the environment as curl does). Every transport applies it; one that cannot use a kind of proxy fails
+        /// the request with an error that says so.
+        public var proxy: ProxyConfiguration = .none
+        /// Where credentials come from for a request that carries none of its own (``DownloadRequest/credentials``),
+        /// asked for every request including redirects: a ``Netrc`` file, or the caller's own provider. A download
+        /// resumed from the journal gets its credentials here, as the journal keeps none.
+        public var credentials: (any CredentialProvider)?
+        /// The cookies sent and kept: with a jar, every response's `Set-Cookie` is stored in it and every request
+        /// (redirects included) carries the cookies that match its URL (domain, path, `Secure`, expiry). `nil` (the
+        /// default): no cookies but the request's own `Cookie` field.
+        public var cookies: CookieJar?
         /// No byte (and no response head) for this long is a transient failure.
         public var stallTimeout: Duration = .seconds(30)
         /// Whether a published file is also synced to disk (`fsync` of file and directory).

@@ -91,7 +91,9 @@ extension DownloadRun {
         while true {
             let url = hops.url
             let resumeFrom = hops.mayResume && validator != nil ? writer?.size ?? 0 : 0
-            let head = makeRequest(url: url, fields: hops.fields, resumeFrom: resumeFrom)
+            let head = makeRequest(
+                url: url, fields: withCredentialsAndCookies(hops.fields, for: url), resumeFrom: resumeFrom)
+            let options = options(for: url)
             logger.debug("request", metadata: ["url": "\(url.redactedString)", "range-from": "\(resumeFrom)"])
             // A cancelled task sends nothing: some transports would still put the request on the wire.
             try Task.checkCancellation()
@@ -99,14 +101,14 @@ extension DownloadRun {
             do {
                 if let interruption {
                     guard let interruptibleTransport,
-                        interruptibleTransport.canInterrupt(head, options: transportOptions)
+                        interruptibleTransport.canInterrupt(head, options: options)
                     else {
                         throw NeedsOwnTask()
                     }
                     response = try await interruptibleTransport.send(
-                        head, options: transportOptions, interruption: interruption)
+                        head, options: options, interruption: interruption)
                 } else {
-                    response = try await transport.send(head, options: transportOptions)
+                    response = try await transport.send(head, options: options)
                 }
             } catch let needed as NeedsOwnTask {
                 throw needed
@@ -119,7 +121,9 @@ extension DownloadRun {
             // after that, and the transport has by then let go of a connection it will not reuse.
             let next: AfterResponse
             do {
-                next = try await handle(response, url: url, resumeFrom: resumeFrom, hops: &hops)
+                next = try await handle(
+                    response, url: url, resumeFrom: resumeFrom, hops: &hops, proxy: options.proxy,
+                    sentCredentials: head.headerFields[.authorization] != nil)
             } catch {
                 await response.body.close()
                 throw error
@@ -135,10 +139,16 @@ extension DownloadRun {
 
     /// Handles one response: follows a redirect, checks a range, or streams the body into the partial file.
     private func handle(
-        _ response: TransportResponse, url: URL, resumeFrom: Int64, hops: inout Hops
+        _ response: TransportResponse, url: URL, resumeFrom: Int64, hops: inout Hops, proxy: Proxy?,
+        sentCredentials: Bool
     ) async throws -> AfterResponse {
         let status = response.head.status.code
         logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.redactedString)"])
+        // Redirects included: a site that sets its session cookie on a redirect expects it on the next hop.
+        if let jar = configuration.cookies {
+            let values = response.head.headerFields[values: .setCookie]
+            if !values.isEmpty { jar.store(setCookie: values, from: url) }
+        }
 
         if HTTPRules.redirectStatuses.contains(status) {
             if hops.visited.isEmpty { hops.visited.insert(request.url.absoluteString) }
@@ -164,7 +174,9 @@ extension DownloadRun {
             hops.mayResume = false
             return .sendAgain
         }
-        guard (200..<300).contains(status) else { throw statusFailure(response.head, url: url) }
+        guard (200..<300).contains(status) else {
+            throw statusFailure(response.head, url: url, proxy: proxy, sentCredentials: sentCredentials)
+        }
         let bodyLength = Self.contentLength(response.head)
         // How many bytes the body may bring: a 206's range, else its Content-Length.
         var expected = bodyLength
@@ -363,12 +375,57 @@ extension DownloadRun {
         return target
     }
 
-    private func statusFailure(_ head: HTTPResponse, url: URL) -> AttemptFailure {
+    private func statusFailure(
+        _ head: HTTPResponse, url: URL, proxy: Proxy?, sentCredentials: Bool
+    ) -> AttemptFailure {
         let status = head.status.code
-        let error = DownloadError(
-            .httpStatus, message: "server answered \(status) \(head.status.reasonPhrase)", url: url, status: status)
+        let answered = "\(status) \(head.status.reasonPhrase)"
+        let message =
+            switch status {
+            case 401 where sentCredentials:
+                "server answered \(answered): the credentials sent were refused"
+            case 401:
+                "server answered \(answered): it needs credentials (a user and password in the URL, the request's "
+                    + "credentials or a credential provider such as a netrc file); none were sent"
+            case 407:
+                proxy?.authenticationFailure(answered: answered) ?? "server answered \(answered)"
+            default:
+                "server answered \(answered)"
+            }
+        let error = DownloadError(.httpStatus, message: message, url: url, status: status)
         guard configuration.retryPolicy.retryableStatuses.contains(status) else { return .permanent(error) }
         return .transient(error, retryAfter: HTTPRules.retryAfter(head.headerFields[.retryAfter]))
+    }
+
+    /// The options for a request to `url`: the downloader's, with the proxy its configuration picks for `url`.
+    private func options(for url: URL) -> TransportOptions {
+        guard configuration.proxy != .none else { return transportOptions }
+        var options = transportOptions
+        options.proxy = configuration.proxy.proxy(for: url)
+        return options
+    }
+
+    /// `fields` with the credentials and cookies for a request to `url` added: `Authorization: Basic` with the
+    /// request's own credentials on the origin of its URL (on no other), else those of the credential provider;
+    /// the cookie jar's cookies for `url` after any `Cookie` of the request's own. Fields the caller set win.
+    private func withCredentialsAndCookies(_ fields: HTTPFields, for url: URL) -> HTTPFields {
+        if request.credentials == nil && configuration.credentials == nil && configuration.cookies == nil {
+            return fields
+        }
+        var fields = fields
+        if fields[.authorization] == nil {
+            let credentials =
+                if let own = request.credentials, HTTPRules.origin(of: url) == HTTPRules.origin(of: request.url) {
+                    own
+                } else {
+                    configuration.credentials?.credentials(for: url)
+                }
+            if let credentials { fields[.authorization] = credentials.basicAuthorization }
+        }
+        if let jar = configuration.cookies, let cookies = jar.cookieHeader(for: url) {
+            fields[.cookie] = fields[.cookie].map { $0 + "; " + cookies } ?? cookies
+        }
+        return fields
     }
 
     func transportFailure(_ error: any Error, url: URL) -> AttemptFailure {

@@ -10,8 +10,22 @@ public import HTTPTypes
 /// let result = try await downloader.download(request)
 /// ```
 public struct DownloadRequest: Sendable, Hashable, Codable {
-    /// The URL to fetch (`http` or `https`).
-    public var url: URL
+    /// The URL to fetch (`http` or `https`), without user info: a URL given with a user and password
+    /// (`https://user:secret@host/file`) keeps neither; they become ``credentials``, so that the password is never
+    /// shown in events, messages or logs, nor stored in a journal.
+    public var url: URL {
+        get { storedURL }
+        set {
+            let (url, credentials) = Self.splittingUserInfo(newValue)
+            storedURL = url
+            if let credentials { self.credentials = credentials }
+        }
+    }
+    private var storedURL: URL
+    /// The user and password sent (HTTP Basic, before any `401`) to the origin of ``url``, and to no other: a
+    /// redirect to another scheme, host or port drops them. Never encoded: a journal keeps no credentials, and a
+    /// download resumed from one gets them from the downloader's ``Downloader/Configuration/credentials``.
+    public var credentials: Credentials?
     /// Where the file goes.
     public var destination: Destination
     /// Extra request header fields. `Authorization`, `Cookie` and `Proxy-Authorization` are dropped when a
@@ -40,7 +54,7 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
         conflictPolicy: ConflictPolicy = .fail,
         priority: Int = 0
     ) {
-        self.url = url
+        (storedURL, credentials) = Self.splittingUserInfo(url)
         self.destination = destination
         self.headerFields = headerFields
         self.expectedDigest = expectedDigest
@@ -52,6 +66,21 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
 }
 
 extension DownloadRequest {
+    private enum CodingKeys: String, CodingKey {
+        case storedURL = "url"
+        case destination, headerFields, expectedDigest, expectedSize, maxSize, conflictPolicy, priority
+    }
+
+    /// `url` without its user info, and the credentials it carried.
+    private static func splittingUserInfo(_ url: URL) -> (URL, Credentials?) {
+        guard let credentials = Credentials(userInfoOf: url),
+            var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        else { return (url, nil) }
+        components.percentEncodedUser = nil
+        components.percentEncodedPassword = nil
+        return (components.url ?? url, credentials)
+    }
+
     /// The file the download will be published at, as far as it is known before any response: `nil` when the
     /// name is left to `Content-Disposition` or the URL yields no safe name. (The `rename` conflict policy may
     /// still pick `name (1).ext`.) Use it to find two requests that would write one file.

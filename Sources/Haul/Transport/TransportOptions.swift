@@ -19,14 +19,19 @@ public struct TransportOptions: Sendable, Hashable {
     public var tls: TLSSettings
     /// Which HTTP version to ask for.
     public var httpVersion: HTTPVersionPreference
+    /// The proxy to go through (chosen by the engine for this request's URL from its
+    /// ``Downloader/Configuration/proxy``), or `nil` to connect to the server itself. The connect timeout covers
+    /// reaching the proxy and its handshake; `https` through a proxy is verified against the server, as without one.
+    public var proxy: Proxy?
 
     /// Creates options; the defaults are the engine's (see ``Downloader/Configuration``).
     public init(
         connectTimeout: Duration = .seconds(10), tls: TLSSettings = .default,
-        httpVersion: HTTPVersionPreference = .automatic
+        httpVersion: HTTPVersionPreference = .automatic, proxy: Proxy? = nil
     ) {
         self.connectTimeout = connectTimeout
         self.tls = tls
         self.httpVersion = httpVersion
+        self.proxy = proxy
     }
 }

@@ -1,3 +1,4 @@
+import Haul
 import HTTPTypes
 import NIOCore
 
@@ -12,16 +13,19 @@ struct EncodedRequest: Sendable {
     let isHead: Bool
     let bytes: ByteBuffer
 
-    init(_ request: HTTPRequest, host: String) throws {
-        let target = request.path ?? "/"
+    /// `proxy`, when given, is the HTTP proxy the request is sent to: the target is then the absolute URL, and the
+    /// proxy's credentials go in `Proxy-Authorization`.
+    init(_ request: HTTPRequest, host: String, proxy: Proxy? = nil) throws {
+        let path = request.path ?? "/"
         // HTTPTypes keeps CR, LF and NUL out of a path but lets spaces and other controls through; written as they
         // are, they would end the request line early.
-        guard !target.isEmpty, target.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F }) else {
-            throw NIOTransportError.invalidTarget(target)
+        guard !path.isEmpty, path.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F }) else {
+            throw NIOTransportError.invalidTarget(path)
         }
+        let target = proxy == nil ? path : "http://\(host)\(path)"
         let isGet = request.method == .get
         isHead = request.method == .head
-        var capacity = request.method.rawValue.utf8.count + target.utf8.count + host.utf8.count + 40
+        var capacity = request.method.rawValue.utf8.count + target.utf8.count + host.utf8.count + 140
         for field in request.headerFields {
             capacity += field.name.rawName.utf8.count + field.value.utf8.count + 4
         }
@@ -36,10 +40,16 @@ struct EncodedRequest: Sendable {
         buffer.writeStaticString(" HTTP/1.1\r\nHost: ")
         buffer.writeString(host)
         buffer.writeStaticString("\r\n")
+        if let credentials = proxy?.credentials {
+            buffer.writeStaticString("Proxy-Authorization: ")
+            buffer.writeString(credentials.basicAuthorization)
+            buffer.writeStaticString("\r\n")
+        }
         for field in request.headerFields {
             // The host is the URL's; the body's framing is this encoder's.
             switch field.name {
             case .contentLength, .transferEncoding: continue
+            case .proxyAuthorization where proxy?.credentials != nil: continue
             default: if field.name.canonicalName == "host" { continue }
             }
             buffer.writeString(field.name.rawName)

@@ -1,8 +1,8 @@
 import Haul
 
 /// Where connections go and how they are secured: a host and port, parsed from a request's authority (`host`,
-/// `host:port`, `[v6]`, `[v6]:port`), and for `https` the TLS settings (connections made with other settings are
-/// not shared).
+/// `host:port`, `[v6]`, `[v6]:port`), for `https` the TLS settings, and the proxy they go through (connections made
+/// with other settings or through another proxy are not shared).
 struct Endpoint: Hashable, Sendable {
     let host: String
     let port: Int
@@ -10,9 +10,13 @@ struct Endpoint: Hashable, Sendable {
     let hostHeader: String
     /// `nil` for plain `http`.
     let tls: TLSSettings?
+    /// The proxy connections go through, if any.
+    let proxy: Proxy?
+    /// How an `https://` proxy is verified (the request's TLS settings); `nil` for other proxies.
+    let proxyTLS: TLSSettings?
 
     /// Parsed on the UTF-8 view: its delimiters are ASCII, so there is no need to break it into characters.
-    init(authority: String, tls: TLSSettings? = nil) throws {
+    init(authority: String, tls: TLSSettings? = nil, proxy: Proxy? = nil, proxyTLS: TLSSettings? = nil) throws {
         var rest = Substring(authority)
         if let at = rest.utf8.lastIndex(of: UInt8(ascii: "@")) {  // userinfo is never sent
             rest = rest[rest.utf8.index(after: at)...]
@@ -45,5 +49,17 @@ struct Endpoint: Hashable, Sendable {
         self.port = number
         hostHeader = String(rest)
         self.tls = tls
+        self.proxy = proxy
+        self.proxyTLS = proxy?.kind == .https ? proxyTLS : nil
     }
+
+    /// The HTTP proxy that takes this endpoint's requests in absolute form (`GET http://host/path`): plain `http`
+    /// through an HTTP proxy. Everything else through a proxy goes through a tunnel.
+    var forwardingProxy: Proxy? {
+        guard let proxy, tls == nil, proxy.kind == .http || proxy.kind == .https else { return nil }
+        return proxy
+    }
+
+    /// Whether connections need a tunnel through the proxy (`CONNECT`, or SOCKS5) before the first request.
+    var tunnels: Bool { proxy != nil && forwardingProxy == nil }
 }

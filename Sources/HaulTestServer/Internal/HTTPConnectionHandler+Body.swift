@@ -1,3 +1,10 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import NIOCore
 import NIOHTTP1
 
@@ -57,7 +64,7 @@ extension HTTPConnectionHandler {
             }
             var sliceLength = body.sendCount - current.sent
             if case .generated = body.source { sliceLength = min(sliceLength, server.chunkSize) }
-            if case .file = body.source, !body.isPlain { sliceLength = min(sliceLength, server.chunkSize) }
+            if case .file = body.source, !body.isPlain || usesTLS { sliceLength = min(sliceLength, server.chunkSize) }
             if let stallAt = body.stallAfter, !current.stalled {
                 sliceLength = min(sliceLength, stallAt - current.sent)
             }
@@ -113,6 +120,14 @@ extension HTTPConnectionHandler {
             buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { pointer in
                 content.fill(UnsafeMutableRawBufferPointer(rebasing: pointer[0..<length]), from: offset)
                 return length
+            }
+            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+        case .file(let handle) where usesTLS:
+            var buffer = context.channel.allocator.buffer(capacity: length)
+            _ = try? handle.withUnsafeFileDescriptor { descriptor in
+                buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { pointer in
+                    max(0, pread(descriptor, pointer.baseAddress, length, off_t(offset)))
+                }
             }
             context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
         case .file(let handle):

@@ -31,9 +31,12 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
     var isPumping = false
     var pumpAgain = false
     var isActive = true
+    /// Whether the connection is TLS: a file then goes out in read slices, as TLS cannot encrypt a `sendfile` region.
+    let usesTLS: Bool
 
-    init(server: ServerContext) {
+    init(server: ServerContext, usesTLS: Bool) {
         self.server = server
+        self.usesTLS = usesTLS
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

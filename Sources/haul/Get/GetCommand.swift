@@ -171,9 +171,17 @@ struct GetCommand: AsyncParsableCommand {
                 + "negotiate HTTP/2 by default."))
     var http2 = false
 
+    @OptionGroup(title: "Proxies, credentials and cookies")
+    var network: NetworkOptions
+
     func validate() throws {
         if http1_1 && http2 { throw ValidationError("--http1.1 and --http2 cannot be combined") }
         if clientKey != nil && clientCertificate == nil { throw ValidationError("--key needs --cert") }
+        if transport.isSystemStack, network.proxy?.isEmpty == false {
+            throw ValidationError(
+                "--transport urlsession takes the system's proxy settings: --proxy needs the nio or async-http-client "
+                    + "transport")
+        }
         if transport.isSystemStack,
             insecure || caFile != nil || caDirectory != nil || clientCertificate != nil || http1_1
         {
@@ -200,10 +208,16 @@ struct GetCommand: AsyncParsableCommand {
         // First: a signal while the input is read or the journal opened must stop the run cleanly too.
         Interruption.install()
         let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
-        let plan = try makePlan(directory: directory)
+        var plan = try makePlan(directory: directory)
+        let proxy = transport.isSystemStack ? ProxyConfiguration.none : try network.proxyConfiguration()
+        let netrc = try network.readNetrc()
+        network.applyCredentials(to: &plan, netrc: netrc)
+        let cookies = try network.loadCookies()
         // As curl does, the CA and certificate files are read only when something is fetched over https: a stale
         // SSL_CERT_FILE does not stop a run of http URLs.
-        let tls = try tlsSettings(checkingFiles: plan.contains { $0.request.url.scheme?.lowercased() == "https" })
+        let tls = try tlsSettings(
+            checkingFiles: plan.contains { $0.request.url.scheme?.lowercased() == "https" }
+                || proxy.http?.kind == .https || proxy.https?.kind == .https)
         try createDirectories(for: plan, base: directory)
         // Opened once the input is known to be good: a bad input leaves nothing behind.
         let journal = try journalPath(directory: directory).map(Self.openJournal(at:))
@@ -222,12 +236,24 @@ struct GetCommand: AsyncParsableCommand {
         settings.quiet = quiet
         settings.verbose = verbose
         settings.journal = journal
+        settings.proxy = proxy
+        settings.credentials = netrc
+        settings.cookies = cookies
         let report = await GetRun.run(plan, settings: settings)
         // The process exits without releasing the journal, so its last changes are folded in here.
         journal?.finish()
+        var exitCode = report.exitCode
+        if let cookies, let path = network.cookieJar {
+            do {
+                try cookies.write(to: URL(fileURLWithPath: path))
+            } catch {
+                Console.err("haul: --cookie-jar: \(error)\n")
+                exitCode = max(exitCode, 1)
+            }
+        }
         // Exits holding everything: the system takes back the plan's and the results' memory at once, where
         // freeing them one by one would come after the last download (bench/compare, s3).
-        withExtendedLifetime((plan, report)) { Foundation.exit(report.exitCode) }
+        withExtendedLifetime((plan, report)) { Foundation.exit(exitCode) }
     }
 
     /// The TLS settings of the options (the environment's CA when none is given); with `checkingFiles`, every file

@@ -59,6 +59,12 @@ struct RunSettings {
     var computesSHA256 = false
     /// Where completed and partial downloads are remembered between runs; `nil` for nowhere.
     var journal: (any Journal)?
+    /// The proxies (`--proxy`, `--noproxy`, the environment).
+    var proxy = ProxyConfiguration.none
+    /// The netrc file's credentials, for requests without their own (a redirect to another host included).
+    var credentials: (any CredentialProvider)?
+    /// The cookies sent and kept (`-b`, `--cookie-jar`).
+    var cookies: CookieJar?
 
     enum OutputMode {
         case automatic, json
@@ -102,6 +108,9 @@ enum GetRun {
         }
         configuration.keepsPartialOnCancel = true
         configuration.journal = settings.journal
+        configuration.proxy = settings.proxy
+        configuration.credentials = settings.credentials
+        configuration.cookies = settings.cookies
         if settings.verbose {
             var logger = Logger(label: "haul", factory: { StreamLogHandler.standardError(label: $0) })
             logger.logLevel = .debug

@@ -1,0 +1,306 @@
+public import Foundation
+import HaulOperations
+
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Cookies as curl and wget keep them: received with `Set-Cookie`, sent back with `Cookie`, and read from and
+/// written to a Netscape cookie file (curl's `-b FILE` and `-c FILE`, wget's `--load-cookies`/`--save-cookies`).
+///
+/// One jar is shared by many downloads at once; every method may be called from any thread. Matching follows
+/// RFC 6265 without a public-suffix list: a `Domain` attribute of a single label (`com`, `localhost`) other than
+/// the host itself is refused, but a cookie for `co.uk` is not.
+public final class CookieJar: Sendable {
+    private struct State {
+        var cookies: [Cookie.Key: Cookie] = [:]
+        var nextSequence: UInt64 = 0
+
+        /// Adds or replaces a cookie; a replacement keeps the creation time and place of the one it replaces
+        /// (RFC 6265 5.3 step 11), so the `Cookie` header order does not change when a server refreshes it.
+        mutating func insert(_ cookie: Cookie) {
+            var cookie = cookie
+            if let old = cookies[cookie.key] {
+                cookie.creation = old.creation
+                cookie.sequence = old.sequence
+            } else {
+                cookie.sequence = nextSequence
+                nextSequence += 1
+            }
+            cookies[cookie.key] = cookie
+        }
+
+        mutating func removeExpired(at now: Date) {
+            let expired = cookies.compactMap { $0.value.isExpired(at: now) ? $0.key : nil }
+            for key in expired { cookies[key] = nil }
+        }
+    }
+
+    // I/O never happens under this lock: files are read before taking it and written from a snapshot.
+    private let state = Locked(State())
+
+    /// Creates an empty jar.
+    public init() {}
+
+    /// The number of cookies stored.
+    ///
+    /// Cookies that expired since the jar last looked at them are counted until the next ``load(contentsOf:now:)``,
+    /// ``cookieHeader(for:now:)``, ``store(setCookie:from:now:)`` or ``write(to:now:)`` drops them.
+    public var count: Int {
+        state.withLock { $0.cookies.count }
+    }
+
+    /// Reads a Netscape cookie file (curl's `-b FILE` / `--cookie-jar` format, wget's `--load-cookies`) and adds
+    /// its cookies to the jar, replacing stored ones with the same name, domain and path.
+    ///
+    /// Each line holds 7 TAB-separated fields: domain (a leading dot is allowed), include-subdomains (`TRUE` or
+    /// `FALSE`), path, secure (`TRUE` or `FALSE`), expiry (seconds since 1970, `0` for a session cookie), name and
+    /// value. A `#HttpOnly_` prefix on the domain marks an HttpOnly cookie; other lines starting with `#` and blank
+    /// lines are skipped. As curl does, a line of 6 fields is a cookie with an empty value. Expired cookies are
+    /// dropped. The file is read whole before any cookie is added, so a file that fails adds none.
+    ///
+    /// - Parameters:
+    ///   - file: The cookie file.
+    ///   - now: The time against which expiry is checked.
+    /// - Throws: ``CookieFileError`` when the file cannot be read, is not UTF-8, or has a malformed line (with its
+    ///   1-based number and what is wrong; never the cookie's value).
+    public func load(contentsOf file: URL, now: Date = Date()) throws {
+        let path = file.path(percentEncoded: false)
+        let bytes = try CookieFileIO.contents(ofPath: path)
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw CookieFileError(path: path, line: nil, message: "the cookie file is not UTF-8 text")
+        }
+        var cookies: [Cookie] = []
+        for (index, line) in Cookie.split(text[...], at: "\n").enumerated() {
+            do {
+                if let cookie = try Cookie.parseFileLine(line, now: now) { cookies.append(cookie) }
+            } catch {
+                throw CookieFileError(path: path, line: index + 1, message: error.message)
+            }
+        }
+        state.withLock { state in
+            state.removeExpired(at: now)
+            for cookie in cookies { state.insert(cookie) }
+        }
+    }
+
+    /// The value of the `Cookie` header for a request to `url` (`a=1; b=2`), or `nil` when no cookie applies.
+    ///
+    /// A cookie applies when its domain matches the host (exactly for a host-only cookie; the domain or one of its
+    /// subdomains otherwise), its path path-matches the request path (RFC 6265 5.1.4), it has not expired, and,
+    /// when it is Secure, `url` is `https`. Cookies with longer paths come first, then the earlier created
+    /// (RFC 6265 5.4).
+    ///
+    /// - Parameters:
+    ///   - url: The URL the request goes to.
+    ///   - now: The time against which expiry is checked.
+    public func cookieHeader(for url: URL, now: Date = Date()) -> String? {
+        guard let host = Cookie.host(of: url) else { return nil }
+        let path = Cookie.requestPath(of: url)
+        let secure = url.scheme?.lowercased() == "https"
+        let matching = state.withLock { state in
+            state.removeExpired(at: now)
+            return state.cookies.values.filter { $0.applies(toHost: host, path: path, secure: secure) }
+        }
+        guard !matching.isEmpty else { return nil }
+        let ordered = matching.sorted { first, second in
+            if first.path.utf8.count != second.path.utf8.count {
+                return first.path.utf8.count > second.path.utf8.count
+            }
+            if first.creation != second.creation { return first.creation < second.creation }
+            return first.sequence < second.sequence
+        }
+        return ordered.map { "\($0.name)=\($0.value)" }.joined(separator: "; ")
+    }
+
+    /// Stores the cookies of `Set-Cookie` field values received in a response from `url`, as RFC 6265 sections
+    /// 5.2 and 5.3 say, and silently ignores those a user agent must refuse.
+    ///
+    /// `Expires` takes the RFC 1123, RFC 850, asctime and `dd-MMM-yyyy` date forms; `Max-Age` wins over it, and
+    /// `Max-Age` of 0 or less, like any date in the past, deletes the stored cookie with the same name, domain and
+    /// path. A `Domain` (a leading dot is ignored) must domain-match the host; a single-label one must be the host
+    /// itself, and for an IP address it must equal it. Without a `Path` starting with `/`, the path is the
+    /// directory of the request path. A Secure cookie from an `http` URL, a cookie without `=`, with an empty
+    /// name, with a control character, or whose name and value exceed 4096 bytes, is refused.
+    ///
+    /// - Parameters:
+    ///   - values: The `Set-Cookie` field values of the response, one cookie each.
+    ///   - url: The URL that answered with them (after redirects, the one that sent these fields).
+    ///   - now: The time Max-Age counts from and expiry is checked against.
+    public func store(setCookie values: [String], from url: URL, now: Date = Date()) {
+        guard let host = Cookie.host(of: url) else { return }
+        let requestPath = Cookie.requestPath(of: url)
+        let secure = url.scheme?.lowercased() == "https"
+        let cookies = values.compactMap { value in
+            Self.cookie(fromSetCookie: value, host: host, requestPath: requestPath, secure: secure, now: now)
+        }
+        state.withLock { state in
+            state.removeExpired(at: now)
+            for cookie in cookies {
+                if cookie.isExpired(at: now) {
+                    state.cookies[cookie.key] = nil
+                } else {
+                    state.insert(cookie)
+                }
+            }
+        }
+    }
+
+    /// Writes every unexpired cookie to `file` in the Netscape format curl and wget read, replacing the file.
+    ///
+    /// Session cookies are written with expiry 0, HttpOnly ones with the `#HttpOnly_` prefix, domain cookies with a
+    /// leading dot and `TRUE`, host-only ones with `FALSE`. The file is replaced atomically: the cookies go to a
+    /// temporary file of mode 0600 in the same directory (they are secrets), which is then renamed over `file`.
+    ///
+    /// - Parameters:
+    ///   - file: Where to write; its directory must exist.
+    ///   - now: The time against which expiry is checked.
+    /// - Throws: ``CookieFileError`` naming `file` when it cannot be written; no temporary file is left behind.
+    public func write(to file: URL, now: Date = Date()) throws {
+        let cookies = state.withLock { state in
+            state.removeExpired(at: now)
+            return Array(state.cookies.values)
+        }
+        // In the order they were first stored, so a file read back sends its cookies in the same order.
+        var text = Cookie.fileHeader
+        for cookie in cookies.sorted(by: { $0.sequence < $1.sequence }) {
+            text += cookie.fileLine + "\n"
+        }
+        try CookieFileIO.replace(file, with: Array(text.utf8))
+    }
+
+    /// The cookie a `Set-Cookie` value makes for a response from `host`, or `nil` when it must be ignored.
+    private static func cookie(
+        fromSetCookie value: String, host: String, requestPath: String, secure: Bool, now: Date
+    ) -> Cookie? {
+        guard let parsed = Cookie.parseSetCookie(value) else { return nil }
+        // A plain-text response could otherwise plant a cookie that https requests trust.
+        if parsed.secure && !secure { return nil }
+
+        var domain = host
+        var hostOnly = true
+        if let attribute = parsed.domain {
+            if Cookie.isIPAddress(host) || !attribute.contains(".") {
+                // No subdomains to share with: an IP address has none, and a single label stands in for a public
+                // suffix (`com`), accepted only from that very host and then kept to it.
+                guard attribute == host else { return nil }
+            } else {
+                guard Cookie.domain(host, matches: attribute) else { return nil }
+                domain = attribute
+                hostOnly = false
+            }
+        }
+        let path = parsed.path ?? Cookie.defaultPath(of: requestPath)
+        guard Cookie.isStorable(path) else { return nil }
+
+        let expires: Date?
+        if let maxAge = parsed.maxAge {
+            expires = maxAge <= 0 ? .distantPast : now.addingTimeInterval(TimeInterval(maxAge))
+        } else {
+            expires = parsed.expires
+        }
+        return Cookie(
+            name: parsed.name, value: parsed.value, domain: domain, hostOnly: hostOnly, path: path,
+            secure: parsed.secure, httpOnly: parsed.httpOnly, expires: expires, creation: now, sequence: 0)
+    }
+}
+
+/// Why a cookie file could not be read or written.
+///
+/// Its description is `PATH:LINE: message` (`PATH: message` when no line is concerned), and never shows a
+/// cookie's value.
+public struct CookieFileError: Error, Sendable, CustomStringConvertible, LocalizedError {
+    /// The path of the cookie file.
+    public let path: String
+    /// The 1-based number of the malformed line, or `nil` when the file as a whole failed.
+    public let line: Int?
+    /// What is wrong.
+    public let message: String
+
+    init(path: String, line: Int?, message: String) {
+        self.path = path
+        self.line = line
+        self.message = message
+    }
+
+    /// `PATH:LINE: message`, or `PATH: message`.
+    public var description: String {
+        if let line { return "\(path):\(line): \(message)" }
+        return "\(path): \(message)"
+    }
+
+    /// Same as ``description``.
+    public var errorDescription: String? { description }
+}
+
+/// Reading and replacing cookie files, with errors that name the file.
+private enum CookieFileIO {
+    static func contents(ofPath path: String) throws(CookieFileError) -> [UInt8] {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw failure(path, "cannot open the cookie file", errno) }
+        defer { close(descriptor) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count == 0 { return bytes }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw failure(path, "cannot read the cookie file", errno)
+            }
+            bytes += buffer[..<count]
+        }
+    }
+
+    /// Replaces `file` with `bytes` through a temporary file in the same directory, so a reader (or a crash) sees
+    /// the old file or the new one, never a part; created 0600 so the cookies are never readable by others.
+    static func replace(_ file: URL, with bytes: [UInt8]) throws(CookieFileError) {
+        let path = file.path(percentEncoded: false)
+        let suffix = String(UInt64.random(in: .min ... .max), radix: 16)
+        let temporary = file.deletingLastPathComponent()
+            .appendingPathComponent(".\(file.lastPathComponent).\(suffix).tmp").path(percentEncoded: false)
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw failure(path, "cannot create a temporary file beside it", errno) }
+        do {
+            try fill(descriptor, with: bytes, path: path)
+        } catch {
+            close(descriptor)
+            unlink(temporary)
+            throw error
+        }
+        guard close(descriptor) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw failure(path, "cannot write the cookie file", code)
+        }
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw failure(path, "cannot replace the cookie file", code)
+        }
+    }
+
+    private static func fill(_ descriptor: Int32, with bytes: [UInt8], path: String) throws(CookieFileError) {
+        // open(2)'s mode is reduced by the umask; set it whole so the result is 0600 whatever the umask.
+        guard fchmod(descriptor, 0o600) == 0 else { throw failure(path, "cannot set mode 0600", errno) }
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes[offset...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw failure(path, "cannot write the cookie file", errno)
+            }
+            offset += count
+        }
+        // Without it, a crash soon after the rename could leave an empty file where the cookies were.
+        guard fsync(descriptor) == 0 else { throw failure(path, "cannot write the cookie file", errno) }
+    }
+
+    private static func failure(_ path: String, _ what: String, _ code: Int32) -> CookieFileError {
+        CookieFileError(path: path, line: nil, message: "\(what): \(String(cString: strerror(code)))")
+    }
+}
