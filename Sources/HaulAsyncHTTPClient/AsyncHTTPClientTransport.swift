@@ -127,7 +127,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         var outgoing = HTTPClientRequest(url: Self.url(of: request))
         outgoing.method = .RAW(value: request.method.rawValue)
-        for field in request.headerFields {
+        for field in request.headerFields.joiningCookies {
             outgoing.headers.add(name: field.name.rawName, value: field.value)
         }
         let response: HTTPClientResponse

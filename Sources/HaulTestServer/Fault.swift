@@ -26,6 +26,7 @@
 /// | `redirectStatus=C` | 301, 302 (default), 303, 307 or 308 |
 /// | `disposition=V` | send `Content-Disposition: V` verbatim |
 /// | `requireAuth=V` | answer 401 with `WWW-Authenticate` unless `Authorization` equals `V` |
+/// | `setCookie=V` | send `Set-Cookie: V` with the response, whatever it is (a redirect too) |
 /// | `gzip=1` | send the body gzip-compressed with `Content-Encoding: gzip`, whatever was asked |
 /// | `dropConnection=1` | close the connection without any response |
 /// | `dropTimes=N` | apply `dropConnection` to the first `N` requests to this path only |
@@ -87,6 +88,8 @@ public struct Fault: Sendable, Hashable {
     public var contentDisposition: String?
     /// The `Authorization` value the request must carry (`requireAuth=`).
     public var requiredAuthorization: String?
+    /// A `Set-Cookie` value sent with every response to the request, redirects and errors included (`setCookie=`).
+    public var setCookie: String?
     /// Gzip the body whatever was asked (`gzip=1`).
     public var gzip: Bool?
     /// Close without any response (`dropConnection=1`).
@@ -108,7 +111,7 @@ public struct Fault: Sendable, Hashable {
     public static let queryParameterNames: [String] = [
         "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "cutAfter", "cutTimes",
         "stallAfter", "stall", "shortBy", "ignoreRange", "changeAfterFirst", "redirects", "redirectLoop",
-        "redirectTo", "redirectStatus", "disposition", "requireAuth", "gzip", "dropConnection", "dropTimes", "headOnly",
+        "redirectTo", "redirectStatus", "disposition", "requireAuth", "setCookie", "gzip", "dropConnection", "dropTimes", "headOnly",
         "close", "hold",
     ]
 }

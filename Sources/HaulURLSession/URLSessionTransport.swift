@@ -71,7 +71,9 @@ public final class URLSessionTransport: HTTPTransport {
         }
         var urlRequest = URLRequest(url: url)
         urlRequest.httpMethod = request.method.rawValue
-        for field in request.headerFields {
+        // Cookies are the engine's: URLSession would add its own and join them with commas.
+        urlRequest.httpShouldHandleCookies = false
+        for field in request.headerFields.joiningCookies {
             urlRequest.addValue(field.value, forHTTPHeaderField: field.name.rawName)
         }
         urlRequest.setValue("identity", forHTTPHeaderField: "Accept-Encoding")

@@ -31,6 +31,7 @@ struct ServeCommand: AsyncParsableCommand {
               redirects=N redirectLoop=1 redirectTo=URL redirectStatus=301|302|303|307|308
               disposition=V               Content-Disposition: V
               requireAuth=V               401 unless Authorization is V
+              setCookie=V                 Set-Cookie: V on the response (redirects too)
               gzip=1                      gzip the body (Content-Encoding: gzip)
               dropConnection=1 dropTimes=N   close without a response (only the first N requests)
               headOnly=1                  send the head, never the body

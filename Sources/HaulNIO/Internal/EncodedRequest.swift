@@ -45,7 +45,7 @@ struct EncodedRequest: Sendable {
             buffer.writeString(credentials.basicAuthorization)
             buffer.writeStaticString("\r\n")
         }
-        for field in request.headerFields {
+        for field in request.headerFields.joiningCookies {
             // The host is the URL's; the body's framing is this encoder's.
             switch field.name {
             case .contentLength, .transferEncoding: continue

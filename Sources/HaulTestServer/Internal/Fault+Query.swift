@@ -37,6 +37,7 @@ extension Fault {
         case "redirectStatus": redirectStatus = Int(value)
         case "disposition": contentDisposition = value
         case "requireAuth": requiredAuthorization = value
+        case "setCookie": setCookie = value
         case "gzip": gzip = flag
         case "dropConnection": dropConnection = flag
         case "dropTimes": dropTimes = Int(value)
@@ -70,6 +71,7 @@ extension Fault {
         result.redirectStatus = override.redirectStatus ?? redirectStatus
         result.contentDisposition = override.contentDisposition ?? contentDisposition
         result.requiredAuthorization = override.requiredAuthorization ?? requiredAuthorization
+        result.setCookie = override.setCookie ?? setCookie
         result.gzip = override.gzip ?? gzip
         result.dropConnection = override.dropConnection ?? dropConnection
         result.dropTimes = override.dropTimes ?? dropTimes

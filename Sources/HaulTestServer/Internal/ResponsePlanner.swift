@@ -66,6 +66,7 @@ struct ResponsePlanner {
 
     private func simple(_ status: HTTPResponseStatus, headers: HTTPHeaders) -> ResponseAction {
         var headers = headers
+        if let cookie = fault.setCookie { headers.add(name: "Set-Cookie", value: cookie) }
         let text = "\(status.code) \(status.reasonPhrase)\n"
         headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
         headers.add(name: "Content-Length", value: String(text.utf8.count))
@@ -115,6 +116,7 @@ struct ResponsePlanner {
         headers.add(name: "Content-Type", value: "application/octet-stream")
         if fault.gzip == true { headers.add(name: "Content-Encoding", value: "gzip") }
         if let disposition = fault.contentDisposition { headers.add(name: "Content-Disposition", value: disposition) }
+        if let cookie = fault.setCookie { headers.add(name: "Set-Cookie", value: cookie) }
 
         var status = HTTPResponseStatus.ok
         var range = 0..<content.size
