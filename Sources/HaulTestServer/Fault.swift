@@ -111,7 +111,8 @@ public struct Fault: Sendable, Hashable {
     public static let queryParameterNames: [String] = [
         "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "cutAfter", "cutTimes",
         "stallAfter", "stall", "shortBy", "ignoreRange", "changeAfterFirst", "redirects", "redirectLoop",
-        "redirectTo", "redirectStatus", "disposition", "requireAuth", "setCookie", "gzip", "dropConnection", "dropTimes", "headOnly",
+        "redirectTo", "redirectStatus", "disposition", "requireAuth", "setCookie", "gzip", "dropConnection",
+        "dropTimes", "headOnly",
         "close", "hold",
     ]
 }
