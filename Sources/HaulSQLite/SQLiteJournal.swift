@@ -136,12 +136,13 @@ public final class SQLiteJournal: Journal {
         self.foldThreshold = max(1, foldThreshold)
         self.afterRotating = afterRotating
         self.remembersWrites = remembersWrites
+        // Owner-only from the start, the directory made for it too (SQLite gives its -wal and -shm files the
+        // database's mode): requests are stored with their header fields, which may carry credentials.
         try JournalOpenError.mapping(path) {
             try FileManager.default.createDirectory(
-                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
         }
-        // Owner-only from the start (SQLite gives its -wal and -shm files the same mode): requests are stored
-        // with their header fields, which may carry credentials.
         let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
         if descriptor >= 0 { close(descriptor) }
         var configuration = Configuration()

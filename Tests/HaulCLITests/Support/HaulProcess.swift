@@ -22,6 +22,12 @@ final class HaulProcess: Sendable {
         environment["SSL_CERT_FILE"] = nil
         environment["SSL_CERT_DIR"] = nil
         environment["TERM"] = "dumb"
+        // A proxy or netrc file of the machine running the tests must not change what they see.
+        for name in [
+            "http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY", "NETRC",
+        ] {
+            environment[name] = nil
+        }
         environment.merge(extra) { _, new in new }
         child = try ChildProcess(
             try Self.binary().path, arguments, input: input ?? "", environment: environment)
