@@ -198,7 +198,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         }
         let loop = here ?? group.next()
         let handler = ExchangeHandler()
-        let tunnel = endpoint.tunnels ? endpoint.proxy.map(TunnelReader.init(proxy:)) : nil
+        let tunnel = endpoint.tunnels ? TunnelReader() : nil
         let handshake = tls == nil ? nil : loop.makePromise(of: Void.self)
         let proxyHandshake = proxyTLS == nil ? nil : loop.makePromise(of: Void.self)
         let receiveBuffers = tls == nil && proxyTLS == nil ? Self.receiveBuffers : AdaptiveRecvByteBufferAllocator()

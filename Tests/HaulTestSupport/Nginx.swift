@@ -42,7 +42,7 @@ package final class Nginx: Sendable {
                 toFile: directory + "/nginx.conf", atomically: true, encoding: .utf8)
             let process = try ChildProcess(
                 binary, ["-p", directory, "-c", directory + "/nginx.conf"], signalsAtDefault: true)
-            if await Self.accepts(port: port, process: process) {
+            if await waitUntilAccepting(port: port, process: process) {
                 self.port = port
                 self.process = process
                 return
@@ -121,59 +121,10 @@ package final class Nginx: Sendable {
         }
         """
     }
-
-    private static func accepts(port: Int, process: ChildProcess) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            if connects(to: port) { return true }
-            if (try? String(contentsOfFile: "/proc/\(process.pid)/stat", encoding: .utf8))?.contains(") Z") ?? true {
-                return false
-            }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return false
-    }
-
-    private static func connects(to port: Int) -> Bool {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { return false }
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
-    }
 }
 
 /// Why nginx could not be started for a test.
 package struct NginxError: Error, CustomStringConvertible {
     package let description: String
     init(_ description: String) { self.description = description }
-}
-
-/// A loopback port that was free a moment ago (bound, read and closed again).
-package func freeLoopbackPort() throws -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard descriptor >= 0 else { throw POSIXError(.EIO) }
-    defer { close(descriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    let bound = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-        }
-    }
-    guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
-    }
-    return Int(UInt16(bigEndian: address.sin_port))
 }

@@ -142,6 +142,14 @@ package final class ChildProcess: Sendable {
     /// What the child has written to standard output so far.
     package var stdoutSoFar: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
 
+    /// What the child has written to standard error so far.
+    package var stderrSoFar: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
+
+    /// Whether the child has exited: a zombie until ``finish()`` reaps it, or gone (Linux: read from `/proc`).
+    package var hasExited: Bool {
+        (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?.contains(") Z") ?? true
+    }
+
     /// Waits (on a thread of its own) for the child to exit; returns its exit status (128 + N when killed by signal
     /// N, as a shell reports it) and what it wrote.
     package func finish() async -> (status: Int32, stdout: String, stderr: String) {
@@ -189,3 +197,42 @@ package func builtProduct(named name: String) -> URL? {
     candidates.append(packageRoot.appendingPathComponent(".build/debug/\(name)"))
     return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
 }
+
+/// A loopback port that was free a moment ago (bound, read and closed again).
+package func freeLoopbackPort() throws -> Int {
+    let descriptor = socket(AF_INET, streamSocket, 0)
+    guard descriptor >= 0 else { throw POSIXError(.EIO) }
+    defer { close(descriptor) }
+    let (bound, port) = withLoopbackAddress { address, length in
+        var length = length
+        return bind(descriptor, address, length) == 0 && getsockname(descriptor, address, &length) == 0
+    }
+    guard bound else { throw POSIXError(.EADDRINUSE) }
+    return port
+}
+
+/// Whether a TCP connection to 127.0.0.1:`port` can be made now; it is closed again at once.
+package func loopbackConnects(to port: Int) -> Bool {
+    let descriptor = socket(AF_INET, streamSocket, 0)
+    guard descriptor >= 0 else { return false }
+    defer { close(descriptor) }
+    return withLoopbackAddress(port: port) { connect(descriptor, $0, $1) }.result == 0
+}
+
+/// Waits (polling, bounded) until a server that `process` is starting accepts connections on 127.0.0.1:`port`:
+/// true once one connects; false when `process` exits first (a server that could not start) or after `limit`.
+package func waitUntilAccepting(port: Int, process: ChildProcess, within limit: Duration = .seconds(10)) async -> Bool {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        if loopbackConnects(to: port) { return true }
+        if process.hasExited { return false }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return false
+}
+
+#if canImport(Glibc)
+private let streamSocket = Int32(SOCK_STREAM.rawValue)
+#else
+private let streamSocket = SOCK_STREAM
+#endif

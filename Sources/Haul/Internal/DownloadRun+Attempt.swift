@@ -382,6 +382,12 @@ extension DownloadRun {
         let answered = "\(status) \(head.status.reasonPhrase)"
         let message =
             switch status {
+            case 401 where proxy.map { HTTPRules.sendsThrough($0, url: url) && $0.credentials != nil } == true:
+                // In absolute form to an HTTP proxy: a proxy that refuses its credentials with a 401 (tinyproxy) cannot
+                // be told from the server.
+                "the server or the proxy \(proxy.map(String.init(describing:)) ?? "") answered \(answered): "
+                    + (sentCredentials ? "the credentials sent were refused" : "none were sent to the server")
+                    + ", or the proxy refused the user and password given for it"
             case 401 where sentCredentials:
                 "server answered \(answered): the credentials sent were refused"
             case 401:

@@ -14,9 +14,15 @@ enum ProxyTunnel {
     static func open(
         to host: String, port: Int, through proxy: Proxy, channel: any Channel, reader: TunnelReader
     ) async throws {
-        switch proxy.kind {
-        case .http, .https: try await connect(to: host, port: port, through: proxy, channel: channel, reader: reader)
-        case .socks5, .socks5h: try await socks5(to: host, port: port, through: proxy, channel: channel, reader: reader)
+        do {
+            switch proxy.kind {
+            case .http, .https:
+                try await connect(to: host, port: port, through: proxy, channel: channel, reader: reader)
+            case .socks5, .socks5h:
+                try await socks5(to: host, port: port, through: proxy, channel: channel, reader: reader)
+            }
+        } catch is TunnelReader.Closed {
+            throw TransportError("the proxy \(proxy) closed the connection before the tunnel was open")
         }
         try await channel.pipeline.removeHandler(reader).get()
     }
@@ -48,7 +54,9 @@ enum ProxyTunnel {
         switch status {
         case 200..<300:
             return
-        case 407:
+        case 407, 401:
+            // 407 is the proxy's own status; some proxies (tinyproxy) answer refused credentials with 401, which on
+            // a CONNECT can only be the proxy's too.
             throw TransportError(proxy.authenticationFailure(answered: answered), isTransient: false)
         default:
             // A 5xx is the proxy failing to reach the server, which may pass; anything else is its refusal.
@@ -64,7 +72,15 @@ enum ProxyTunnel {
         // Greeting: version 5 and the methods offered: none, and user/password when the proxy URL has them.
         let methods: [UInt8] = proxy.credentials == nil ? [0x00] : [0x00, 0x02]
         try await channel.writeAndFlush(ByteBuffer(bytes: [0x05, UInt8(methods.count)] + methods)).get()
-        let chosen = try await reader.read(.bytes(2), on: channel.eventLoop)
+        let chosen: [UInt8]
+        do {
+            chosen = try await reader.read(.bytes(2), on: channel.eventLoop)
+        } catch is TunnelReader.Closed where proxy.credentials == nil {
+            // A proxy that wants a password may close rather than answer "no acceptable method" (microsocks).
+            throw TransportError(
+                "the SOCKS5 proxy \(proxy) closed the connection when offered no authentication: it may need a user "
+                    + "and password (give them in the proxy URL)", isTransient: false)
+        }
         guard chosen[0] == 0x05 else {
             throw TransportError("the proxy \(proxy) does not speak SOCKS5", isTransient: false)
         }
@@ -82,7 +98,12 @@ enum ProxyTunnel {
             try await channel.writeAndFlush(
                 ByteBuffer(bytes: [0x01, UInt8(user.count)] + user + [UInt8(password.count)] + password)
             ).get()
-            let verdict = try await reader.read(.bytes(2), on: channel.eventLoop)
+            let verdict: [UInt8]
+            do {
+                verdict = try await reader.read(.bytes(2), on: channel.eventLoop)
+            } catch is TunnelReader.Closed {
+                verdict = [0x01, 0xFF]  // closing instead of answering is a refusal too (RFC 1929 closes after one)
+            }
             guard verdict[1] == 0x00 else {
                 throw TransportError(
                     "the SOCKS5 proxy \(proxy) refused the user and password given for it", isTransient: false)
@@ -159,6 +180,9 @@ enum ProxyTunnel {
 final class TunnelReader: ChannelInboundHandler, RemovableChannelHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
 
+    /// The proxy closed the connection while a message was awaited.
+    struct Closed: Error {}
+
     /// What to wait for.
     enum Message {
         /// Exactly this many bytes.
@@ -169,14 +193,9 @@ final class TunnelReader: ChannelInboundHandler, RemovableChannelHandler, @unche
         case socksReply
     }
 
-    private let proxy: Proxy
     private var received = ByteBuffer()
     private var waiting: (message: Message, promise: EventLoopPromise<[UInt8]>)?
     private var failure: (any Error)?
-
-    init(proxy: Proxy) {
-        self.proxy = proxy
-    }
 
     /// The next message, as bytes (a head as text). Fails when the proxy closes the connection or the connect
     /// deadline passes first.
@@ -212,7 +231,7 @@ final class TunnelReader: ChannelInboundHandler, RemovableChannelHandler, @unche
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        fail(TransportError("the proxy \(proxy) closed the connection before the tunnel was open"))
+        fail(Closed())
         context.fireChannelInactive()
     }
 

@@ -76,8 +76,10 @@ struct ProxyTests {
                         "\(kind) \(url)")
                 }
                 if kind.speaks(proxy) {
-                    let ranges = server.stats.requests.filter { $0.path == "/bytes/cut.bin" }.map(\.range)
-                    #expect(ranges.last == "bytes=100000-", "\(kind) \(ranges)")
+                    // Resumed from the bytes that got through: a relay cut short may lose some it had in flight.
+                    let ranges = server.stats.requests.filter { $0.path == "/bytes/cut.bin" }.compactMap(\.range)
+                    let from = ranges.last.flatMap { Int($0.dropFirst("bytes=".count).dropLast()) } ?? 0
+                    #expect(ranges.count == 1 && from > 0 && from <= 100_000, "\(kind) \(ranges)")
                 }
                 server.resetStats()
             }
@@ -153,15 +155,19 @@ struct ProxyTests {
                                 _ = try await Self.downloader(.asyncHTTPClient, proxy: .all(good)).download(
                                     request.renamed("b", in: dir))
                             }
+                            // tinyproxy answers refused credentials with 401 (407 only for none): through a tunnel
+                            // that is the proxy's; in absolute form it could be the server's, which the message says.
                             for (proxy, says) in [
-                                (none, "needs a user and password"), (wrong, "refused the user and password"),
+                                (none, "a user and password (give them in the proxy URL)"),
+                                (wrong, "refused the user and password"),
                             ] {
                                 let clock = RecordingClock()
                                 let error = try await #require(throws: DownloadError.self) {
                                     try await Self.downloader(.nio, proxy: .all(proxy), clock: clock).download(
                                         request.renamed("c", in: dir))
                                 }
-                                #expect(error.message.contains(says) && error.message.contains(host), "\(error)")
+                                #expect(
+                                    error.message.contains(says) && error.message.contains(host), "\(proxy) \(error)")
                                 #expect(
                                     !error.description.contains("pr0xy-s3cret") && !error.description.contains("nope"))
                                 #expect(clock.recorded.isEmpty, "retried: \(error)")
