@@ -288,6 +288,56 @@ struct SQLiteJournalTests {
         }
     }
 
+    @Test("no credential reaches the journal; downloads resumed from it get theirs from the credential provider")
+    func credentialsStayOutOfTheJournal() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let path = dir.url.appendingPathComponent(".haul/journal.sqlite").path
+            let password = "j0urnal-s3cret"
+            let credentials = Credentials(user: "jo", password: password)
+            func queue(_ provider: (any CredentialProvider)?) throws -> DownloadQueue {
+                var configuration = Downloader.Configuration()
+                configuration.journal = try SQLiteJournal(path: path)  // a new instance: what a new process sees
+                configuration.credentials = provider
+                return DownloadQueue(
+                    downloader: Downloader(transport: AsyncHTTPClientTransport.shared, configuration: configuration))
+            }
+            let locked = server.url(
+                path: "/bytes/locked", query: ["size": "1000", "requireAuth": credentials.basicAuthorization])
+            var components = try #require(URLComponents(url: locked, resolvingAgainstBaseURL: false))
+            components.user = credentials.user
+            components.password = password
+            let request = DownloadRequest(url: try #require(components.url), destination: .directory(dir.url))
+
+            // Recorded as requested, never run (as if the process were killed first).
+            let first = try queue(nil)
+            first.pause()
+            _ = first.add(request)
+            let journal = try SQLiteJournal(path: path)
+            try await eventually("the request is in the journal") { journal.allRecords().count == 1 }
+            journal.finish()
+            let files = try FileManager.default.contentsOfDirectory(atPath: dir.file(".haul").path)
+            for name in files {
+                let bytes = contentsOf(dir.file(".haul").appendingPathComponent(name)) ?? []
+                #expect(!String(decoding: bytes, as: UTF8.self).contains(password), "\(name)")
+                #expect(!String(decoding: bytes, as: UTF8.self).contains(credentials.basicAuthorization.dropFirst(6)))
+            }
+            let mode = try FileManager.default.attributesOfItem(atPath: dir.file(".haul").path)[.posixPermissions]
+            #expect(mode as? Int == 0o700)
+
+            // Without a provider the resumed download has no credentials; with one, it has them again.
+            let bare = try queue(nil).resumeUnfinished()
+            let error = await #expect(throws: DownloadError.self) { try await bare.first?.result }
+            #expect(error?.status == 401)
+            var provider = OriginCredentials()
+            provider.add(credentials, for: locked)
+            let resumed = try queue(provider).resumeUnfinished(includingFailed: true)
+            #expect(resumed.count == 1)
+            _ = try await resumed[0].result
+            #expect(server.stats.requests.last?.authorization == credentials.basicAuthorization)
+        }
+    }
+
     @Test("a queue on the journal re-admits after a restart what it had not finished, in order, and nothing else")
     func queueReadmitsUnfinished() async throws {
         try await TestServer.withRunning { server in

@@ -94,6 +94,18 @@ struct ProxyTests {
                     through: try Proxy(url: tinyproxy.url.absoluteString), plain: plain, secure: secure)
                 let seen = tinyproxy.requests
                 #expect(seen.contains { $0.hasPrefix("GET http://127.0.0.1:\(plain.port)/bytes/whole.bin") }, "\(seen)")
+
+                // Kept alive: one tunnel carries one download after another.
+                let connects = seen.filter { $0.hasPrefix("CONNECT") }.count
+                secure.resetStats()
+                let dir = try TemporaryDirectory()
+                let downloader = Self.downloader(.nio, proxy: .all(try Proxy(url: tinyproxy.url.absoluteString)))
+                for index in 0..<3 {
+                    let url = secure.url(path: "/bytes/k\(index)", query: ["size": "1000"])
+                    _ = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
+                }
+                #expect(tinyproxy.requests.filter { $0.hasPrefix("CONNECT") }.count == connects + 1)
+                #expect(secure.stats.connectionsAccepted == 1 && secure.stats.requestCount == 3)
                 #expect(seen.contains { $0.hasPrefix("CONNECT 127.0.0.1:\(secure.port)") }, "\(seen)")
             }
         }
