@@ -113,6 +113,7 @@ struct NetworkOptions: ParsableArguments {
     /// Gives every planned request its credentials: `--user`'s, else (with `--netrc`) the netrc file's for its
     /// host, else those of its URL, where a user without a password takes the password from the netrc file.
     func applyCredentials(to plan: inout [PlannedDownload], netrc: Netrc?) {
+        guard user != nil || netrc != nil else { return }
         let given = user.map(Credentials.init(userColonPassword:))
         for index in plan.indices {
             var request = plan[index].request
