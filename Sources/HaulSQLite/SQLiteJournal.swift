@@ -137,7 +137,8 @@ public final class SQLiteJournal: Journal {
         self.afterRotating = afterRotating
         self.remembersWrites = remembersWrites
         // Owner-only from the start, the directory made for it too (SQLite gives its -wal and -shm files the
-        // database's mode): requests are stored with their header fields, which may carry credentials.
+        // database's mode): requests are stored with their URLs and header fields, which are nobody else's business
+        // even without credentials (those are never encoded).
         try JournalOpenError.mapping(path) {
             try FileManager.default.createDirectory(
                 atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,

@@ -46,6 +46,14 @@ struct GetAuthTests {
                 #expect(!seen.contains(Self.basic.dropFirst(6)))
                 #expect(run.stdout.contains("404") || run.stderr.contains("404"))
             }
+            // Secrets in header fields stay out of the journal too (it keeps a failed download's request).
+            let fields = try await HaulProcess.run([
+                "get", "-d", dir.path, "--header", "Authorization: Bearer h3ader-t0ken", "--header",
+                "Cookie: c00kie-s3cret", server.url(path: "/bytes/gone2.bin", query: ["status": "404"]).absoluteString,
+            ])
+            #expect(fields.status == 1, "\(fields)")
+            let stored = everyFile(in: dir.url)
+            #expect(!stored.contains("h3ader-t0ken") && !stored.contains("c00kie-s3cret"))
             #expect(contentsOf(dir.file("ok.bin")) == TestServer.expectedBytes(name: "ok.bin", size: 300_000))
             #expect(
                 server.stats.requests.filter { $0.path == "/bytes/ok.bin" }.allSatisfy {

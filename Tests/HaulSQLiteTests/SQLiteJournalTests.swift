@@ -33,10 +33,14 @@ struct SQLiteJournalTests {
             expectedSize: 9, maxSize: 100, conflictPolicy: .rename, priority: -3)
         request.headerFields[.authorization] = "Bearer t"
         request.headerFields[HTTPField.Name("X-Trace")!] = "1"
+        var withoutSecrets = request
+        withoutSecrets.headerFields[.authorization] = nil
         for state in states {
             let record = JournalRecord(key: key, path: "/d/a", state: state, request: request)
             try SQLiteJournal(path: path).store(record)
-            #expect(try SQLiteJournal(path: path).record(for: key) == record)  // a later process sees it
+            // A later process sees it, all but the credentials, which are never written.
+            let seen = try SQLiteJournal(path: path).record(for: key)
+            #expect(seen == JournalRecord(key: key, path: "/d/a", state: state, request: withoutSecrets))
         }
         let journal = try SQLiteJournal(path: path)
         journal.store(

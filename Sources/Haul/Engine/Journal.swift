@@ -117,8 +117,9 @@ public struct JournalRecord: Sendable, Hashable, Codable {
     /// Where it stands.
     public var state: State
     /// The whole request, kept while it may have to run again (``State/requested``, ``State/partial(validator:totalBytes:)``,
-    /// ``State/failed(message:)``): what a queue re-admits after a restart. Its header fields are stored as
-    /// given, credentials included.
+    /// ``State/failed(message:)``): what a queue re-admits after a restart. A journal that stores it in a file
+    /// stores it encoded, which leaves out its credentials and its `Authorization`, `Cookie` and
+    /// `Proxy-Authorization` fields (see ``DownloadRequest/encode(to:)``).
     public var request: DownloadRequest?
 
     /// Creates a record.

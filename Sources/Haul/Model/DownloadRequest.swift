@@ -29,7 +29,7 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
     /// Where the file goes.
     public var destination: Destination
     /// Extra request header fields. `Authorization`, `Cookie` and `Proxy-Authorization` are dropped when a
-    /// redirect leads to another origin.
+    /// redirect leads to another origin, and never encoded (a journal keeps no secret).
     public var headerFields: HTTPFields
     /// The digest the file must have; checked before the file is published.
     public var expectedDigest: Digest?
@@ -69,6 +69,24 @@ extension DownloadRequest {
     private enum CodingKeys: String, CodingKey {
         case storedURL = "url"
         case destination, headerFields, expectedDigest, expectedSize, maxSize, conflictPolicy, priority
+    }
+
+    /// Encodes the request without its secrets: ``credentials`` and the `Authorization`, `Cookie` and
+    /// `Proxy-Authorization` fields stay out of whatever keeps it (a journal's file). A request decoded again has
+    /// none of them; a download resumed from a journal gets its credentials from the downloader's credential
+    /// provider, and its cookies from its cookie jar.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        var fields = headerFields
+        for name in HTTPRules.credentialFields { fields[name] = nil }
+        try container.encode(storedURL, forKey: .storedURL)
+        try container.encode(destination, forKey: .destination)
+        try container.encode(fields, forKey: .headerFields)
+        try container.encodeIfPresent(expectedDigest, forKey: .expectedDigest)
+        try container.encodeIfPresent(expectedSize, forKey: .expectedSize)
+        try container.encodeIfPresent(maxSize, forKey: .maxSize)
+        try container.encode(conflictPolicy, forKey: .conflictPolicy)
+        try container.encode(priority, forKey: .priority)
     }
 
     /// `url` without its user info, and the credentials it carried.

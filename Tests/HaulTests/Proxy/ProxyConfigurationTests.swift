@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Testing
 
 @testable import Haul
@@ -107,6 +108,14 @@ import Testing
         let encoded = String(decoding: try JSONEncoder().encode(request), as: UTF8.self)
         #expect(!encoded.contains("hunter2") && !encoded.contains("user"))
         #expect(try JSONDecoder().decode(DownloadRequest.self, from: Data(encoded.utf8)).credentials == nil)
+        request.headerFields[.authorization] = "Bearer t0ken"
+        request.headerFields[.cookie] = "session=c00kie"
+        request.headerFields[.proxyAuthorization] = "Basic cHJveHk="
+        request.headerFields[.accept] = "text/plain"
+        let withFields = String(decoding: try JSONEncoder().encode(request), as: UTF8.self)
+        #expect(!withFields.contains("t0ken") && !withFields.contains("c00kie") && !withFields.contains("cHJveHk="))
+        let decoded = try JSONDecoder().decode(DownloadRequest.self, from: Data(withFields.utf8))
+        #expect(decoded.headerFields == [.accept: "text/plain"] && decoded.url == request.url)
         request.url = try url("https://other:pw@example.com/g.bin")
         #expect(request.credentials?.user == "other" && request.url.user == nil)
         request.url = try url("https://example.com/h.bin")
