@@ -127,7 +127,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         var outgoing = HTTPClientRequest(url: Self.url(of: request))
         outgoing.method = .RAW(value: request.method.rawValue)
-        for field in request.headerFields.joiningCookies {
+        request.headerFields.forEachJoiningCookies { field in
             outgoing.headers.add(name: field.name.rawName, value: field.value)
         }
         let response: HTTPClientResponse
@@ -234,7 +234,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
             case .connectTimeout, .socksHandshakeTimeout, .httpProxyHandshakeTimeout:
                 let address = ServerAddress(host: proxy.host, port: proxy.port)
                 let timedOut = ReadableFailure.timedOut(at: address, after: connectTimeout, underlying: error)
-                return TransportError("cannot use the proxy \(proxy): \(timedOut.message)", isTransient: false)
+                return ReadableFailure.proxyFailure(proxy, reason: timedOut.message, underlying: error)
             case .invalidProxyResponse:
                 return TransportError(
                     "the proxy \(proxy) refused the tunnel or answered with something that is not HTTP",
@@ -244,11 +244,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
             }
         }
         guard error is NIOConnectionError || error is IOError else { return nil }
-        let address = ServerAddress(host: proxy.host, port: proxy.port)
-        let readable = await ReadableFailure.of(error, at: address, connectTimeout: connectTimeout)
-        return TransportError(
-            "cannot use the proxy \(proxy): \(readable?.message ?? String(describing: error))", isTransient: false,
-            underlying: error)
+        return await ReadableFailure.ofProxy(error, proxy: proxy, connectTimeout: connectTimeout)
     }
 
     private static func destination(of request: HTTPRequest) -> ServerAddress? {

@@ -279,16 +279,12 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         return (Connection(channel: channel, handler: handler), false)
     }
 
-    /// A failure to reach the proxy or to open its tunnel, in words that name the proxy: not retried, as a proxy
-    /// that cannot be used is a setting to fix (curl fails at once too).
+    /// A failure to reach the proxy or to open its tunnel, in words that name the proxy (the tunnel's own errors
+    /// already do).
     private func proxyFailure(_ error: any Error, endpoint: Endpoint, connectTimeout: Duration) async -> any Error {
         guard let proxy = endpoint.proxy else { return error }
         if error is TransportError || error is CancellationError { return error }
-        let address = ServerAddress(host: proxy.host, port: proxy.port)
-        let readable = await ReadableFailure.of(error, at: address, connectTimeout: connectTimeout)
-        return TransportError(
-            "cannot use the proxy \(proxy): \(readable?.message ?? String(describing: error))", isTransient: false,
-            underlying: error)
+        return await ReadableFailure.ofProxy(error, proxy: proxy, connectTimeout: connectTimeout)
     }
 
     /// swift-nio-ssl contexts, one per distinct settings value: making one reads the files the settings name and

@@ -67,6 +67,20 @@ package enum ReadableFailure {
         return nil
     }
 
+    /// A failure to reach or use `proxy`, in words that name it (`cannot use the proxy http://user:***@host:3128:
+    /// connection refused (host:3128)`). Never transient: a proxy that cannot be used is a setting to fix, and
+    /// retrying it for every download only delays the message (curl gives up at once too).
+    package static func ofProxy(_ error: any Error, proxy: Proxy, connectTimeout: Duration) async -> TransportError {
+        let readable = await of(
+            error, at: ServerAddress(host: proxy.host, port: proxy.port), connectTimeout: connectTimeout)
+        return proxyFailure(proxy, reason: readable?.message ?? String(describing: error), underlying: error)
+    }
+
+    /// `cannot use the proxy PROXY: REASON`, not transient (see ``ofProxy(_:proxy:connectTimeout:)``).
+    package static func proxyFailure(_ proxy: Proxy, reason: String, underlying: any Error) -> TransportError {
+        TransportError("cannot use the proxy \(proxy): \(reason)", isTransient: false, underlying: underlying)
+    }
+
     /// `timed out connecting to host:port after N s`.
     package static func timedOut(
         at destination: ServerAddress, after timeout: Duration, underlying: (any Error)?

@@ -73,7 +73,7 @@ public final class URLSessionTransport: HTTPTransport {
         urlRequest.httpMethod = request.method.rawValue
         // Cookies are the engine's: URLSession would add its own and join them with commas.
         urlRequest.httpShouldHandleCookies = false
-        for field in request.headerFields.joiningCookies {
+        request.headerFields.forEachJoiningCookies { field in
             urlRequest.addValue(field.value, forHTTPHeaderField: field.name.rawName)
         }
         urlRequest.setValue("identity", forHTTPHeaderField: "Accept-Encoding")

@@ -19,54 +19,34 @@ package final class Nginx: Sendable {
     /// Starts nginx with `extraDirectives` in its `server` block (e.g. `keepalive_requests 10;`), serving `files`
     /// (name to bytes) at `/`, and waits until it accepts connections.
     ///
-    /// - Throws: when nginx is not installed (`scripts/test` installs it) or does not start.
+    /// - Throws: ``FixtureError`` when nginx is not installed (`scripts/test` installs it) or does not start.
     package init(files: [String: [UInt8]], extraDirectives: String = "") async throws {
-        guard let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"].first(where: FileManager.default.isExecutableFile)
-        else {
-            throw NginxError("nginx is not installed: run the tests with scripts/test, which installs it")
-        }
-        directory =
-            FileManager.default.temporaryDirectory.appendingPathComponent("haul-nginx-\(UUID().uuidString)")
-            .path
+        let binary = try installedBinary("nginx", at: ["/usr/sbin/nginx", "/usr/bin/nginx"])
+        let directory = try makeDirectory("nginx")
+        self.directory = directory
         root = URL(fileURLWithPath: directory + "/www", isDirectory: true)
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         for (name, bytes) in files { try Data(bytes).write(to: root.appendingPathComponent(name)) }
         let issued = try TestTLS.authority.serverCertificate(.valid)
         try Data(issued.certificatePEM.utf8).write(to: URL(fileURLWithPath: directory + "/cert.pem"))
         try Data(issued.keyPEM.utf8).write(to: URL(fileURLWithPath: directory + "/key.pem"))
-        var lastError: (any Error)?
-        // A free port is found by binding and closing; another process may take it in between, so try a few.
-        for _ in 0..<5 {
-            let port = try freeLoopbackPort()
-            try Self.configuration(directory: directory, port: port, extra: extraDirectives).write(
-                toFile: directory + "/nginx.conf", atomically: true, encoding: .utf8)
-            let process = try ChildProcess(
-                binary, ["-p", directory, "-c", directory + "/nginx.conf"], signalsAtDefault: true)
-            if await waitUntilAccepting(port: port, process: process) {
-                self.port = port
-                self.process = process
-                return
-            }
-            process.send(SIGKILL)
-            let output = await process.finish()
-            lastError = NginxError("nginx did not start on port \(port): \(output.stderr)")
-        }
-        throw lastError ?? NginxError("nginx did not start")
+        (port, process) = try await startOnFreePort(
+            "nginx", log: { (try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? "" },
+            launch: { port in
+                try Self.configuration(directory: directory, port: port, extra: extraDirectives).write(
+                    toFile: directory + "/nginx.conf", atomically: true, encoding: .utf8)
+                return try ChildProcess(
+                    binary, ["-p", directory, "-c", directory + "/nginx.conf"], signalsAtDefault: true)
+            },
+            cleanUp: { try? FileManager.default.removeItem(atPath: directory) })
     }
 
     /// Starts nginx (see ``init(files:extraDirectives:)``), runs `body` with it, and stops it however `body` ends.
     package static func withRunning<Result>(
         files: [String: [UInt8]], extraDirectives: String = "", _ body: (Nginx) async throws -> Result
     ) async throws -> Result {
-        let nginx = try await Nginx(files: files, extraDirectives: extraDirectives)
-        do {
-            let result = try await body(nginx)
-            await nginx.stop()
-            return result
-        } catch {
-            await nginx.stop()
-            throw error
-        }
+        try await running(
+            try await Nginx(files: files, extraDirectives: extraDirectives), stop: { await $0.stop() }, body)
     }
 
     /// `https://127.0.0.1:PORT/NAME`.
@@ -121,10 +101,4 @@ package final class Nginx: Sendable {
         }
         """
     }
-}
-
-/// Why nginx could not be started for a test.
-package struct NginxError: Error, CustomStringConvertible {
-    package let description: String
-    init(_ description: String) { self.description = description }
 }

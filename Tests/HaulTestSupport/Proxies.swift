@@ -26,7 +26,7 @@ package final class Tinyproxy: Sendable {
     /// Starts tinyproxy on a free loopback port, demanding `credentials` (Basic authentication; letters, digits, `-`,
     /// `.` and `_` only: tinyproxy's configuration takes no others) if given, and waits until it accepts connections.
     ///
-    /// - Throws: ``ProxyFixtureError`` when tinyproxy is not installed (`scripts/test` installs it), when the
+    /// - Throws: ``FixtureError`` when tinyproxy is not installed (`scripts/test` installs it), when the
     ///   credentials have other characters, or when it does not start.
     package init(credentials: (user: String, password: String)? = nil) async throws {
         // tinyproxy's configuration grammar takes only these in BasicAuth's words; anything else stops it starting.
@@ -34,7 +34,7 @@ package final class Tinyproxy: Sendable {
         if let credentials,
             [credentials.user, credentials.password].contains(where: { $0.isEmpty || !$0.allSatisfy(allowed.contains) })
         {
-            throw ProxyFixtureError(
+            throw FixtureError(
                 "tinyproxy's BasicAuth takes a user and a password of letters, digits, '-', '.' and '_' only")
         }
         let binary = try installedBinary("tinyproxy", at: ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"])
@@ -90,7 +90,7 @@ package final class Tinyproxy: Sendable {
     /// Stops tinyproxy (SIGTERM; a ``kill()``ed one is only reaped) and starts it again on the same ``port`` with the
     /// same configuration, waiting until it accepts connections. Not while ``stop()`` runs, nor after it.
     ///
-    /// - Throws: ``ProxyFixtureError`` when it does not start again.
+    /// - Throws: ``FixtureError`` when it does not start again.
     package func restart() async throws {
         if let old = process.withLock({ $0.take() }) { await terminate(old) }
         var lastError: (any Error)?
@@ -103,11 +103,11 @@ package final class Tinyproxy: Sendable {
             }
             child.send(SIGKILL)
             let output = await child.finish()
-            lastError = ProxyFixtureError(
+            lastError = FixtureError(
                 "tinyproxy did not start again on port \(port): \(tail(output.stderr + Self.log(in: directory)))")
             try await Task.sleep(for: .milliseconds(200))
         }
-        throw lastError ?? ProxyFixtureError("tinyproxy did not start again on port \(port)")
+        throw lastError ?? FixtureError("tinyproxy did not start again on port \(port)")
     }
 
     /// Stops tinyproxy (SIGTERM, and SIGKILL if it lingers) and removes its directory.
@@ -159,7 +159,7 @@ package final class SquidTLS: Sendable {
 
     /// Starts squid on a free loopback port and waits until it accepts connections.
     ///
-    /// - Throws: ``ProxyFixtureError`` when squid is not installed (`scripts/test` installs it) or does not start.
+    /// - Throws: ``FixtureError`` when squid is not installed (`scripts/test` installs it) or does not start.
     package init() async throws {
         let binary = try installedBinary("squid", package: "squid-openssl", at: ["/usr/sbin/squid", "/usr/bin/squid"])
         let directory = try makeDirectory("squid")
@@ -236,13 +236,13 @@ package final class SquidTLS: Sendable {
     private static func effectiveUser(owning directory: String) throws -> String? {
         guard getuid() == 0 else { return nil }
         guard let entry = getpwnam("proxy") ?? getpwnam("nobody") else {
-            throw ProxyFixtureError("squid needs a user to run as: there is neither 'proxy' nor 'nobody'")
+            throw FixtureError("squid needs a user to run as: there is neither 'proxy' nor 'nobody'")
         }
         let (uid, gid) = (entry.pointee.pw_uid, entry.pointee.pw_gid)
         let name = String(cString: entry.pointee.pw_name)
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         for path in [directory] + files.map({ directory + "/" + $0 }) where chown(path, uid, gid) != 0 {
-            throw ProxyFixtureError("cannot give \(path) to \(name) for squid: errno \(errno)")
+            throw FixtureError("cannot give \(path) to \(name) for squid: errno \(errno)")
         }
         return name
     }
@@ -299,7 +299,7 @@ package final class Microsocks: Sendable {
     /// Starts microsocks on a free loopback port, demanding `credentials` (SOCKS5 user/password) if given, and
     /// waits until it accepts connections.
     ///
-    /// - Throws: ``ProxyFixtureError`` when microsocks is not installed (`scripts/test` installs it) or does not
+    /// - Throws: ``FixtureError`` when microsocks is not installed (`scripts/test` installs it) or does not
     ///   start.
     package init(credentials: (user: String, password: String)? = nil) async throws {
         let binary = try installedBinary("microsocks", at: ["/usr/bin/microsocks", "/usr/sbin/microsocks"])
@@ -343,86 +343,7 @@ package final class Microsocks: Sendable {
     }
 }
 
-/// Why a proxy could not be started for a test: it is not installed, or it did not start (with the end of what it
-/// said).
-package struct ProxyFixtureError: Error, CustomStringConvertible {
-    package let description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// The first of `paths` that is an executable, else an error that says how to install `name`.
-private func installedBinary(_ name: String, package: String? = nil, at paths: [String]) throws -> String {
-    guard let binary = paths.first(where: FileManager.default.isExecutableFile) else {
-        let package = package.map { " (Debian's \($0))" } ?? ""
-        throw ProxyFixtureError(
-            "\(name) is not installed\(package): run the tests with scripts/test, which installs it")
-    }
-    return binary
-}
-
-/// A fresh directory `haul-NAME-UUID` under the system temporary directory.
-private func makeDirectory(_ name: String) throws -> String {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-\(name)-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    return directory.path
-}
-
-/// Starts a proxy on a free loopback port and waits until it accepts connections. `launch` writes its configuration
-/// for the port and starts it; a few ports are tried, as another process may take a free one before the proxy binds
-/// it. When none works, `cleanUp` runs and the error tells the end of its standard error and of `log()`.
-private func startOnFreePort(
-    _ name: String, within limit: Duration = .seconds(10), log: () -> String, launch: (Int) throws -> ChildProcess,
-    cleanUp: () -> Void
-) async throws -> (port: Int, process: ChildProcess) {
-    var lastError: (any Error)?
-    for _ in 0..<5 {
-        do {
-            let port = try freeLoopbackPort()
-            let process = try launch(port)
-            if await waitUntilAccepting(port: port, process: process, within: limit) { return (port, process) }
-            process.send(SIGKILL)
-            let output = await process.finish()
-            lastError = ProxyFixtureError(
-                "\(name) did not start on port \(port) (exit status \(output.status)): \(tail(output.stderr + log()))")
-        } catch {
-            lastError = error
-        }
-    }
-    cleanUp()
-    throw lastError ?? ProxyFixtureError("\(name) did not start")
-}
-
-/// Stops `process`: SIGTERM, SIGKILL if it has not exited after `limit`, then reaps it.
-private func terminate(_ process: ChildProcess, within limit: Duration = .seconds(10)) async {
-    process.send(SIGTERM)
-    let deadline = ContinuousClock.now + limit
-    while !process.hasExited, ContinuousClock.now < deadline {
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    if !process.hasExited { process.send(SIGKILL) }
-    _ = await process.finish()
-}
-
-/// Runs `body` with `fixture` and stops it however `body` ends.
-private func running<Fixture, Result>(
-    _ fixture: Fixture, stop: (Fixture) async -> Void, _ body: (Fixture) async throws -> Result
-) async throws -> Result {
-    do {
-        let result = try await body(fixture)
-        await stop(fixture)
-        return result
-    } catch {
-        await stop(fixture)
-        throw error
-    }
-}
-
 private func loopbackURL(_ string: String) -> URL {
     guard let url = URL(string: string) else { preconditionFailure("'\(string)' is not a URL") }
     return url
-}
-
-/// The last `count` lines of `text`.
-private func tail(_ text: String, lines count: Int = 20) -> String {
-    text.split(separator: "\n", omittingEmptySubsequences: false).suffix(count).joined(separator: "\n")
 }

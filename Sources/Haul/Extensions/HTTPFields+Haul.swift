@@ -10,12 +10,14 @@ extension HTTPFields {
 }
 
 extension HTTPFields {
-    /// The fields as HTTP/1.1 sends them: every `Cookie` field joined into one with `; ` (RFC 6265, 5.4: one
-    /// `Cookie` field per request). HTTPTypes keeps each cookie a field of its own, as HTTP/2 compresses them.
-    package var joiningCookies: [HTTPField] {
-        guard contains(where: { $0.name == .cookie }) else { return Array(self) }
-        var fields = filter { $0.name != .cookie }
-        fields.append(HTTPField(name: .cookie, value: self[values: .cookie].joined(separator: "; ")))
-        return Array(fields)
+    /// Calls `body` with each field as HTTP/1.1 sends them: the `Cookie` fields joined into one with `; `, last
+    /// (RFC 6265, 5.4: one `Cookie` field per request). HTTPTypes keeps each cookie a field of its own, as HTTP/2
+    /// compresses them.
+    package func forEachJoiningCookies(_ body: (HTTPField) throws -> Void) rethrows {
+        var cookies: [String] = []
+        for field in self {
+            if field.name == .cookie { cookies.append(field.value) } else { try body(field) }
+        }
+        if !cookies.isEmpty { try body(HTTPField(name: .cookie, value: cookies.joined(separator: "; "))) }
     }
 }

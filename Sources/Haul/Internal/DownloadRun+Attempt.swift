@@ -380,20 +380,24 @@ extension DownloadRun {
     ) -> AttemptFailure {
         let status = head.status.code
         let answered = "\(status) \(head.status.reasonPhrase)"
+        // In absolute form to an HTTP proxy with credentials: a proxy that refuses them with a 401 (tinyproxy) cannot
+        // be told from the server.
+        let forwardingProxy = proxy.flatMap { proxy in
+            proxy.credentials != nil && proxy.takesRequestsInAbsoluteForm(secure: url.scheme?.lowercased() == "https")
+                ? proxy : nil
+        }
         let message =
-            switch status {
-            case 401 where proxy.map { HTTPRules.sendsThrough($0, url: url) && $0.credentials != nil } == true:
-                // In absolute form to an HTTP proxy: a proxy that refuses its credentials with a 401 (tinyproxy) cannot
-                // be told from the server.
-                "the server or the proxy \(proxy.map(String.init(describing:)) ?? "") answered \(answered): "
+            switch (status, forwardingProxy) {
+            case (401, let proxy?):
+                "the server or the proxy \(proxy) answered \(answered): "
                     + (sentCredentials ? "the credentials sent were refused" : "none were sent to the server")
                     + ", or the proxy refused the user and password given for it"
-            case 401 where sentCredentials:
+            case (401, nil) where sentCredentials:
                 "server answered \(answered): the credentials sent were refused"
-            case 401:
+            case (401, nil):
                 "server answered \(answered): it needs credentials (a user and password in the URL, the request's "
                     + "credentials or a credential provider such as a netrc file); none were sent"
-            case 407:
+            case (407, _):
                 proxy?.authenticationFailure(answered: answered) ?? "server answered \(answered)"
             default:
                 "server answered \(answered)"

@@ -9,12 +9,6 @@ enum HTTPRules {
     /// Header fields that carry credentials: never sent to another origin after a redirect.
     static let credentialFields: [HTTPField.Name] = [.authorization, .cookie, .proxyAuthorization]
 
-    /// Whether a request for `url` goes to `proxy` itself, in absolute form (plain `http` through an HTTP proxy),
-    /// rather than through a tunnel.
-    static func sendsThrough(_ proxy: Proxy, url: URL) -> Bool {
-        url.scheme?.lowercased() == "http" && (proxy.kind == .http || proxy.kind == .https)
-    }
-
     struct Origin: Hashable {
         let scheme: String
         let host: String

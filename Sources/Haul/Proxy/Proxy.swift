@@ -84,6 +84,12 @@ public struct Proxy: Sendable, Hashable, CustomStringConvertible {
     /// Whether the proxy resolves the destination's host name (an HTTP proxy, `socks5h`), rather than the client.
     public var resolvesHostNames: Bool { kind != .socks5 }
 
+    /// Whether a request goes to this proxy itself, in absolute form (`GET http://host/path`), rather than through a
+    /// tunnel (`CONNECT`, or SOCKS5): plain `http` (not `secure`) through an HTTP proxy.
+    package func takesRequestsInAbsoluteForm(secure: Bool) -> Bool {
+        !secure && (kind == .http || kind == .https)
+    }
+
     /// What a `407` from this proxy means, said the same whether it answered a request or a `CONNECT`: `answered`
     /// is its status line (`407 Proxy Authentication Required`).
     package func authenticationFailure(answered: String) -> String {

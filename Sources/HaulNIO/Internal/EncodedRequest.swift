@@ -45,12 +45,12 @@ struct EncodedRequest: Sendable {
             buffer.writeString(credentials.basicAuthorization)
             buffer.writeStaticString("\r\n")
         }
-        for field in request.headerFields.joiningCookies {
+        request.headerFields.forEachJoiningCookies { field in
             // The host is the URL's; the body's framing is this encoder's.
             switch field.name {
-            case .contentLength, .transferEncoding: continue
-            case .proxyAuthorization where proxy?.credentials != nil: continue
-            default: if field.name.canonicalName == "host" { continue }
+            case .contentLength, .transferEncoding: return
+            case .proxyAuthorization where proxy?.credentials != nil: return
+            default: if field.name.canonicalName == "host" { return }
             }
             buffer.writeString(field.name.rawName)
             buffer.writeStaticString(": ")

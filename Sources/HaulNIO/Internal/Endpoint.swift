@@ -56,7 +56,7 @@ struct Endpoint: Hashable, Sendable {
     /// The HTTP proxy that takes this endpoint's requests in absolute form (`GET http://host/path`): plain `http`
     /// through an HTTP proxy. Everything else through a proxy goes through a tunnel.
     var forwardingProxy: Proxy? {
-        guard let proxy, tls == nil, proxy.kind == .http || proxy.kind == .https else { return nil }
+        guard let proxy, proxy.takesRequestsInAbsoluteForm(secure: tls != nil) else { return nil }
         return proxy
     }
 
