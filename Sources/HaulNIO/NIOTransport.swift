@@ -140,7 +140,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
     ) async throws -> TransportResponse {
         let endpoint = try Endpoint(
             authority: request.authority ?? "", tls: secure ? options.tls : nil, proxy: options.proxy,
-            proxyTLS: options.tls)
+            proxyTLS: options.tls, receiveWindow: options.receiveWindow)
         let encoded = try EncodedRequest(request, host: endpoint.hostHeader, proxy: endpoint.forwardingProxy)
         let destination = ServerAddress(host: endpoint.host, port: endpoint.port)
         // Through a proxy the server may be out of direct reach: no extra connection to diagnose its certificate.
@@ -153,7 +153,9 @@ public final class NIOTransport: InterruptibleHTTPTransport {
                 throw await ReadableFailure.of(
                     error, at: destination, connectTimeout: options.connectTimeout, diagnoses: diagnoses) ?? error
             }
-            let exchange = Exchange(connection: connection, transport: self, endpoint: endpoint)
+            let exchange = Exchange(
+                connection: connection, transport: self, endpoint: endpoint,
+                highWater: options.receiveWindow.map { max($0 / 2, 1) } ?? Exchange.highWater)
             do {
                 let responseHead = try await exchange.start(encoded, interruption: interruption)
                 return TransportResponse(head: responseHead, body: exchange.body())
@@ -213,10 +215,16 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         }
         let channel: any Channel
         do {
-            channel = try await ClientBootstrap(group: loop)
+            var bootstrap = ClientBootstrap(group: loop)
                 .connectTimeout(timeout)
                 .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .channelOption(.recvAllocator, value: receiveBuffers)
+            if let receiveWindow = endpoint.receiveWindow {
+                // Half the window in the socket (the kernel doubles what it is given, for its own bookkeeping), half
+                // in the exchange's buffer.
+                bootstrap = bootstrap.channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(receiveWindow / 4))
+            }
+            channel = try await bootstrap
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let pipeline = channel.pipeline.syncOperations

@@ -599,7 +599,8 @@ public final class SQLiteJournal: Journal {
             guard let size = row.size, let modified = row.modifiedNanoseconds, let inode = row.inode else { return nil }
             state = .completed(
                 size: size, sha256: row.sha256,
-                stamp: FileStamp(size: size, modifiedNanoseconds: modified, inode: UInt64(bitPattern: inode)))
+                stamp: FileStamp(size: size, modifiedNanoseconds: modified, inode: UInt64(bitPattern: inode)),
+                validator: row.validator)
         default:
             return nil
         }

@@ -13,6 +13,7 @@
 /// | `retryAfterDate=1` | send `Retry-After` as an HTTP date `S` seconds from now |
 /// | `delay=MS` | wait `MS` milliseconds before the response head |
 /// | `rate=B` | throttle the body to `B` bytes per second, in 10 ms slices |
+/// | `rateTimes=N` | apply `rate` to the first `N` requests to this path only |
 /// | `cutAfter=K` | close the connection after `K` body bytes |
 /// | `cutTimes=N` | apply `cutAfter` to the first `N` requests to this path only |
 /// | `stallAfter=K` | after `K` body bytes, send nothing for `stall` |
@@ -34,7 +35,7 @@
 /// | `close=1` | answer whole with `Connection: close`, then close the connection (a server's keep-alive limit) |
 /// | `hold=GATE` | hold the request before the head until ``TestServer/openGate(_:)`` opens `GATE` |
 ///
-/// "Per path" counters (`fail`, `cutTimes`, `dropTimes`, `changeAfterFirst`) are keyed by the path without the
+/// "Per path" counters (`fail`, `cutTimes`, `rateTimes`, `dropTimes`, `changeAfterFirst`) are keyed by the path without the
 /// query and reset by ``TestServer/resetStats()``.
 public struct Fault: Sendable, Hashable {
     /// How long a stall lasts.
@@ -61,6 +62,8 @@ public struct Fault: Sendable, Hashable {
     public var delayMilliseconds: Int?
     /// Body bytes per second (`rate=`).
     public var bytesPerSecond: Int?
+    /// Throttle only the first this many requests to the path (`rateTimes=`); `nil` throttles every time.
+    public var rateTimes: Int?
     /// Close the connection after this many body bytes (`cutAfter=`).
     public var cutAfterBytes: Int?
     /// Cut only the first this many requests to the path (`cutTimes=`); `nil` cuts every time.
@@ -109,7 +112,7 @@ public struct Fault: Sendable, Hashable {
 
     /// The query parameter names understood by the server, for help texts.
     public static let queryParameterNames: [String] = [
-        "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "cutAfter", "cutTimes",
+        "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "rateTimes", "cutAfter", "cutTimes",
         "stallAfter", "stall", "shortBy", "ignoreRange", "changeAfterFirst", "redirects", "redirectLoop",
         "redirectTo", "redirectStatus", "disposition", "requireAuth", "setCookie", "gzip", "dropConnection",
         "dropTimes", "headOnly",

@@ -24,6 +24,13 @@ extension TestServer {
         public var chunkSize: Int
         /// Serve HTTPS with these certificates; `nil` (the default) serves plain HTTP.
         public var tls: TLS?
+        /// The kernel send buffer of each connection (`SO_SNDBUF`); `nil` (the default) leaves it to the system.
+        /// A small one keeps what the server has written close to what the client has read, for tests that measure
+        /// a client's rate at the server.
+        public var sendBufferSize: Int?
+        /// Whether ``TestServerStats/bodyTimeline`` records every body write as the connection hands it to the
+        /// kernel (off by default: a long transfer makes many entries).
+        public var recordsBodyTimeline: Bool
 
         /// Creates a configuration; every parameter has a loopback-test default.
         public init(
@@ -35,7 +42,9 @@ extension TestServer {
             eventLoopThreads: Int? = nil,
             maxRecordedRequests: Int = 10_000,
             chunkSize: Int = 64 << 10,
-            tls: TLS? = nil
+            tls: TLS? = nil,
+            sendBufferSize: Int? = nil,
+            recordsBodyTimeline: Bool = false
         ) {
             self.host = host
             self.port = port
@@ -46,6 +55,8 @@ extension TestServer {
             self.maxRecordedRequests = maxRecordedRequests
             self.chunkSize = max(1024, chunkSize)
             self.tls = tls
+            self.sendBufferSize = sendBufferSize
+            self.recordsBodyTimeline = recordsBodyTimeline
         }
     }
 

@@ -27,7 +27,8 @@ extension TestServer {
             resolver: resolver,
             filesMount: configuration.filesPath,
             chunkSize: configuration.chunkSize,
-            scheme: configuration.tls == nil ? "http" : "https"
+            scheme: configuration.tls == nil ? "http" : "https",
+            recordsBodyTimeline: configuration.recordsBodyTimeline
         )
         let tlsContext: NIOSSLContext?
         do {
@@ -36,7 +37,10 @@ extension TestServer {
             try await group?.shutdownGracefully()
             throw TestServerError.tlsSetupFailed(underlying: error)
         }
-        let bootstrap = makeBootstrap(group: loops, context: context, tls: tlsContext)
+        var bootstrap = makeBootstrap(group: loops, context: context, tls: tlsContext)
+        if let size = configuration.sendBufferSize {
+            bootstrap = bootstrap.childChannelOption(ChannelOptions.socketOption(.so_sndbuf), value: SocketOptionValue(size))
+        }
         var channels: [any Channel] = []
         do {
             let primary = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()

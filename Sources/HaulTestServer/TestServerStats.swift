@@ -18,6 +18,8 @@ public struct RecordedRequest: Sendable, Hashable {
     public var host: String?
     /// All header lines in the order sent.
     public var headers: [Header]
+    /// When the request head was received.
+    public var receivedAt: ContinuousClock.Instant = .now
 
     /// The first value of the named header (case-insensitive), or `nil` when absent.
     public func value(forHeader name: String) -> String? {
@@ -61,6 +63,19 @@ public struct TestServerStats: Sendable, Hashable {
     public var bodyBytesSent = 0
     /// Body bytes per path (without query).
     public var bodyBytesByPath: [String: Int] = [:]
+    /// Every body write as the connection handed it to the kernel, in order; recorded only with
+    /// ``TestServer/Configuration/recordsBodyTimeline``.
+    public var bodyTimeline: [BodyWrite] = []
+
+    /// Body bytes one connection handed to the kernel at one moment.
+    public struct BodyWrite: Sendable, Hashable {
+        /// The request's path (without query).
+        public var path: String
+        /// When the write completed.
+        public var time: ContinuousClock.Instant
+        /// How many body bytes it carried.
+        public var bytes: Int
+    }
 
     /// Requests for `path` (without query) received so far.
     public func requests(toPath path: String) -> Int { requestsByPath[path] ?? 0 }

@@ -22,7 +22,7 @@ struct ServeCommand: AsyncParsableCommand {
               fail=K failStatus=C         fail the first K requests to the path (default 503)
               retryAfter=S retryAfterDate=1   Retry-After in seconds, or as an HTTP date
               delay=MS                    wait before the response head
-              rate=B                      throttle the body to B bytes/s
+              rate=B rateTimes=N          throttle the body to B bytes/s (only the first N requests)
               cutAfter=K cutTimes=N       close after K body bytes (only the first N requests)
               stallAfter=K stall=MS|forever|gate:G   pause the body after K bytes
               shortBy=N                   send N bytes fewer than Content-Length, then close

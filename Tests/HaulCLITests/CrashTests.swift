@@ -81,7 +81,7 @@ struct CrashTests {
             // No journal entry says "done" for a file that is missing or different.
             let journal = try SQLiteJournal(path: target.appendingPathComponent(".haul/journal.sqlite").path)
             for record in journal.allRecords() {
-                guard case .completed(let size, let sha256, let stamp) = record.state else { continue }
+                guard case .completed(let size, let sha256, let stamp, _) = record.state else { continue }
                 let bytes = try #require(contentsOf(URL(fileURLWithPath: record.path)), "\(record.path) missing")
                 #expect(Int64(bytes.count) == size)
                 #expect(FileStamp(ofFileAt: record.path) == stamp, "\(record.path): the record is not of this file")

@@ -146,7 +146,7 @@ struct GetAuthTests {
             let url = server.url(
                 path: "/bytes/c.bin", query: ["size": "10", "redirects": "1", "setCookie": "sid=42; Path=/"])
             let run = try await HaulProcess.run([
-                "get", "--no-journal", "-d", dir.file("out").path, "-b", file.path, "-c", jar.path, url.absoluteString,
+                "get", "--no-journal", "-d", dir.file("out").path, "-b", file.path, "--cookie-jar", jar.path, url.absoluteString,
             ])
             #expect(run.status == 0, "\(run)")
             #expect(server.stats.requests.map(\.cookie) == ["given=yes", "given=yes; sid=42"])
@@ -166,7 +166,7 @@ struct GetAuthTests {
             #expect(missing.status == 2 && missing.stderr.contains("-b/--cookie"), "\(missing)")
             let fresh = dir.file("fresh.txt")
             let start = try await HaulProcess.run([
-                "get", "--no-journal", "-d", dir.file("out3").path, "-b", fresh.path, "-c", fresh.path,
+                "get", "--no-journal", "-d", dir.file("out3").path, "-b", fresh.path, "--cookie-jar", fresh.path,
                 url.absoluteString,
             ])
             #expect(start.status == 0 && String(decoding: contentsOf(fresh) ?? [], as: UTF8.self).contains("sid"))

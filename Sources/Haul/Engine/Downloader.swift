@@ -49,6 +49,34 @@ public final class Downloader: Sendable {
         /// ``journal`` (the `haul` command does). Only a partial that can be resumed (the server gave a strong
         /// validator) is kept, and only when there is a journal to find it again.
         public var keepsPartialOnCancel = false
+        /// Keep the partial file when the download fails for good (retries used up, a time limit, a `404`), so that a
+        /// later run resumes it with `Range` and `If-Range` instead of starting over (the `haul` command does unless
+        /// `--no-keep-partial`). As for ``keepsPartialOnCancel``, only a partial recorded in the ``journal`` with a
+        /// validator is kept (it stays hidden and readable by its owner only); one whose bytes are in doubt (a
+        /// checksum or size mismatch, a server that contradicted itself) is always removed.
+        public var keepsPartialOnFailure = true
+        /// Revalidate a file the ``journal`` shows this downloader completed (and that is unchanged on disk) instead
+        /// of skipping it: one conditional `GET` (`If-None-Match` with its strong ETag, else `If-Modified-Since` with
+        /// its `Last-Modified`); `304 Not Modified` keeps the file (``DownloadResult/notModified``), a new copy
+        /// replaces it atomically once complete and verified. Files recorded without a validator are fetched again.
+        public var revalidatesCompletedFiles = false
+        /// Give each published file the modification time of the server's `Last-Modified` (as wget does; curl's
+        /// `--remote-time`). On by default; without `Last-Modified` the file keeps the time it was written.
+        public var usesRemoteModificationTime = true
+        /// The most body bytes per second all downloads of this downloader receive together (one token bucket
+        /// they share); `nil` (the default) for no limit. A request's own ``DownloadRequest/maxBytesPerSecond``
+        /// applies as well.
+        public var maxBytesPerSecond: Int64?
+        /// How requests are spaced: a request rate for all downloads and per host, a wait between requests to one
+        /// host. Nothing is spaced by default; a `Retry-After` on a `429` or `503` always holds that host's next
+        /// requests, from every download, for the time it asks.
+        public var pacing = RequestPacing()
+        /// The longest a download may take, retries and waits included, unless its request sets its own
+        /// ``DownloadRequest/timeLimit``; `nil` (the default) for no limit.
+        public var timeLimit: Duration?
+        /// The slowest a transfer may be for a while unless its request sets its own
+        /// ``DownloadRequest/minimumSpeed``; `nil` (the default) for no minimum.
+        public var minimumSpeed: MinimumSpeed?
         /// Where downloads are remembered across runs: with one, a download finds the partial an earlier run
         /// left and resumes it, and one the journal shows was completed and is unchanged on disk is reported as
         /// skipped without a request. `nil` (the default): every run starts from nothing.
@@ -100,6 +128,8 @@ public final class Downloader: Sendable {
         self.transport = transport
         self.configuration = configuration
         stallWatch = StallWatch(timeout: configuration.stallTimeout)
+        bandwidth = configuration.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) }
+        pacer = RequestPacer(pacing: configuration.pacing, random: configuration.random)
         interruptibleTransport = transport as? any InterruptibleHTTPTransport
         var fields = HTTPFields()
         fields[.acceptEncoding] = "identity"
@@ -107,11 +137,25 @@ public final class Downloader: Sendable {
         baseFields = fields
         transportOptions = TransportOptions(
             connectTimeout: configuration.connectTimeout, tls: configuration.tls,
-            httpVersion: configuration.httpVersion)
+            httpVersion: configuration.httpVersion,
+            receiveWindow: configuration.maxBytesPerSecond.map(Self.receiveWindow(forRate:)))
+    }
+
+    /// The receive window for a bandwidth limit: 1/32 of a second of it, within 16 KiB to 1 MiB. What waits unread
+    /// is what the server sent beyond the limit, all at once when the transfer starts: a few downloads' windows stay
+    /// within 5% of what the limit allows in 2 s. A connection moves at most a window per round trip, so one
+    /// download reaches the limit over round trips up to 31 ms (more downloads share it); a link with longer ones
+    /// stays under it.
+    static func receiveWindow(forRate bytesPerSecond: Int64) -> Int {
+        Int(min(max(bytesPerSecond / 32, 16 << 10), 1 << 20))
     }
 
     /// Watches this downloader's running attempts for stalls.
     let stallWatch: StallWatch
+    /// The bandwidth all downloads share (``Configuration/maxBytesPerSecond``).
+    let bandwidth: TokenBucket?
+    /// Spaces requests and keeps the holds hosts asked for.
+    let pacer: RequestPacer
     /// ``transport`` when its exchanges can be interrupted (asked once, not per download).
     let interruptibleTransport: (any InterruptibleHTTPTransport)?
     /// The header fields of a request that sets none and resumes nothing, made once (see `makeRequest`).

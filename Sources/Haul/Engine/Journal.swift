@@ -89,8 +89,10 @@ public struct JournalRecord: Sendable, Hashable, Codable {
         case partial(validator: String, totalBytes: Int64?)
         /// The file was published at `path` (or is about to be: the engine records it just before publishing, with
         /// the stamp the rename or link keeps); it counts as there only while a file at `path` has this size,
-        /// modification time and inode. `sha256` is its digest in hex when the download computed one.
-        case completed(size: Int64, sha256: String?, stamp: FileStamp)
+        /// modification time and inode. `sha256` is its digest in hex when the download computed one; `validator`
+        /// the server's strong ETag or `Last-Modified` for it, which a later run revalidates it with
+        /// (``Downloader/Configuration/revalidatesCompletedFiles``).
+        case completed(size: Int64, sha256: String?, stamp: FileStamp, validator: String? = nil)
         /// The download failed for good with this message; nothing of it was kept.
         case failed(message: String)
 

@@ -45,27 +45,43 @@ extension DownloadRun {
     private func watched(
         onStall stop: @escaping @Sendable () -> Void, _ body: () async throws -> Void
     ) async throws(AttemptFailure) {
-        let stalled = Locked(false)
-        let token = stallWatch.watch(lastActivity) {
-            stalled.withLock { $0 = true }
+        let stopped = Locked<StallWatch.Reason?>(nil)
+        let limits = StallWatch.Limits(
+            minimumSpeed: request.minimumSpeed ?? configuration.minimumSpeed, deadline: deadline)
+        let token = stallWatch.watch(lastActivity, limits: limits) { reason in
+            stopped.withLock { $0 = reason }
             stop()
         }
         defer { stallWatch.stop(token) }
         do {
             try await body()
         } catch {
-            throw attemptFailure(error, stalled: stalled.withLock { $0 })
+            throw attemptFailure(error, stoppedFor: stopped.withLock { $0 })
         }
     }
 
     /// What ended an attempt early, as the retry loop sees it.
-    private func attemptFailure(_ error: any Error, stalled: Bool) -> AttemptFailure {
-        if stalled {
+    private func attemptFailure(_ error: any Error, stoppedFor reason: StallWatch.Reason?) -> AttemptFailure {
+        switch reason {
+        case .stalled?:
             return .transient(
                 DownloadError(
                     .stalled,
                     message: "no data for \(stallWatch.timeout) (stall timeout); the server or network stopped",
                     url: finalURL))
+        case .tooSlow?:
+            let minimum = request.minimumSpeed ?? configuration.minimumSpeed
+            return .transient(
+                DownloadError(
+                    .tooSlow,
+                    message:
+                        "slower than \(minimum?.bytesPerSecond ?? 0) bytes/s for \(minimum?.duration ?? .zero) "
+                        + "(minimum speed); the server or network is too slow",
+                    url: finalURL))
+        case .timedOut?:
+            return .permanent(timedOutError(after: "the transfer was still running"))
+        case nil:
+            break
         }
         if let failure = error as? AttemptFailure { return failure }
         if Task.isCancelled { return .permanent(cancelledError()) }
@@ -90,7 +106,15 @@ extension DownloadRun {
     private func attempt(_ hops: inout Hops, interruption: TransferInterruption?) async throws {
         while true {
             let url = hops.url
-            let resumeFrom = hops.mayResume && validator != nil ? writer?.size ?? 0 : 0
+            let resumeFrom: Int64 =
+                if hops.mayResume, validator != nil {
+                    writer?.size ?? 0
+                } else if hops.mayResume, writer == nil, let continuation {
+                    continuation
+                } else {
+                    0
+                }
+            try await waitForTurn(url: url)
             let head = makeRequest(
                 url: url, fields: withCredentialsAndCookies(hops.fields, for: url), resumeFrom: resumeFrom)
             let options = options(for: url)
@@ -164,18 +188,50 @@ extension DownloadRun {
         }
         finalURL = url
 
+        if status == 304, let revalidation, !revalidation.answered {
+            emit(.revalidated(modified: false))
+            do {
+                skippedResult = try existingFileResult(
+                    path: revalidation.path, size: revalidation.size, sha256: revalidation.sha256, finalURL: url,
+                    notModified: true)
+            } catch {
+                throw AttemptFailure.permanent(error)
+            }
+            return .finished
+        }
         if status == 416 && resumeFrom > 0 {
             let complete = HTTPRules.unsatisfiedRangeLength(response.head.headerFields.first(.contentRange))
+            if complete == resumeFrom, writer == nil, continuation != nil, let destinationPath {
+                // The file another tool left is complete already: it stays as it is.
+                do {
+                    skippedResult = try existingFileResult(
+                        path: destinationPath, size: complete ?? 0, sha256: nil, finalURL: url)
+                } catch {
+                    throw AttemptFailure.permanent(error)
+                }
+                return .finished
+            }
             if complete == resumeFrom {
                 totalBytes = complete  // every byte is already here
                 return .finished
             }
             try await restartFromZero()
+            if try abandonContinuation(because: "the server cannot send the rest of it") { return .finished }
             hops.mayResume = false
             return .sendAgain
         }
         guard (200..<300).contains(status) else {
-            throw statusFailure(response.head, url: url, proxy: proxy, sentCredentials: sentCredentials)
+            let failure = statusFailure(response.head, url: url, proxy: proxy, sentCredentials: sentCredentials)
+            // The host asked for time: every download to it waits, not only this one.
+            if status == 429 || status == 503, let retryAfter = failure.retryAfter {
+                pacer.hold(host: Self.hostKey(url), for: retryAfter)
+            }
+            throw failure
+        }
+        if var revalidation, !revalidation.answered {
+            revalidation.answered = true
+            self.revalidation = revalidation
+            emit(.revalidated(modified: true))
         }
         let bodyLength = Self.contentLength(response.head)
         // How many bytes the body may bring: a 206's range, else its Content-Length.
@@ -194,18 +250,22 @@ extension DownloadRun {
                 }
                 // A range that does not continue our bytes: start over without Range.
                 try await restartFromZero()
+                if try abandonContinuation(because: "the server sent another range") { return .finished }
                 hops.mayResume = false
                 return .sendAgain
             }
+            if writer == nil, continuation != nil { try startContinuation(at: resumeFrom, url: url) }
             try await checkPartialContent(range, bodyLength: bodyLength, url: url)
             totalBytes = range.complete
             expected = range.last - range.first + 1
         } else {
             // A 200 to a Range request means the whole file again: never append it.
+            if try abandonContinuation(because: "the server sent the whole file, not the rest") { return .finished }
             if (writer?.size ?? 0) > 0 { try await restartFromZero() }
             totalBytes = bodyLength
         }
         validator = HTTPRules.validator(of: response.head)
+        lastModified = response.head.headerFields[.lastModified]
         if let max = request.maxSize, let total = totalBytes, total > max {
             throw AttemptFailure.permanent(
                 DownloadError(
@@ -281,7 +341,7 @@ extension DownloadRun {
         var received: Int64 = 0
         do {
             for try await chunk in body {
-                lastActivity.touch()
+                lastActivity.received(chunk.count)
                 let count = Int64(chunk.count)
                 if let expected, received + count > expected {
                     try await restartFromZero()
@@ -302,6 +362,7 @@ extension DownloadRun {
                 received += count
                 bytesTransferred += count
                 if meter.record(chunk.count, now: .now) { emitProgress(start + received) }
+                if bandwidth != nil || ownBandwidth != nil { try await waitForBandwidth(chunk.count) }
             }
             try await writer.drain()
         } catch {
@@ -334,8 +395,9 @@ extension DownloadRun {
 
     private func makeRequest(url: URL, fields: HTTPFields, resumeFrom: Int64) -> HTTPRequest {
         var head = HTTPRequest(method: .get, url: url)
+        let condition = revalidation.flatMap { $0.answered ? nil : $0.validator }
         // Most requests set no fields and resume nothing: the fields made once are theirs, with nothing to copy.
-        if fields.isEmpty && resumeFrom == 0 {
+        if fields.isEmpty && resumeFrom == 0 && condition == nil {
             head.headerFields = baseFields
             return head
         }
@@ -345,12 +407,100 @@ extension DownloadRun {
         if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
         fields[.range] = nil
         fields[.ifRange] = nil
-        if resumeFrom > 0, let validator {
+        if resumeFrom > 0 {
             fields[.range] = "bytes=\(resumeFrom)-"
-            fields[.ifRange] = validator
+            // Without a validator (a file another tool left), nothing can make the server check the prefix.
+            if let validator { fields[.ifRange] = validator }
+        } else if let condition {
+            // A strong ETag is the exact test; a date the next best (RFC 9110 13.1.3).
+            if condition.hasPrefix("\"") {
+                fields[.ifNoneMatch] = condition
+            } else {
+                fields[.ifModifiedSince] = condition
+            }
         }
         head.headerFields = fields
         return head
+    }
+
+    /// Waits for this request's turn under the downloader's pacing and the holds hosts asked for, telling the caller
+    /// why. The wait is the download's own choice, not a stall; one that would end past the time limit ends the
+    /// download now.
+    private func waitForTurn(url: URL) async throws {
+        let host = Self.hostKey(url)
+        var told = false
+        while let (delay, reason) = pacer.claim(host: host) {
+            let until = ContinuousClock.now + delay
+            if let deadline, until >= deadline {
+                throw AttemptFailure.permanent(
+                    timedOutError(after: "the next request to \(url.host() ?? "the host") may start only after it"))
+            }
+            if !told {
+                // Once per request: a turn another request took meanwhile only lengthens the same wait.
+                told = true
+                emit(.throttled(reason: reason, delay: delay))
+                logger.debug("waiting for the request's turn", metadata: ["delay": "\(delay)", "reason": "\(reason)"])
+            }
+            lastActivity.waits(until: until)
+            try await Task.sleep(until: until, clock: .continuous)
+        }
+    }
+
+    /// Takes `count` bytes from the bandwidth limits and waits as long as they say (ending at the time limit).
+    private func waitForBandwidth(_ count: Int) async throws {
+        let now = ContinuousClock.now
+        let delay = max(bandwidth?.take(count, now: now) ?? .zero, ownBandwidth?.take(count, now: now) ?? .zero)
+        guard delay > .zero else { return }
+        var until = now + delay
+        if let deadline, until >= deadline { until = deadline }
+        lastActivity.waits(until: until)
+        try await Task.sleep(until: until, clock: .continuous)
+        if let deadline, ContinuousClock.now >= deadline {
+            throw AttemptFailure.permanent(timedOutError(after: "the transfer was still running"))
+        }
+    }
+
+    /// The key requests are paced by: the host name, whatever the scheme and port.
+    static func hostKey(_ url: URL) -> String {
+        url.host(percentEncoded: false)?.lowercased() ?? ""
+    }
+
+    /// Gives up continuing the file another tool left (the server will not send its rest): the conflict policy
+    /// decides what happens to it now. Returns `true` when that leaves the download done (skipped).
+    private func abandonContinuation(because reason: String) throws -> Bool {
+        guard continuation != nil, let destinationPath else { return false }
+        continuation = nil
+        do {
+            skippedResult = try checkDestination(destinationPath)
+        } catch {
+            guard error.code == .destinationExists else { throw AttemptFailure.permanent(error) }
+            throw AttemptFailure.permanent(
+                DownloadError(
+                    .destinationExists,
+                    message:
+                        "cannot continue '\(destinationPath)': \(reason); left untouched (choose skip, overwrite or "
+                        + "rename)", url: error.url, path: error.path))
+        }
+        return skippedResult != nil
+    }
+
+    /// Starts the partial of a continued file with a copy of the `size` bytes at the destination, which the server's
+    /// rest is appended to; the whole replaces the file when it is published.
+    private func startContinuation(at size: Int64, url: URL) throws {
+        guard let destinationPath else { return }
+        do {
+            let file = try PartialFile(
+                creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
+            try file.append(copyOf: destinationPath, count: size, url: request.url)
+            writer = try BackgroundWriter(
+                resuming: file, algorithm: request.expectedDigest?.algorithm,
+                computesSHA256: configuration.computesSHA256, url: request.url)
+        } catch {
+            throw AttemptFailure.permanent(error)
+        }
+        continuation = nil
+        replacesDestination = true
+        logger.debug("continuing a file another tool left", metadata: ["bytes": "\(size)"])
     }
 
     private func followRedirect(
@@ -407,11 +557,15 @@ extension DownloadRun {
         return .transient(error, retryAfter: HTTPRules.retryAfter(head.headerFields[.retryAfter]))
     }
 
-    /// The options for a request to `url`: the downloader's, with the proxy its configuration picks for `url`.
+    /// The options for a request to `url`: the downloader's, with the proxy its configuration picks for `url` and
+    /// the receive window of the request's own bandwidth limit.
     private func options(for url: URL) -> TransportOptions {
-        guard configuration.proxy != .none else { return transportOptions }
+        guard configuration.proxy != .none || request.maxBytesPerSecond != nil else { return transportOptions }
         var options = transportOptions
-        options.proxy = configuration.proxy.proxy(for: url)
+        if configuration.proxy != .none { options.proxy = configuration.proxy.proxy(for: url) }
+        if let own = request.maxBytesPerSecond {
+            options.receiveWindow = min(options.receiveWindow ?? .max, Downloader.receiveWindow(forRate: own))
+        }
         return options
     }
 

@@ -45,6 +45,32 @@ final class DownloadRun: @unchecked Sendable {
     let lastActivity = ActivityClock()
     /// The request's key in the journal, made once.
     lazy var journalKey = JournalKey(request)
+    /// When the download's time limit runs out, if it has one.
+    var deadline: ContinuousClock.Instant?
+    /// The `Last-Modified` of the response whose body is in the partial.
+    var lastModified: String?
+    /// The file an earlier run completed, being revalidated with a conditional request.
+    var revalidation: Revalidation?
+    /// The size of a file another tool left at the destination, to be continued with `Range`
+    /// (``DownloadRequest/continuesExistingFile``) until the server answers.
+    var continuation: Int64?
+    /// Whether publishing replaces the file at the destination whatever the conflict policy: the file is the one
+    /// being revalidated or continued.
+    var replacesDestination = false
+    /// The request's own bandwidth limit.
+    let ownBandwidth: TokenBucket?
+    let bandwidth: TokenBucket?
+    let pacer: RequestPacer
+
+    /// What a revalidation needs of the completed file.
+    struct Revalidation {
+        var path: String
+        var validator: String
+        var size: Int64
+        var sha256: String?
+        /// Whether the server has answered with a new copy (later attempts resume it, unconditionally).
+        var answered = false
+    }
 
     /// The destination path, known to have been absent shortly before this run (not looked up again).
     let absentPath: String?
@@ -61,6 +87,9 @@ final class DownloadRun: @unchecked Sendable {
         baseFields = downloader.baseFields
         transportOptions = downloader.transportOptions
         stallWatch = downloader.stallWatch
+        bandwidth = downloader.bandwidth
+        pacer = downloader.pacer
+        ownBandwidth = request.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) }
         self.emit = emit
         logger = downloader.configuration.logger
         logger[metadataKey: "url"] = .stringConvertible(request.url)  // rendered only if something is logged
@@ -70,14 +99,21 @@ final class DownloadRun: @unchecked Sendable {
 
     func execute() async throws(DownloadError) -> DownloadResult {
         try validateRequest()
+        if let limit = request.timeLimit ?? configuration.timeLimit { deadline = .now + limit }
         destinationPath = absentPath ?? request.plannedPath
         if destinationPath == nil, case .directory(_, false) = request.destination {
             throw DownloadError(
                 .unsafeName, message: "no safe file name in the URL; give one explicitly", url: request.url)
         }
         if let journal = configuration.journal, let done = try resume(from: journal) { return done }
-        if absentPath == nil, let destinationPath, let skipped = try checkDestination(destinationPath) {
-            return skipped
+        if absentPath == nil, revalidation == nil, let destinationPath {
+            if request.continuesExistingFile, case .regularFile(let size) = PathKind(at: destinationPath) {
+                // A partial from the journal is this continuation's own, begun in an earlier run; an empty file has
+                // nothing to continue.
+                if writer == nil && size > 0 { continuation = size } else { replacesDestination = true }
+            } else if let skipped = try checkDestination(destinationPath) {
+                return skipped
+            }
         }
 
         while true {
@@ -100,6 +136,9 @@ final class DownloadRun: @unchecked Sendable {
         guard failure.isTransient, attempts <= configuration.retryPolicy.maxRetries else { throw failure.error }
         let delay = configuration.retryPolicy.delay(
             beforeRetry: attempts, retryAfter: failure.retryAfter, random: configuration.random)
+        if let deadline, .now + delay >= deadline {
+            throw timedOutError(after: "the next attempt would start after it (\(failure.error.message))")
+        }
         logger.info(
             "retrying",
             metadata: [
@@ -142,24 +181,40 @@ final class DownloadRun: @unchecked Sendable {
                     message: "'\(path)' already exists; left untouched (choose skip, overwrite or rename)",
                     url: request.url, path: path)
             case .skip:
-                var sha: [UInt8]?
-                if configuration.computesSHA256 {
-                    do {
-                        sha = try RunningDigest.sha256(ofFileAt: path)
-                    } catch {
-                        throw DownloadError(
-                            .fileSystem, message: "cannot read '\(path)': \(error)", url: request.url,
-                            path: path, underlying: error)
-                    }
-                }
-                return DownloadResult(
-                    path: path, size: size, sha256: sha?.hexString,
-                    finalURL: request.url,
-                    attempts: 0, bytesTransferred: 0, skipped: true)
+                return try existingFileResult(path: path, size: size, sha256: nil, finalURL: request.url)
             case .overwrite, .rename:
                 return nil
             }
         }
+    }
+
+    /// The result for a file left as it is at `path` (skipped): its SHA-256 is `sha256`, or is read from the file
+    /// when the downloader reports one.
+    func existingFileResult(
+        path: String, size: Int64, sha256: String?, finalURL: URL, notModified: Bool = false
+    ) throws(DownloadError) -> DownloadResult {
+        var digest = sha256
+        if digest == nil, configuration.computesSHA256 {
+            do {
+                digest = try RunningDigest.sha256(ofFileAt: path).hexString
+            } catch {
+                throw DownloadError(
+                    .fileSystem, message: "cannot read '\(path)': \(error)", url: request.url, path: path,
+                    underlying: error)
+            }
+        }
+        var result = DownloadResult(
+            path: path, size: size, sha256: digest, finalURL: finalURL, attempts: attempts, bytesTransferred: 0,
+            skipped: true)
+        result.notModified = notModified
+        return result
+    }
+
+    func timedOutError(after detail: String) -> DownloadError {
+        let limit = request.timeLimit ?? configuration.timeLimit ?? .zero
+        return DownloadError(
+            .timedOut, message: "gave up at the time limit of \(limit): \(detail)", url: request.url,
+            bytesReceived: writer?.size)
     }
 
     private func verifyAndPublish() async throws(DownloadError) -> DownloadResult {
@@ -180,6 +235,9 @@ final class DownloadRun: @unchecked Sendable {
                 .checksumMismatch,
                 message: "\(expected.algorithm.rawValue) is \((requested ?? []).hexString), expected \(expected.hex)",
                 url: finalURL, bytesReceived: size)
+        }
+        if configuration.usesRemoteModificationTime, let lastModified, let date = HTTPRules.httpDate(lastModified) {
+            partial.setModificationTime(date)
         }
         await configuration.hooks.beforePublish?()
         if Task.isCancelled { throw cancelledError() }
@@ -214,12 +272,16 @@ final class DownloadRun: @unchecked Sendable {
         let stamp = partial.stamp()
         if let stamp {
             await journal.commit(
-                JournalRecord(key: key, path: path, state: .completed(size: size, sha256: sha256, stamp: stamp)))
+                JournalRecord(
+                    key: key, path: path,
+                    state: .completed(size: size, sha256: sha256, stamp: stamp, validator: validator)))
         }
         let published = try publish(partial, to: path)
         if published != path || stamp == nil, let stamp = FileStamp(ofFileAt: published) {
             await journal.commit(
-                JournalRecord(key: key, path: published, state: .completed(size: size, sha256: sha256, stamp: stamp)))
+                JournalRecord(
+                    key: key, path: published,
+                    state: .completed(size: size, sha256: sha256, stamp: stamp, validator: validator)))
         }
         return published
     }
@@ -227,7 +289,7 @@ final class DownloadRun: @unchecked Sendable {
     private func publish(_ partial: PartialFile, to path: String) throws(DownloadError) -> String {
         let durable = configuration.durability == .powerLoss
         try partial.seal(durable: durable, url: finalURL)
-        switch request.conflictPolicy {
+        switch replacesDestination ? .overwrite : request.conflictPolicy {
         case .overwrite:
             if case .other = PathKind(at: path) {
                 throw DownloadError(
@@ -259,10 +321,10 @@ final class DownloadRun: @unchecked Sendable {
         }
     }
 
-    /// Removes what this run wrote, unless a cancelled run should keep its partial for a later resume (which
-    /// needs the partial recorded in the journal, with a validator to resume against: small bodies never are),
-    /// and tells the journal: a failure is recorded with its request, a cancellation that kept nothing is
-    /// forgotten (the caller gave up on it).
+    /// Removes what this run wrote, unless the run should keep its partial for a later resume (cancelled, or failed
+    /// with its bytes still good, as the configuration says; either needs the partial recorded in the journal, with
+    /// a validator to resume against: small bodies never are), and tells the journal: a failure that kept nothing
+    /// is recorded with its request, a cancellation that kept nothing is forgotten (the caller gave up on it).
     func cleanUp(after error: DownloadError) {
         // The partial and the journal record belong to the download that holds the lock; and a destination found
         // taken says nothing about this download that a record should keep (another run may have just recorded the
@@ -270,7 +332,13 @@ final class DownloadRun: @unchecked Sendable {
         if error.code == .destinationBusy { return }
         if error.code == .destinationExists, writer == nil { return }
         let cancelled = error.isCancellation
-        if cancelled, configuration.keepsPartialOnCancel, recordedPartial, writer != nil {
+        let keeps =
+            cancelled
+            ? configuration.keepsPartialOnCancel
+            : configuration.keepsPartialOnFailure && error.leavesResumableBytes
+        if keeps, recordedPartial, writer != nil {
+            // The journal's partial record (with its request) stays: the next run resumes it.
+            if !cancelled { logger.info("kept the partial for a later run", metadata: ["bytes": "\(writer?.size ?? 0)"]) }
             return
         }
         writer?.file.remove()
@@ -302,8 +370,18 @@ final class DownloadRun: @unchecked Sendable {
             guard request.conflictPolicy == .rename, case .completed = record.state else { return nil }
         }
         switch record.state {
-        case .completed(let size, let sha256, let stamp):
+        case .completed(let size, let sha256, let stamp, let validator):
             guard FileStamp(ofFileAt: record.path) == stamp else { break }
+            if configuration.revalidatesCompletedFiles {
+                // Haul's own file, unchanged: the server's answer decides whether it is replaced; without a validator
+                // to ask with, it is fetched again.
+                destinationPath = record.path
+                replacesDestination = true
+                if let validator {
+                    revalidation = Revalidation(path: record.path, validator: validator, size: size, sha256: sha256)
+                }
+                return nil
+            }
             // A record of a run that computed no digest, for a downloader that reports one: hashed from the file.
             var digest = sha256
             if digest == nil, configuration.computesSHA256 {
@@ -351,9 +429,19 @@ struct AttemptFailure: Error {
     }
 }
 
-/// When the transfer last made progress; read by the stall watchdog.
+/// When the transfer last made progress, and how many body bytes it has received; read by the stall watch. A time in
+/// the future is a wait the download chose (a bandwidth limit, a request's turn): not a stall until it has passed.
 final class ActivityClock: Sendable {
-    private let last = Locked(ContinuousClock.now)
-    func touch(_ now: ContinuousClock.Instant = .now) { last.withLock { $0 = now } }
-    var idle: Duration { ContinuousClock.now - last.withLock { $0 } }
+    private let state = Locked((last: ContinuousClock.now, bytes: Int64(0)))
+    func touch(_ now: ContinuousClock.Instant = .now) { state.withLock { $0.last = now } }
+    /// Records `count` body bytes received now.
+    func received(_ count: Int, now: ContinuousClock.Instant = .now) {
+        state.withLock { state in
+            state.last = max(state.last, now)
+            state.bytes += Int64(count)
+        }
+    }
+    /// Marks the transfer as waiting by its own choice until `until`.
+    func waits(until: ContinuousClock.Instant) { state.withLock { $0.last = max($0.last, until) } }
+    var reading: (last: ContinuousClock.Instant, bytes: Int64) { state.withLock { $0 } }
 }

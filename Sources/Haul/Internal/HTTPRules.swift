@@ -58,6 +58,8 @@ enum HTTPRules {
     }
 
     static func httpDate(_ value: String) -> Date? {
+        // IMF-fixdate, what servers send today, by hand: a DateFormatter costs more than a small file's download.
+        if let seconds = imfFixdate(value) { return Date(timeIntervalSince1970: TimeInterval(seconds)) }
         for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
             let formatter = DateFormatter()
             formatter.locale = Locale(identifier: "en_US_POSIX")
@@ -66,6 +68,29 @@ enum HTTPRules {
             if let date = formatter.date(from: value) { return date }
         }
         return nil
+    }
+
+    private static let monthNames = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    /// Seconds since 1970 of `Sun, 06 Nov 1994 08:49:37 GMT` (RFC 9110 5.6.7), or `nil` for any other form.
+    static func imfFixdate(_ value: String) -> Int64? {
+        let parts = value.split(separator: " ")
+        guard parts.count == 6, parts[5] == "GMT", parts[0].count == 4, let day = Int(parts[1]), (1...31).contains(day),
+            let year = Int64(parts[3]), let monthIndex = monthNames.firstIndex(where: { $0 == parts[2] })
+        else { return nil }
+        let clock = parts[4].split(separator: ":")
+        guard clock.count == 3, let hour = Int64(clock[0]), let minute = Int64(clock[1]), let second = Int64(clock[2]),
+            hour < 24, minute < 60, second < 61
+        else { return nil }
+        // Days from the civil date (Howard Hinnant's algorithm).
+        let month = Int64(monthIndex + 1)
+        let shiftedYear = month <= 2 ? year - 1 : year
+        let era = (shiftedYear >= 0 ? shiftedYear : shiftedYear - 399) / 400
+        let yearOfEra = shiftedYear - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + Int64(day) - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        return days * 86_400 + hour * 3600 + minute * 60 + second
     }
 
     struct ContentRange: Equatable {

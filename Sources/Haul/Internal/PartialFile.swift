@@ -195,6 +195,56 @@ final class PartialFile {
         size += Int64(chunk.count)
     }
 
+    /// Appends the first `count` bytes of the file at `source` (a symbolic link there is not followed): the start of a
+    /// file another tool left, which the download continues. In the kernel where it can (`sendfile`), else through a
+    /// buffer.
+    func append(copyOf source: String, count: Int64, url: URL) throws(DownloadError) {
+        let input = open(source, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard input >= 0 else { throw Self.fileSystemError(errno, "reading", source, url) }
+        defer { close(input) }
+        var copied: Int64 = 0
+        #if os(Linux)
+        while copied < count {
+            let moved = sendfile(descriptor, input, nil, Int(min(count - copied, 1 << 30)))
+            if moved > 0 {
+                copied += Int64(moved)
+                continue
+            }
+            if moved < 0 && errno == EINTR { continue }
+            break  // not supported here (or the file ended): the buffer below copies what is left, or finds the end
+        }
+        size += copied
+        #endif
+        if copied < count {
+            guard lseek(input, off_t(copied), SEEK_SET) >= 0 else {
+                throw Self.fileSystemError(errno, "reading", source, url)
+            }
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            while copied < count {
+                let wanted = Int(min(Int64(buffer.count), count - copied))
+                let got = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, wanted) }
+                if got < 0 && errno == EINTR { continue }
+                if got < 0 { throw Self.fileSystemError(errno, "reading", source, url) }
+                if got == 0 {
+                    throw DownloadError(
+                        .fileSystem, message: "'\(source)' became shorter while it was copied to be continued",
+                        url: url, path: source)
+                }
+                try write(Data(buffer[..<got]), url: url)
+                copied += Int64(got)
+            }
+        }
+    }
+
+    /// Sets the file's modification (and access) time to `date`, before it is sealed and stamped.
+    func setModificationTime(_ date: Date) {
+        guard descriptor >= 0 else { return }
+        let seconds = date.timeIntervalSince1970.rounded(.down)
+        let time = timespec(tv_sec: Int(seconds), tv_nsec: Int((date.timeIntervalSince1970 - seconds) * 1e9))
+        let times = [time, time]
+        _ = futimens(descriptor, times)
+    }
+
     /// Empties the file, for an attempt that starts over.
     func truncate(url: URL) throws(DownloadError) {
         guard ftruncate(descriptor, 0) == 0, lseek(descriptor, 0, SEEK_SET) == 0 else {

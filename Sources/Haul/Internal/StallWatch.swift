@@ -1,14 +1,49 @@
 import HaulOperations
 
-/// Watches every running attempt of one downloader for stalls with one ticking task.
+/// Watches every running attempt of one downloader with one ticking task: for stalls, for a transfer slower than
+/// its minimum speed, and for a download past its time limit.
 ///
-/// An attempt registers its activity clock and what to do on a stall; one task checks them all at a fixed interval,
-/// and ends when none is left. A watchdog task per attempt would cost a task group, a second task and a timer armed
+/// An attempt registers its activity clock and what to do when it must stop; one task checks them all at a fixed
+/// interval, and ends when none is left. A watchdog task per attempt would cost a task group, a second task and a timer armed
 /// and cancelled per attempt (bench/compare, s3).
 final class StallWatch: Sendable {
+    /// Why a watched attempt is stopped.
+    enum Reason: Sendable {
+        case stalled, tooSlow, timedOut
+    }
+
+    /// What an attempt is held to besides the stall timeout.
+    struct Limits: Sendable {
+        var minimumSpeed: MinimumSpeed?
+        var deadline: ContinuousClock.Instant?
+    }
+
     private struct Watched {
         let clock: ActivityClock
-        let onStall: @Sendable () -> Void
+        let limits: Limits
+        let onStop: @Sendable (Reason) -> Void
+        /// Where the window of the minimum speed starts: a time and the clock's byte count then.
+        var windowStart: ContinuousClock.Instant
+        var windowBytes: Int64
+
+        /// Why the attempt must stop at `now`, if it must; moves the speed window on.
+        mutating func reason(now: ContinuousClock.Instant, timeout: Duration) -> Reason? {
+            if let deadline = limits.deadline, now >= deadline { return .timedOut }
+            let (last, bytes) = clock.reading
+            if now - last >= timeout { return .stalled }
+            guard let minimum = limits.minimumSpeed else { return nil }
+            // A wait the download itself chose (a bandwidth limit) is not slowness: the window starts after it.
+            if last > now {
+                (windowStart, windowBytes) = (last, bytes)
+                return nil
+            }
+            let elapsed = now - windowStart
+            if Double(bytes - windowBytes) >= Double(minimum.bytesPerSecond) * elapsed.seconds {
+                (windowStart, windowBytes) = (now, bytes)
+                return nil
+            }
+            return elapsed >= minimum.duration ? .tooSlow : nil
+        }
     }
 
     private struct State {
@@ -24,16 +59,21 @@ final class StallWatch: Sendable {
 
     init(timeout: Duration) {
         self.timeout = timeout
-        interval = min(timeout / 4, .seconds(1))
+        interval = min(timeout / 4, .milliseconds(250))
     }
 
-    /// Watches `clock` until ``stop(_:)`` is called with the returned token; `onStall` runs once (on the watch's
-    /// task) if the clock stays idle for ``timeout``, and the clock is no longer watched after that.
-    func watch(_ clock: ActivityClock, onStall: @escaping @Sendable () -> Void) -> Int {
+    /// Watches `clock` until ``stop(_:)`` is called with the returned token; `onStop` runs once (on the watch's
+    /// task) if the clock stays idle for ``timeout`` or breaks one of `limits`, and the clock is no longer watched
+    /// after that.
+    func watch(
+        _ clock: ActivityClock, limits: Limits = Limits(), onStop: @escaping @Sendable (Reason) -> Void
+    ) -> Int {
+        let now = ContinuousClock.now
         let (token, start) = state.withLock { state in
             let token = state.nextToken
             state.nextToken += 1
-            state.watched[token] = Watched(clock: clock, onStall: onStall)
+            state.watched[token] = Watched(
+                clock: clock, limits: limits, onStop: onStop, windowStart: now, windowBytes: clock.reading.bytes)
             defer { state.ticking = true }
             return (token, !state.ticking)
         }
@@ -50,17 +90,21 @@ final class StallWatch: Sendable {
     private func tick() async {
         while true {
             try? await Task.sleep(for: interval)
-            let stalled = state.withLock { state -> [Watched]? in
+            let now = ContinuousClock.now
+            let stopped = state.withLock { state -> [(Watched, Reason)]? in
                 if state.watched.isEmpty {
                     state.ticking = false
                     return nil
                 }
-                let idle = state.watched.filter { $0.value.clock.idle >= timeout }
-                for token in idle.keys { state.watched.removeValue(forKey: token) }
-                return Array(idle.values)
+                var stopped: [(Watched, Reason)] = []
+                for token in state.watched.keys {
+                    guard let reason = state.watched[token]?.reason(now: now, timeout: timeout) else { continue }
+                    if let watched = state.watched.removeValue(forKey: token) { stopped.append((watched, reason)) }
+                }
+                return stopped
             }
-            guard let stalled else { return }
-            for watched in stalled { watched.onStall() }
+            guard let stopped else { return }
+            for (watched, reason) in stopped { watched.onStop(reason) }
         }
     }
 }

@@ -10,7 +10,7 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
         private enum Value: String, Hashable, Sendable {
             case httpStatus, tooManyRedirects, redirectLoop, redirectRefused, checksumMismatch, sizeLimitExceeded
             case sizeMismatch, destinationExists, destinationBusy, unsafeName, unsafePath, stalled, truncated, cancelled
-            case transport, fileSystem, invalidRequest, invalidResponse
+            case transport, fileSystem, invalidRequest, invalidResponse, timedOut, tooSlow
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -40,6 +40,12 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
         public static let unsafePath = Code(.unsafePath)
         /// No byte arrived for the stall timeout.
         public static let stalled = Code(.stalled)
+        /// The download took longer than its time limit (``DownloadRequest/timeLimit``), retries and waits
+        /// included; not retried.
+        public static let timedOut = Code(.timedOut)
+        /// The transfer stayed slower than the request's ``DownloadRequest/minimumSpeed`` for its duration; retried
+        /// (and resumed) like a stall.
+        public static let tooSlow = Code(.tooSlow)
         /// The connection closed before the announced `Content-Length` arrived.
         public static let truncated = Code(.truncated)
         /// The download was cancelled.
@@ -89,6 +95,18 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
 
     /// `true` for a cancellation.
     public var isCancellation: Bool { code == .cancelled }
+
+    /// Whether the bytes a download had received before this error are still good to resume from: the failure is
+    /// about the network, the server's answer or the time it took, not about the bytes or the destination.
+    var leavesResumableBytes: Bool {
+        switch code {
+        case .transport, .truncated, .stalled, .tooSlow, .timedOut, .httpStatus, .cancelled, .tooManyRedirects,
+            .redirectLoop, .redirectRefused:
+            true
+        default:
+            false
+        }
+    }
 
     /// The message, prefixed with the URL.
     public var description: String {

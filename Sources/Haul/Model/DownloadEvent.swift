@@ -8,10 +8,28 @@ public enum DownloadEvent: Sendable {
     case progress(DownloadProgress)
     /// The server redirected; the next request goes to `to`.
     case redirected(from: URL, to: URL, status: Int)
+    /// The server answered the conditional request that revalidates a file completed in an earlier run
+    /// (``Downloader/Configuration/revalidatesCompletedFiles``): `modified == false` is `304 Not Modified` (the file
+    /// is kept; ``finished(_:)`` follows with ``DownloadResult/notModified`` set), `true` a new copy, which replaces
+    /// the file once it is complete and verified.
+    case revalidated(modified: Bool)
+    /// The next request waits `delay` before it starts, for `reason`: a request rate, a wait between requests to
+    /// one host, or a host that asked for time with `Retry-After`.
+    case throttled(reason: ThrottleReason, delay: Duration)
     /// A transient failure; the next attempt starts after `delay`.
     case retrying(attempt: Int, after: Duration, error: DownloadError)
     /// The file is at its destination, verified.
     case finished(DownloadResult)
     /// The download failed for good; nothing is at the destination.
     case failed(DownloadError)
+}
+
+/// Why a request waits before it starts (``DownloadEvent/throttled(reason:delay:)``).
+public enum ThrottleReason: String, Sendable, Hashable, CaseIterable {
+    /// The run's or the host's request rate (``RequestPacing/rate``, ``RequestPacing/perHostRate``).
+    case requestRate
+    /// The wait between two requests to one host (``RequestPacing/perHostWait``).
+    case hostWait
+    /// The host answered `429` or `503` with `Retry-After`: every download to it waits that long.
+    case retryAfter
 }

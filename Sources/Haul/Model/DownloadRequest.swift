@@ -42,6 +42,23 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
     public var conflictPolicy: ConflictPolicy
     /// Scheduling priority among queued downloads (higher first; used by `DownloadQueue`).
     public var priority: Int
+    /// The most body bytes per second this download receives; `nil` (the default) for no limit of its own. The
+    /// downloader's ``Downloader/Configuration/maxBytesPerSecond``, shared by all its downloads, applies as well.
+    public var maxBytesPerSecond: Int64?
+    /// The longest the whole download may take, retries, backoff and waits included; past it the download fails
+    /// with ``DownloadError/Code/timedOut`` (not retried; a partial is kept for a later run like any failure's).
+    /// `nil` (the default): the downloader's ``Downloader/Configuration/timeLimit``.
+    public var timeLimit: Duration?
+    /// A transfer slower than this for its duration fails with ``DownloadError/Code/tooSlow``, a transient failure
+    /// that is retried and resumed. `nil` (the default): the downloader's ``Downloader/Configuration/minimumSpeed``.
+    public var minimumSpeed: MinimumSpeed?
+    /// Continue a file that is already at the destination and that Haul did not write (another tool left it
+    /// half done): the request asks for the rest with `Range` from the file's size, and the whole file is published
+    /// in its place once complete. No validator can prove that those bytes are the start of the server's file:
+    /// use it only for files known to be partial copies of this URL. A server that does not answer with the rest
+    /// (no range support) leaves the file to the ``conflictPolicy``; one that says the file is complete leaves it
+    /// as it is (a skipped result).
+    public var continuesExistingFile = false
 
     /// Creates a request with no checks beyond the HTTP status, failing if the destination exists.
     public init(
@@ -69,6 +86,25 @@ extension DownloadRequest {
     private enum CodingKeys: String, CodingKey {
         case storedURL = "url"
         case destination, headerFields, expectedDigest, expectedSize, maxSize, conflictPolicy, priority
+        case maxBytesPerSecond, timeLimit, minimumSpeed, continuesExistingFile
+    }
+
+    /// Decodes a request that ``encode(to:)`` encoded (credentials and secret fields are absent). The fields added
+    /// after the first journals were written may be missing.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        storedURL = try container.decode(URL.self, forKey: .storedURL)
+        destination = try container.decode(Destination.self, forKey: .destination)
+        headerFields = try container.decode(HTTPFields.self, forKey: .headerFields)
+        expectedDigest = try container.decodeIfPresent(Digest.self, forKey: .expectedDigest)
+        expectedSize = try container.decodeIfPresent(Int64.self, forKey: .expectedSize)
+        maxSize = try container.decodeIfPresent(Int64.self, forKey: .maxSize)
+        conflictPolicy = try container.decode(ConflictPolicy.self, forKey: .conflictPolicy)
+        priority = try container.decode(Int.self, forKey: .priority)
+        maxBytesPerSecond = try container.decodeIfPresent(Int64.self, forKey: .maxBytesPerSecond)
+        timeLimit = try container.decodeIfPresent(Duration.self, forKey: .timeLimit)
+        minimumSpeed = try container.decodeIfPresent(MinimumSpeed.self, forKey: .minimumSpeed)
+        continuesExistingFile = try container.decodeIfPresent(Bool.self, forKey: .continuesExistingFile) ?? false
     }
 
     /// Encodes the request without its secrets: ``credentials`` and the `Authorization`, `Cookie` and
@@ -87,6 +123,10 @@ extension DownloadRequest {
         try container.encodeIfPresent(maxSize, forKey: .maxSize)
         try container.encode(conflictPolicy, forKey: .conflictPolicy)
         try container.encode(priority, forKey: .priority)
+        try container.encodeIfPresent(maxBytesPerSecond, forKey: .maxBytesPerSecond)
+        try container.encodeIfPresent(timeLimit, forKey: .timeLimit)
+        try container.encodeIfPresent(minimumSpeed, forKey: .minimumSpeed)
+        if continuesExistingFile { try container.encode(true, forKey: .continuesExistingFile) }
     }
 
     /// `url` without its user info, and the credentials it carried.
@@ -124,6 +164,22 @@ extension DownloadRequest {
     /// The file name the URL alone gives (its last path component, percent-decoded and made safe; `index.html`
     /// for a path ending in `/`), or `nil` when nothing safe is left of it.
     public static func fileName(for url: URL) -> String? { FileNaming.name(for: url) }
+}
+
+/// The slowest a transfer may be for a while (curl's `--speed-limit` and `--speed-time`): below
+/// ``bytesPerSecond`` on average for ``duration``, it is given up as ``DownloadError/Code/tooSlow`` (transient: retried
+/// and resumed). A server that sends one byte now and then, just often enough never to stall, is stopped by it.
+public struct MinimumSpeed: Sendable, Hashable, Codable {
+    /// The lowest acceptable average, in body bytes per second.
+    public var bytesPerSecond: Int64
+    /// How long the transfer may stay below it.
+    public var duration: Duration
+
+    /// Creates a minimum speed: below `bytesPerSecond` for `duration` is too slow.
+    public init(bytesPerSecond: Int64, for duration: Duration) {
+        self.bytesPerSecond = bytesPerSecond
+        self.duration = duration
+    }
 }
 
 /// Where a download is written.

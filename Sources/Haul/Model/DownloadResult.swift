@@ -34,6 +34,10 @@ public struct DownloadResult: Sendable, Equatable {
     /// `true` when nothing was downloaded: the file already existed and the conflict policy was `skip`, or
     /// the journal shows Haul completed it in an earlier run and it is unchanged.
     public var skipped: Bool
+    /// `true` when the server answered the conditional request that revalidated the file with `304 Not Modified`
+    /// (``Downloader/Configuration/revalidatesCompletedFiles``): the file was kept as it was (``skipped`` is `true`
+    /// too).
+    public var notModified = false
 
     /// Creates a result.
     public init(
@@ -72,6 +76,6 @@ public struct DownloadResult: Sendable, Equatable {
     public static func == (lhs: Self, rhs: Self) -> Bool {
         lhs.size == rhs.size && lhs.sha256 == rhs.sha256 && lhs.finalURL == rhs.finalURL
             && lhs.attempts == rhs.attempts && lhs.bytesTransferred == rhs.bytesTransferred
-            && lhs.skipped == rhs.skipped && lhs.fileURL == rhs.fileURL
+            && lhs.skipped == rhs.skipped && lhs.notModified == rhs.notModified && lhs.fileURL == rhs.fileURL
     }
 }

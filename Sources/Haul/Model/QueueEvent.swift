@@ -4,7 +4,8 @@ import Foundation
 public enum QueueEvent: Sendable {
     /// A download was added; it waits for a slot.
     case queued(DownloadID, DownloadRequest)
-    /// Something happened to one download: started, progress, redirected, retrying, finished or failed.
+    /// Something happened to one download: started, progress, redirected, revalidated, throttled, retrying, finished
+    /// or failed.
     /// A cancellation is `.failed` with ``DownloadError/Code/cancelled``.
     case download(DownloadID, DownloadEvent)
     /// The batch's counters (throttled to ``DownloadQueue/Configuration/progressInterval``; a last one
@@ -23,6 +24,10 @@ public enum QueueEvent: Sendable {
         case redirected
         /// A download's ``DownloadEvent/retrying(attempt:after:error:)``.
         case retrying
+        /// A download's ``DownloadEvent/revalidated(modified:)``.
+        case revalidated
+        /// A download's ``DownloadEvent/throttled(reason:delay:)``.
+        case throttled
         /// A download's ``DownloadEvent/finished(_:)`` (skipped ones included).
         case finished
         /// A download's ``DownloadEvent/failed(_:)``, cancellations included.
@@ -37,6 +42,8 @@ public enum QueueEvent: Sendable {
             case .progress: self = .progress
             case .redirected: self = .redirected
             case .retrying: self = .retrying
+            case .revalidated: self = .revalidated
+            case .throttled: self = .throttled
             case .finished: self = .finished
             case .failed: self = .failed
             }
@@ -53,6 +60,8 @@ public enum QueueEvent: Sendable {
             case .finished: 1 << 5
             case .failed: 1 << 6
             case .batchProgress: 1 << 7
+            case .revalidated: 1 << 8
+            case .throttled: 1 << 9
             }
         }
 

@@ -23,15 +23,22 @@ public struct TransportOptions: Sendable, Hashable {
     /// ``Downloader/Configuration/proxy``), or `nil` to connect to the server itself. The connect timeout covers
     /// reaching the proxy and its handshake; `https` through a proxy is verified against the server, as without one.
     public var proxy: Proxy?
+    /// The most body bytes that should wait unread for the engine, in the transport and in the socket's receive
+    /// buffer together, or `nil` for the transport's own choice. The engine sets it when a bandwidth limit applies
+    /// (``Downloader/Configuration/maxBytesPerSecond``): what a transport reads ahead reaches the server at full speed,
+    /// so a small window keeps the limit true at the server too, not only at the reader. `NIOTransport` applies it
+    /// to the connections it opens for such requests.
+    public var receiveWindow: Int?
 
     /// Creates options; the defaults are the engine's (see ``Downloader/Configuration``).
     public init(
         connectTimeout: Duration = .seconds(10), tls: TLSSettings = .default,
-        httpVersion: HTTPVersionPreference = .automatic, proxy: Proxy? = nil
+        httpVersion: HTTPVersionPreference = .automatic, proxy: Proxy? = nil, receiveWindow: Int? = nil
     ) {
         self.connectTimeout = connectTimeout
         self.tls = tls
         self.httpVersion = httpVersion
         self.proxy = proxy
+        self.receiveWindow = receiveWindow
     }
 }

@@ -14,9 +14,15 @@ struct Endpoint: Hashable, Sendable {
     let proxy: Proxy?
     /// How an `https://` proxy is verified (the request's TLS settings); `nil` for other proxies.
     let proxyTLS: TLSSettings?
+    /// The receive window of a bandwidth-limited request (``TransportOptions/receiveWindow``): its connections have a
+    /// small receive buffer, and are pooled apart from the others.
+    let receiveWindow: Int?
 
     /// Parsed on the UTF-8 view: its delimiters are ASCII, so there is no need to break it into characters.
-    init(authority: String, tls: TLSSettings? = nil, proxy: Proxy? = nil, proxyTLS: TLSSettings? = nil) throws {
+    init(
+        authority: String, tls: TLSSettings? = nil, proxy: Proxy? = nil, proxyTLS: TLSSettings? = nil,
+        receiveWindow: Int? = nil
+    ) throws {
         var rest = Substring(authority)
         if let at = rest.utf8.lastIndex(of: UInt8(ascii: "@")) {  // userinfo is never sent
             rest = rest[rest.utf8.index(after: at)...]
@@ -51,6 +57,7 @@ struct Endpoint: Hashable, Sendable {
         self.tls = tls
         self.proxy = proxy
         self.proxyTLS = proxy?.kind == .https ? proxyTLS : nil
+        self.receiveWindow = receiveWindow
     }
 
     /// The HTTP proxy that takes this endpoint's requests in absolute form (`GET http://host/path`): plain `http`

@@ -42,10 +42,13 @@ final class Exchange: Sendable {
 
     private let state = Locked(State())
 
-    /// Reading from the socket pauses above this many buffered body bytes and resumes below half of it.
+    /// Reading from the socket pauses above this many buffered body bytes and resumes below half of it, unless the
+    /// request's receive window asks for less.
     static let highWater = 1 << 20
+    private let highWater: Int
 
-    init(connection: Connection, transport: NIOTransport, endpoint: Endpoint) {
+    init(connection: Connection, transport: NIOTransport, endpoint: Endpoint, highWater: Int) {
+        self.highWater = highWater
         self.connection = connection
         self.transport = WeakTransport(transport)
         self.endpoint = endpoint
@@ -127,7 +130,7 @@ final class Exchange: Sendable {
             let now = state.withLock { state -> Now in
                 if let chunk = state.chunks.popFirst() {
                     state.buffered -= chunk.readableBytes
-                    let resume = state.readingPaused && state.buffered <= Self.highWater / 2
+                    let resume = state.readingPaused && state.buffered <= highWater / 2
                     if resume { state.readingPaused = false }
                     return .chunk(chunk, resumeReading: resume)
                 }
@@ -188,7 +191,7 @@ final class Exchange: Sendable {
                 state.chunks.append(body)
                 state.buffered += body.readableBytes
             }
-            if state.buffered > Self.highWater { state.readingPaused = true }
+            if state.buffered > highWater { state.readingPaused = true }
             defer { state.bodyWaiter = nil }
             return (state.bodyWaiter, state.readingPaused)
         }

@@ -389,9 +389,9 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             rest("requested")
         case .partial(let validator, let totalBytes):
             rest("partial", validator: validator, totalBytes: totalBytes)
-        case .completed(let size, let sha256, let stamp):
+        case .completed(let size, let sha256, let stamp, let validator):
             rest(
-                "completed", sha256: sha256, size: size, modified: stamp.modifiedNanoseconds,
+                "completed", validator: validator, sha256: sha256, size: size, modified: stamp.modifiedNanoseconds,
                 inode: Int64(bitPattern: stamp.inode))
         case .failed(let message):
             rest("failed", failure: message)

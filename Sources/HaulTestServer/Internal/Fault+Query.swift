@@ -17,6 +17,7 @@ extension Fault {
         case "retryAfterDate": retryAfterAsDate = flag
         case "delay": delayMilliseconds = Int(value)
         case "rate": bytesPerSecond = Int(value)
+        case "rateTimes": rateTimes = Int(value)
         case "cutAfter": cutAfterBytes = Int(value)
         case "cutTimes": cutTimes = Int(value)
         case "stallAfter": stallAfterBytes = Int(value)
@@ -58,6 +59,7 @@ extension Fault {
         result.retryAfterAsDate = override.retryAfterAsDate ?? retryAfterAsDate
         result.delayMilliseconds = override.delayMilliseconds ?? delayMilliseconds
         result.bytesPerSecond = override.bytesPerSecond ?? bytesPerSecond
+        result.rateTimes = override.rateTimes ?? rateTimes
         result.cutAfterBytes = override.cutAfterBytes ?? cutAfterBytes
         result.cutTimes = override.cutTimes ?? cutTimes
         result.stallAfterBytes = override.stallAfterBytes ?? stallAfterBytes

@@ -114,6 +114,13 @@ extension HTTPConnectionHandler {
     }
 
     private func writeSlice(context: ChannelHandlerContext, body: BodyPlan, offset: Int, length: Int) {
+        var promise: EventLoopPromise<Void>?
+        if server.recordsBodyTimeline, let path = exchange?.path {
+            let written = context.eventLoop.makePromise(of: Void.self)
+            let state = server.state
+            written.futureResult.whenSuccess { state.bodyWritten(length, path: path, at: .now) }
+            promise = written
+        }
         switch body.source {
         case .generated(let content):
             var buffer = context.channel.allocator.buffer(capacity: length)
@@ -121,7 +128,7 @@ extension HTTPConnectionHandler {
                 content.fill(UnsafeMutableRawBufferPointer(rebasing: pointer[0..<length]), from: offset)
                 return length
             }
-            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: promise)
         case .file(let handle) where usesTLS:
             var buffer = context.channel.allocator.buffer(capacity: length)
             _ = try? handle.withUnsafeFileDescriptor { descriptor in
@@ -129,13 +136,13 @@ extension HTTPConnectionHandler {
                     max(0, pread(descriptor, pointer.baseAddress, length, off_t(offset)))
                 }
             }
-            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: promise)
         case .file(let handle):
             let region = FileRegion(fileHandle: handle, readerIndex: offset, endIndex: offset + length)
-            context.write(wrapOutboundOut(.body(.fileRegion(region))), promise: nil)
+            context.write(wrapOutboundOut(.body(.fileRegion(region))), promise: promise)
         case .buffer(let buffer):
             let slice = buffer.getSlice(at: buffer.readerIndex + offset, length: length) ?? ByteBuffer()
-            context.write(wrapOutboundOut(.body(.byteBuffer(slice))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(slice))), promise: promise)
         }
     }
 }

@@ -25,6 +25,24 @@ enum HTTPDate {
             + "\(two(secondOfDay / 60 % 60)):\(two(secondOfDay % 60)) GMT"
     }
 
+    /// Seconds since 1970 of an IMF-fixdate, the form this server sends (and clients echo back).
+    static func parse(_ text: String) -> Int? {
+        let parts = text.split(separator: " ")
+        guard parts.count == 6, parts[5] == "GMT", let day = Int(parts[1]), let year = Int(parts[3]),
+            let month = months.firstIndex(of: String(parts[2])).map({ $0 + 1 })
+        else { return nil }
+        let time = parts[4].split(separator: ":").compactMap { Int($0) }
+        guard time.count == 3 else { return nil }
+        // Days-from-civil (Howard Hinnant's algorithm), the inverse of `string(secondsSince1970:)`.
+        let shiftedYear = month <= 2 ? year - 1 : year
+        let era = (shiftedYear >= 0 ? shiftedYear : shiftedYear - 399) / 400
+        let yearOfEra = shiftedYear - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        return days * 86_400 + time[0] * 3600 + time[1] * 60 + time[2]
+    }
+
     static func now(plusSeconds offset: Int = 0) -> String {
         string(secondsSince1970: Int(Date().timeIntervalSince1970) + offset)
     }

@@ -118,6 +118,11 @@ struct ResponsePlanner {
         if let disposition = fault.contentDisposition { headers.add(name: "Content-Disposition", value: disposition) }
         if let cookie = fault.setCookie { headers.add(name: "Set-Cookie", value: cookie) }
 
+        if isNotModified(content) {
+            Self.release(content.source)
+            return .respond(
+                HTTPResponseHead(version: .http1_1, status: .notModified, headers: headers), body: nil, headOnly: false)
+        }
         var status = HTTPResponseStatus.ok
         var range = 0..<content.size
         switch rangeRequest(content) {
@@ -161,8 +166,30 @@ struct ResponsePlanner {
             sendCount: sendCount,
             stallAfter: stallAfter,
             stallLength: fault.stallLength ?? .forever,
-            bytesPerSecond: fault.bytesPerSecond.flatMap { $0 > 0 ? $0 : nil }
+            bytesPerSecond: fault.bytesPerSecond.flatMap { rate in
+                let applies = fault.rateTimes.map { server.state.nextOrdinal(.rate, path: path) <= $0 } ?? true
+                return rate > 0 && applies ? rate : nil
+            }
         )
+    }
+
+    /// Whether a conditional `GET` finds the content unchanged (RFC 9110 13.1.2, 13.1.3): `If-None-Match` lists its
+    /// ETag (weak comparison) or is `*`; without `If-None-Match`, `If-Modified-Since` is not before its
+    /// `Last-Modified`.
+    private func isNotModified(_ content: Content) -> Bool {
+        if let noneMatch = head.headers.first(name: "if-none-match") {
+            let strong = { (tag: Substring) in tag.hasPrefix("W/") ? tag.dropFirst(2) : tag }
+            return noneMatch.split(separator: ",").contains { tag in
+                let tag = tag.drop { $0 == " " || $0 == "\t" }
+                return tag == "*" || strong(tag) == strong(content.etag[...])
+            }
+        }
+        guard let since = head.headers.first(name: "if-modified-since") else { return false }
+        if since == content.lastModified { return true }
+        guard let sinceDate = HTTPDate.parse(since), let modified = HTTPDate.parse(content.lastModified) else {
+            return false
+        }
+        return modified <= sinceDate
     }
 
     private func rangeRequest(_ content: Content) -> ByteRangeRequest {

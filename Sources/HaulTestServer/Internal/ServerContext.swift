@@ -7,8 +7,14 @@ final class ServerContext: Sendable {
     let chunkSize: Int
     /// `http` or `https`: the scheme of the redirects the server makes up.
     let scheme: String
+    /// Whether body writes are recorded in the stats' timeline.
+    let recordsBodyTimeline: Bool
 
-    init(state: ServerState, resolver: FileResolver?, filesMount: String, chunkSize: Int, scheme: String) {
+    init(
+        state: ServerState, resolver: FileResolver?, filesMount: String, chunkSize: Int, scheme: String,
+        recordsBodyTimeline: Bool = false
+    ) {
+        self.recordsBodyTimeline = recordsBodyTimeline
         self.state = state
         self.resolver = resolver
         self.filesMount = filesMount.hasSuffix("/") ? filesMount : filesMount + "/"

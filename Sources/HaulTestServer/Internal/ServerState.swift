@@ -4,9 +4,9 @@ import HaulOperations
 /// Everything the connections of one server share: statistics, rules, gates and per-path counters.
 /// One lock guards it; promise completions happen after the lock is released.
 final class ServerState: Sendable {
-    /// The faults that count requests per path (`fail`, `cutTimes`, `dropTimes`, `changeAfterFirst`).
+    /// The faults that count requests per path (`fail`, `cutTimes`, `rateTimes`, `dropTimes`, `changeAfterFirst`).
     enum PerPathCounter: Hashable {
-        case fail, cut, drop, version
+        case fail, cut, rate, drop, version
     }
 
     private struct Guarded {
@@ -74,6 +74,10 @@ final class ServerState: Sendable {
             let count = max(0, state.stats.inFlightByHost[host, default: 0] - 1)
             state.stats.inFlightByHost[host] = count == 0 ? nil : count
         }
+    }
+
+    func bodyWritten(_ count: Int, path: String, at time: ContinuousClock.Instant) {
+        guarded.withLock { $0.stats.bodyTimeline.append(.init(path: path, time: time, bytes: count)) }
     }
 
     func bodyBytesSent(_ count: Int, path: String) {

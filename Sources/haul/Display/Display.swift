@@ -88,6 +88,8 @@ struct RunReport: Sendable {
     /// Counts and sums, not the results themselves: a summary needs no more.
     var downloaded = 0
     var skipped = 0
+    /// Files the server confirmed unchanged (`304`, with `-N`).
+    var unchanged = 0
     var failures: [Failure] = []
     var cancelled = 0
     var interrupted = false
@@ -97,11 +99,13 @@ struct RunReport: Sendable {
     /// The run's handles, for the command to hold until the process exits (see `GetCommand.run()`).
     var handles: [DownloadHandle] = []
 
-    var total: Int { downloaded + skipped + failures.count + cancelled }
+    var total: Int { downloaded + skipped + unchanged + failures.count + cancelled }
 
     /// Counts a successful download (or one skipped as already complete).
     mutating func add(_ result: DownloadResult) {
-        if result.skipped {
+        if result.notModified {
+            unchanged += 1
+        } else if result.skipped {
             skipped += 1
         } else {
             downloaded += 1
@@ -125,6 +129,7 @@ struct RunReport: Sendable {
     var text: String {
         var parts = ["\(downloaded) downloaded"]
         if skipped > 0 { parts.append("\(skipped) already complete") }
+        if unchanged > 0 { parts.append("\(unchanged) unchanged on the server") }
         if !failures.isEmpty { parts.append("\(failures.count) failed") }
         if cancelled > 0 { parts.append("\(cancelled) not finished") }
         var text = interrupted ? "Interrupted: " : "Done: "

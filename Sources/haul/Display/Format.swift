@@ -35,6 +35,15 @@ enum Format {
     }
 
     /// `0.42 s`, `12.3 s`, `2 min 05 s`.
+    /// Why a request waits, in words.
+    static func throttleReason(_ reason: ThrottleReason) -> String {
+        switch reason {
+        case .requestRate: "request rate"
+        case .hostWait: "wait between requests to the host"
+        case .retryAfter: "the server asked for time (Retry-After)"
+        }
+    }
+
     static func elapsed(_ duration: Duration) -> String {
         let seconds = duration.seconds
         if seconds < 10 { return String(format: "%.2f s", seconds) }

@@ -3,7 +3,8 @@ import Haul
 import HaulOperations
 
 /// `--json`: one JSON object per line on standard output — `start`, `progress` (throttled like the
-/// events), `retry`, `finish`, `fail` and a last `summary` — for scripts to read line by line.
+/// events), `throttle`, `revalidate`, `retry`, `finish`, `fail` and a last `summary` — for scripts to read line by
+/// line.
 final class JSONDisplay: Display {
     private let names = Locked<[DownloadID: String]>([:])
     private let encoder: JSONEncoder = {
@@ -28,6 +29,9 @@ final class JSONDisplay: Display {
         var size: Int64?
         var sha256: String?
         var skipped: Bool?
+        var notModified: Bool?
+        var modified: Bool?
+        var reason: String?
         var code: String?
         var status: Int?
         var error: String?
@@ -35,6 +39,7 @@ final class JSONDisplay: Display {
         var files: Int?
         var downloaded: Int?
         var alreadyComplete: Int?
+        var unchanged: Int?
         var failed: Int?
         var notFinished: Int?
         var bytesTransferred: Int64?
@@ -69,6 +74,13 @@ final class JSONDisplay: Display {
                 line.error = error.message
                 line.code = error.code.description
                 line.status = error.status
+            case .throttled(let reason, let delay):
+                line.event = "throttle"
+                line.reason = reason.rawValue
+                line.delaySeconds = delay.seconds
+            case .revalidated(let modified):
+                line.event = "revalidate"
+                line.modified = modified
             case .finished(let result):
                 line.event = "finish"
                 line.url = result.finalURL.redactedString
@@ -77,6 +89,7 @@ final class JSONDisplay: Display {
                 line.sha256 = result.sha256
                 line.attempt = result.attempts
                 line.skipped = result.skipped
+                if result.notModified { line.notModified = true }
             case .failed(let error):
                 line.event = "fail"
                 line.url = error.url?.redactedString
@@ -97,6 +110,7 @@ final class JSONDisplay: Display {
         line.files = report.total
         line.downloaded = report.downloaded
         line.alreadyComplete = report.skipped
+        line.unchanged = report.unchanged
         line.failed = report.failures.count
         line.notFinished = report.cancelled
         line.bytesTransferred = report.bytesTransferred

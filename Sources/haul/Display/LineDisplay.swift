@@ -20,8 +20,13 @@ final class LineDisplay: Display {
         self.names = names
     }
 
-    /// The lines it writes: only failures when quiet. No progress: it draws none.
-    var interest: Set<QueueEvent.Kind> { quiet ? [.failed] : [.started, .retrying, .finished, .failed] }
+    /// The lines it writes: only failures when quiet; waits for a request's turn only when verbose. No progress: it
+    /// draws none.
+    var interest: Set<QueueEvent.Kind> {
+        if quiet { return [.failed] }
+        let kinds: Set<QueueEvent.Kind> = [.started, .retrying, .revalidated, .finished, .failed]
+        return verbose ? kinds.union([.throttled]) : kinds
+    }
 
     func handle(_ event: QueueEvent) {
         guard case .download(let id, let event) = event else { return }
@@ -39,9 +44,17 @@ final class LineDisplay: Display {
         case .retrying(let attempt, let delay, let error):
             guard !quiet else { return }
             Console.out("retry  \(name): \(error.message); attempt \(attempt) in \(Format.elapsed(delay))\n")
+        case .revalidated(let modified):
+            guard modified, !quiet else { return }
+            Console.out("update \(name): the server has a new copy\n")
+        case .throttled(let reason, let delay):
+            guard verbose else { return }
+            Console.out("wait   \(name): \(Format.elapsed(delay)) (\(Format.throttleReason(reason)))\n")
         case .finished(let result):
             guard !quiet else { return }
-            if result.skipped {
+            if result.notModified {
+                Console.out("skip   \(name): unchanged on the server (304)\n")
+            } else if result.skipped {
                 Console.out("skip   \(name): already complete\n")
             } else {
                 let time = started.map { " in \(Format.elapsed(.now - $0))" } ?? ""

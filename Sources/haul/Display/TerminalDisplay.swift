@@ -97,6 +97,10 @@ final class TerminalDisplay: Display {
                 if case .failed(let error) = event, !error.isCancellation {
                     state.messages.append(Format.printable("fail   \(name): \(error.message)"))
                 }
+            case .revalidated(let modified):
+                state.rows[id]?.note = modified ? "new copy" : "unchanged"
+            case .throttled(let reason, let delay):
+                state.rows[id]?.note = "wait \(Format.elapsed(delay)): \(Format.throttleReason(reason))"
             case .redirected:
                 break
             }

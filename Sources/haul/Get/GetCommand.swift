@@ -17,6 +17,10 @@ struct GetCommand: AsyncParsableCommand {
               dir=SUBDIR            directory under --dir for this URL
               checksum=sha-256=HEX  expected digest (sha-256, sha-384, sha-512)
               header=K: V           extra request header (repeatable)
+              limit-rate=RATE       bytes per second for this URL (K, M, G suffixes)
+              max-time=S            seconds this download may take in all
+              speed-limit=BYTES     minimum bytes per second (with speed-time=S, default 30)
+              speed-time=S          how long it may stay under speed-limit
 
             Exit status: 0 all succeeded; 1 at least one download failed (the others still completed); \
             2 usage error or invalid input (nothing is downloaded; every bad line is reported); \
@@ -26,7 +30,8 @@ struct GetCommand: AsyncParsableCommand {
 
             Haul remembers what it completed and what it left partial in a journal (DIR/.haul/journal.sqlite \
             unless --journal or --no-journal), so rerunning a command skips files it already wrote (if \
-            unchanged) and resumes partial ones with Range.
+            unchanged; with -N, if the server says so too) and resumes partial ones with Range, including those \
+            of downloads that failed (unless --no-keep-partial).
             """
     )
 
@@ -174,6 +179,9 @@ struct GetCommand: AsyncParsableCommand {
     @OptionGroup(title: "Proxies, credentials and cookies")
     var network: NetworkOptions
 
+    @OptionGroup(title: "Freshness, politeness and time limits")
+    var politeness: PolitenessOptions
+
     func validate() throws {
         if http1_1 && http2 { throw ValidationError("--http1.1 and --http2 cannot be combined") }
         if clientKey != nil && clientCertificate == nil { throw ValidationError("--key needs --cert") }
@@ -202,6 +210,7 @@ struct GetCommand: AsyncParsableCommand {
         }
         if json && quiet { throw ValidationError("--json and --quiet cannot be combined") }
         if journal != nil && noJournal { throw ValidationError("--journal and --no-journal cannot be combined") }
+        try politeness.validate(journalEnabled: !noJournal)
     }
 
     mutating func run() async throws {
@@ -239,6 +248,7 @@ struct GetCommand: AsyncParsableCommand {
         settings.proxy = proxy
         settings.credentials = netrc
         settings.cookies = cookies
+        politeness.apply(to: &settings)
         let report = await GetRun.run(plan, settings: settings)
         // The process exits without releasing the journal, so its last changes are folded in here.
         journal?.finish()
@@ -300,6 +310,8 @@ struct GetCommand: AsyncParsableCommand {
         planSettings.maxSize = maxSize.flatMap(parseByteCount)
         planSettings.conflictPolicy = onConflict
         planSettings.useContentDisposition = contentDisposition
+        planSettings.continuesExistingFiles = politeness.continueExisting
+        planSettings.speedTime = politeness.speedTime
         switch Planner.plan(entries, settings: planSettings) {
         case .success(let planned) where inputProblems.isEmpty: return planned
         case .success: throw UsageFailure(inputProblems)

@@ -65,6 +65,20 @@ struct RunSettings {
     var credentials: (any CredentialProvider)?
     /// The cookies sent and kept (`-b`, `--cookie-jar`).
     var cookies: CookieJar?
+    /// `-N`: files the journal shows completed are revalidated.
+    var revalidates = false
+    /// `--remote-time` (on) / `--no-remote-time`.
+    var usesRemoteTime = true
+    /// Off with `--no-keep-partial`.
+    var keepsPartialOnFailure = true
+    /// `--limit-rate`, for the whole run.
+    var maxBytesPerSecond: Int64?
+    /// `--rate`, `--per-host-rate`, `--wait`, `--random-wait`.
+    var pacing = RequestPacing()
+    /// `--max-time`.
+    var timeLimit: Duration?
+    /// `--speed-limit`, `--speed-time`.
+    var minimumSpeed: MinimumSpeed?
 
     enum OutputMode {
         case automatic, json
@@ -111,6 +125,13 @@ enum GetRun {
         configuration.proxy = settings.proxy
         configuration.credentials = settings.credentials
         configuration.cookies = settings.cookies
+        configuration.revalidatesCompletedFiles = settings.revalidates
+        configuration.usesRemoteModificationTime = settings.usesRemoteTime
+        configuration.keepsPartialOnFailure = settings.keepsPartialOnFailure
+        configuration.maxBytesPerSecond = settings.maxBytesPerSecond
+        configuration.pacing = settings.pacing
+        configuration.timeLimit = settings.timeLimit
+        configuration.minimumSpeed = settings.minimumSpeed
         if settings.verbose {
             var logger = Logger(label: "haul", factory: { StreamLogHandler.standardError(label: $0) })
             logger.logLevel = .debug

@@ -14,6 +14,14 @@ struct InputEntry: Equatable, Sendable {
     var checksum: String?
     /// `header=K: V`, in order.
     var headers: [String] = []
+    /// `limit-rate=RATE`
+    var limitRate: String?
+    /// `max-time=S`
+    var maxTime: String?
+    /// `speed-limit=BYTES`
+    var speedLimit: String?
+    /// `speed-time=S`
+    var speedTime: String?
 }
 
 /// Where an input entry came from: a line of a file, or a command-line argument. Its text is made only for a
@@ -36,9 +44,11 @@ struct InputProblem: Error, Equatable, CustomStringConvertible {
 
 /// Reads the `--input-file` format: one URL per line; blank lines and lines starting with `#` are ignored; a
 /// URL may be followed by indented option lines (aria2 style) `out=NAME`, `dir=SUBDIR`, `checksum=ALGO=HEX`,
-/// `header=K: V`.
+/// `header=K: V`, `limit-rate=RATE`, `max-time=S`, `speed-limit=BYTES`, `speed-time=S`.
 enum InputFile {
-    static let optionNames = ["out", "dir", "checksum", "header"]
+    static let optionNames = [
+        "out", "dir", "checksum", "header", "limit-rate", "max-time", "speed-limit", "speed-time",
+    ]
 
     /// The entries of `text` and every problem found in it (all of them, so one run reports them all).
     static func parse(_ text: String, name: String) -> (entries: [InputEntry], problems: [InputProblem]) {
@@ -116,6 +126,16 @@ enum InputFile {
             entry.checksum = value
         case "header":
             entry.headers.append(value)
+        case "limit-rate", "max-time", "speed-limit", "speed-time":
+            let field: WritableKeyPath<InputEntry, String?> =
+                switch key {
+                case "limit-rate": \.limitRate
+                case "max-time": \.maxTime
+                case "speed-limit": \.speedLimit
+                default: \.speedTime
+                }
+            guard entry[keyPath: field] == nil else { return "'\(key)' given twice for \(entry.url)" }
+            entry[keyPath: field] = value
         default:
             return "unknown option '\(key)' (expected one of \(optionList))"
         }

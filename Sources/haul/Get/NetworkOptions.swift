@@ -51,10 +51,10 @@ struct NetworkOptions: ParsableArguments {
     var cookieFile: String?
 
     @Option(
-        name: [.customShort("c"), .customLong("cookie-jar")],
+        name: .customLong("cookie-jar"),
         help: ArgumentHelp(
             "Keep the cookies servers set during the run (used by later requests) and write them all to FILE at "
-                + "the end (mode 0600).",
+                + "the end (mode 0600). (-c is --continue, as in wget.)",
             valueName: "FILE"))
     var cookieJar: String?
 

@@ -28,6 +28,10 @@ struct PlanSettings: Sendable {
     var maxSize: Int64?
     var conflictPolicy: ConflictPolicy = .fail
     var useContentDisposition = false
+    /// `-c/--continue`.
+    var continuesExistingFiles = false
+    /// `--speed-time`, for `speed-limit=` lines without `speed-time=`.
+    var speedTime: Double?
 }
 
 /// Turns the user's URLs and options into requests, or reports every problem with them (nothing is
@@ -104,15 +108,20 @@ enum Planner {
         if let checksum = entry.checksum ?? settings.checksum {
             do { digest = try Digest(parsing: checksum) } catch { problems.append(error.message) }
         }
+        let limits = entryLimits(entry, settings: settings, problems: &problems)
         guard let url, problems.isEmpty else {
             return .failure(UsageFailure(problems.map { InputProblem(origin: entry.origin, message: $0) }))
         }
         let destination: Destination =
             fileName.map { .file(directory.appendingPathComponent($0, isDirectory: false)) }
             ?? .directory(directory, useContentDisposition: settings.useContentDisposition)
-        let request = DownloadRequest(
+        var request = DownloadRequest(
             url: url, destination: destination, headerFields: fields, expectedDigest: digest,
             maxSize: settings.maxSize, conflictPolicy: settings.conflictPolicy)
+        request.continuesExistingFile = settings.continuesExistingFiles
+        request.maxBytesPerSecond = limits.rate
+        request.timeLimit = limits.time
+        request.minimumSpeed = limits.speed
         // The name `request.plannedFileURL` ends in: one path component, never '.' or '..' (FileNaming makes a URL's
         // safe, and `problemWithFileName` refused any other), so joined to a standardized directory the path is
         // standardized too.
@@ -132,6 +141,42 @@ enum Planner {
                 displayName: name ?? DownloadRequest.fileName(for: url) ?? url.redactedString,
                 plannedPath: plannedPath)
         )
+    }
+
+    /// An entry's own `limit-rate=`, `max-time=`, `speed-limit=` and `speed-time=`, checked.
+    private static func entryLimits(
+        _ entry: InputEntry, settings: PlanSettings, problems: inout [String]
+    ) -> (rate: Int64?, time: Duration?, speed: MinimumSpeed?) {
+        var rate: Int64?
+        if let text = entry.limitRate {
+            rate = PolitenessOptions.byteRate(text)
+            if rate == nil { problems.append("limit-rate='\(text)' is not a rate in bytes per second (e.g. 500K, 2M)") }
+        }
+        func seconds(_ name: String, _ text: String?) -> Double? {
+            guard let text else { return nil }
+            guard let value = Double(text), value > 0, value <= 31_536_000 else {
+                problems.append("\(name)='\(text)' is not a number of seconds above 0")
+                return nil
+            }
+            return value
+        }
+        let time = seconds("max-time", entry.maxTime).map(PolitenessOptions.duration(seconds:))
+        let speedTime = seconds("speed-time", entry.speedTime)
+        var speed: MinimumSpeed?
+        if entry.speedLimit != nil || speedTime != nil {
+            var bytes: Int64 = 1
+            if let text = entry.speedLimit {
+                if let parsed = PolitenessOptions.byteRate(text) {
+                    bytes = parsed
+                } else {
+                    problems.append("speed-limit='\(text)' is not a number of bytes per second")
+                }
+            }
+            speed = MinimumSpeed(
+                bytesPerSecond: bytes,
+                for: PolitenessOptions.duration(seconds: speedTime ?? settings.speedTime ?? 30))
+        }
+        return (rate, time, speed)
     }
 
     /// The URL, if it is an absolute http(s) URL with a host; otherwise a problem saying which part is wrong.

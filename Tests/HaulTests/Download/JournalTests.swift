@@ -81,7 +81,7 @@ struct JournalTests {
             let first = try await downloader(journal, kind: kind).download(request)
             #expect(!first.skipped)
             let record = try #require(journal.record(for: JournalKey(request)))
-            guard case .completed(5000, first.sha256, _) = record.state else {
+            guard case .completed(5000, first.sha256, _, _) = record.state else {
                 Issue.record("not recorded as completed: \(record)")
                 return
             }
@@ -148,7 +148,7 @@ struct JournalTests {
             let first = try #require(commits.first)
             #expect(first.record.path == path)
             #expect(!first.publishedExisted)
-            guard case .completed(let size, let sha256, let stamp) = first.record.state else {
+            guard case .completed(let size, let sha256, let stamp, _) = first.record.state else {
                 Issue.record("not a completed record: \(first.record.state)")
                 return
             }
@@ -212,7 +212,7 @@ struct JournalTests {
         }
     }
 
-    @Test("after a failure nothing is kept and the journal holds the failure with its request")
+    @Test("after a failure with keepsPartialOnFailure off nothing is kept and the journal holds the failure with its request")
     func failureIsRecorded() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -223,6 +223,7 @@ struct JournalTests {
             var configuration = testConfiguration(retries: 0)
             configuration.journal = journal
             configuration.keepsPartialOnCancel = true
+            configuration.keepsPartialOnFailure = false
             let downloader = Downloader(
                 transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
             let error = try await #require(throws: DownloadError.self) { try await downloader.download(request) }

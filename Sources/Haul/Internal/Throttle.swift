@@ -1,0 +1,109 @@
+import HaulOperations
+import Synchronization
+
+/// A bandwidth limit that several downloads can share: a token bucket that fills at the rate and holds at most a
+/// twentieth of a second of it, so a burst after a pause is short. Taking more than the bucket holds is allowed; the
+/// taker then waits until the debt is paid, and the next taker waits behind it, which keeps the sum of all takers at
+/// the rate however the bytes arrive (a 64 KiB chunk on a 1 KiB/s limit waits 64 s).
+final class TokenBucket: Sendable {
+    let bytesPerSecond: Double
+    private let capacity: Double
+    private let state: Locked<(tokens: Double, updated: ContinuousClock.Instant)>
+
+    init(bytesPerSecond: Int64, now: ContinuousClock.Instant = .now) {
+        self.bytesPerSecond = Double(max(1, bytesPerSecond))
+        capacity = max(1, self.bytesPerSecond / 20)
+        state = Locked((tokens: 0, updated: now))
+    }
+
+    /// Takes `count` bytes' worth of tokens; returns how long the caller must wait before going on (zero when the
+    /// bucket had them).
+    func take(_ count: Int, now: ContinuousClock.Instant = .now) -> Duration {
+        let tokens = state.withLock { state in
+            let elapsed = now - state.updated
+            if elapsed > .zero {
+                state.tokens = min(capacity, state.tokens + elapsed.seconds * bytesPerSecond)
+                state.updated = now
+            }
+            state.tokens -= Double(count)
+            return state.tokens
+        }
+        guard tokens < 0 else { return .zero }
+        return .nanoseconds(Int64((-tokens / bytesPerSecond * 1e9).rounded(.up)))
+    }
+}
+
+/// Spaces the requests of one downloader (``RequestPacing``) and holds the hosts that asked for time with
+/// `Retry-After`. A request takes its turn only when it may start now ("claims" it); one that must wait is told how
+/// long, and asks again when it wakes. Turns are spaced from the moments requests really start, so a task that wakes
+/// late does not bunch up with the next one.
+final class RequestPacer: Sendable {
+    private struct Host {
+        /// The earliest start of the next request, and why.
+        var next: ContinuousClock.Instant
+        var nextReason: ThrottleReason
+        /// Until when the host asked to be left alone.
+        var heldUntil: ContinuousClock.Instant?
+    }
+
+    private struct State {
+        var nextAny: ContinuousClock.Instant?
+        var hosts: [String: Host] = [:]
+    }
+
+    private let pacing: RequestPacing
+    private let random: @Sendable () -> Double
+    private let state = Locked(State())
+    /// Whether there is anything to look up: pacing is set, or a host asked for time. Most downloaders never space
+    /// a request; they then take no lock per request.
+    private let active: Atomic<Bool>
+    /// Hosts remembered before the ones whose time has passed are forgotten.
+    private static let hostsKept = 4096
+
+    init(pacing: RequestPacing, random: @escaping @Sendable () -> Double) {
+        self.pacing = pacing
+        self.random = random
+        active = Atomic(pacing.spacesRequests)
+    }
+
+    /// Claims the start of a request to `host` now, and returns `nil`; or, when it may not start yet, claims
+    /// nothing and returns how long to wait before asking again, and why.
+    func claim(host: String, now: ContinuousClock.Instant = .now) -> (delay: Duration, reason: ThrottleReason)? {
+        guard active.load(ordering: .relaxed) else { return nil }
+        return state.withLock { state -> (Duration, ThrottleReason)? in
+            var start = now
+            var reason: ThrottleReason?
+            if let next = state.nextAny, next > start { (start, reason) = (next, .requestRate) }
+            let known = state.hosts[host]
+            if let held = known?.heldUntil, held > start { (start, reason) = (held, .retryAfter) }
+            if let known, known.next > start { (start, reason) = (known.next, known.nextReason) }
+            if let reason { return (start - now, reason) }
+            if let rate = pacing.rate { state.nextAny = now + rate.interval }
+            let hostRate = pacing.perHostRate?.interval ?? .zero
+            var wait = pacing.perHostWait
+            if pacing.randomizesWait { wait = wait * (0.5 + random()) }
+            if hostRate > .zero || wait > .zero {
+                if state.hosts.count >= Self.hostsKept, known == nil { Self.forgetPast(&state, now: now) }
+                state.hosts[host] = Host(
+                    next: now + max(hostRate, wait), nextReason: wait > hostRate ? .hostWait : .requestRate,
+                    heldUntil: known?.heldUntil)
+            }
+            return nil
+        }
+    }
+
+    /// Holds `host` for `duration`: no request to it starts before then, from any download.
+    func hold(host: String, for duration: Duration, now: ContinuousClock.Instant = .now) {
+        let until = now + duration
+        state.withLock { state in
+            var known = state.hosts[host] ?? Host(next: now, nextReason: .requestRate)
+            known.heldUntil = max(known.heldUntil ?? until, until)
+            state.hosts[host] = known
+        }
+        active.store(true, ordering: .relaxed)
+    }
+
+    private static func forgetPast(_ state: inout State, now: ContinuousClock.Instant) {
+        state.hosts = state.hosts.filter { $0.value.next > now || ($0.value.heldUntil ?? now) > now }
+    }
+}

@@ -1,0 +1,85 @@
+import Testing
+
+@testable import Haul
+
+/// The token bucket and the request pacer on an injected clock: every rule without waiting for it.
+@Suite("Throttle rules")
+struct ThrottleTests {
+    let start = ContinuousClock.now
+
+    @Test("a token bucket holds its takers to the rate, however they take, together")
+    func bucketRate() {
+        let bucket = TokenBucket(bytesPerSecond: 1000, now: start)
+        // Empty at first: 500 bytes must wait half a second; the next taker waits behind the first.
+        #expect(bucket.take(500, now: start) == .milliseconds(500))
+        #expect(bucket.take(500, now: start) == .seconds(1))
+        // A second later the debt is paid, nothing more.
+        #expect(bucket.take(0, now: start + .seconds(1)) == .zero)
+        // After a long pause it holds a twentieth of a second only: a short burst, then the rate.
+        #expect(bucket.take(50, now: start + .seconds(60)) == .zero)
+        #expect(bucket.take(100, now: start + .seconds(60)) == .milliseconds(100))
+        // Over a long run of chunks, time taken = bytes / rate.
+        var now = start + .seconds(100)
+        var total = Duration.zero
+        for _ in 0..<1000 {
+            let wait = bucket.take(64, now: now)
+            now += wait
+            total += wait
+        }
+        #expect(abs(total.seconds - 64.0) < 0.2, "\(total)")
+    }
+
+    @Test("requests are spaced by the run's rate, a host's rate and the wait between a host's requests")
+    func pacerSpacing() throws {
+        let pacer = RequestPacer(
+            pacing: RequestPacing(rate: RequestRate(count: 4, per: .seconds(1))), random: { 0.5 })
+        #expect(pacer.claim(host: "a", now: start) == nil)
+        // A request that must wait claims nothing: asking again at once gets the same answer.
+        #expect(pacer.claim(host: "a", now: start)?.delay == .milliseconds(250))
+        #expect(pacer.claim(host: "b", now: start + .milliseconds(100))?.delay == .milliseconds(150))
+        #expect(pacer.claim(host: "b", now: start)?.reason == .requestRate)
+        // The next turn is spaced from when the request really started: one that woke late pushes the next along.
+        #expect(pacer.claim(host: "a", now: start + .milliseconds(400)) == nil)
+        #expect(pacer.claim(host: "a", now: start + .milliseconds(500))?.delay == .milliseconds(150))
+
+        let perHost = RequestPacer(
+            pacing: RequestPacing(perHostRate: RequestRate(count: 2, per: .seconds(1)), perHostWait: .seconds(2)),
+            random: { 0.5 })
+        #expect(perHost.claim(host: "a", now: start) == nil)
+        let second = try #require(perHost.claim(host: "a", now: start))
+        #expect(second.delay == .seconds(2) && second.reason == .hostWait)
+        #expect(perHost.claim(host: "b", now: start) == nil)  // another host is not held back
+        #expect(perHost.claim(host: "a", now: start + .seconds(10)) == nil)
+    }
+
+    @Test("a random wait lies between half and one and a half times the wait")
+    func randomWait() throws {
+        for (random, expected) in [(0.0, 500), (1.0, 1500), (0.5, 1000)] {
+            let pacer = RequestPacer(
+                pacing: RequestPacing(perHostWait: .seconds(1), randomizesWait: true), random: { random })
+            _ = pacer.claim(host: "a", now: start)
+            #expect(try #require(pacer.claim(host: "a", now: start)).delay == .milliseconds(expected))
+        }
+    }
+
+    @Test("a host that asked for time holds every request to it, and no other")
+    func hold() throws {
+        let pacer = RequestPacer(pacing: RequestPacing(), random: { 0.5 })
+        #expect(pacer.claim(host: "a", now: start) == nil)
+        pacer.hold(host: "a", for: .seconds(3), now: start)
+        let held = try #require(pacer.claim(host: "a", now: start + .seconds(1)))
+        #expect(held.delay == .seconds(2) && held.reason == .retryAfter)
+        #expect(pacer.claim(host: "b", now: start + .seconds(1)) == nil)
+        #expect(pacer.claim(host: "a", now: start + .seconds(3)) == nil)
+    }
+
+    @Test("rates parse as curl's --rate reads them")
+    func rateParsing() {
+        #expect(RequestRate(parsing: "10/s") == RequestRate(count: 10, per: .seconds(1)))
+        #expect(RequestRate(parsing: "30/m")?.interval == .seconds(2))
+        #expect(RequestRate(parsing: "3600/hour")?.interval == .seconds(1))
+        #expect(RequestRate(parsing: "5") == RequestRate(count: 5, per: .seconds(1)))
+        for bad in ["", "0/s", "-1/s", "x/s", "10/week", "10/"] { #expect(RequestRate(parsing: bad) == nil, "\(bad)") }
+        #expect(RequestRate(count: 2, per: .seconds(60)).description == "2/m")
+    }
+}
