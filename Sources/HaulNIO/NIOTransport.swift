@@ -222,9 +222,11 @@ public final class NIOTransport: InterruptibleHTTPTransport {
             if let receiveWindow = endpoint.receiveWindow {
                 // Half the window in the socket (the kernel doubles what it is given, for its own bookkeeping), half
                 // in the exchange's buffer.
-                bootstrap = bootstrap.channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(receiveWindow / 4))
+                bootstrap = bootstrap.channelOption(
+                    .socketOption(.so_rcvbuf), value: SocketOptionValue(receiveWindow / 4))
             }
-            channel = try await bootstrap
+            channel =
+                try await bootstrap
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let pipeline = channel.pipeline.syncOperations

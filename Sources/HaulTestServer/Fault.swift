@@ -112,7 +112,8 @@ public struct Fault: Sendable, Hashable {
 
     /// The query parameter names understood by the server, for help texts.
     public static let queryParameterNames: [String] = [
-        "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "rateTimes", "cutAfter", "cutTimes",
+        "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "rateTimes", "cutAfter",
+        "cutTimes",
         "stallAfter", "stall", "shortBy", "ignoreRange", "changeAfterFirst", "redirects", "redirectLoop",
         "redirectTo", "redirectStatus", "disposition", "requireAuth", "setCookie", "gzip", "dropConnection",
         "dropTimes", "headOnly",

@@ -39,7 +39,8 @@ extension TestServer {
         }
         var bootstrap = makeBootstrap(group: loops, context: context, tls: tlsContext)
         if let size = configuration.sendBufferSize {
-            bootstrap = bootstrap.childChannelOption(ChannelOptions.socketOption(.so_sndbuf), value: SocketOptionValue(size))
+            bootstrap = bootstrap.childChannelOption(
+                ChannelOptions.socketOption(.so_sndbuf), value: SocketOptionValue(size))
         }
         var channels: [any Channel] = []
         do {

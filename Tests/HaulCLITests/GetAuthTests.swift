@@ -146,7 +146,8 @@ struct GetAuthTests {
             let url = server.url(
                 path: "/bytes/c.bin", query: ["size": "10", "redirects": "1", "setCookie": "sid=42; Path=/"])
             let run = try await HaulProcess.run([
-                "get", "--no-journal", "-d", dir.file("out").path, "-b", file.path, "--cookie-jar", jar.path, url.absoluteString,
+                "get", "--no-journal", "-d", dir.file("out").path, "-b", file.path, "--cookie-jar", jar.path,
+                url.absoluteString,
             ])
             #expect(run.status == 0, "\(run)")
             #expect(server.stats.requests.map(\.cookie) == ["given=yes", "given=yes; sid=42"])

@@ -55,8 +55,10 @@ struct GetFreshnessTests {
             #expect(stats.requestCount == 4)
             #expect(stats.bodyBytesByPath["/bytes/same.bin"] == 100_000)  // the first run's only
             #expect(stats.requests.dropFirst(2).allSatisfy { $0.value(forHeader: "if-none-match") != nil })
-            let replaced = contentsOf(dir.file("moving.bin")) == TestServer.expectedBytes(
-                name: "moving.bin", size: 100_000, version: 1)
+            let replaced =
+                contentsOf(dir.file("moving.bin"))
+                == TestServer.expectedBytes(
+                    name: "moving.bin", size: 100_000, version: 1)
             #expect(replaced)
             #expect(modificationSeconds(dir.file("moving.bin")) == 1_700_000_000 + 3600)
 
@@ -137,7 +139,9 @@ struct GetFreshnessTests {
             let limited = server.url(path: "/bytes/slow.bin", query: ["size": "1048576"]).absoluteString
             let free = server.url(path: "/bytes/free.bin", query: ["size": "1048576"]).absoluteString
             try "\(limited)\n  limit-rate=512K\n\(free)\n".write(to: list, atomically: true, encoding: .utf8)
-            let run = try await HaulProcess.run(["get", "-q", "--no-journal", "-d", dir.file("out").path, "-i", list.path])
+            let run = try await HaulProcess.run([
+                "get", "-q", "--no-journal", "-d", dir.file("out").path, "-i", list.path,
+            ])
             #expect(run.status == 0, "\(run)")
             let timeline = server.stats.bodyTimeline
             func span(_ path: String) throws -> Duration {
@@ -162,7 +166,8 @@ struct GetFreshnessTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let urls = (0..<5).map { server.url(path: "/bytes/p\($0)", query: ["size": "100"]).absoluteString }
-            let run = try await HaulProcess.run(["get", "--json", "--no-journal", "--rate", "2/s", "-d", dir.path] + urls)
+            let run = try await HaulProcess.run(
+                ["get", "--json", "--no-journal", "--rate", "2/s", "-d", dir.path] + urls)
             #expect(run.status == 0, "\(run)")
             // Started 500 ms apart by the client; a busy machine (a debug build, tests in parallel) may delay one
             // arrival by a few hundred milliseconds more than the next.
@@ -191,7 +196,9 @@ struct GetFreshnessTests {
             let dir = try TemporaryDirectory()
             let never = server.url(path: "/bytes/never", query: ["status": "503"]).absoluteString
             let started = ContinuousClock.now
-            let run = try await HaulProcess.run(["get", "--json", "--retries", "1000", "--max-time", "2", "-d", dir.path, never])
+            let run = try await HaulProcess.run([
+                "get", "--json", "--retries", "1000", "--max-time", "2", "-d", dir.path, never,
+            ])
             #expect(run.status == 1, "\(run)")
             #expect(ContinuousClock.now - started < .seconds(15))
             let failure = try #require(events(run.stdout).first { $0["event"] as? String == "fail" })
@@ -228,7 +235,8 @@ struct GetFreshnessTests {
             #expect(run.stderr.contains(expected), "\(arguments): \(run)")
         }
         let list = dir.file("bad.txt")
-        try "http://127.0.0.1:9/a\n  limit-rate=abc\n  max-time=-1\nhttp://127.0.0.1:9/b\n  speed-limit=1K\n  speed-time=x\n"
+        try
+            "http://127.0.0.1:9/a\n  limit-rate=abc\n  max-time=-1\nhttp://127.0.0.1:9/b\n  speed-limit=1K\n  speed-time=x\n"
             .write(to: list, atomically: true, encoding: .utf8)
         let run = try await HaulProcess.run(["get", "-d", dir.path, "-i", list.path])
         #expect(run.status == 2, "\(run)")

@@ -222,9 +222,11 @@ extension DownloadRun {
         }
         guard (200..<300).contains(status) else {
             let failure = statusFailure(response.head, url: url, proxy: proxy, sentCredentials: sentCredentials)
-            // The host asked for time: every download to it waits, not only this one.
-            if status == 429 || status == 503, let retryAfter = failure.retryAfter {
-                pacer.hold(host: Self.hostKey(url), for: retryAfter)
+            // The host asked for time: every download to it waits, not only this one (for as long as the retry
+            // policy would wait itself: a server cannot hold a host for days).
+            let policy = configuration.retryPolicy
+            if status == 429 || status == 503, policy.honoursRetryAfter, let retryAfter = failure.retryAfter {
+                pacer.hold(host: Self.hostKey(url), for: min(retryAfter, policy.maxRetryAfter))
             }
             throw failure
         }

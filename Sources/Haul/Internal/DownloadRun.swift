@@ -338,7 +338,9 @@ final class DownloadRun: @unchecked Sendable {
             : configuration.keepsPartialOnFailure && error.leavesResumableBytes
         if keeps, recordedPartial, writer != nil {
             // The journal's partial record (with its request) stays: the next run resumes it.
-            if !cancelled { logger.info("kept the partial for a later run", metadata: ["bytes": "\(writer?.size ?? 0)"]) }
+            if !cancelled {
+                logger.info("kept the partial for a later run", metadata: ["bytes": "\(writer?.size ?? 0)"])
+            }
             return
         }
         writer?.file.remove()

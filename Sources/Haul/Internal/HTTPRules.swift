@@ -70,7 +70,9 @@ enum HTTPRules {
         return nil
     }
 
-    private static let monthNames = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    private static let monthNames = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
 
     /// Seconds since 1970 of `Sun, 06 Nov 1994 08:49:37 GMT` (RFC 9110 5.6.7), or `nil` for any other form.
     static func imfFixdate(_ value: String) -> Int64? {

@@ -52,7 +52,8 @@ struct PolitenessOptions: ParsableArguments {
 
     @Option(
         name: .customLong("per-host-rate"),
-        help: ArgumentHelp("At most N request starts per unit of time to one host (N/s, N/m, N/h).", valueName: "N/UNIT"))
+        help: ArgumentHelp(
+            "At most N request starts per unit of time to one host (N/s, N/m, N/h).", valueName: "N/UNIT"))
     var perHostRate: String?
 
     @Option(

@@ -11,7 +11,9 @@ import Testing
 /// request and of every body byte it sent.
 @Suite("Freshness", .timeLimit(.minutes(2)))
 struct FreshnessTests {
-    func downloader(_ journal: MemoryJournal, _ change: (inout Downloader.Configuration) -> Void = { _ in }) -> Downloader {
+    func downloader(_ journal: MemoryJournal, _ change: (inout Downloader.Configuration) -> Void = { _ in })
+        -> Downloader
+    {
         var configuration = TransportKind.nio.configuration(retries: 0)
         configuration.journal = journal
         change(&configuration)
@@ -58,7 +60,9 @@ struct FreshnessTests {
         }
     }
 
-    @Test("revalidating a changed file fetches the new copy and replaces the file atomically, whatever the conflict policy")
+    @Test(
+        "revalidating a changed file fetches the new copy and replaces the file atomically, whatever the conflict policy"
+    )
     func changedIsReplaced() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -118,7 +122,9 @@ struct FreshnessTests {
         }
     }
 
-    @Test("the file gets the server's Last-Modified time, and the journal still knows it unchanged; off, the time of writing")
+    @Test(
+        "the file gets the server's Last-Modified time, and the journal still knows it unchanged; off, the time of writing"
+    )
     func remoteTime() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -142,7 +148,9 @@ struct FreshnessTests {
         }
     }
 
-    @Test("a download that fails for good keeps its partial (owner-only, hidden); the next run resumes it with Range and If-Range")
+    @Test(
+        "a download that fails for good keeps its partial (owner-only, hidden); the next run resumes it with Range and If-Range"
+    )
     func failureKeepsPartial() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
@@ -150,7 +158,12 @@ struct FreshnessTests {
             let size = 4_000_000
             let request = DownloadRequest(
                 url: server.url(path: "/bytes/big.bin", query: ["size": "\(size)"]), destination: .directory(dir.url))
-            server.addRule(FaultRule(pathPrefix: "/bytes/big.bin", fault: { var f = Fault(); f.cutAfterBytes = 1_500_000; return f }()))
+            server.addRule(
+                FaultRule(
+                    pathPrefix: "/bytes/big.bin",
+                    fault: {
+                        var f = Fault(); f.cutAfterBytes = 1_500_000; return f
+                    }()))
             let error = try await #require(throws: DownloadError.self) {
                 try await downloader(journal).download(request)
             }
@@ -226,7 +239,8 @@ struct FreshnessTests {
         }
     }
 
-    @Test("a server without ranges leaves a continued file to the conflict policy: fail leaves it, overwrite replaces it")
+    @Test(
+        "a server without ranges leaves a continued file to the conflict policy: fail leaves it, overwrite replaces it")
     func continuationWithoutRanges() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()

@@ -212,7 +212,9 @@ struct JournalTests {
         }
     }
 
-    @Test("after a failure with keepsPartialOnFailure off nothing is kept and the journal holds the failure with its request")
+    @Test(
+        "after a failure with keepsPartialOnFailure off nothing is kept and the journal holds the failure with its request"
+    )
     func failureIsRecorded() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()

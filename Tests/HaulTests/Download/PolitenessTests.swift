@@ -95,7 +95,8 @@ struct PolitenessTests {
                 downloader: downloader { $0.pacing.rate = RequestRate(count: 5, per: .seconds(1)) },
                 configuration: .init(maxConcurrentDownloads: 6))
             let requests = (0..<6).map {
-                DownloadRequest(url: server.url(path: "/bytes/r\($0)", query: ["size": "100"]), destination: .directory(dir.url))
+                DownloadRequest(
+                    url: server.url(path: "/bytes/r\($0)", query: ["size": "100"]), destination: .directory(dir.url))
             }
             for result in await queue.downloadAll(requests) { _ = try result.get() }
             // The client spaces the starts 200 ms apart; what a busy machine adds between a start and its arrival at
@@ -126,7 +127,8 @@ struct PolitenessTests {
                 }
             }
             for host in ["127.0.0.1", "localhost"] {
-                try FileManager.default.createDirectory(at: dir.url.appendingPathComponent(host), withIntermediateDirectories: true)
+                try FileManager.default.createDirectory(
+                    at: dir.url.appendingPathComponent(host), withIntermediateDirectories: true)
             }
             for result in await queue.downloadAll(requests) { _ = try result.get() }
             let byHost = Dictionary(grouping: server.stats.requests) { $0.host?.hasPrefix("localhost") == true }
