@@ -114,7 +114,8 @@ extension DownloadRun {
                 } else {
                     0
                 }
-            try await waitForTurn(url: url)
+            // Checked here, not in the callee: an `await` that never suspends still costs a call split in two.
+            if pacer.isActive { try await waitForTurn(url: url) }
             let head = makeRequest(
                 url: url, fields: withCredentialsAndCookies(hops.fields, for: url), resumeFrom: resumeFrom)
             let options = options(for: url)
@@ -267,7 +268,7 @@ extension DownloadRun {
             totalBytes = bodyLength
         }
         validator = HTTPRules.validator(of: response.head)
-        lastModified = response.head.headerFields[.lastModified]
+        if configuration.usesRemoteModificationTime { lastModified = response.head.headerFields.first(.lastModified) }
         if let max = request.maxSize, let total = totalBytes, total > max {
             throw AttemptFailure.permanent(
                 DownloadError(

@@ -47,7 +47,7 @@ final class DownloadRun: @unchecked Sendable {
     lazy var journalKey = JournalKey(request)
     /// When the download's time limit runs out, if it has one.
     var deadline: ContinuousClock.Instant?
-    /// The `Last-Modified` of the response whose body is in the partial.
+    /// The `Last-Modified` of the response whose body is in the partial, kept when the file is to get the server's time.
     var lastModified: String?
     /// The file an earlier run completed, being revalidated with a conditional request.
     var revalidation: Revalidation?
@@ -236,8 +236,8 @@ final class DownloadRun: @unchecked Sendable {
                 message: "\(expected.algorithm.rawValue) is \((requested ?? []).hexString), expected \(expected.hex)",
                 url: finalURL, bytesReceived: size)
         }
-        if configuration.usesRemoteModificationTime, let lastModified, let date = HTTPRules.httpDate(lastModified) {
-            partial.setModificationTime(date)
+        if let lastModified, let seconds = HTTPRules.secondsSince1970(httpDate: lastModified) {
+            partial.setModificationTime(secondsSince1970: seconds)
         }
         await configuration.hooks.beforePublish?()
         if Task.isCancelled { throw cancelledError() }

@@ -57,6 +57,11 @@ enum HTTPRules {
         return .milliseconds(max(0, Int((date.timeIntervalSince(now) * 1000).rounded(.up))))
     }
 
+    /// An HTTP date in whole seconds since 1970 (HTTP dates have no fractions).
+    static func secondsSince1970(httpDate value: String) -> Int64? {
+        imfFixdate(value) ?? httpDate(value).map { Int64($0.timeIntervalSince1970.rounded(.down)) }
+    }
+
     static func httpDate(_ value: String) -> Date? {
         // IMF-fixdate, what servers send today, by hand: a DateFormatter costs more than a small file's download.
         if let seconds = imfFixdate(value) { return Date(timeIntervalSince1970: TimeInterval(seconds)) }
@@ -70,29 +75,45 @@ enum HTTPRules {
         return nil
     }
 
-    private static let monthNames = [
+    /// The month names of HTTP dates, each as its three bytes in one number.
+    private static let monthKeys: [UInt32] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ]
+    .map { $0.utf8.reduce(0) { $0 << 8 | UInt32($1) } }
 
-    /// Seconds since 1970 of `Sun, 06 Nov 1994 08:49:37 GMT` (RFC 9110 5.6.7), or `nil` for any other form.
+    /// Seconds since 1970 of `Sun, 06 Nov 1994 08:49:37 GMT` (RFC 9110 5.6.7), or `nil` for any other form. Read
+    /// at fixed offsets of the 29 bytes the form always has.
     static func imfFixdate(_ value: String) -> Int64? {
-        let parts = value.split(separator: " ")
-        guard parts.count == 6, parts[5] == "GMT", parts[0].count == 4, let day = Int(parts[1]), (1...31).contains(day),
-            let year = Int64(parts[3]), let monthIndex = monthNames.firstIndex(where: { $0 == parts[2] })
-        else { return nil }
-        let clock = parts[4].split(separator: ":")
-        guard clock.count == 3, let hour = Int64(clock[0]), let minute = Int64(clock[1]), let second = Int64(clock[2]),
-            hour < 24, minute < 60, second < 61
-        else { return nil }
-        // Days from the civil date (Howard Hinnant's algorithm).
-        let month = Int64(monthIndex + 1)
-        let shiftedYear = month <= 2 ? year - 1 : year
-        let era = (shiftedYear >= 0 ? shiftedYear : shiftedYear - 399) / 400
-        let yearOfEra = shiftedYear - era * 400
-        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + Int64(day) - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        let days = era * 146_097 + dayOfEra - 719_468
-        return days * 86_400 + hour * 3600 + minute * 60 + second
+        var value = value
+        return value.withUTF8 { bytes -> Int64? in
+            guard bytes.count == 29, bytes[3] == UInt8(ascii: ","), bytes[25] == UInt8(ascii: " "),
+                bytes[26] == UInt8(ascii: "G"), bytes[27] == UInt8(ascii: "M"), bytes[28] == UInt8(ascii: "T")
+            else { return nil }
+            func number(_ range: Range<Int>) -> Int64? {
+                var result: Int64 = 0
+                for index in range {
+                    let digit = bytes[index] &- UInt8(ascii: "0")
+                    guard digit < 10 else { return nil }
+                    result = result * 10 + Int64(digit)
+                }
+                return result
+            }
+            let name = UInt32(bytes[8]) << 16 | UInt32(bytes[9]) << 8 | UInt32(bytes[10])
+            guard let index = monthKeys.firstIndex(of: name), let day = number(5..<7), (1...31).contains(day),
+                let year = number(12..<16),
+                let hour = number(17..<19), let minute = number(20..<22), let second = number(23..<25),
+                hour < 24, minute < 60, second < 61
+            else { return nil }
+            let month = Int64(index + 1)
+            // Days from the civil date (Howard Hinnant's algorithm).
+            let shiftedYear = month <= 2 ? year - 1 : year
+            let era = shiftedYear / 400
+            let yearOfEra = shiftedYear - era * 400
+            let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+            let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+            let days = era * 146_097 + dayOfEra - 719_468
+            return days * 86_400 + hour * 3600 + minute * 60 + second
+        }
     }
 
     struct ContentRange: Equatable {

@@ -236,13 +236,15 @@ final class PartialFile {
         }
     }
 
-    /// Sets the file's modification (and access) time to `date`, before it is sealed and stamped.
-    func setModificationTime(_ date: Date) {
+    /// Sets the file's modification (and access) time to `seconds` since 1970, before it is sealed and stamped.
+    func setModificationTime(secondsSince1970 seconds: Int64) {
         guard descriptor >= 0 else { return }
-        let seconds = date.timeIntervalSince1970.rounded(.down)
-        let time = timespec(tv_sec: Int(seconds), tv_nsec: Int((date.timeIntervalSince1970 - seconds) * 1e9))
-        let times = [time, time]
-        _ = futimens(descriptor, times)
+        let time = timespec(tv_sec: Int(seconds), tv_nsec: 0)
+        // On the stack: once per file, where an array would be an allocation.
+        withUnsafeTemporaryAllocation(of: timespec.self, capacity: 2) { times in
+            times.initialize(repeating: time)
+            _ = futimens(descriptor, times.baseAddress)
+        }
     }
 
     /// Empties the file, for an attempt that starts over.

@@ -22,9 +22,9 @@ final class StallWatch: Sendable {
         let clock: ActivityClock
         let limits: Limits
         let onStop: @Sendable (Reason) -> Void
-        /// Where the window of the minimum speed starts: a time and the clock's byte count then.
-        var windowStart: ContinuousClock.Instant
-        var windowBytes: Int64
+        /// Where the window of the minimum speed starts: a time and the clock's byte count then (set at the first
+        /// look, not per attempt watched: most have no minimum speed).
+        var window: (start: ContinuousClock.Instant, bytes: Int64)?
 
         /// Why the attempt must stop at `now`, if it must; moves the speed window on.
         mutating func reason(now: ContinuousClock.Instant, timeout: Duration) -> Reason? {
@@ -33,13 +33,13 @@ final class StallWatch: Sendable {
             if now - last >= timeout { return .stalled }
             guard let minimum = limits.minimumSpeed else { return nil }
             // A wait the download itself chose (a bandwidth limit) is not slowness: the window starts after it.
-            if last > now {
-                (windowStart, windowBytes) = (last, bytes)
+            guard let window, last <= now else {
+                window = (max(last, now), bytes)
                 return nil
             }
-            let elapsed = now - windowStart
-            if Double(bytes - windowBytes) >= Double(minimum.bytesPerSecond) * elapsed.seconds {
-                (windowStart, windowBytes) = (now, bytes)
+            let elapsed = now - window.start
+            if Double(bytes - window.bytes) >= Double(minimum.bytesPerSecond) * elapsed.seconds {
+                self.window = (now, bytes)
                 return nil
             }
             return elapsed >= minimum.duration ? .tooSlow : nil
@@ -68,12 +68,10 @@ final class StallWatch: Sendable {
     func watch(
         _ clock: ActivityClock, limits: Limits = Limits(), onStop: @escaping @Sendable (Reason) -> Void
     ) -> Int {
-        let now = ContinuousClock.now
         let (token, start) = state.withLock { state in
             let token = state.nextToken
             state.nextToken += 1
-            state.watched[token] = Watched(
-                clock: clock, limits: limits, onStop: onStop, windowStart: now, windowBytes: clock.reading.bytes)
+            state.watched[token] = Watched(clock: clock, limits: limits, onStop: onStop)
             defer { state.ticking = true }
             return (token, !state.ticking)
         }

@@ -66,6 +66,10 @@ final class RequestPacer: Sendable {
         active = Atomic(pacing.spacesRequests)
     }
 
+    /// Whether any request may have to wait: pacing is set, or a host asked for time. Read before the host key is
+    /// made: most downloaders pace nothing.
+    var isActive: Bool { active.load(ordering: .relaxed) }
+
     /// Claims the start of a request to `host` now, and returns `nil`; or, when it may not start yet, claims
     /// nothing and returns how long to wait before asking again, and why.
     func claim(host: String, now: ContinuousClock.Instant = .now) -> (delay: Duration, reason: ThrottleReason)? {

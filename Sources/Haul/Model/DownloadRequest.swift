@@ -44,21 +44,56 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
     public var priority: Int
     /// The most body bytes per second this download receives; `nil` (the default) for no limit of its own. The
     /// downloader's ``Downloader/Configuration/maxBytesPerSecond``, shared by all its downloads, applies as well.
-    public var maxBytesPerSecond: Int64?
+    public var maxBytesPerSecond: Int64? {
+        get { rare.maxBytesPerSecond }
+        set { rare.maxBytesPerSecond = newValue }
+    }
     /// The longest the whole download may take, retries, backoff and waits included; past it the download fails
     /// with ``DownloadError/Code/timedOut`` (not retried; a partial is kept for a later run like any failure's).
     /// `nil` (the default): the downloader's ``Downloader/Configuration/timeLimit``.
-    public var timeLimit: Duration?
+    public var timeLimit: Duration? {
+        get { rare.timeLimit }
+        set { rare.timeLimit = newValue }
+    }
     /// A transfer slower than this for its duration fails with ``DownloadError/Code/tooSlow``, a transient failure
     /// that is retried and resumed. `nil` (the default): the downloader's ``Downloader/Configuration/minimumSpeed``.
-    public var minimumSpeed: MinimumSpeed?
+    public var minimumSpeed: MinimumSpeed? {
+        get { rare.minimumSpeed }
+        set { rare.minimumSpeed = newValue }
+    }
     /// Continue a file that is already at the destination and that Haul did not write (another tool left it
     /// half done): the request asks for the rest with `Range` from the file's size, and the whole file is published
     /// in its place once complete. No validator can prove that those bytes are the start of the server's file:
     /// use it only for files known to be partial copies of this URL. A server that does not answer with the rest
     /// (no range support) leaves the file to the ``conflictPolicy``; one that says the file is complete leaves it
     /// as it is (a skipped result).
-    public var continuesExistingFile = false
+    public var continuesExistingFile: Bool {
+        get { rare.continuesExistingFile }
+        set { rare.continuesExistingFile = newValue }
+    }
+
+    /// The fields most requests leave unset, on the heap when set: a queue holds every request it was given (a
+    /// million of them in a large batch), and these would make each a third larger.
+    private struct RareFields: Hashable, Sendable {
+        var maxBytesPerSecond: Int64?
+        var timeLimit: Duration?
+        var minimumSpeed: MinimumSpeed?
+        var continuesExistingFile = false
+    }
+
+    private enum Boxed: Hashable, Sendable {
+        indirect case fields(RareFields)
+    }
+
+    private var boxedRare: Boxed?
+
+    private var rare: RareFields {
+        get {
+            guard case .fields(let fields)? = boxedRare else { return RareFields() }
+            return fields
+        }
+        set { boxedRare = newValue == RareFields() ? nil : .fields(newValue) }
+    }
 
     /// Creates a request with no checks beyond the HTTP status, failing if the destination exists.
     public init(

@@ -236,4 +236,42 @@ struct PolitenessTests {
             #expect(from > 0 && from < 20_000, "\(range)")
         }
     }
+
+    @Test(
+        "the queue's events carry waits and revalidations to a subscriber that asks for them alone; an Operation honours a time limit"
+    )
+    func frontEnds() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = DownloadQueue(
+                downloader: downloader { $0.pacing.perHostWait = .milliseconds(200) },
+                configuration: .init(maxConcurrentDownloads: 3))
+            let events = queue.events(including: [.throttled])
+            let collected = Task {
+                var kinds: [QueueEvent.Kind] = []
+                for await event in events { kinds.append(event.kind) }
+                return kinds
+            }
+            let requests = (0..<3).map {
+                DownloadRequest(
+                    url: server.url(path: "/bytes/q\($0)", query: ["size": "100"]), destination: .directory(dir.url))
+            }
+            for result in await queue.downloadAll(requests) { _ = try result.get() }
+            await queue.waitUntilIdle()
+            queue.finishEvents()
+            let kinds = await collected.value
+            #expect(kinds.count == 2 && kinds.allSatisfy { $0 == .throttled }, "\(kinds)")
+
+            var slow = DownloadRequest(
+                url: server.url(path: "/bytes/op", query: ["size": "100000", "stallAfter": "10"]),
+                destination: .directory(dir.url))
+            slow.timeLimit = .milliseconds(500)
+            let operation = DownloadOperation(slow, downloader: downloader { _ in })
+            let operations = OperationQueue()
+            operations.addOperation(operation)
+            try await [operation].allFinished()
+            #expect(throws: DownloadError.self) { try operation.result?.get() }
+            if case .failure(let error) = operation.result { #expect((error as? DownloadError)?.code == .timedOut) }
+        }
+    }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 
 @testable import Haul
@@ -81,5 +82,25 @@ struct ThrottleTests {
         #expect(RequestRate(parsing: "5") == RequestRate(count: 5, per: .seconds(1)))
         for bad in ["", "0/s", "-1/s", "x/s", "10/week", "10/"] { #expect(RequestRate(parsing: bad) == nil, "\(bad)") }
         #expect(RequestRate(count: 2, per: .seconds(60)).description == "2/m")
+    }
+
+    @Test("HTTP dates: IMF-fixdate read by hand, the obsolete forms through the formatter, anything else refused")
+    func httpDates() {
+        for (text, seconds) in [
+            ("Sun, 06 Nov 1994 08:49:37 GMT", 784_111_777), ("Tue, 14 Nov 2023 22:13:20 GMT", 1_700_000_000),
+            ("Thu, 29 Feb 2024 00:00:00 GMT", 1_709_164_800), ("Thu, 01 Jan 1970 00:00:00 GMT", 0),
+            ("Fri, 31 Dec 1999 23:59:59 GMT", 946_684_799),
+        ] {
+            #expect(HTTPRules.imfFixdate(text) == Int64(seconds), "\(text)")
+            #expect(HTTPRules.httpDate(text)?.timeIntervalSince1970 == Double(seconds), "\(text)")
+        }
+        #expect(HTTPRules.httpDate("Sunday, 06-Nov-94 08:49:37 GMT")?.timeIntervalSince1970 == 784_111_777)
+        #expect(HTTPRules.httpDate("Sun Nov  6 08:49:37 1994")?.timeIntervalSince1970 == 784_111_777)
+        for bad in [
+            "", "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 06 Xyz 1994 08:49:37 GMT", "Sun, 32 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 6 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:4x:37 GMT",
+        ] {
+            #expect(HTTPRules.imfFixdate(bad) == nil, "\(bad)")
+        }
     }
 }
