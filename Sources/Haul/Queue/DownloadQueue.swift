@@ -165,7 +165,8 @@ public final class DownloadQueue: Sendable {
     /// Re-admits what an earlier process left unfinished in the downloader's journal: requests added to a
     /// queue and never finished, and downloads with a partial to resume (from where they stopped), in the order
     /// they were first added. Completed downloads are not fetched again; failed ones only with
-    /// `includingFailed`; ones cancelled through the queue were forgotten (unless they kept a partial, see
+    /// `includingFailed`, unless they kept a partial (``Downloader/Configuration/keepsPartialOnFailure``), which
+    /// counts as unfinished; ones cancelled through the queue were forgotten (unless they kept a partial, see
     /// ``Downloader/Configuration/keepsPartialOnCancel``). Returns their handles; none without a journal.
     ///
     /// ```swift
