@@ -641,7 +641,9 @@ extension DownloadRun {
         do {
             // A small body that nobody would resume (see the journal write above) and that must not replace a file
             // goes to an unnamed file where the system has them: one directory change to publish, not three.
-            let small = (totalBytes ?? .max) <= Self.restartableLimit && request.conflictPolicy != .overwrite
+            let small =
+                (totalBytes ?? .max) <= Self.restartableLimit && request.conflictPolicy != .overwrite
+                && !replacesDestination
             let file: PartialFile
             if small, let unnamed = PartialFile(unnamedFor: destinationPath) {
                 file = unnamed

@@ -61,18 +61,18 @@ struct FreshnessTests {
     }
 
     @Test(
-        "revalidating a changed file fetches the new copy and replaces the file atomically, whatever the conflict policy"
-    )
-    func changedIsReplaced() async throws {
+        "revalidating a changed file fetches the new copy and replaces the file atomically, whatever the conflict policy (a small body too, which would otherwise go to an unnamed file that cannot replace one)",
+        arguments: [1000, 150_000])
+    func changedIsReplaced(size: Int) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
             // Every request to the path gets a new version: the rerun's conditional request finds it changed.
             let request = DownloadRequest(
-                url: server.url(path: "/bytes/moving.bin", query: ["size": "150000", "changeAfterFirst": "1"]),
+                url: server.url(path: "/bytes/moving.bin", query: ["size": "\(size)", "changeAfterFirst": "1"]),
                 destination: .directory(dir.url))
             let first = try await downloader(journal).download(request)
-            #expect(contentsOf(first.fileURL) == TestServer.expectedBytes(name: "moving.bin", size: 150_000))
+            #expect(contentsOf(first.fileURL) == TestServer.expectedBytes(name: "moving.bin", size: size))
 
             let events = EventLog()
             let again = try await downloader(journal) { $0.revalidatesCompletedFiles = true }
@@ -80,11 +80,11 @@ struct FreshnessTests {
             #expect(!again.skipped && !again.notModified)
             #expect(
                 contentsOf(again.fileURL)
-                    == TestServer.expectedBytes(name: "moving.bin", size: 150_000, version: 1))
+                    == TestServer.expectedBytes(name: "moving.bin", size: size, version: 1))
             let conditional = try #require(server.stats.requests.last)
             #expect(
                 conditional.value(forHeader: "if-none-match")
-                    == TestServer.entityTag(name: "moving.bin", size: 150_000, version: 0))
+                    == TestServer.entityTag(name: "moving.bin", size: size, version: 0))
             #expect(events.all.contains { if case .revalidated(modified: true) = $0 { true } else { false } })
             #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["moving.bin"])
             // The journal now holds the new copy's validator: the next revalidation asks with it.
@@ -93,7 +93,7 @@ struct FreshnessTests {
                 Issue.record("not completed")
                 return
             }
-            #expect(validator == TestServer.entityTag(name: "moving.bin", size: 150_000, version: 1))
+            #expect(validator == TestServer.entityTag(name: "moving.bin", size: size, version: 1))
         }
     }
 
