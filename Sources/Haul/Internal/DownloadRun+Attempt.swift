@@ -114,7 +114,7 @@ extension DownloadRun {
                 } else {
                     0
                 }
-            // Checked here, not in the callee: an `await` that never suspends still costs a call split in two.
+            // Most downloaders pace nothing, and no host asked them for time.
             if pacer.isActive { try await waitForTurn(url: url) }
             let head = makeRequest(
                 url: url, fields: withCredentialsAndCookies(hops.fields, for: url), resumeFrom: resumeFrom)

@@ -240,11 +240,7 @@ final class PartialFile {
     func setModificationTime(secondsSince1970 seconds: Int64) {
         guard descriptor >= 0 else { return }
         let time = timespec(tv_sec: Int(seconds), tv_nsec: 0)
-        // On the stack: once per file, where an array would be an allocation.
-        withUnsafeTemporaryAllocation(of: timespec.self, capacity: 2) { times in
-            times.initialize(repeating: time)
-            _ = futimens(descriptor, times.baseAddress)
-        }
+        _ = futimens(descriptor, [time, time])
     }
 
     /// Empties the file, for an attempt that starts over.
