@@ -217,6 +217,19 @@ struct GetFreshnessTests {
             #expect(resumed)
             let last = try #require(server.stats.requests.last)
             #expect(last.range?.hasPrefix("bytes=") == true && last.range != "bytes=0-")
+
+            // A line's speed-time= with the run's --speed-limit: the line's time, the run's speed.
+            let list = dir.file("drip.txt")
+            let lineDrip = server.url(
+                path: "/bytes/line-drip.bin", query: ["size": "300000", "rate": "2000", "rateTimes": "1"]
+            ).absoluteString
+            try "\(lineDrip)\n  speed-time=1\n".write(to: list, atomically: true, encoding: .utf8)
+            let line = try await HaulProcess.run([
+                "get", "--json", "--speed-limit", "20K", "-d", dir.file("lines").path, "-i", list.path,
+            ])
+            #expect(line.status == 0, "\(line)")
+            let lineRetry = events(line.stdout).first { $0["event"] as? String == "retry" }
+            #expect(lineRetry?["code"] as? String == "tooSlow", "\(line)")
         }
     }
 

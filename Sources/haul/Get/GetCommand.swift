@@ -311,6 +311,7 @@ struct GetCommand: AsyncParsableCommand {
         planSettings.conflictPolicy = onConflict
         planSettings.useContentDisposition = contentDisposition
         planSettings.continuesExistingFiles = politeness.continueExisting
+        planSettings.speedLimit = politeness.speedLimit.flatMap(PolitenessOptions.byteRate)
         planSettings.speedTime = politeness.speedTime
         switch Planner.plan(entries, settings: planSettings) {
         case .success(let planned) where inputProblems.isEmpty: return planned

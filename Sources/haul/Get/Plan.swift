@@ -30,7 +30,8 @@ struct PlanSettings: Sendable {
     var useContentDisposition = false
     /// `-c/--continue`.
     var continuesExistingFiles = false
-    /// `--speed-time`, for `speed-limit=` lines without `speed-time=`.
+    /// `--speed-limit` and `--speed-time`, for the lines that set only the other one.
+    var speedLimit: Int64?
     var speedTime: Double?
 }
 
@@ -164,7 +165,7 @@ enum Planner {
         let speedTime = seconds("speed-time", entry.speedTime)
         var speed: MinimumSpeed?
         if entry.speedLimit != nil || speedTime != nil {
-            var bytes: Int64 = 1
+            var bytes = settings.speedLimit ?? 1
             if let text = entry.speedLimit {
                 if let parsed = PolitenessOptions.byteRate(text) {
                     bytes = parsed
