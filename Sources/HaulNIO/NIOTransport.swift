@@ -153,9 +153,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
                 throw await ReadableFailure.of(
                     error, at: destination, connectTimeout: options.connectTimeout, diagnoses: diagnoses) ?? error
             }
-            let exchange = Exchange(
-                connection: connection, transport: self, endpoint: endpoint,
-                highWater: options.receiveWindow.map { max($0 / 2, 1) } ?? Exchange.highWater)
+            let exchange = Exchange(connection: connection, transport: self, endpoint: endpoint)
             do {
                 let responseHead = try await exchange.start(encoded, interruption: interruption)
                 return TransportResponse(head: responseHead, body: exchange.body())

@@ -46,8 +46,7 @@ extension DownloadRun {
         onStall stop: @escaping @Sendable () -> Void, _ body: () async throws -> Void
     ) async throws(AttemptFailure) {
         let stopped = Locked<StallWatch.Reason?>(nil)
-        let limits = StallWatch.Limits(
-            minimumSpeed: request.minimumSpeed ?? configuration.minimumSpeed, deadline: deadline)
+        let limits = StallWatch.Limits(minimumSpeed: minimumSpeed, deadline: deadline)
         let token = stallWatch.watch(lastActivity, limits: limits) { reason in
             stopped.withLock { $0 = reason }
             stop()
@@ -70,13 +69,11 @@ extension DownloadRun {
                     message: "no data for \(stallWatch.timeout) (stall timeout); the server or network stopped",
                     url: finalURL))
         case .tooSlow?:
-            let minimum = request.minimumSpeed ?? configuration.minimumSpeed
             return .transient(
                 DownloadError(
                     .tooSlow,
-                    message:
-                        "slower than \(minimum?.bytesPerSecond ?? 0) bytes/s for \(minimum?.duration ?? .zero) "
-                        + "(minimum speed); the server or network is too slow",
+                    message: "slower than \(minimumSpeed?.bytesPerSecond ?? 0) bytes/s for "
+                        + "\(minimumSpeed?.duration ?? .zero) (minimum speed); the server or network is too slow",
                     url: finalURL))
         case .timedOut?:
             return .permanent(timedOutError(after: "the transfer was still running"))
@@ -191,12 +188,10 @@ extension DownloadRun {
 
         if status == 304, let revalidation, !revalidation.answered {
             emit(.revalidated(modified: false))
-            do {
-                skippedResult = try existingFileResult(
+            skippedResult = try endingForGood { () throws(DownloadError) in
+                try existingFileResult(
                     path: revalidation.path, size: revalidation.size, sha256: revalidation.sha256, finalURL: url,
                     notModified: true)
-            } catch {
-                throw AttemptFailure.permanent(error)
             }
             return .finished
         }
@@ -204,11 +199,8 @@ extension DownloadRun {
             let complete = HTTPRules.unsatisfiedRangeLength(response.head.headerFields.first(.contentRange))
             if complete == resumeFrom, writer == nil, continuation != nil, let destinationPath {
                 // The file another tool left is complete already: it stays as it is.
-                do {
-                    skippedResult = try existingFileResult(
-                        path: destinationPath, size: complete ?? 0, sha256: nil, finalURL: url)
-                } catch {
-                    throw AttemptFailure.permanent(error)
+                skippedResult = try endingForGood { () throws(DownloadError) in
+                    try existingFileResult(path: destinationPath, size: complete ?? 0, sha256: nil, finalURL: url)
                 }
                 return .finished
             }
@@ -491,15 +483,13 @@ extension DownloadRun {
     /// rest is appended to; the whole replaces the file when it is published.
     private func startContinuation(at size: Int64, url: URL) throws {
         guard let destinationPath else { return }
-        do {
+        writer = try endingForGood { () throws(DownloadError) in
             let file = try PartialFile(
                 creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
             try file.append(copyOf: destinationPath, count: size, url: request.url)
-            writer = try BackgroundWriter(
+            return try BackgroundWriter(
                 resuming: file, algorithm: request.expectedDigest?.algorithm,
                 computesSHA256: configuration.computesSHA256, url: request.url)
-        } catch {
-            throw AttemptFailure.permanent(error)
         }
         continuation = nil
         replacesDestination = true
@@ -628,35 +618,36 @@ extension DownloadRun {
                     url: request.url))
         }
         let path = (directory.path as NSString).appendingPathComponent(name)
+        skippedResult = try endingForGood { () throws(DownloadError) in try checkDestination(path) }
+        destinationPath = path
+    }
+
+    /// `body`'s result; its error ends the download (a permanent failure: another attempt would meet it again).
+    private func endingForGood<Result>(_ body: () throws(DownloadError) -> Result) throws(AttemptFailure) -> Result {
         do {
-            skippedResult = try checkDestination(path)
+            return try body()
         } catch {
             throw AttemptFailure.permanent(error)
         }
-        destinationPath = path
     }
 
     private func ensurePartial() throws {
         guard writer == nil, let destinationPath else { return }
-        do {
-            // A small body that nobody would resume (see the journal write above) and that must not replace a file
-            // goes to an unnamed file where the system has them: one directory change to publish, not three.
-            let small =
-                (totalBytes ?? .max) <= Self.restartableLimit && request.conflictPolicy != .overwrite
-                && !replacesDestination
-            let file: PartialFile
-            if small, let unnamed = PartialFile(unnamedFor: destinationPath) {
-                file = unnamed
-            } else {
-                file = try PartialFile(
-                    creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
+        // A small body that nobody would resume (see the journal write above) and that must not replace a file
+        // goes to an unnamed file where the system has them: one directory change to publish, not three.
+        let small =
+            (totalBytes ?? .max) <= Self.restartableLimit && request.conflictPolicy != .overwrite
+            && !replacesDestination
+        let file: PartialFile
+        if small, let unnamed = PartialFile(unnamedFor: destinationPath) {
+            file = unnamed
+        } else {
+            file = try endingForGood { () throws(DownloadError) in
+                try PartialFile(creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
             }
-            writer = BackgroundWriter(
-                file: file, algorithm: request.expectedDigest?.algorithm,
-                computesSHA256: configuration.computesSHA256)
-        } catch {
-            throw AttemptFailure.permanent(error)
         }
+        writer = BackgroundWriter(
+            file: file, algorithm: request.expectedDigest?.algorithm, computesSHA256: configuration.computesSHA256)
     }
 
     /// The first `Content-Length` (HTTP parsers reject differing repeats).

@@ -45,6 +45,10 @@ final class DownloadRun: @unchecked Sendable {
     let lastActivity = ActivityClock()
     /// The request's key in the journal, made once.
     lazy var journalKey = JournalKey(request)
+    /// The request's time limit, else the downloader's.
+    let timeLimit: Duration?
+    /// The request's minimum speed, else the downloader's.
+    let minimumSpeed: MinimumSpeed?
     /// When the download's time limit runs out, if it has one.
     var deadline: ContinuousClock.Instant?
     /// The `Last-Modified` of the response whose body is in the partial, kept when the file is to get the server's time.
@@ -90,6 +94,8 @@ final class DownloadRun: @unchecked Sendable {
         bandwidth = downloader.bandwidth
         pacer = downloader.pacer
         ownBandwidth = request.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) }
+        timeLimit = request.timeLimit ?? downloader.configuration.timeLimit
+        minimumSpeed = request.minimumSpeed ?? downloader.configuration.minimumSpeed
         self.emit = emit
         logger = downloader.configuration.logger
         logger[metadataKey: "url"] = .stringConvertible(request.url)  // rendered only if something is logged
@@ -99,7 +105,7 @@ final class DownloadRun: @unchecked Sendable {
 
     func execute() async throws(DownloadError) -> DownloadResult {
         try validateRequest()
-        if let limit = request.timeLimit ?? configuration.timeLimit { deadline = .now + limit }
+        if let timeLimit { deadline = .now + timeLimit }
         destinationPath = absentPath ?? request.plannedPath
         if destinationPath == nil, case .directory(_, false) = request.destination {
             throw DownloadError(
@@ -211,9 +217,8 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     func timedOutError(after detail: String) -> DownloadError {
-        let limit = request.timeLimit ?? configuration.timeLimit ?? .zero
-        return DownloadError(
-            .timedOut, message: "gave up at the time limit of \(limit): \(detail)", url: request.url,
+        DownloadError(
+            .timedOut, message: "gave up at the time limit of \(timeLimit ?? .zero): \(detail)", url: request.url,
             bytesReceived: writer?.size)
     }
 

@@ -43,12 +43,12 @@ final class Exchange: Sendable {
     private let state = Locked(State())
 
     /// Reading from the socket pauses above this many buffered body bytes and resumes below half of it, unless the
-    /// request's receive window asks for less.
+    /// endpoint's receive window asks for less (half of it is this buffer, half the socket's).
     static let highWater = 1 << 20
     private let highWater: Int
 
-    init(connection: Connection, transport: NIOTransport, endpoint: Endpoint, highWater: Int) {
-        self.highWater = highWater
+    init(connection: Connection, transport: NIOTransport, endpoint: Endpoint) {
+        highWater = endpoint.receiveWindow.map { max($0 / 2, 1) } ?? Self.highWater
         self.connection = connection
         self.transport = WeakTransport(transport)
         self.endpoint = endpoint
