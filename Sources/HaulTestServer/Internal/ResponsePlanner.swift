@@ -88,7 +88,17 @@ struct ResponsePlanner {
         var source: BodySource
         var size: Int
         var etag: String
-        var lastModified: String
+        /// `Last-Modified` in seconds since 1970, and as sent.
+        let modifiedSeconds: Int
+        let lastModified: String
+
+        init(source: BodySource, size: Int, etag: String, modifiedSeconds: Int) {
+            self.source = source
+            self.size = size
+            self.etag = etag
+            self.modifiedSeconds = modifiedSeconds
+            lastModified = HTTPDate.string(secondsSince1970: modifiedSeconds)
+        }
     }
 
     private func content(path: String) -> ResponseAction {
@@ -184,12 +194,8 @@ struct ResponsePlanner {
                 return tag == "*" || strong(tag) == strong(content.etag[...])
             }
         }
-        guard let since = head.headers.first(name: "if-modified-since") else { return false }
-        if since == content.lastModified { return true }
-        guard let sinceDate = HTTPDate.parse(since), let modified = HTTPDate.parse(content.lastModified) else {
-            return false
-        }
-        return modified <= sinceDate
+        guard let since = head.headers.first(name: "if-modified-since").flatMap(HTTPDate.parse) else { return false }
+        return content.modifiedSeconds <= since
     }
 
     private func rangeRequest(_ content: Content) -> ByteRangeRequest {
@@ -211,7 +217,6 @@ struct ResponsePlanner {
     }
 
     private func resolveContent(path: String, version: Int) -> Lookup {
-        let modified = HTTPDate.string(secondsSince1970: Self.baseModified + version * 3600)
         if path.hasPrefix("/bytes/") {
             let name = RequestTarget.decode(path.dropFirst("/bytes/".count), plusIsSpace: false)
             guard !name.isEmpty else { return .notFound }
@@ -221,7 +226,7 @@ struct ResponsePlanner {
                     source: .generated(server.state.content(name: name, version: version)),
                     size: size,
                     etag: TestServer.entityTag(name: name, size: size, version: version),
-                    lastModified: modified
+                    modifiedSeconds: Self.baseModified + version * 3600
                 ))
         }
         guard let resolver = server.resolver, path.hasPrefix(server.filesMount) else { return .notFound }
@@ -239,7 +244,7 @@ struct ResponsePlanner {
                 source: Self.bodySource(of: file),
                 size: file.size,
                 etag: tag,
-                lastModified: HTTPDate.string(secondsSince1970: file.modifiedSecondsSince1970 + version * 3600)
+                modifiedSeconds: file.modifiedSecondsSince1970 + version * 3600
             ))
     }
 

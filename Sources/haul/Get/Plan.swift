@@ -155,7 +155,7 @@ enum Planner {
         }
         func seconds(_ name: String, _ text: String?) -> Double? {
             guard let text else { return nil }
-            guard let value = Double(text), value > 0, value <= 31_536_000 else {
+            guard let value = Double(text), PolitenessOptions.isTimeLimit(value) else {
                 problems.append("\(name)='\(text)' is not a number of seconds above 0")
                 return nil
             }
@@ -165,17 +165,12 @@ enum Planner {
         let speedTime = seconds("speed-time", entry.speedTime)
         var speed: MinimumSpeed?
         if entry.speedLimit != nil || speedTime != nil {
-            var bytes = settings.speedLimit ?? 1
+            var bytes = settings.speedLimit
             if let text = entry.speedLimit {
-                if let parsed = PolitenessOptions.byteRate(text) {
-                    bytes = parsed
-                } else {
-                    problems.append("speed-limit='\(text)' is not a number of bytes per second")
-                }
+                bytes = PolitenessOptions.byteRate(text)
+                if bytes == nil { problems.append("speed-limit='\(text)' is not a number of bytes per second") }
             }
-            speed = MinimumSpeed(
-                bytesPerSecond: bytes,
-                for: PolitenessOptions.duration(seconds: speedTime ?? settings.speedTime ?? 30))
+            speed = PolitenessOptions.minimumSpeed(bytesPerSecond: bytes, seconds: speedTime ?? settings.speedTime)
         }
         return (rate, time, speed)
     }

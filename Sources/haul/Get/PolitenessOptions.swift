@@ -107,7 +107,7 @@ struct PolitenessOptions: ParsableArguments {
         }
         if randomWait && (wait ?? 0) == 0 { throw ValidationError("--random-wait needs --wait") }
         for (name, value) in [("-m/--max-time", maxTime), ("-y/--speed-time", speedTime)] {
-            if let value, !(value > 0 && value <= 31_536_000) {
+            if let value, !Self.isTimeLimit(value) {
                 throw ValidationError("\(name) must be a number of seconds above 0, not \(value)")
             }
         }
@@ -121,6 +121,9 @@ struct PolitenessOptions: ParsableArguments {
         parseByteCount(text).flatMap { $0 > 0 ? $0 : nil }
     }
 
+    /// Whether `seconds` can be a time limit or a speed time: above 0, at most a year.
+    static func isTimeLimit(_ seconds: Double) -> Bool { seconds > 0 && seconds <= 31_536_000 }
+
     /// Seconds as a duration (to the millisecond).
     static func duration(seconds: Double) -> Duration { .milliseconds(Int64((seconds * 1000).rounded())) }
 
@@ -133,12 +136,16 @@ struct PolitenessOptions: ParsableArguments {
             randomizesWait: randomWait)
     }
 
-    /// The minimum speed of the options, as curl pairs them: either alone takes the other's default.
+    /// The minimum speed of the options.
     var minimumSpeed: MinimumSpeed? {
         guard speedLimit != nil || speedTime != nil else { return nil }
-        return MinimumSpeed(
-            bytesPerSecond: speedLimit.flatMap(Self.byteRate) ?? 1,
-            for: Self.duration(seconds: speedTime ?? 30))
+        return Self.minimumSpeed(bytesPerSecond: speedLimit.flatMap(Self.byteRate), seconds: speedTime)
+    }
+
+    /// A minimum speed as curl pairs `--speed-limit` and `--speed-time`: either alone takes the other's default
+    /// (1 byte per second, 30 seconds).
+    static func minimumSpeed(bytesPerSecond: Int64?, seconds: Double?) -> MinimumSpeed {
+        MinimumSpeed(bytesPerSecond: bytesPerSecond ?? 1, for: duration(seconds: seconds ?? 30))
     }
 
     /// Applies the options to the run's settings.
