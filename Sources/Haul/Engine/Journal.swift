@@ -85,8 +85,10 @@ public struct JournalRecord: Sendable, Hashable, Codable {
         /// A queue was given the request and has not finished it; nothing of it is on disk yet.
         case requested
         /// Bytes are in the partial file of `path`; they may be resumed while the server's validator (strong
-        /// ETag or Last-Modified) still matches.
-        case partial(validator: String, totalBytes: Int64?)
+        /// ETag or Last-Modified) still matches. `missingRanges` is set for a file fetched in segments over several
+        /// connections (its partial has the file's full length): the byte ranges not yet written, each resumed from
+        /// its start; `nil` for a partial written in order, which resumes at its size.
+        case partial(validator: String, totalBytes: Int64?, missingRanges: [Range<Int64>]? = nil)
         /// The file was published at `path` (or is about to be: the engine records it just before publishing, with
         /// the stamp the rename or link keeps); it counts as there only while a file at `path` has this size,
         /// modification time and inode. `sha256` is its digest in hex when the download computed one; `validator`

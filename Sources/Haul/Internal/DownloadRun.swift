@@ -399,7 +399,7 @@ final class DownloadRun: @unchecked Sendable {
                 skipped: true)
         case .requested, .failed:
             break  // handled above
-        case .partial(let validator, let total):
+        case .partial(let validator, let total, _):
             guard
                 let file = try PartialFile(
                     resumingAt: PartialFile.partialPath(forDestination: record.path), url: request.url),

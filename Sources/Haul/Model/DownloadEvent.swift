@@ -16,6 +16,9 @@ public enum DownloadEvent: Sendable {
     /// The next request waits `delay` before it starts, for `reason`: a request rate, a wait between requests to
     /// one host, or a host that asked for time with `Retry-After`.
     case throttled(reason: ThrottleReason, delay: Duration)
+    /// One of the connections of a download fetched over several (``DownloadRequest/maxConnections``,
+    /// ``DownloadRequest/mirrors``) started or finished a segment, failed, or dropped a source.
+    case segment(SegmentEvent)
     /// A transient failure; the next attempt starts after `delay`.
     case retrying(attempt: Int, after: Duration, error: DownloadError)
     /// The file is at its destination, verified.
@@ -32,4 +35,37 @@ public enum ThrottleReason: String, Sendable, Hashable, CaseIterable {
     case hostWait
     /// The host answered `429` or `503` with `Retry-After`: every download to it waits that long.
     case retryAfter
+}
+
+/// What happened to one segment of a download fetched over several connections (``DownloadEvent/segment(_:)``).
+public struct SegmentEvent: Sendable, Hashable {
+    /// What happened.
+    public enum Change: Sendable, Hashable {
+        /// The connection asked for the segment's bytes.
+        case started
+        /// The segment's bytes are all in the file.
+        case finished
+        /// The connection failed; its segment is left to be fetched again (by it after a backoff, or by another).
+        case failed(DownloadError)
+        /// The source at ``SegmentEvent/url`` is not used for the rest of the file (it failed, ignored `Range`, or was
+        /// much slower than the others); its segments move to the other sources.
+        case sourceDropped(reason: String)
+    }
+
+    /// Which connection of the download (0 is the first).
+    public var connection: Int
+    /// The bytes of the file the segment covers (for ``Change/sourceDropped(reason:)``, what was left of it).
+    public var range: Range<Int64>
+    /// The source the connection fetches from.
+    public var url: URL
+    /// What happened.
+    public var change: Change
+
+    /// Creates an event.
+    public init(connection: Int, range: Range<Int64>, url: URL, change: Change) {
+        self.connection = connection
+        self.range = range
+        self.url = url
+        self.change = change
+    }
 }

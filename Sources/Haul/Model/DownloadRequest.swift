@@ -71,6 +71,32 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
         get { rare.continuesExistingFile }
         set { rare.continuesExistingFile = newValue }
     }
+    /// Other URLs that serve the same file (mirrors), tried besides ``url``: the file's segments are spread over all
+    /// of them (``maxConnections``), and a source that fails or is much slower than the others is dropped for the
+    /// rest of the file, its segments moving to the others. Every source must serve the same size, or the download
+    /// fails naming them. A mirror's user info is not kept (credentials for it come from the downloader's
+    /// ``Downloader/Configuration/credentials``). Empty (the default): ``url`` alone.
+    public var mirrors: [URL] {
+        get { rare.mirrors }
+        set { rare.mirrors = newValue.map { Self.splittingUserInfo($0).0 } }
+    }
+    /// The most connections this one file is fetched over at once (aria2's `--split`): a file whose size is known,
+    /// whose server accepts `Range` and gives a validator, and that is at least twice ``minimumSegmentSize``, is cut
+    /// into segments written in place into the one partial file; a connection that finishes its segment takes half
+    /// of the largest one left. Each connection counts against a ``DownloadQueue``'s limits like a download, and
+    /// waits for a free slot like one. 1 (the default): one connection, one stream.
+    public var maxConnections: Int {
+        get { rare.maxConnections }
+        set { rare.maxConnections = max(1, newValue) }
+    }
+    /// The smallest segment a new connection is opened for (aria2's `--min-split-size`): a file is split only where
+    /// both halves are at least this large. Default 20 MiB.
+    public var minimumSegmentSize: Int64 {
+        get { rare.minimumSegmentSize }
+        set { rare.minimumSegmentSize = max(1, newValue) }
+    }
+    /// The default ``minimumSegmentSize``: aria2's.
+    public static let defaultMinimumSegmentSize: Int64 = 20 << 20
 
     /// The fields most requests leave unset, on the heap when set: a queue holds every request it was given (a
     /// million of them in a large batch), and these would make each a third larger.
@@ -79,6 +105,9 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
         var timeLimit: Duration?
         var minimumSpeed: MinimumSpeed?
         var continuesExistingFile = false
+        var mirrors: [URL] = []
+        var maxConnections = 1
+        var minimumSegmentSize = DownloadRequest.defaultMinimumSegmentSize
     }
 
     private enum Boxed: Hashable, Sendable {
@@ -121,7 +150,8 @@ extension DownloadRequest {
     private enum CodingKeys: String, CodingKey {
         case storedURL = "url"
         case destination, headerFields, expectedDigest, expectedSize, maxSize, conflictPolicy, priority
-        case maxBytesPerSecond, timeLimit, minimumSpeed, continuesExistingFile
+        case maxBytesPerSecond, timeLimit, minimumSpeed, continuesExistingFile, mirrors, maxConnections
+        case minimumSegmentSize
     }
 
     /// Decodes a request that ``encode(to:)`` encoded (credentials and secret fields are absent). The fields added
@@ -140,6 +170,10 @@ extension DownloadRequest {
         timeLimit = try container.decodeIfPresent(Duration.self, forKey: .timeLimit)
         minimumSpeed = try container.decodeIfPresent(MinimumSpeed.self, forKey: .minimumSpeed)
         continuesExistingFile = try container.decodeIfPresent(Bool.self, forKey: .continuesExistingFile) ?? false
+        mirrors = try container.decodeIfPresent([URL].self, forKey: .mirrors) ?? []
+        maxConnections = try container.decodeIfPresent(Int.self, forKey: .maxConnections) ?? 1
+        minimumSegmentSize =
+            try container.decodeIfPresent(Int64.self, forKey: .minimumSegmentSize) ?? Self.defaultMinimumSegmentSize
     }
 
     /// Encodes the request without its secrets: ``credentials`` and the `Authorization`, `Cookie` and
@@ -162,6 +196,11 @@ extension DownloadRequest {
         try container.encodeIfPresent(timeLimit, forKey: .timeLimit)
         try container.encodeIfPresent(minimumSpeed, forKey: .minimumSpeed)
         if continuesExistingFile { try container.encode(true, forKey: .continuesExistingFile) }
+        if !mirrors.isEmpty { try container.encode(mirrors, forKey: .mirrors) }
+        if maxConnections != 1 { try container.encode(maxConnections, forKey: .maxConnections) }
+        if minimumSegmentSize != Self.defaultMinimumSegmentSize {
+            try container.encode(minimumSegmentSize, forKey: .minimumSegmentSize)
+        }
     }
 
     /// `url` without its user info, and the credentials it carried.

@@ -4,7 +4,7 @@ import Foundation
 public enum QueueEvent: Sendable {
     /// A download was added; it waits for a slot.
     case queued(DownloadID, DownloadRequest)
-    /// Something happened to one download: started, progress, redirected, revalidated, throttled, retrying, finished
+    /// Something happened to one download: started, progress, redirected, revalidated, throttled, a segment, retrying, finished
     /// or failed.
     /// A cancellation is `.failed` with ``DownloadError/Code/cancelled``.
     case download(DownloadID, DownloadEvent)
@@ -28,6 +28,8 @@ public enum QueueEvent: Sendable {
         case revalidated
         /// A download's ``DownloadEvent/throttled(reason:delay:)``.
         case throttled
+        /// A download's ``DownloadEvent/segment(_:)``.
+        case segment
         /// A download's ``DownloadEvent/finished(_:)`` (skipped ones included).
         case finished
         /// A download's ``DownloadEvent/failed(_:)``, cancellations included.
@@ -44,6 +46,7 @@ public enum QueueEvent: Sendable {
             case .retrying: self = .retrying
             case .revalidated: self = .revalidated
             case .throttled: self = .throttled
+            case .segment: self = .segment
             case .finished: self = .finished
             case .failed: self = .failed
             }
@@ -62,6 +65,7 @@ public enum QueueEvent: Sendable {
             case .batchProgress: 1 << 7
             case .revalidated: 1 << 8
             case .throttled: 1 << 9
+            case .segment: 1 << 10
             }
         }
 

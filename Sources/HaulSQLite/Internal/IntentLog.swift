@@ -387,7 +387,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         switch record.state {
         case .requested:
             rest("requested")
-        case .partial(let validator, let totalBytes):
+        case .partial(let validator, let totalBytes, _):
             rest("partial", validator: validator, totalBytes: totalBytes)
         case .completed(let size, let sha256, let stamp, let validator):
             rest(

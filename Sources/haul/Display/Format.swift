@@ -34,7 +34,6 @@ enum Format {
             ? String(format: "%d:%02d:%02d", hours, minutes, secs) : String(format: "%d:%02d", minutes, secs)
     }
 
-    /// `0.42 s`, `12.3 s`, `2 min 05 s`.
     /// Why a request waits, in words.
     static func throttleReason(_ reason: ThrottleReason) -> String {
         switch reason {
@@ -44,6 +43,21 @@ enum Format {
         }
     }
 
+    /// One connection's segment event, in words: `connection 2, bytes 1048576-2097151 from URL: started`.
+    static func segment(_ event: SegmentEvent) -> String {
+        let range =
+            event.range.isEmpty ? "" : ", bytes \(event.range.lowerBound)-\(event.range.upperBound - 1)"
+        let what =
+            switch event.change {
+            case .started: "started"
+            case .finished: "finished"
+            case .failed(let error): "failed: \(error.message)"
+            case .sourceDropped(let reason): "source dropped for the rest of the file: \(reason)"
+            }
+        return "connection \(event.connection + 1)\(range) from \(event.url.redactedString): \(what)"
+    }
+
+    /// `0.42 s`, `12.3 s`, `2 min 05 s`.
     static func elapsed(_ duration: Duration) -> String {
         let seconds = duration.seconds
         if seconds < 10 { return String(format: "%.2f s", seconds) }

@@ -3,8 +3,9 @@ import Haul
 import HaulOperations
 
 /// `--json`: one JSON object per line on standard output — `start`, `progress` (throttled like the
-/// events), `throttle`, `revalidate`, `retry`, `finish`, `fail` and a last `summary` — for scripts to read line by
-/// line.
+/// events), `throttle`, `revalidate`, `segment` (a connection of a segmented download: `change` is `start`, `finish`,
+/// `fail` or `drop`, with `connection`, `from`, `to` and `url`), `retry`, `finish`, `fail` and a last `summary` — for
+/// scripts to read line by line.
 final class JSONDisplay: Display {
     private let names = Locked<[DownloadID: String]>([:])
     private let encoder: JSONEncoder = {
@@ -32,6 +33,10 @@ final class JSONDisplay: Display {
         var notModified: Bool?
         var modified: Bool?
         var reason: String?
+        var change: String?
+        var connection: Int?
+        var from: Int64?
+        var to: Int64?
         var code: String?
         var status: Int?
         var error: String?
@@ -78,6 +83,24 @@ final class JSONDisplay: Display {
                 line.event = "throttle"
                 line.reason = reason.rawValue
                 line.delaySeconds = delay.seconds
+            case .segment(let segment):
+                line.event = "segment"
+                line.connection = segment.connection
+                line.from = segment.range.lowerBound
+                line.to = segment.range.upperBound
+                line.url = segment.url.redactedString
+                switch segment.change {
+                case .started: line.change = "start"
+                case .finished: line.change = "finish"
+                case .failed(let error):
+                    line.change = "fail"
+                    line.error = error.message
+                    line.code = error.code.description
+                    line.status = error.status
+                case .sourceDropped(let reason):
+                    line.change = "drop"
+                    line.reason = reason
+                }
             case .revalidated(let modified):
                 line.event = "revalidate"
                 line.modified = modified

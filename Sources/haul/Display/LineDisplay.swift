@@ -20,12 +20,12 @@ final class LineDisplay: Display {
         self.names = names
     }
 
-    /// The lines it writes: only failures when quiet; waits for a request's turn only when verbose. No progress: it
+    /// The lines it writes: only failures when quiet; waits for a request's turn and segments only when verbose. No progress: it
     /// draws none.
     var interest: Set<QueueEvent.Kind> {
         if quiet { return [.failed] }
         let kinds: Set<QueueEvent.Kind> = [.started, .retrying, .revalidated, .finished, .failed]
-        return verbose ? kinds.union([.throttled]) : kinds
+        return verbose ? kinds.union([.throttled, .segment]) : kinds
     }
 
     func handle(_ event: QueueEvent) {
@@ -50,6 +50,9 @@ final class LineDisplay: Display {
         case .throttled(let reason, let delay):
             guard verbose else { return }
             Console.out("wait   \(name): \(Format.elapsed(delay)) (\(Format.throttleReason(reason)))\n")
+        case .segment(let segment):
+            guard verbose else { return }
+            Console.out(Format.printable("segment \(name): \(Format.segment(segment))") + "\n")
         case .finished(let result):
             guard !quiet else { return }
             if result.notModified {

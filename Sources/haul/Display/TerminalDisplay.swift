@@ -101,6 +101,10 @@ final class TerminalDisplay: Display {
                 state.rows[id]?.note = modified ? "new copy" : "unchanged"
             case .throttled(let reason, let delay):
                 state.rows[id]?.note = "wait \(Format.elapsed(delay)): \(Format.throttleReason(reason))"
+            case .segment(let segment):
+                if case .sourceDropped = segment.change {
+                    state.messages.append(Format.printable("drop   \(name): \(Format.segment(segment))"))
+                }
             case .redirected:
                 break
             }
