@@ -177,11 +177,15 @@ public final class Downloader: Sendable {
     }
 
     /// Downloads `request`; `absentPath`, when given, is its destination path, which was found absent shortly
-    /// before (see ``DownloadQueue/add(_:)-([DownloadRequest])``): it is not looked up again.
+    /// before (see ``DownloadQueue/add(_:)-([DownloadRequest])``): it is not looked up again. `connections` grants
+    /// the extra connections of a segmented download (without it, each opens at once).
     func download(
-        _ request: DownloadRequest, absentPath: String?, onEvent: (@Sendable (DownloadEvent) -> Void)?
+        _ request: DownloadRequest, absentPath: String?, connections: (any ConnectionBroker)? = nil,
+        onEvent: (@Sendable (DownloadEvent) -> Void)?
     ) async throws(DownloadError) -> DownloadResult {
-        let run = DownloadRun(request: request, downloader: self, absentPath: absentPath, emit: onEvent ?? { _ in })
+        let run = DownloadRun(
+            request: request, downloader: self, absentPath: absentPath, connections: connections,
+            emit: onEvent ?? { _ in })
         do {
             let result = try await run.execute()
             onEvent?(.finished(result))

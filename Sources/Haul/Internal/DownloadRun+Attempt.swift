@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import HaulOperations
 import Logging
+import Synchronization
 
 extension DownloadRun {
     /// One attempt, watched: if neither a response head nor a body byte arrives for the stall timeout, the
@@ -101,6 +102,19 @@ extension DownloadRun {
     /// Requests the file (following redirects) and streams the body into the partial file. With `interruption`,
     /// every request goes through ``interruptibleTransport`` (see ``attemptWithWatchdog()``).
     private func attempt(_ hops: inout Hops, interruption: TransferInterruption?) async throws {
+        if let segmented {
+            do {
+                try await runSegments(segmented, first: nil, interruption: interruption)
+                try finishSegments()
+                return
+            } catch let abandoned as SegmentsAbandoned {
+                try await abandonSegments(abandoned)
+                hops.mayResume = false
+            } catch {
+                bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+                throw error
+            }
+        }
         while true {
             let url = hops.url
             let resumeFrom: Int64 =
@@ -112,7 +126,7 @@ extension DownloadRun {
                     0
                 }
             // Most downloaders pace nothing, and no host asked them for time.
-            if pacer.isActive { try await waitForTurn(url: url) }
+            if pacer.isActive { try await waitForTurn(url: url, emit: emit) }
             let head = makeRequest(
                 url: url, fields: withCredentialsAndCookies(hops.fields, for: url), resumeFrom: resumeFrom)
             let options = options(for: url)
@@ -145,7 +159,7 @@ extension DownloadRun {
             do {
                 next = try await handle(
                     response, url: url, resumeFrom: resumeFrom, hops: &hops, proxy: options.proxy,
-                    sentCredentials: head.headerFields[.authorization] != nil)
+                    sentCredentials: head.headerFields[.authorization] != nil, interruption: interruption)
             } catch {
                 await response.body.close()
                 throw error
@@ -157,12 +171,12 @@ extension DownloadRun {
 
     /// What an attempt does after a response: it is done, or it sends another request (a redirect, or a restart
     /// from zero).
-    private enum AfterResponse { case finished, sendAgain }
+    enum AfterResponse { case finished, sendAgain }
 
     /// Handles one response: follows a redirect, checks a range, or streams the body into the partial file.
     private func handle(
         _ response: TransportResponse, url: URL, resumeFrom: Int64, hops: inout Hops, proxy: Proxy?,
-        sentCredentials: Bool
+        sentCredentials: Bool, interruption: TransferInterruption?
     ) async throws -> AfterResponse {
         let status = response.head.status.code
         logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.redactedString)"])
@@ -269,6 +283,23 @@ extension DownloadRun {
         if destinationPath == nil {
             try chooseDestinationName(from: response.head)
             if skippedResult != nil { return .finished }
+        }
+        if canSegment(response.head, status: status, resumeFrom: resumeFrom) {
+            try await startSegments(resumeFrom: resumeFrom, url: url)
+            if let segmented {
+                do {
+                    try await runSegments(segmented, first: response, interruption: interruption)
+                    try finishSegments()
+                    return .finished
+                } catch let abandoned as SegmentsAbandoned {
+                    try await abandonSegments(abandoned)
+                    hops.mayResume = false
+                    return .sendAgain
+                } catch {
+                    bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+                    throw error
+                }
+            }
         }
         try ensurePartial()
         // Small bodies are not worth a journal write: an interrupted one is fetched again whole, cheaply.
@@ -418,10 +449,12 @@ extension DownloadRun {
         return head
     }
 
-    /// Waits for this request's turn under the downloader's pacing and the holds hosts asked for, telling the caller
-    /// why. The wait is the download's own choice, not a stall; one that would end past the time limit ends the
-    /// download now.
-    private func waitForTurn(url: URL) async throws {
+    /// Waits for this request's turn under the downloader's pacing and the holds hosts asked for, telling `emit`
+    /// why. The wait is the download's own choice, not a stall (nor for `clock`, a connection's own); one that would
+    /// end past the time limit ends the download now.
+    func waitForTurn(
+        url: URL, clock: ActivityClock? = nil, emit: @Sendable (DownloadEvent) -> Void
+    ) async throws {
         let host = Self.hostKey(url)
         var told = false
         while let (delay, reason) = pacer.claim(host: host) {
@@ -437,18 +470,21 @@ extension DownloadRun {
                 logger.debug("waiting for the request's turn", metadata: ["delay": "\(delay)", "reason": "\(reason)"])
             }
             lastActivity.waits(until: until)
+            clock?.waits(until: until)
             try await Task.sleep(until: until, clock: .continuous)
         }
     }
 
-    /// Takes `count` bytes from the bandwidth limits and waits as long as they say (ending at the time limit).
-    private func waitForBandwidth(_ count: Int) async throws {
+    /// Takes `count` bytes from the bandwidth limits and waits as long as they say (ending at the time limit); the
+    /// wait is no stall for `clock` either (a connection's own).
+    func waitForBandwidth(_ count: Int, clock: ActivityClock? = nil) async throws {
         let now = ContinuousClock.now
         let delay = max(bandwidth?.take(count, now: now) ?? .zero, ownBandwidth?.take(count, now: now) ?? .zero)
         guard delay > .zero else { return }
         var until = now + delay
         if let deadline, until >= deadline { until = deadline }
         lastActivity.waits(until: until)
+        clock?.waits(until: until)
         try await Task.sleep(until: until, clock: .continuous)
         if let deadline, ContinuousClock.now >= deadline {
             throw AttemptFailure.permanent(timedOutError(after: "the transfer was still running"))
@@ -518,7 +554,7 @@ extension DownloadRun {
         return target
     }
 
-    private func statusFailure(
+    func statusFailure(
         _ head: HTTPResponse, url: URL, proxy: Proxy?, sentCredentials: Bool
     ) -> AttemptFailure {
         let status = head.status.code
@@ -552,7 +588,7 @@ extension DownloadRun {
 
     /// The options for a request to `url`: the downloader's, with the proxy its configuration picks for `url` and
     /// the receive window of the request's own bandwidth limit.
-    private func options(for url: URL) -> TransportOptions {
+    func options(for url: URL) -> TransportOptions {
         guard configuration.proxy != .none || request.maxBytesPerSecond != nil else { return transportOptions }
         var options = transportOptions
         if configuration.proxy != .none { options.proxy = configuration.proxy.proxy(for: url) }
@@ -565,7 +601,7 @@ extension DownloadRun {
     /// `fields` with the credentials and cookies for a request to `url` added: `Authorization: Basic` with the
     /// request's own credentials on the origin of its URL (on no other), else those of the credential provider;
     /// the cookie jar's cookies for `url` after any `Cookie` of the request's own. Fields the caller set win.
-    private func withCredentialsAndCookies(_ fields: HTTPFields, for url: URL) -> HTTPFields {
+    func withCredentialsAndCookies(_ fields: HTTPFields, for url: URL) -> HTTPFields {
         if request.credentials == nil && configuration.credentials == nil && configuration.cookies == nil {
             return fields
         }
@@ -623,7 +659,7 @@ extension DownloadRun {
     }
 
     /// `body`'s result; its error ends the download (a permanent failure: another attempt would meet it again).
-    private func endingForGood<Result>(_ body: () throws(DownloadError) -> Result) throws(AttemptFailure) -> Result {
+    func endingForGood<Result>(_ body: () throws(DownloadError) -> Result) throws(AttemptFailure) -> Result {
         do {
             return try body()
         } catch {
@@ -653,5 +689,39 @@ extension DownloadRun {
     /// The first `Content-Length` (HTTP parsers reject differing repeats).
     static func contentLength(_ head: HTTPResponse) -> Int64? {
         head.headerFields.first(.contentLength).flatMap { Int64($0) }
+    }
+}
+
+extension DownloadRun {
+    /// After the last segment: the whole file is the partial a one-stream download would have, and is verified and
+    /// published as one (its digest read from the file, in order).
+    func finishSegments() throws {
+        guard let segmented else { return }
+        bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+        if configuration.usesRemoteModificationTime, lastModified == nil {
+            lastModified = segmented.state.withLock { $0.lastModified }
+        }
+        writer = try endingForGood { () throws(DownloadError) in
+            try BackgroundWriter(
+                resuming: segmented.file, algorithm: request.expectedDigest?.algorithm,
+                computesSHA256: configuration.computesSHA256, url: request.url)
+        }
+        self.segmented = nil
+    }
+
+    /// Gives segments up for one stream from zero: the partial is emptied, so no byte of another version stays.
+    func abandonSegments(_ abandoned: SegmentsAbandoned) async throws {
+        guard let segmented else { return }
+        bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+        logger.info("segments given up; one stream from zero", metadata: ["reason": "\(abandoned.reason)"])
+        try endingForGood { () throws(DownloadError) in try segmented.file.truncate(url: request.url) }
+        writer = BackgroundWriter(
+            file: segmented.file, algorithm: request.expectedDigest?.algorithm,
+            computesSHA256: configuration.computesSHA256)
+        self.segmented = nil
+        segmentsAbandoned = true
+        validator = nil
+        recordedPartial = false
+        configuration.journal?.remove(journalKey)
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import HaulOperations
 import Logging
+import Synchronization
 
 /// One download from request to published file: the attempt loop with retries and backoff, destination
 /// rules, verification and publishing. One instance per call to ``Downloader/download(_:onEvent:)``.
@@ -65,6 +66,15 @@ final class DownloadRun: @unchecked Sendable {
     let ownBandwidth: TokenBucket?
     let bandwidth: TokenBucket?
     let pacer: RequestPacer
+    /// Grants the extra connections of a segmented download; `nil`: they open at once.
+    let connections: (any ConnectionBroker)?
+    /// The file being fetched in segments over several connections, once it is.
+    var segmented: SegmentedTransfer?
+    /// Set when segments were given up (the file changed, or the server sends no ranges after all): one stream from
+    /// then on.
+    var segmentsAbandoned = false
+    /// Body bytes the connections of a segmented transfer received, added to ``bytesTransferred`` when it ends.
+    let segmentBytes = Atomic<Int64>(0)
 
     /// What a revalidation needs of the completed file.
     struct Revalidation {
@@ -81,9 +91,10 @@ final class DownloadRun: @unchecked Sendable {
 
     init(
         request: DownloadRequest, downloader: Downloader, absentPath: String? = nil,
-        emit: @escaping @Sendable (DownloadEvent) -> Void
+        connections: (any ConnectionBroker)? = nil, emit: @escaping @Sendable (DownloadEvent) -> Void
     ) {
         self.request = request
+        self.connections = connections
         self.absentPath = absentPath
         configuration = downloader.configuration
         transport = downloader.transport
@@ -124,7 +135,7 @@ final class DownloadRun: @unchecked Sendable {
 
         while true {
             attempts += 1
-            emit(.started(attempt: attempts, resumingAt: writer?.size ?? 0))
+            emit(.started(attempt: attempts, resumingAt: segmented?.written ?? writer?.size ?? 0))
             do {
                 try await attemptWithWatchdog()
                 break
@@ -341,15 +352,21 @@ final class DownloadRun: @unchecked Sendable {
             cancelled
             ? configuration.keepsPartialOnCancel
             : configuration.keepsPartialOnFailure && error.leavesResumableBytes
-        if keeps, recordedPartial, writer != nil {
-            // The journal's partial record (with its request) stays: the next run resumes it.
+        if keeps, recordedPartial, writer != nil || segmented != nil {
+            // The journal's partial record (with its request) stays: the next run resumes it; a segmented one with
+            // the ranges still missing now.
+            if let segmented { storeSegments(segmented) }
             if !cancelled {
-                logger.info("kept the partial for a later run", metadata: ["bytes": "\(writer?.size ?? 0)"])
+                logger.info(
+                    "kept the partial for a later run",
+                    metadata: ["bytes": "\(segmented?.written ?? writer?.size ?? 0)"])
             }
             return
         }
         writer?.file.remove()
         writer = nil
+        segmented?.file.remove()
+        segmented = nil
         guard let journal = configuration.journal else { return }
         if cancelled {
             journal.remove(journalKey)
@@ -399,6 +416,22 @@ final class DownloadRun: @unchecked Sendable {
                 skipped: true)
         case .requested, .failed:
             break  // handled above
+        case .partial(let validator, let total?, let missing?):
+            // Fetched in segments: the partial has the file's length, and the ranges missing are resumed each.
+            guard
+                let file = try PartialFile(
+                    resumingAt: PartialFile.partialPath(forDestination: record.path), appending: false, url: request.url)
+            else { return nil }
+            guard file.size == total else {
+                file.remove()
+                return nil
+            }
+            segmented = makeTransfer(file: file, total: total, missing: missing, primaryURL: request.url)
+            segmented?.state.withLock { $0.sources[0].validator = validator }
+            self.validator = validator
+            totalBytes = total
+            recordedPartial = true
+            logger.debug("resuming segments from an earlier run", metadata: ["missing": "\(missing.count)"])
         case .partial(let validator, let total, _):
             guard
                 let file = try PartialFile(

@@ -66,13 +66,14 @@ final class PartialFile {
         }
     }
 
-    /// Opens the partial an earlier run left at `path`, to append to it, and takes its writer's lock. `nil` when
+    /// Opens the partial an earlier run left at `path`, to append to it (or, not `appending`, to write it in place),
+    /// and takes its writer's lock. `nil` when
     /// there is none, or when what is there is not a regular file (a symbolic link is not followed; it is replaced
     /// or refused later). Throws ``DownloadError/Code/destinationBusy`` when another writer holds it.
-    init?(resumingAt path: String, url: URL) throws(DownloadError) {
+    init?(resumingAt path: String, appending: Bool = true, url: URL) throws(DownloadError) {
         let fd: Int32
         do {
-            fd = try Self.openLocked(path, flags: O_WRONLY | O_APPEND, url: url)
+            fd = try Self.openLocked(path, flags: appending ? O_WRONLY | O_APPEND : O_WRONLY, url: url)
         } catch  where error.code != .destinationBusy {
             return nil
         }
@@ -234,6 +235,37 @@ final class PartialFile {
                 copied += Int64(got)
             }
         }
+    }
+
+    /// Makes the file `length` bytes long (what is past its bytes reads as zeros, without taking space) and ready for
+    /// ``write(_:count:at:url:)``: a file fetched in segments is written in place, each segment at its offset.
+    func prepareForPositionalWrites(length: Int64, url: URL) throws(DownloadError) {
+        // A partial resumed to append to was opened with O_APPEND, under which pwrite would append.
+        let flags = fcntl(descriptor, F_GETFL)
+        guard flags >= 0, fcntl(descriptor, F_SETFL, flags & ~O_APPEND) == 0, ftruncate(descriptor, off_t(length)) == 0
+        else {
+            throw Self.fileSystemError(errno, "sizing", path, url)
+        }
+        size = length
+    }
+
+    /// Writes the first `count` bytes of `chunk` at `offset` (``prepareForPositionalWrites(length:url:)`` first). Safe
+    /// from several threads at once, for different bytes.
+    func write(_ chunk: any ByteChunk, count: Int, at offset: Int64, url: URL) throws(DownloadError) {
+        let result: Int32 = chunk.withUnsafeBytes { buffer in
+            guard let base = buffer.baseAddress else { return 0 }
+            var written = 0
+            while written < count {
+                let result = pwrite(descriptor, base + written, count - written, off_t(offset) + off_t(written))
+                if result < 0 {
+                    if errno == EINTR { continue }
+                    return errno
+                }
+                written += result
+            }
+            return 0
+        }
+        if result != 0 { throw Self.fileSystemError(result, "writing", path, url) }
     }
 
     /// Sets the file's modification (and access) time to `seconds` since 1970, before it is sealed and stamped.

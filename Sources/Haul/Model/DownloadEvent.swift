@@ -38,9 +38,9 @@ public enum ThrottleReason: String, Sendable, Hashable, CaseIterable {
 }
 
 /// What happened to one segment of a download fetched over several connections (``DownloadEvent/segment(_:)``).
-public struct SegmentEvent: Sendable, Hashable {
+public struct SegmentEvent: Sendable {
     /// What happened.
-    public enum Change: Sendable, Hashable {
+    public enum Change: Sendable {
         /// The connection asked for the segment's bytes.
         case started
         /// The segment's bytes are all in the file.

@@ -137,6 +137,11 @@ extension DownloadQueue {
         var batch = BatchCounters()
         var lastBatchEvent: ContinuousClock.Instant?
         var idleWaiters: [ResultBox<Void>] = []
+        /// Extra connections of running downloads (``Connections``), waiting or admitted, by their scheduler ID; each
+        /// box tells its waiter whether it got the slot.
+        var connections: [UInt64: ResultBox<Bool>] = [:]
+        /// How many of them are admitted: the scheduler counts them as running, the batch does not count them as files.
+        var runningConnections = 0
 
         init(scheduler: AdmissionScheduler, failurePolicy: FailurePolicy) {
             self.scheduler = scheduler
@@ -185,7 +190,7 @@ extension DownloadQueue {
             progress.finishedFiles = batch.finishedFiles
             progress.failedFiles = batch.failedFiles
             progress.cancelledFiles = batch.cancelledFiles
-            progress.runningFiles = scheduler.runningCount
+            progress.runningFiles = scheduler.runningCount - runningConnections
 
             var written = batch.finishedBytes
             var knownTotal = batch.finishedBytes + batch.waitingExpectedBytes
@@ -307,6 +312,12 @@ extension DownloadQueue {
     /// Starts a task for every download the scheduler admits now.
     func startAdmitted(in state: inout State) {
         for id in state.scheduler.admit() {
+            if let connection = state.connections[id] {
+                state.runningConnections += 1
+                // Its waiter is woken after the lock: a task of its own, as this runs inside many locked sections.
+                Task { connection.resolve(true) }
+                continue
+            }
             guard let entry = state.entries[id] else { continue }
             leaveWaiting(entry.request, in: &state)
             let request = entry.request
@@ -342,8 +353,10 @@ extension DownloadQueue {
     ) async {
         let outcome: Outcome
         do {
+            let connections = Connections(queue: self, priority: request.priority)
             outcome = .success(
-                try await downloader.download(request, absentPath: absentPath) { [self] event in
+                try await downloader.download(request, absentPath: absentPath, connections: connections) {
+                    [self] event in
                     record(event, of: id, progress: progress)
                 })
         } catch {

@@ -21,6 +21,9 @@ struct GetCommand: AsyncParsableCommand {
               max-time=S            seconds this download may take in all
               speed-limit=BYTES     minimum bytes per second (with speed-time=S, default 30)
               speed-time=S          how long it may stay under speed-limit
+              split=N               connections for this URL's file (as -s)
+            Mirrors: more URLs of the same file on the URL's line, separated by tabs (aria2's convention); the \
+            file's segments are spread over them, and one that fails or is much slower is dropped.
 
             Exit status: 0 all succeeded; 1 at least one download failed (the others still completed); \
             2 usage error or invalid input (nothing is downloaded; every bad line is reported); \
@@ -56,16 +59,32 @@ struct GetCommand: AsyncParsableCommand {
     // Unconditional, so that `-j -1` reaches validate() and is reported as a bad number, not a missing value.
     @Option(
         name: [.customShort("j"), .customLong("max-concurrent")], parsing: .unconditional,
-        help: ArgumentHelp("Downloads at once (1 = one at a time, in input order).", valueName: "N"))
-    var maxConcurrent: Int = 4
+        help: ArgumentHelp(
+            "Connections at once: downloads, and the extra connections of split files (1 = one at a time, in input "
+                + "order; default 4, or N of -s when larger).", valueName: "N"))
+    var maxConcurrent: Int?
 
     @Option(
         name: .customLong("per-host"),
-        help: ArgumentHelp("Downloads at once per host (default: no limit).", valueName: "N"))
+        help: ArgumentHelp("Connections at once per host (default: no limit).", valueName: "N"))
     var perHost: Int?
 
     @Option(help: ArgumentHelp("Retries of transient failures (0 = none).", valueName: "N"))
     var retries: Int = 3
+
+    // Unconditional, like -j.
+    @Option(
+        name: [.customShort("s"), .customLong("split")], parsing: .unconditional,
+        help: ArgumentHelp(
+            "Connections per file: a large file whose server takes Range is fetched in up to N segments at once; "
+                + "each counts against -j and --per-host.", valueName: "N"))
+    var split: Int = 1
+
+    @Option(
+        name: .customLong("min-split-size"),
+        help: ArgumentHelp(
+            "Smallest segment worth a connection of its own (K, M, G suffixes; default 20M).", valueName: "SIZE"))
+    var minSplitSize: String?
 
     @Option(help: ArgumentHelp("Expected digest for a single URL.", valueName: "ALGO=HEX"))
     var checksum: String?
@@ -198,9 +217,15 @@ struct GetCommand: AsyncParsableCommand {
                     + "--cacert, --capath, --insecure, --cert and --http1.1 need the nio or async-http-client transport"
             )
         }
-        if maxConcurrent < 1 { throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)") }
+        if let maxConcurrent, maxConcurrent < 1 {
+            throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)")
+        }
         if let perHost, perHost < 1 { throw ValidationError("--per-host must be at least 1, not \(perHost)") }
         if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
+        if !(1...64).contains(split) { throw ValidationError("-s/--split must be from 1 to 64, not \(split)") }
+        if let minSplitSize, (parseByteCount(minSplitSize) ?? 0) < 1 {
+            throw ValidationError("--min-split-size '\(minSplitSize)' is not a size above 0 (e.g. 1M, 20M)")
+        }
         for (name, value) in [("--connect-timeout", connectTimeout), ("--stall-timeout", stallTimeout)]
         where !(value > 0 && value <= 86_400) {
             throw ValidationError("\(name) must be a number of seconds above 0, not \(value)")
@@ -232,7 +257,8 @@ struct GetCommand: AsyncParsableCommand {
         let journal = try journalPath(directory: directory).map(Self.openJournal(at:))
 
         var settings = RunSettings(directory: directory)
-        settings.maxConcurrent = maxConcurrent
+        // One file split over N connections should get them without -j too.
+        settings.maxConcurrent = maxConcurrent ?? max(4, split)
         settings.perHost = perHost
         settings.retries = retries
         settings.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
@@ -308,6 +334,9 @@ struct GetCommand: AsyncParsableCommand {
         planSettings.checksum = checksum
         planSettings.headers = headers
         planSettings.maxSize = maxSize.flatMap(parseByteCount)
+        planSettings.split = split
+        planSettings.minimumSegmentSize =
+            minSplitSize.flatMap(parseByteCount) ?? DownloadRequest.defaultMinimumSegmentSize
         planSettings.conflictPolicy = onConflict
         planSettings.useContentDisposition = contentDisposition
         planSettings.continuesExistingFiles = politeness.continueExisting

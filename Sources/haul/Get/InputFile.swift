@@ -22,6 +22,10 @@ struct InputEntry: Equatable, Sendable {
     var speedLimit: String?
     /// `speed-time=S`
     var speedTime: String?
+    /// `split=N`
+    var split: String?
+    /// More URLs of the same file, after the first on its line (tab-separated).
+    var mirrors: [String] = []
 }
 
 /// Where an input entry came from: a line of a file, or a command-line argument. Its text is made only for a
@@ -44,10 +48,11 @@ struct InputProblem: Error, Equatable, CustomStringConvertible {
 
 /// Reads the `--input-file` format: one URL per line; blank lines and lines starting with `#` are ignored; a
 /// URL may be followed by indented option lines (aria2 style) `out=NAME`, `dir=SUBDIR`, `checksum=ALGO=HEX`,
-/// `header=K: V`, `limit-rate=RATE`, `max-time=S`, `speed-limit=BYTES`, `speed-time=S`.
+/// `header=K: V`, `limit-rate=RATE`, `max-time=S`, `speed-limit=BYTES`, `speed-time=S`, `split=N`. A URL line may
+/// list mirrors of the same file after it, separated by tabs (aria2's convention).
 enum InputFile {
     static let optionNames = [
-        "out", "dir", "checksum", "header", "limit-rate", "max-time", "speed-limit", "speed-time",
+        "out", "dir", "checksum", "header", "limit-rate", "max-time", "speed-limit", "speed-time", "split",
     ]
 
     /// The entries of `text` and every problem found in it (all of them, so one run reports them all).
@@ -93,15 +98,25 @@ enum InputFile {
             }
             while isBlank(bytes[end - 1]) { end -= 1 }  // stops at bytes[start], which is not blank
             let text = UnsafeBufferPointer(rebasing: bytes[start..<end])
-            let url = String(decoding: text, as: UTF8.self)
-            if text.contains(where: isBlank) {
+            let line = String(decoding: text, as: UTF8.self)
+            if text.contains(UInt8(ascii: " ")) {
                 problems.append(
                     InputProblem(
                         origin: source.description,
-                        message: "'\(url)' is not one URL: put one URL per line, and options on indented lines"))
+                        message:
+                            "'\(line)' is not one URL: put one URL per line (mirrors of one file after it, separated "
+                            + "by tabs), and options on indented lines"))
                 continue
             }
-            entries.append(InputEntry(source: source, url: url))
+            guard text.contains(UInt8(ascii: "\t")) else {
+                entries.append(InputEntry(source: source, url: line))
+                continue
+            }
+            // Mirrors: every tab-separated URL on the line is a source of the same file.
+            var urls = line.split(separator: "\t", omittingEmptySubsequences: true).map(String.init)
+            var entry = InputEntry(source: source, url: urls.removeFirst())
+            entry.mirrors = urls
+            entries.append(entry)
         }
         return (entries, problems)
     }
@@ -126,6 +141,9 @@ enum InputFile {
             entry.checksum = value
         case "header":
             entry.headers.append(value)
+        case "split":
+            guard entry.split == nil else { return "'split' given twice for \(entry.url)" }
+            entry.split = value
         case "limit-rate", "max-time", "speed-limit", "speed-time":
             let field: WritableKeyPath<InputEntry, String?> =
                 switch key {

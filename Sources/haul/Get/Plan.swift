@@ -30,6 +30,10 @@ struct PlanSettings: Sendable {
     var useContentDisposition = false
     /// `-c/--continue`.
     var continuesExistingFiles = false
+    /// `-s/--split`, for the lines without `split=`.
+    var split = 1
+    /// `--min-split-size`.
+    var minimumSegmentSize = DownloadRequest.defaultMinimumSegmentSize
     /// `--speed-limit` and `--speed-time`, for the lines that set only the other one.
     var speedLimit: Int64?
     var speedTime: Double?
@@ -85,6 +89,21 @@ enum Planner {
     ) -> Result<PlannedDownload, UsageFailure> {
         var problems: [String] = []
         let url = validateURL(entry.url, problems: &problems)
+        let mirrors = entry.mirrors.compactMap { validateURL($0, problems: &problems) }
+        for mirror in mirrors where mirror.user != nil {
+            // A mirror's own user and password would have to be kept apart from the first URL's; a netrc file
+            // names credentials by host already.
+            problems.append(
+                "mirror '\(mirror.redactedString)' carries a user and password: give them in a netrc file (--netrc-file)")
+        }
+        var split = settings.split
+        if let text = entry.split {
+            if let value = Int(text), (1...64).contains(value) {
+                split = value
+            } else {
+                problems.append("split='\(text)' is not a number of connections from 1 to 64")
+            }
+        }
         var directory = settings.directory
         var directoryPath = directoryPath
         if let subdirectory = entry.subdirectory {
@@ -123,6 +142,9 @@ enum Planner {
         request.maxBytesPerSecond = limits.rate
         request.timeLimit = limits.time
         request.minimumSpeed = limits.speed
+        request.mirrors = mirrors
+        request.maxConnections = split
+        request.minimumSegmentSize = settings.minimumSegmentSize
         // The name `request.plannedFileURL` ends in: one path component, never '.' or '..' (FileNaming makes a URL's
         // safe, and `problemWithFileName` refused any other), so joined to a standardized directory the path is
         // standardized too.

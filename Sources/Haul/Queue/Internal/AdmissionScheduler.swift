@@ -71,6 +71,14 @@ package struct AdmissionScheduler {
             return nil
         }
 
+        /// Puts `slot` (an extra connection's, see ``AdmissionScheduler/enqueue(_:host:priority:ahead:)``) after the
+        /// other extra connections at the front of its priority level, before every waiting download.
+        mutating func insertAhead(_ slot: Slot, priority: Int) {
+            guard let level = levels[priority] else { return append(slot, priority: priority) }
+            let index = level.firstIndex { $0.sequence >= AdmissionScheduler.firstDownloadSequence } ?? level.endIndex
+            levels[priority]?.insert(slot, at: index)
+        }
+
         mutating func append(_ slot: Slot, priority: Int) {
             if levels[priority] == nil {
                 levels[priority] = Deque()
@@ -111,7 +119,11 @@ package struct AdmissionScheduler {
     private var numbers: [String: HostNumber] = [:]
     private var freeNumbers: [HostNumber] = []
     private var candidates = Heap<Candidate>()
-    private var nextSequence: UInt64 = 0
+    /// Downloads are numbered from here up, extra connections from 1 up: an extra connection comes before every
+    /// download of its priority, since it finishes a file that is already running.
+    static let firstDownloadSequence: UInt64 = 1 << 62
+    private var nextSequence: UInt64 = firstDownloadSequence
+    private var nextAheadSequence: UInt64 = 0
 
     package init(maxConcurrent: Int, perHostLimit: Int? = nil) {
         self.maxConcurrent = max(1, maxConcurrent)
@@ -129,13 +141,26 @@ package struct AdmissionScheduler {
     /// Hosts with something waiting or running (the others are forgotten).
     var hostCount: Int { numbers.count }
 
-    /// Adds a waiting item. `host` is the key per-host limits count by.
-    package mutating func enqueue(_ id: ID, host: String, priority: Int) {
+    /// Adds a waiting item. `host` is the key per-host limits count by. An item `ahead` (one more connection of a
+    /// running download, fetching a segment of its file) waits before every download of its priority, after the
+    /// other such items: it counts against the limits like a download, but finishes a file already begun.
+    package mutating func enqueue(_ id: ID, host: String, priority: Int, ahead: Bool = false) {
         precondition(waiting[id] == nil && running[id] == nil, "download \(id) is already scheduled")
-        nextSequence += 1
+        let sequence: UInt64
+        if ahead {
+            nextAheadSequence += 1
+            sequence = nextAheadSequence
+        } else {
+            nextSequence += 1
+            sequence = nextSequence
+        }
         let number = number(of: host)
-        waiting[id] = Waiting(host: number, priority: priority, sequence: nextSequence)
-        append(Slot(id: id, sequence: nextSequence), to: number, priority: priority)
+        waiting[id] = Waiting(host: number, priority: priority, sequence: sequence)
+        if ahead {
+            hosts[number]?.insertAhead(Slot(id: id, sequence: sequence), priority: priority)
+        } else {
+            append(Slot(id: id, sequence: sequence), to: number, priority: priority)
+        }
         offer(number)
     }
 

@@ -1,0 +1,637 @@
+import Foundation
+import HTTPTypes
+import HaulOperations
+import Logging
+import Synchronization
+
+/// The shared state of one file fetched over several connections: the partial file, written in place, and behind a
+/// lock the segment table, the sources (the request's URL and its mirrors) and what each connection is doing.
+final class SegmentedTransfer: @unchecked Sendable {
+    // unchecked Sendable: `file` is only used for positional writes, which the kernel orders (each connection
+    // writes its own bytes), and by the run's task once every connection has ended; the rest is behind `state`.
+
+    let file: PartialFile
+    let total: Int64
+
+    /// A URL the file is fetched from.
+    struct Source {
+        /// Where requests go: the URL given, or where it redirected to.
+        var url: URL
+        /// The URL given (the request's URL or a mirror), for messages.
+        let given: URL
+        /// The validator this source gave for the file (the request's URL: the first response's), sent with
+        /// `If-Range`: a source that changed answers with the whole file instead of a range.
+        var validator: String?
+        /// Why it is no longer used, once dropped.
+        var dropped: String?
+        var connections = 0
+        var isPrimary: Bool
+    }
+
+    /// What one connection is doing, for telling a slow source from a fast one.
+    struct Connection {
+        var source: Int
+        var segment: Int?
+        var since: ContinuousClock.Instant
+        var bytes: Int64 = 0
+
+        func speed(now: ContinuousClock.Instant) -> Double? {
+            let elapsed = (now - since).seconds
+            return elapsed >= 1 ? Double(bytes) / elapsed : nil
+        }
+    }
+
+    struct State {
+        var table: SegmentTable
+        var sources: [Source]
+        var connections: [Int: Connection] = [:]
+        var meter: ProgressMeter
+        /// Bytes written since the journal last recorded the missing ranges.
+        var unrecorded: Int64 = 0
+        /// The primary source's `Last-Modified`, for a transfer resumed from the journal (no first response).
+        var lastModified: String?
+    }
+
+    let state: Locked<State>
+
+    init(file: PartialFile, total: Int64, missing: [Range<Int64>], sources: [Source], progressInterval: Duration) {
+        self.file = file
+        self.total = total
+        state = Locked(
+            State(
+                table: SegmentTable(total: total, missing: missing), sources: sources,
+                meter: ProgressMeter(interval: progressInterval)))
+    }
+
+    var missing: [Range<Int64>] { state.withLock { $0.table.missing } }
+    var written: Int64 { state.withLock { $0.table.written } }
+    var isComplete: Bool { state.withLock { $0.table.isComplete } }
+}
+
+/// What the connections of a segmented transfer tell the run's task, which alone emits events and writes the journal.
+enum SegmentNote: Sendable {
+    case event(DownloadEvent)
+    /// Enough bytes were written since the journal last recorded the missing ranges.
+    case checkpoint
+}
+
+/// Why a segmented transfer gives up its segments: the file changed on the server, or the server does not send
+/// ranges after all. The download goes on as one stream from zero.
+struct SegmentsAbandoned: Error {
+    var reason: String
+}
+
+extension DownloadRun {
+    /// The connections a file of `total` bytes would be fetched over from here: 1 keeps the one stream.
+    func plannedConnections(total: Int64, from offset: Int64) -> Int {
+        let wanted = request.maxConnections
+        guard wanted > 1 else { return 1 }
+        let splits = (total - offset) / max(1, request.minimumSegmentSize)
+        return Int(min(Int64(wanted), max(1, splits)))
+    }
+
+    /// Whether the response that starts this download lets it continue in segments over several connections (or
+    /// over mirrors): the request wants that, the file's size and a validator are known, the server takes ranges, the
+    /// file is not small, and nothing else about this download needs the one stream.
+    func canSegment(_ head: HTTPResponse, status: Int, resumeFrom: Int64) -> Bool {
+        guard segmented == nil, !segmentsAbandoned, destinationPath != nil, validator != nil,
+            let total = totalBytes, total > Self.restartableLimit, !request.continuesExistingFile,
+            request.maxConnections > 1 || !request.mirrors.isEmpty
+        else { return false }
+        let takesRanges =
+            status == 206 || head.headerFields[.acceptRanges].map { $0.lowercased().contains("bytes") } == true
+        return takesRanges && (plannedConnections(total: total, from: resumeFrom) > 1 || !request.mirrors.isEmpty)
+    }
+
+    /// Turns this download into a segmented one at `resumeFrom` (the bytes before it are in the partial, if any) and
+    /// records it in the journal before a byte is written.
+    func startSegments(resumeFrom: Int64, url: URL) async throws {
+        guard let destinationPath, let total = totalBytes, let validator else { return }
+        let file: PartialFile
+        if let writer {
+            try? await writer.drain()
+            file = writer.file
+            self.writer = nil
+        } else {
+            file = try endingForGood { () throws(DownloadError) in
+                try PartialFile(creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
+            }
+        }
+        try endingForGood { () throws(DownloadError) in try file.prepareForPositionalWrites(length: total, url: url) }
+        segmented = makeTransfer(file: file, total: total, missing: [resumeFrom..<total], primaryURL: url)
+        segmented?.state.withLock { $0.sources[0].validator = validator }
+        if let journal = configuration.journal {
+            await journal.commit(
+                JournalRecord(
+                    key: journalKey, path: destinationPath,
+                    state: .partial(validator: validator, totalBytes: total, missingRanges: [resumeFrom..<total]),
+                    request: request))
+            recordedPartial = true
+        }
+        logger.debug("fetching in segments", metadata: ["size": "\(total)", "from": "\(resumeFrom)"])
+    }
+
+    func makeTransfer(file: PartialFile, total: Int64, missing: [Range<Int64>], primaryURL: URL) -> SegmentedTransfer {
+        var sources = [SegmentedTransfer.Source(url: primaryURL, given: request.url, isPrimary: true)]
+        for mirror in request.mirrors where mirror != request.url {
+            sources.append(SegmentedTransfer.Source(url: mirror, given: mirror, isPrimary: false))
+        }
+        return SegmentedTransfer(
+            file: file, total: total, missing: missing, sources: sources,
+            progressInterval: configuration.progressInterval)
+    }
+
+    /// Fetches what is missing of the segmented file over its connections; `first` is the response that started
+    /// it, whose body is the first connection's first segment. Emits the connections' events and records their
+    /// progress in the journal from this task. Returns once the file is whole; throws ``SegmentsAbandoned`` when
+    /// it must be fetched as one stream from zero, or the failure that ended the last connection.
+    func runSegments(
+        _ transfer: SegmentedTransfer, first: TransportResponse?, interruption: TransferInterruption?
+    ) async throws {
+        let (notes, sink) = AsyncStream<SegmentNote>.makeStream()
+        let work = Task {
+            defer { sink.finish() }
+            try await self.runConnections(transfer, first: first, sink: sink)
+        }
+        // A stall, the time limit or the minimum speed of the whole download stops every connection.
+        interruption?.onInterrupt { work.cancel() }
+        await withTaskCancellationHandler {
+            for await note in notes {
+                switch note {
+                case .event(let event): emit(event)
+                case .checkpoint: await recordSegments(transfer)
+                }
+            }
+        } onCancel: {
+            work.cancel()
+        }
+        do {
+            try await work.value
+        } catch {
+            if transfer.written > 0 { await recordSegments(transfer) }
+            throw error
+        }
+        emit(
+            .progress(
+                DownloadProgress(
+                    bytesWritten: transfer.total, totalBytes: transfer.total,
+                    bytesPerSecond: transfer.state.withLock { $0.meter.bytesPerSecond })))
+    }
+
+    /// Records the ranges still missing, so that a killed run resumes each segment where it stopped.
+    func recordSegments(_ transfer: SegmentedTransfer) async {
+        guard let journal = configuration.journal, recordedPartial, let destinationPath, let validator else { return }
+        let missing = transfer.missing
+        await journal.commit(
+            JournalRecord(
+                key: journalKey, path: destinationPath,
+                state: .partial(validator: validator, totalBytes: transfer.total, missingRanges: missing),
+                request: request))
+    }
+
+    /// The same, without suspending: when a failed or cancelled download keeps its partial.
+    func storeSegments(_ transfer: SegmentedTransfer) {
+        guard let journal = configuration.journal, let destinationPath, let validator else { return }
+        journal.store(
+            JournalRecord(
+                key: journalKey, path: destinationPath,
+                state: .partial(validator: validator, totalBytes: transfer.total, missingRanges: transfer.missing),
+                request: request))
+    }
+
+    private func runConnections(
+        _ transfer: SegmentedTransfer, first: TransportResponse?, sink: AsyncStream<SegmentNote>.Continuation
+    ) async throws {
+        let count = plannedConnections(total: transfer.total, from: transfer.written)
+        let minimum = request.minimumSegmentSize
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            _ = register(0, transfer, preferring: 0)
+            group.addTask {
+                defer { self.unregister(0, transfer) }
+                try await self.connection(0, transfer, first: first, sink: sink)
+            }
+            for index in 1..<count {
+                group.addTask {
+                    guard transfer.state.withLock({ $0.table.hasWork(splittingAbove: minimum) }),
+                        let url = self.register(index, transfer, preferring: nil)
+                    else { return }
+                    defer { self.unregister(index, transfer) }
+                    var release: (@Sendable () -> Void)?
+                    if let connections = self.connections {
+                        guard let granted = await connections.acquire(for: url) else { return }
+                        release = granted
+                    }
+                    defer { release?() }
+                    try await self.connection(index, transfer, first: nil, sink: sink)
+                }
+            }
+            try await group.waitForAll()
+        }
+        guard transfer.isComplete else {
+            throw AttemptFailure.transient(
+                DownloadError(
+                    .truncated, message: "the connections ended with \(transfer.missing.count) segments missing",
+                    url: request.url, bytesReceived: transfer.written))
+        }
+    }
+
+    /// Registers connection `index` with its source (`preferring`, else the live source with the fewest
+    /// connections), before it waits for a slot: connections that start together spread over the sources. Returns
+    /// where it goes (for the queue's per-host count).
+    private func register(_ index: Int, _ transfer: SegmentedTransfer, preferring preferred: Int?) -> URL? {
+        transfer.state.withLock { state in
+            guard
+                let source = preferred
+                    ?? state.sources.indices.filter({ state.sources[$0].dropped == nil })
+                    .min(by: { state.sources[$0].connections < state.sources[$1].connections })
+            else { return nil }
+            state.sources[source].connections += 1
+            state.connections[index] = SegmentedTransfer.Connection(source: source, since: .now)
+            return state.sources[source].url
+        }
+    }
+
+    /// Forgets connection `index`: its source has one connection fewer, its segment (if any) is left to others.
+    private func unregister(_ index: Int, _ transfer: SegmentedTransfer) {
+        transfer.state.withLock { state in
+            guard let connection = state.connections.removeValue(forKey: index) else { return }
+            state.sources[connection.source].connections -= 1
+            if let segment = connection.segment { state.table.release(segment) }
+        }
+    }
+
+    /// The smallest piece a connection that has finished a segment still splits off another: its connection is
+    /// open already, so it is worth less than a new connection's ``DownloadRequest/minimumSegmentSize``.
+    private var stealMinimum: Int64 { min(request.minimumSegmentSize, 1 << 20) }
+
+    /// One connection: takes segments until none is left to take, fetches each from a live source, and deals with
+    /// what goes wrong (another source, or a backoff and the same one).
+    private func connection(
+        _ index: Int, _ transfer: SegmentedTransfer, first: TransportResponse?,
+        sink: AsyncStream<SegmentNote>.Continuation
+    ) async throws {
+        var first = first
+        var minimum = request.minimumSegmentSize
+        var failures = 0
+        while true {
+            try Task.checkCancellation()
+            guard let (segment, source, url) = takeWork(index, transfer, minimum: minimum, sink: sink) else { return }
+            minimum = stealMinimum
+            let range = transfer.state.withLock { $0.table.range(of: segment) }
+            sink.yield(.event(.segment(SegmentEvent(connection: index, range: range, url: url, change: .started))))
+            do {
+                let response = first
+                first = nil
+                try await watchedRound(index, transfer, segment: segment, source: source, first: response, sink: sink)
+                failures = 0
+                let finished = transfer.state.withLock { state -> Range<Int64>? in
+                    state.connections[index]?.segment = nil
+                    let segmentState = state.table.segments[segment]
+                    state.table.release(segment)
+                    return segmentState.isFinished ? range.lowerBound..<segmentState.end : nil
+                }
+                if let finished {
+                    sink.yield(
+                        .event(.segment(SegmentEvent(connection: index, range: finished, url: url, change: .finished))))
+                }
+            } catch let abandoned as SegmentsAbandoned {
+                throw abandoned
+            } catch {
+                let failure = transportFailure(error, url: url)
+                transfer.state.withLock { state in
+                    state.connections[index]?.segment = nil
+                    state.table.release(segment)
+                }
+                sink.yield(
+                    .event(
+                        .segment(SegmentEvent(connection: index, range: range, url: url, change: .failed(failure.error)))))
+                if Task.isCancelled { throw CancellationError() }
+                if failure.error.code == .timedOut || failure.error.code == .fileSystem
+                    || failure.error.code == .sizeMismatch
+                {
+                    throw failure
+                }
+                // Another source takes over from one that failed; the last one left is retried as a download is.
+                if drop(source, of: transfer, because: failure.error.message, sink: sink, connection: index) {
+                    continue
+                }
+                failures += 1
+                guard failure.isTransient, failures <= configuration.retryPolicy.maxRetries else { throw failure }
+                let delay = configuration.retryPolicy.delay(
+                    beforeRetry: failures, retryAfter: failure.retryAfter, random: configuration.random)
+                if let deadline, .now + delay >= deadline {
+                    throw AttemptFailure.permanent(
+                        timedOutError(after: "the next attempt would start after it (\(failure.error.message))"))
+                }
+                lastActivity.waits(until: .now + delay)
+                try await configuration.backoffClock.sleep(for: delay)
+            }
+        }
+    }
+
+    /// A segment for connection `index` and the live source to fetch it from (the one with the fewest connections),
+    /// or `nil` when nothing is left that is worth a connection. When nothing can be split, a connection takes over
+    /// the whole rest of a segment whose connection is much slower (a quarter of its own speed or less), and that
+    /// connection's source, if another one, is dropped as too slow.
+    private func takeWork(
+        _ index: Int, _ transfer: SegmentedTransfer, minimum: Int64, sink: AsyncStream<SegmentNote>.Continuation
+    ) -> (segment: Int, source: Int, url: URL)? {
+        let (work, dropped) = transfer.state.withLock { state -> ((Int, Int, URL)?, URL?) in
+            var dropped: URL?
+            let now = ContinuousClock.now
+            guard var connection = state.connections[index] else { return (nil, nil) }
+            if state.sources[connection.source].dropped != nil {
+                // Its source was dropped: on to the live one with the fewest connections, measured afresh there.
+                guard
+                    let live = state.sources.indices.filter({ state.sources[$0].dropped == nil })
+                        .min(by: { state.sources[$0].connections < state.sources[$1].connections })
+                else { return (nil, nil) }
+                state.sources[connection.source].connections -= 1
+                state.sources[live].connections += 1
+                connection = SegmentedTransfer.Connection(source: live, since: now)
+            }
+            var segment = state.table.assign(to: index, minimum: minimum)
+            if segment == nil, let own = connection.speed(now: now) {
+                // Nothing to split: a much slower connection's segment is taken over whole.
+                let slow = state.connections.filter { other in
+                    other.key != index && other.value.segment != nil
+                        && (other.value.speed(now: now) ?? .infinity) * 4 <= own
+                }
+                if let (loser, slower) = slow.min(by: { $0.value.bytes < $1.value.bytes }) {
+                    segment = state.table.takeOver(for: index, from: loser)
+                    if segment != nil, slower.source != connection.source,
+                        state.sources.filter({ $0.dropped == nil }).count > 1
+                    {
+                        state.sources[slower.source].dropped = Self.slowSource
+                        dropped = state.sources[slower.source].given
+                    }
+                }
+            }
+            connection.segment = segment
+            state.connections[index] = connection
+            guard let segment else { return (nil, dropped) }
+            return ((segment, connection.source, state.sources[connection.source].url), dropped)
+        }
+        if let dropped {
+            logger.info("source dropped", metadata: ["url": "\(dropped.redactedString)", "reason": "\(Self.slowSource)"])
+            sink.yield(
+                .event(
+                    .segment(
+                        SegmentEvent(
+                            connection: index, range: 0..<0, url: dropped, change: .sourceDropped(reason: Self.slowSource)
+                        ))))
+        }
+        return work
+    }
+
+    static let slowSource = "a quarter of the speed of another connection or less"
+
+    /// Drops `source` for the rest of the file when another live one can take its work. Returns whether it did.
+    private func drop(
+        _ source: Int, of transfer: SegmentedTransfer, because reason: String,
+        sink: AsyncStream<SegmentNote>.Continuation, connection: Int
+    ) -> Bool {
+        let (moves, url) = transfer.state.withLock { state -> (Bool, URL?) in
+            guard state.sources.indices.contains(where: { $0 != source && state.sources[$0].dropped == nil })
+            else { return (false, nil) }
+            // Another connection may have dropped it already.
+            guard state.sources[source].dropped == nil else { return (true, nil) }
+            state.sources[source].dropped = reason
+            return (true, state.sources[source].given)
+        }
+        guard let url else { return moves }
+        logger.info("source dropped", metadata: ["url": "\(url.redactedString)", "reason": "\(reason)"])
+        sink.yield(
+            .event(
+                .segment(
+                    SegmentEvent(connection: connection, range: 0..<0, url: url, change: .sourceDropped(reason: reason)))))
+        return true
+    }
+
+    /// One request of a connection (or the first response's body), in a task of its own watched for stalls, so that
+    /// a stalled connection is stopped alone and the others go on.
+    private func watchedRound(
+        _ index: Int, _ transfer: SegmentedTransfer, segment: Int, source: Int, first: TransportResponse?,
+        sink: AsyncStream<SegmentNote>.Continuation
+    ) async throws {
+        let clock = ActivityClock()
+        let stopped = Locked<StallWatch.Reason?>(nil)
+        let round = Task {
+            try await self.round(
+                index, transfer, segment: segment, source: source, first: first, clock: clock, sink: sink)
+        }
+        let token = stallWatch.watch(clock, limits: StallWatch.Limits(minimumSpeed: nil, deadline: deadline)) {
+            reason in
+            stopped.withLock { $0 = reason }
+            round.cancel()
+        }
+        defer { stallWatch.stop(token) }
+        do {
+            try await withTaskCancellationHandler {
+                try await round.value
+            } onCancel: {
+                round.cancel()
+            }
+        } catch {
+            switch stopped.withLock({ $0 }) {
+            case .stalled?:
+                throw AttemptFailure.transient(
+                    DownloadError(
+                        .stalled, message: "no data for \(stallWatch.timeout) (stall timeout) on one connection",
+                        url: transfer.state.withLock { $0.sources[source].url }))
+            case .timedOut?:
+                throw AttemptFailure.permanent(timedOutError(after: "the transfer was still running"))
+            case .tooSlow?, nil:
+                throw error
+            }
+        }
+    }
+
+    /// Sends one range request (following redirects), checks the answer against the file, and writes its body in
+    /// place until the segment's end (which a steal may move down meanwhile).
+    private func round(
+        _ index: Int, _ transfer: SegmentedTransfer, segment: Int, source: Int, first: TransportResponse?,
+        clock: ActivityClock, sink: AsyncStream<SegmentNote>.Continuation
+    ) async throws {
+        let response: TransportResponse
+        let url: URL
+        if let first {
+            response = first
+            url = transfer.state.withLock { $0.sources[source].url }
+        } else {
+            (response, url) = try await requestRange(transfer, segment: segment, source: source, clock: clock, sink: sink)
+        }
+        do {
+            try await receiveSegment(response.body, index, transfer, segment: segment, url: url, clock: clock, sink: sink)
+        } catch {
+            await response.body.close()
+            throw error
+        }
+        await response.body.close()
+    }
+
+    private func requestRange(
+        _ transfer: SegmentedTransfer, segment: Int, source: Int, clock: ActivityClock,
+        sink: AsyncStream<SegmentNote>.Continuation
+    ) async throws -> (TransportResponse, URL) {
+        let (offset, left) = transfer.state.withLock { $0.table.position(of: segment) }
+        var (url, validator, isPrimary, given) = transfer.state.withLock { state in
+            let source = state.sources[source]
+            return (source.url, source.validator, source.isPrimary, source.given)
+        }
+        var hops = 0
+        while true {
+            if pacer.isActive {
+                try await waitForTurn(url: url, clock: clock) { event in sink.yield(.event(event)) }
+            }
+            var fields = request.headerFields
+            if HTTPRules.origin(of: url) != HTTPRules.origin(of: request.url) {
+                for name in HTTPRules.credentialFields { fields[name] = nil }
+            }
+            fields = withCredentialsAndCookies(fields, for: url)
+            fields[.acceptEncoding] = "identity"
+            if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
+            fields[.range] = "bytes=\(offset)-\(offset + left - 1)"
+            fields[.ifRange] = validator
+            var head = HTTPRequest(method: .get, url: url)
+            head.headerFields = fields
+            let options = options(for: url)
+            logger.debug("segment request", metadata: ["url": "\(url.redactedString)", "range": "\(offset)-\(offset + left - 1)"])
+            let response: TransportResponse
+            do {
+                response = try await transport.send(head, options: options)
+            } catch {
+                if Task.isCancelled { throw CancellationError() }
+                throw transportFailure(error, url: url)
+            }
+            clock.touch()
+            lastActivity.touch()
+            let status = response.head.status.code
+            if let jar = configuration.cookies {
+                let values = response.head.headerFields[values: .setCookie]
+                if !values.isEmpty { jar.store(setCookie: values, from: url) }
+            }
+            do {
+                if HTTPRules.redirectStatuses.contains(status) {
+                    guard hops < configuration.maxRedirects else {
+                        throw AttemptFailure.permanent(
+                            DownloadError(
+                                .tooManyRedirects, message: "more than \(configuration.maxRedirects) redirects",
+                                url: url))
+                    }
+                    switch HTTPRules.redirectTarget(location: response.head.headerFields[.location], from: url) {
+                    case .success(let target): url = target
+                    case .failure(let error): throw AttemptFailure.permanent(error)
+                    }
+                    hops += 1
+                    await response.body.close()
+                    transfer.state.withLock { $0.sources[source].url = url }
+                    continue
+                }
+                try checkSegmentResponse(
+                    response.head, transfer, offset: offset, source: source, given: given, isPrimary: isPrimary,
+                    sentValidator: validator, url: url)
+            } catch {
+                await response.body.close()
+                throw error
+            }
+            validator = nil
+            return (response, url)
+        }
+    }
+
+    /// A range response must continue the segment at its offset and state the file's total; a source that sends the
+    /// whole file (it changed, or ignores `Range`) or another total is refused.
+    private func checkSegmentResponse(
+        _ head: HTTPResponse, _ transfer: SegmentedTransfer, offset: Int64, source: Int, given: URL, isPrimary: Bool,
+        sentValidator: String?, url: URL
+    ) throws {
+        let status = head.status.code
+        if status == 206, let range = HTTPRules.contentRange(head.headerFields.first(.contentRange)),
+            range.first == offset
+        {
+            if let complete = range.complete, complete != transfer.total {
+                let primary = request.url.redactedString
+                throw AttemptFailure.permanent(
+                    DownloadError(
+                        .invalidResponse,
+                        message: isPrimary
+                            ? "the server now says the file is \(complete) bytes, not \(transfer.total)"
+                            : "the sources disagree on the size: \(primary) has \(transfer.total) bytes, "
+                                + "\(given.redactedString) has \(complete)", url: url, status: status))
+            }
+            let received = HTTPRules.validator(of: head)
+            let lastModified = isPrimary ? head.headerFields.first(.lastModified) : nil
+            let changed = transfer.state.withLock { state -> Bool in
+                if let lastModified { state.lastModified = lastModified }
+                guard let known = state.sources[source].validator else {
+                    state.sources[source].validator = received
+                    return false
+                }
+                return received != nil && received != known
+            }
+            // Mirrors make their own validators (an ETag is often a server's own): only the primary's change counts.
+            if changed, isPrimary { throw SegmentsAbandoned(reason: "the file changed on the server") }
+            return
+        }
+        if (200..<300).contains(status) || status == 416 {
+            // The whole file (or no range at all): it changed since the first response, or the source ignores Range.
+            let reason =
+                status == 416
+                ? "it refused the range (416)"
+                : sentValidator != nil
+                    ? "it sent the whole file to a range request with If-Range: the file changed or it ignores Range"
+                    : "it ignores Range"
+            if isPrimary { throw SegmentsAbandoned(reason: reason) }
+            throw AttemptFailure.permanent(
+                DownloadError(.invalidResponse, message: "\(given.redactedString): \(reason)", url: url, status: status))
+        }
+        throw statusFailure(head, url: url, proxy: options(for: url).proxy, sentCredentials: false)
+    }
+
+    /// Writes `body` in place from the segment's offset, until its end (which a steal may move down) or the body's.
+    private func receiveSegment(
+        _ body: ResponseBody, _ index: Int, _ transfer: SegmentedTransfer, segment: Int, url: URL, clock: ActivityClock,
+        sink: AsyncStream<SegmentNote>.Continuation
+    ) async throws {
+        let threshold = max(1 << 20, transfer.total / 64)
+        for try await chunk in body {
+            clock.received(chunk.count)
+            lastActivity.received(chunk.count)
+            let (offset, count) = transfer.state.withLock { $0.table.reserve(segment, count: chunk.count) }
+            if count > 0 {
+                do {
+                    try transfer.file.write(chunk, count: count, at: offset, url: url)
+                } catch {
+                    throw AttemptFailure.permanent(error)
+                }
+            }
+            let now = ContinuousClock.now
+            let (progress, checkpoint, exhausted) = transfer.state.withLock {
+                state -> (DownloadProgress?, Bool, Bool) in
+                state.table.wrote(segment, count: count)
+                state.connections[index]?.bytes += Int64(count)
+                state.unrecorded += Int64(count)
+                let checkpoint = state.unrecorded >= threshold
+                if checkpoint { state.unrecorded = 0 }
+                let progress =
+                    state.meter.record(count, now: now)
+                    ? DownloadProgress(
+                        bytesWritten: state.table.written, totalBytes: transfer.total,
+                        bytesPerSecond: state.meter.bytesPerSecond) : nil
+                return (progress, checkpoint, state.table.isExhausted(segment))
+            }
+            segmentBytes.add(Int64(count), ordering: .relaxed)
+            if let progress { sink.yield(.event(.progress(progress))) }
+            if checkpoint { sink.yield(.checkpoint) }
+            if exhausted { return }  // the rest belongs to another connection now, or was never asked for
+            if bandwidth != nil || ownBandwidth != nil { try await waitForBandwidth(count, clock: clock) }
+        }
+        let left = transfer.state.withLock { $0.table.position(of: segment).left }
+        if left > 0 {
+            throw AttemptFailure.transient(
+                DownloadError(
+                    .truncated, message: "connection closed with \(left) bytes of its segment missing", url: url))
+        }
+    }
+}
