@@ -12,6 +12,11 @@ on tmpfs, where the file system costs least, to separate network from file-syste
       and the bytes the server sent beyond the total size are reported
   s1s, s2w1s, s2w8s, s3s  s1, s2 and s3 over HTTPS (nginx with TLS, HTTP/2 offered by ALPN; each tool trusts a
       bundle of the system's CA certificates and the run's CA, and otherwise keeps its defaults)
+  seg8  one 512 MiB file from `haul serve` throttled to 8 MiB/s per response: `haul get -s 8` (8 connections, one
+        segment each) against `aria2c -x 8 -s 8` and `haul get -s 1`
+  seg-nginx  s1's 1 GiB file from nginx, unthrottled: `haul get -s 4` against `haul get -s 1`
+  seg-mirrors  seg8's file from two `haul serve` processes, both URLs on one tab-separated input line (aria2's
+        mirror convention, which haul reads too): `haul get -s 8` against `aria2c -x 8 -s 8`
 
 Every run starts from an empty destination and is checked byte for byte against the reference files; a run that
 fails or leaves a wrong or missing file counts as failed, never as a time. Figures: wall time, throughput (MB/s =
@@ -41,6 +46,10 @@ MIB = 1 << 20
 # best; that is the "throttle limit" the target measures against.
 THROTTLED_FILES, THROTTLED_SIZE, THROTTLED_RATE = 50, 4 * MIB, 4 * MIB
 
+# seg8/seg-mirrors: one file whose every response is throttled, so only more connections make it faster; its
+# throttle limit is SIZE / (RATE x connections): 8 s on 8 connections, 64 s on one.
+SEGMENTED_NAME, SEGMENTED_SIZE, SEGMENTED_RATE = "seg", 512 * MIB, 8 * MIB
+
 
 def fails_once(index):
     """10% of the throttled files answer 503 to their first request."""
@@ -69,6 +78,8 @@ class Scenario:
     server: str  # "nginx" or "haul-serve"
     timeout: float
     ca: str = None  # over HTTPS: the CA bundle every tool is told to trust
+    split: int = 0  # segmented scenarios: connections per file (haul -s, aria2c -x and -s); 0: the tools' defaults
+    mirrors: int = 1  # haul-serve scenarios: servers, each URL of the file a mirror on the same input line
     total_bytes: int = 0
     files: int = 0
     items: list = field(default_factory=list)  # nginx scenarios: fixed; haul-serve: rebuilt per run (new port)
@@ -82,6 +93,7 @@ class Run:
     ok: bool
     extra_bytes: float = math.nan  # served beyond the total size (haul-serve scenarios only)
     why: str = ""
+    served: tuple = ()  # body bytes each `haul serve` sent (one per mirror)
 
 
 def log(message):
@@ -128,8 +140,11 @@ def measured(argv, timeout, stderr_path):
 BASELINE_TOOL = "haul baseline (NIO)"  # with --baseline: another haul binary, run like "haul (NIO)"
 BASELINE = None
 
+SINGLE_TOOL = "haul (NIO) -s 1"  # segmented scenarios: `haul get` on one connection, what -s N is measured against
+
 TOOLS = {
     "haul (NIO)": "haul-nio",
+    SINGLE_TOOL: "haul-nio-single",
     "haul (AsyncHTTPClient)": "haul-ahc",
     BASELINE_TOOL: "haul-baseline",
     "curl": "curl",
@@ -141,6 +156,20 @@ TOOLS = {
 PARALLEL_TOOLS = ["haul (NIO)", "haul (AsyncHTTPClient)", "curl", "wget2", "aria2c"]
 ALL_TOOLS = PARALLEL_TOOLS + ["wget"]  # wget -i is sequential only
 HAUL_DEFAULT = "haul (NIO)"  # the ratios are to this one: `haul get`'s default transport
+
+
+def label(tool, scenario):
+    """The tool's name in a table, with the flags a segmented scenario adds."""
+    if scenario.split and tool in (HAUL_DEFAULT, BASELINE_TOOL):
+        return f"{tool} -s {scenario.split}"
+    if scenario.split and tool == "aria2c":
+        return f"aria2c -x {scenario.split} -s {scenario.split}"
+    return tool
+
+
+def connections(tool, scenario):
+    """Connections the tool fetches a segmented scenario's file over."""
+    return 1 if tool == SINGLE_TOOL else scenario.split
 
 
 def write_inputs(items, directory):
@@ -155,14 +184,18 @@ def write_inputs(items, directory):
     return urls, config
 
 
-def command(tool, width, dest, urls, config, ca=None):
+def command(tool, width, dest, urls, config, ca=None, split=0):
     """Each tool as a user would run it for a batch, with retries on (the same flags in every scenario); over HTTPS
-    each is told to trust `ca` and otherwise left to its defaults (HTTP/2 where it offers it)."""
+    each is told to trust `ca` and otherwise left to its defaults (HTTP/2 where it offers it). `split`: connections
+    per file in the segmented scenarios (haul's -s, which counts against -j, so width is split there; aria2c's -s,
+    with -x, its cap per server, as large)."""
     if tool.startswith("haul"):
         transport = "async-http-client" if tool == "haul (AsyncHTTPClient)" else "nio"
         binary = BASELINE if tool == BASELINE_TOOL else HAUL
         trust = ["--cacert", ca] if ca else []
-        return [binary, "get", "-q", "-j", str(width), "-d", dest, "-i", urls, "--transport", transport, *trust]
+        segments = ["-s", str(1 if tool == SINGLE_TOOL else split)] if split else []
+        return [binary, "get", "-q", "-j", str(width), *segments, "-d", dest, "-i", urls, "--transport", transport,
+                *trust]
     if tool == "curl":
         # --fail: without it a 503 body is saved as the file; --retry-all-errors: retry a cut body too.
         parallel = ["--parallel", "--parallel-max", str(width)] if width > 1 else []
@@ -175,7 +208,8 @@ def command(tool, width, dest, urls, config, ca=None):
                 *trust, "-i", urls]
     if tool == "aria2c":
         # --retry-wait > 0 is what makes aria2c retry a 503.
-        return ["aria2c", "-q", "-j", str(width), "--max-tries=5", "--retry-wait=1", "-d", dest, *trust,
+        segments = ["-x", str(split), "-s", str(split)] if split else []
+        return ["aria2c", "-q", "-j", str(width), *segments, "--max-tries=5", "--retry-wait=1", "-d", dest, *trust,
                 "-i", urls]
     if tool == "wget":
         return ["wget", "-q", "--tries=5", "--retry-on-http-error=503", "-nd", "-P", dest, *trust, "-i", urls]
@@ -266,6 +300,14 @@ def throttled_items(port, faults, reference_dir):
     return items
 
 
+def segmented_items(ports, reference_dir):
+    """The one throttled file of seg8 and seg-mirrors, from each server: the same path on every port serves the same
+    bytes, and the URLs on one line, separated by tabs, are mirrors of one file (haul and aria2c alike)."""
+    query = f"size={SEGMENTED_SIZE}&rate={SEGMENTED_RATE}"
+    urls = [f"http://127.0.0.1:{port}/bytes/{SEGMENTED_NAME}?{query}" for port in ports]
+    return [Item("\t".join(urls), SEGMENTED_NAME, os.path.join(reference_dir, SEGMENTED_NAME))]
+
+
 # --- the run -----------------------------------------------------------------------------------------------------
 
 def make_content(work):
@@ -290,7 +332,9 @@ def make_content(work):
     try:
         items = throttled_items(server.port, False, reference)
         urls = [item.url.split("?")[0] + f"?size={THROTTLED_SIZE}" for item in items]
-        args = ["curl", "-s", "--fail", "--parallel"]
+        segmented = segmented_items([server.port], reference)[0]
+        args = ["curl", "-s", "--fail", "--parallel",
+                segmented.url.split("?")[0] + f"?size={SEGMENTED_SIZE}", "-o", segmented.reference]
         for url, item in zip(urls, items):
             args += [url, "-o", item.reference]
         subprocess.run(args, check=True)
@@ -327,12 +371,20 @@ def scenarios(nginx, www, reference):
                  items=nginx_items("mid/", mids, https=True)),
         Scenario("s3s", "10,000 x 4 KiB over HTTPS, width 8", 8, PARALLEL_TOOLS, "files/s", "nginx", 900, ca=nginx.ca,
                  items=nginx_items("small/", smalls, https=True)),
+        # Segmented: width is the split, as haul's extra connections count against -j.
+        Scenario("seg8", f"one {SEGMENTED_SIZE // MIB} MiB file throttled to {SEGMENTED_RATE // MIB} MiB/s per "
+                 "response, 8 connections", 8, [HAUL_DEFAULT, "aria2c", SINGLE_TOOL], "MB/s", "haul-serve", 300,
+                 split=8, files=1, total_bytes=SEGMENTED_SIZE),
+        Scenario("seg-nginx", "one 1 GiB file, 4 connections", 4, [HAUL_DEFAULT, SINGLE_TOOL], "MB/s", "nginx", 300,
+                 split=4, items=nginx_items("", ["big"])),
+        Scenario("seg-mirrors", "as seg8, from two mirrors", 8, [HAUL_DEFAULT, "aria2c"], "MB/s", "haul-serve", 300,
+                 split=8, mirrors=2, files=1, total_bytes=SEGMENTED_SIZE),
     ]
     for s in result:
         if s.items:
             s.files = len(s.items)
             s.total_bytes = sum(os.path.getsize(item.reference) for item in s.items)
-        else:
+        elif not s.total_bytes:
             s.files, s.total_bytes = THROTTLED_FILES, THROTTLED_FILES * THROTTLED_SIZE
     return result
 
@@ -403,27 +455,35 @@ def run_once(scenario, tool, place, work, reference):
     dest = place.next()
     os.makedirs(dest)
     os.sync()  # the previous run's dirty pages are written back before the clock starts, not during this run
-    server = HaulServe() if scenario.server == "haul-serve" else None
-    items = scenario.items or throttled_items(server.port, scenario.key == "s5", reference)
-    inputs = os.path.join(work, "inputs")
-    os.makedirs(inputs, exist_ok=True)
-    urls, config = write_inputs(items, inputs)
-    stderr_path = os.path.join(work, "stderr.txt")
-    argv = command(tool, scenario.width, dest, urls, config, scenario.ca)
-    warm(argv[0], [] if server else items)
+    servers = []
     try:
+        for _ in range(scenario.mirrors if scenario.server == "haul-serve" else 0):
+            servers.append(HaulServe())
+        ports = [server.port for server in servers]
+        if scenario.items:
+            items = scenario.items
+        elif scenario.split:
+            items = segmented_items(ports, reference)
+        else:
+            items = throttled_items(ports[0], scenario.key == "s5", reference)
+        inputs = os.path.join(work, "inputs")
+        os.makedirs(inputs, exist_ok=True)
+        urls, config = write_inputs(items, inputs)
+        stderr_path = os.path.join(work, "stderr.txt")
+        argv = command(tool, scenario.width, dest, urls, config, scenario.ca, scenario.split)
+        warm(argv[0], [] if servers else items)
         status, wall, cpu, rss = measured(argv, scenario.timeout, stderr_path)
     finally:
-        served = server.stop() if server else None
+        served = tuple(server.stop() for server in servers)
     why = f"exit status {status}" if status != 0 else verify(items, dest)
     if why:
         with open(stderr_path, errors="replace") as f:
             tail = f.read()[-300:].strip().replace("\n", " | ")
         log(f"  {scenario.key} {tool}: FAILED ({why}) {tail}")
-    extra = (served - scenario.total_bytes) if served is not None else math.nan
+    extra = (sum(served) - scenario.total_bytes) if served else math.nan
     if isinstance(place, Scratch) or scenario.files < 1000:
         shutil.rmtree(dest, ignore_errors=True)  # a few inodes: no reuse delay worth the disk space
-    return Run(wall, cpu, rss, not why, extra, why)
+    return Run(wall, cpu, rss, not why, extra, why, served)
 
 
 def warm(program, items):
@@ -482,21 +542,25 @@ def table(scenario, results, fs, runs_per_tool):
         s = summarize(scenario, runs)
         if s is None:
             failure = next((r.why for r in runs if not r.ok), "not run")
-            lines.append(f"| {tool} | failed in {len(runs)} of {runs_per_tool}: {failure} |" + " |" * (
-                6 if throttled else 4))
+            lines.append(f"| {label(tool, scenario)} | failed in {len(runs)} of {runs_per_tool}: {failure} |"
+                         + " |" * (6 if throttled else 4))
             continue
         ratio = f"{s['wall'] / base['wall']:.2f}x" if base and tool != HAUL_DEFAULT else "—"
         failed = f" ({s['n'] - s['ok']} of {s['n']} runs failed)" if s["ok"] < s["n"] else ""
-        row = (f"| {tool}{failed} | {s['wall']:.2f} | {fmt_rate(s['rate'])} | {ratio} | {s['cpu']:.2f} | "
-               f"{s['rss']:.0f} |")
+        row = (f"| {label(tool, scenario)}{failed} | {s['wall']:.2f} | {fmt_rate(s['rate'])} | {ratio} | "
+               f"{s['cpu']:.2f} | {s['rss']:.0f} |")
         if throttled:
-            over = s["wall"] / ideal_seconds(scenario) - 1
+            over = s["wall"] / ideal_seconds(scenario, tool) - 1
             row += f" {over * 100:+.1f}% | {s['extra'] / scenario.total_bytes * 100:.1f}% |"
         lines.append(row)
     return lines
 
 
-def ideal_seconds(scenario):
+def ideal_seconds(scenario, tool=HAUL_DEFAULT):
+    """The throttle limit: s4/s5's rounds of files over the width; a segmented file's size over its connections'
+    rate (the tool's: `haul get -s 1` has one)."""
+    if scenario.split:
+        return SEGMENTED_SIZE / (SEGMENTED_RATE * connections(tool, scenario))
     return math.ceil(scenario.files / scenario.width) * THROTTLED_SIZE / THROTTLED_RATE
 
 
@@ -551,12 +615,43 @@ def targets(by_key, results):
         detail = f"{sum(r.ok for r in runs)} of {len(runs)} runs correct, at most {extra / MIB:.1f} MiB " \
                  f"({extra / by_key['s5'].total_bytes * 100:.1f}%) sent again"
         verdicts.append(("faults: every file correct, <= 10% extra bytes", met, detail))
+    for key, at_least in [("seg8", 6.0), ("seg-mirrors", None)]:
+        if key not in by_key:
+            continue
+        split = by_key[key].split
+        haul, aria2c, single = get(key, HAUL_DEFAULT), get(key, "aria2c"), get(key, SINGLE_TOOL)
+        met = bool(haul and aria2c and haul["wall"] <= aria2c["wall"])
+        name = f"{key}: Haul -s {split} >= 1.0x aria2c -x {split} -s {split}"
+        detail = f"Haul {haul['wall']:.2f} s (limit {ideal_seconds(by_key[key]):.2f} s)" if haul else "Haul failed"
+        if aria2c:
+            detail += f", aria2c {aria2c['wall']:.2f} s" + (f" ({aria2c['wall'] / haul['wall']:.2f}x)" if haul else "")
+        if at_least:
+            met = met and bool(single and single["wall"] >= at_least * haul["wall"])
+            name += f" and >= {at_least:.0f}x Haul -s 1"
+            if single:
+                detail += f", Haul -s 1 {single['wall']:.2f} s" + (
+                    f" ({single['wall'] / haul['wall']:.2f}x)" if haul else "")
+        verdicts.append((name, met, detail))
+    if "seg-nginx" in by_key:
+        split = by_key["seg-nginx"].split
+        haul, single = get("seg-nginx", HAUL_DEFAULT), get("seg-nginx", SINGLE_TOOL)
+        met = bool(haul and single and haul["wall"] <= 1.05 * single["wall"])
+        detail = f"Haul -s {split} {haul['rate']:.0f} MB/s" if haul else f"Haul -s {split} failed"
+        if single:
+            detail += f", -s 1 {single['rate']:.0f}" + (f" ({haul['rate'] / single['rate']:.2f}x)" if haul else "")
+        verdicts.append((f"seg-nginx: Haul -s {split} no more than 5% slower than -s 1", met, detail))
     peaks = {key: get(key, HAUL_DEFAULT)["rss"] for key in by_key if get(key, HAUL_DEFAULT)}
     if peaks:
         worst = max(peaks, key=peaks.get)
         verdicts.append(("peak RSS of `haul get` < 64 MiB in every scenario", peaks[worst] < 64,
                          f"largest {peaks[worst]:.0f} MiB ({worst})"))
     return verdicts
+
+
+def mirror_share(runs):
+    """The first mirror's median share of the body bytes sent in the correct runs, as "NN%"; "" if none."""
+    shares = [r.served[0] / sum(r.served) for r in runs if r.ok and len(r.served) > 1 and sum(r.served)]
+    return f"{median(shares) * 100:.0f}%" if shares else ""
 
 
 def tool_version(argv):
@@ -583,8 +678,8 @@ def machine_line(disk):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="?", type=int, default=3, help="repetitions per tool on the real disk (3)")
-    parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5 and the HTTPS rows "
-                        "s1s,s2w1s,s2w8s,s3s")
+    parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5, the HTTPS rows "
+                        "s1s,s2w1s,s2w8s,s3s and the segmented rows seg8,seg-nginx,seg-mirrors")
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the tmpfs pass")
     parser.add_argument("--haul", help="the haul binary to measure (default: .build-static/release/haul)")
     parser.add_argument("--baseline", help="a second haul binary (e.g. the previous commit's), measured in the same "
@@ -687,14 +782,18 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         "it took. Wall time from a blocking wait. CPU s is user + system time of the "
         "tool's process, peak RSS its maximum resident set from GNU time (largest of the runs). \"Haul vs it\" is Haul's speed "
         "(`haul get` as it runs by default: its own HTTP/1.1 client on NIO, journal on) over that tool's: above 1.00x Haul is faster. "
-        "nginx serves s1-s3 from files; `haul serve` (a fresh process per run, so every fault fires again) serves "
-        "s4-s5 as generated bytes, and its count of body bytes sent gives \"extra bytes\".",
+        "nginx serves s1-s3 and seg-nginx from files; `haul serve` (a fresh process per run, so every fault fires "
+        "again; two of them for seg-mirrors) serves s4-s5, seg8 and seg-mirrors as generated bytes, and its count "
+        "of body bytes sent gives \"extra bytes\".",
         "",
         "Flags, the same in every scenario: `haul get -q -j W -i LIST --transport T`; "
         "`curl -s --fail --retry 5 --retry-all-errors [--parallel --parallel-max W] -K CONFIG`; "
         "`wget2 -q --no-robots --tries 5 --max-threads W -nd -i LIST`; "
         "`aria2c -q -j W --max-tries=5 --retry-wait=1 -i LIST`; "
-        "`wget -q --tries=5 --retry-on-http-error=503 -nd -i LIST` (sequential, so only at width 1).",
+        "`wget -q --tries=5 --retry-on-http-error=503 -nd -i LIST` (sequential, so only at width 1). "
+        "The segmented rows (seg8, seg-nginx, seg-mirrors) add connections per file: `haul get -j N -s N` "
+        "(its extra connections count against -j) or `-s 1`, and `aria2c -x N -s N`; mirrors are URLs of one "
+        "file on one input line, separated by tabs.",
         "",
         "## Targets (real disk)",
         "",
@@ -707,7 +806,15 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         lines += ["", f"## {scenario.key}: {scenario.title}", "",
                   f"Real disk, medians of {args.runs}:", ""]
         lines += table(scenario, results, "disk", args.runs)
-        if scenario.server == "haul-serve":
+        if scenario.server == "haul-serve" and scenario.split:
+            lines += ["", f"Throttle limit: {ideal_seconds(scenario):.2f} s ({SEGMENTED_SIZE // MIB} MiB over "
+                      f"{scenario.split} connections at {SEGMENTED_RATE // MIB} MiB/s each), "
+                      f"{ideal_seconds(scenario, SINGLE_TOOL):.2f} s on one."]
+            if scenario.mirrors > 1:
+                lines += ["", "First mirror's share of the body bytes sent (median): " + ", ".join(
+                    f"{label(tool, scenario)} {share}" for tool in scenario.tools
+                    if (share := mirror_share(results.get((scenario.key, "disk", tool), [])))) + "."]
+        elif scenario.server == "haul-serve":
             lines += ["", f"Throttle limit: {ideal_seconds(scenario):.2f} s (ceil({scenario.files} / "
                       f"{scenario.width}) rounds of {THROTTLED_SIZE // MIB} MiB at {THROTTLED_RATE // MIB} MiB/s)."]
         if not args.no_tmpfs:

@@ -19,7 +19,8 @@
 /// | `stallAfter=K` | after `K` body bytes, send nothing for `stall` |
 /// | `stall=MS`, `stall=forever` or `stall=gate:G` | stall length; `forever` waits until the client goes away, `gate:G` until ``TestServer/openGate(_:)`` opens `G` |
 /// | `shortBy=N` | announce the full `Content-Length`, send `N` bytes fewer, then close |
-/// | `ignoreRange=1` | ignore `Range`/`If-Range`, always 200 with the full body |
+/// | `ignoreRange=1` | ignore `Range`/`If-Range`, always 200 with the full body (still saying `Accept-Ranges: bytes`) |
+/// | `noRanges=1` | no range support: no `Accept-Ranges`, always 200 with the full body |
 /// | `changeAfterFirst=1` | every request to this path bumps the content version (new bytes, ETag, date) |
 /// | `redirects=N` | redirect `N` times to the same URL with `redirects=N-1` |
 /// | `redirectLoop=1` | redirect to the very same URL, forever |
@@ -75,8 +76,10 @@ public struct Fault: Sendable, Hashable {
     public var stallLength: StallLength?
     /// Send this many bytes fewer than `Content-Length` announces, then close (`shortBy=`).
     public var shortByBytes: Int?
-    /// Ignore `Range` and `If-Range` (`ignoreRange=1`).
+    /// Ignore `Range` and `If-Range` (`ignoreRange=1`), while the response still says `Accept-Ranges: bytes`.
     public var ignoreRange: Bool?
+    /// Support no ranges at all (`noRanges=1`): no `Accept-Ranges`, and `Range` is ignored.
+    public var noRanges: Bool?
     /// Bump the content version on every request to the path (`changeAfterFirst=1`).
     public var changeAfterFirst: Bool?
     /// Number of redirect hops before the content (`redirects=`).
@@ -114,7 +117,7 @@ public struct Fault: Sendable, Hashable {
     public static let queryParameterNames: [String] = [
         "status", "fail", "failStatus", "retryAfter", "retryAfterDate", "delay", "rate", "rateTimes", "cutAfter",
         "cutTimes",
-        "stallAfter", "stall", "shortBy", "ignoreRange", "changeAfterFirst", "redirects", "redirectLoop",
+        "stallAfter", "stall", "shortBy", "ignoreRange", "noRanges", "changeAfterFirst", "redirects", "redirectLoop",
         "redirectTo", "redirectStatus", "disposition", "requireAuth", "setCookie", "gzip", "dropConnection",
         "dropTimes", "headOnly",
         "close", "hold",

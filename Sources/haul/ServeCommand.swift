@@ -27,6 +27,7 @@ struct ServeCommand: AsyncParsableCommand {
               stallAfter=K stall=MS|forever|gate:G   pause the body after K bytes
               shortBy=N                   send N bytes fewer than Content-Length, then close
               ignoreRange=1               always 200 with the full body
+              noRanges=1                  no Accept-Ranges, always 200 with the full body
               changeAfterFirst=1          new content and ETag on every request to the path
               redirects=N redirectLoop=1 redirectTo=URL redirectStatus=301|302|303|307|308
               disposition=V               Content-Disposition: V

@@ -50,6 +50,11 @@ final class SegmentedTransfer: @unchecked Sendable {
         var unrecorded: Int64 = 0
         /// The primary source's `Last-Modified`, for a transfer resumed from the journal (no first response).
         var lastModified: String?
+        /// Connections waiting for a slot, cancelled once a connection finds nothing left to take: a download must
+        /// not hold its own slot waiting for extra ones that have no work (two such downloads would wait for each
+        /// other's slots).
+        var waiting: [Int: Task<(@Sendable () -> Void)?, Never>] = [:]
+        var noMoreWork = false
     }
 
     let state: Locked<State>
@@ -73,6 +78,11 @@ enum SegmentNote: Sendable {
     case event(DownloadEvent)
     /// Enough bytes were written since the journal last recorded the missing ranges.
     case checkpoint
+}
+
+/// A failure of one connection that ends the whole download: the sources disagree about the file.
+struct SourcesDisagree: Error {
+    var error: DownloadError
 }
 
 /// Why a segmented transfer gives up its segments: the file changed on the server, or the server does not send
@@ -117,9 +127,8 @@ extension DownloadRun {
                 try PartialFile(creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
             }
         }
-        try endingForGood { () throws(DownloadError) in try file.prepareForPositionalWrites(length: total, url: url) }
-        segmented = makeTransfer(file: file, total: total, missing: [resumeFrom..<total], primaryURL: url)
-        segmented?.state.withLock { $0.sources[0].validator = validator }
+        // Recorded before the file takes its full length: a partial record without ranges says its bytes are its
+        // size, which a killed run must never leave it to mean.
         if let journal = configuration.journal {
             await journal.commit(
                 JournalRecord(
@@ -128,6 +137,9 @@ extension DownloadRun {
                     request: request))
             recordedPartial = true
         }
+        segmented = makeTransfer(file: file, total: total, missing: [resumeFrom..<total], primaryURL: url)
+        segmented?.state.withLock { $0.sources[0].validator = validator }
+        try endingForGood { () throws(DownloadError) in try file.prepareForPositionalWrites(length: total, url: url) }
         logger.debug("fetching in segments", metadata: ["size": "\(total)", "from": "\(resumeFrom)"])
     }
 
@@ -218,7 +230,19 @@ extension DownloadRun {
                     defer { self.unregister(index, transfer) }
                     var release: (@Sendable () -> Void)?
                     if let connections = self.connections {
-                        guard let granted = await connections.acquire(for: url) else { return }
+                        let waiting = Task { await connections.acquire(for: url) }
+                        let ended = transfer.state.withLock { state in
+                            if !state.noMoreWork { state.waiting[index] = waiting }
+                            return state.noMoreWork
+                        }
+                        if ended { waiting.cancel() }
+                        let granted = await withTaskCancellationHandler {
+                            await waiting.value
+                        } onCancel: {
+                            waiting.cancel()
+                        }
+                        transfer.state.withLock { _ = $0.waiting.removeValue(forKey: index) }
+                        guard let granted else { return }
                         release = granted
                     }
                     defer { release?() }
@@ -275,7 +299,16 @@ extension DownloadRun {
         var failures = 0
         while true {
             try Task.checkCancellation()
-            guard let (segment, source, url) = takeWork(index, transfer, minimum: minimum, sink: sink) else { return }
+            guard let (segment, source, url) = takeWork(index, transfer, minimum: minimum, sink: sink) else {
+                // Nothing left for this connection: nothing for one still waiting for a slot either.
+                let waiting = transfer.state.withLock { state in
+                    state.noMoreWork = true
+                    defer { state.waiting = [:] }
+                    return Array(state.waiting.values)
+                }
+                for task in waiting { task.cancel() }
+                return
+            }
             minimum = stealMinimum
             let range = transfer.state.withLock { $0.table.range(of: segment) }
             sink.yield(.event(.segment(SegmentEvent(connection: index, range: range, url: url, change: .started))))
@@ -296,6 +329,8 @@ extension DownloadRun {
                 }
             } catch let abandoned as SegmentsAbandoned {
                 throw abandoned
+            } catch let disagreement as SourcesDisagree {
+                throw AttemptFailure.permanent(disagreement.error)
             } catch {
                 let failure = transportFailure(error, url: url)
                 transfer.state.withLock { state in
@@ -552,8 +587,8 @@ extension DownloadRun {
         {
             if let complete = range.complete, complete != transfer.total {
                 let primary = request.url.redactedString
-                throw AttemptFailure.permanent(
-                    DownloadError(
+                throw SourcesDisagree(
+                    error: DownloadError(
                         .invalidResponse,
                         message: isPrimary
                             ? "the server now says the file is \(complete) bytes, not \(transfer.total)"

@@ -31,6 +31,7 @@ extension Fault {
             }
         case "shortBy": shortByBytes = Int(value)
         case "ignoreRange": ignoreRange = flag
+        case "noRanges": noRanges = flag
         case "changeAfterFirst": changeAfterFirst = flag
         case "redirects": redirectCount = Int(value)
         case "redirectLoop": redirectLoop = flag
@@ -66,6 +67,7 @@ extension Fault {
         result.stallLength = override.stallLength ?? stallLength
         result.shortByBytes = override.shortByBytes ?? shortByBytes
         result.ignoreRange = override.ignoreRange ?? ignoreRange
+        result.noRanges = override.noRanges ?? noRanges
         result.changeAfterFirst = override.changeAfterFirst ?? changeAfterFirst
         result.redirectCount = override.redirectCount ?? redirectCount
         result.redirectLoop = override.redirectLoop ?? redirectLoop

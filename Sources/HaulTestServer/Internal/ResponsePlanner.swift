@@ -120,7 +120,7 @@ struct ResponsePlanner {
 
         var headers = HTTPHeaders()
         headers.reserveCapacity(10)
-        headers.add(name: "Accept-Ranges", value: "bytes")
+        if fault.noRanges != true { headers.add(name: "Accept-Ranges", value: "bytes") }
         headers.add(name: "ETag", value: content.etag)
         headers.add(name: "Last-Modified", value: content.lastModified)
         headers.add(name: "Content-Type", value: "application/octet-stream")
@@ -199,7 +199,7 @@ struct ResponsePlanner {
     }
 
     private func rangeRequest(_ content: Content) -> ByteRangeRequest {
-        guard fault.ignoreRange != true, fault.gzip != true, let range = head.headers.first(name: "range") else {
+        guard fault.ignoreRange != true, fault.noRanges != true, fault.gzip != true, let range = head.headers.first(name: "range") else {
             return .full
         }
         if let ifRange = head.headers.first(name: "if-range") {

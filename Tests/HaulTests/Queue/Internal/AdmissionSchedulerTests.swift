@@ -16,6 +16,29 @@ struct AdmissionSchedulerTests {
         #expect(scheduler.runningCount == 2 && scheduler.waitingCount == 2)
     }
 
+    @Test("an extra connection of a running download waits before every waiting download of its priority, FIFO")
+    func extraConnectionsGoFirst() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1, perHostLimit: 1)
+        scheduler.enqueue(1, host: "a", priority: 0)
+        #expect(scheduler.admit() == [1])
+        scheduler.enqueue(2, host: "a", priority: 0)
+        scheduler.enqueue(3, host: "b", priority: 0)
+        scheduler.enqueue(10, host: "a", priority: 0, ahead: true)
+        scheduler.enqueue(11, host: "b", priority: 0, ahead: true)
+        scheduler.enqueue(4, host: "b", priority: 1)
+        scheduler.finish(1)
+        // A higher priority still comes first; then the extra connections in the order they asked, then downloads.
+        #expect(scheduler.admit() == [4])
+        scheduler.finish(4)
+        #expect(scheduler.admit() == [10])
+        scheduler.finish(10)
+        #expect(scheduler.admit() == [11])
+        scheduler.finish(11)
+        #expect(scheduler.admit() == [2])
+        scheduler.finish(2)
+        #expect(scheduler.admit() == [3])
+    }
+
     @Test("width 1 admits in submission order")
     func sequentialOrder() {
         var scheduler = AdmissionScheduler(maxConcurrent: 1)

@@ -1,0 +1,67 @@
+import Testing
+
+@testable import Haul
+
+/// The segment table's rules without I/O: how a file is split among connections, and what a journal records.
+@Suite("Segment table (no I/O)")
+struct SegmentTableTests {
+    @Test("the first connection owns the rest; each new one takes the second half of the largest segment's rest")
+    func splitsInHalves() {
+        var table = SegmentTable(total: 1000, missing: [0..<1000])
+        #expect(table.assign(to: 0, minimum: 100) == 0)
+        #expect(table.assign(to: 1, minimum: 100) == 1)
+        #expect(table.range(of: 0) == 0..<500 && table.range(of: 1) == 500..<1000)
+        #expect(table.assign(to: 2, minimum: 100) == 2)  // halves one of the two 500s
+        #expect(table.segments.map(\.end).sorted() == [250, 500, 1000])
+        // Halves of less than the minimum are not worth a connection.
+        var small = SegmentTable(total: 150, missing: [0..<150])
+        _ = small.assign(to: 0, minimum: 100)
+        #expect(small.assign(to: 1, minimum: 100) == nil)
+    }
+
+    @Test("a writer gets only the bytes of its segment; a steal moves its end below what it has not reserved")
+    func reservationsRespectSteals() {
+        var table = SegmentTable(total: 1000, missing: [0..<1000])
+        _ = table.assign(to: 0, minimum: 1)
+        let first = table.reserve(0, count: 300)
+        #expect(first.offset == 0 && first.count == 300)
+        table.wrote(0, count: 300)
+        // The thief takes half of the 700 not yet handed to a writer: 650..<1000.
+        #expect(table.assign(to: 1, minimum: 1) == 1)
+        #expect(table.range(of: 1) == 650..<1000)
+        let second = table.reserve(0, count: 400)
+        #expect(second.offset == 300 && second.count == 350)
+        table.wrote(0, count: 350)
+        #expect(table.isExhausted(0))
+        #expect(table.missing == [650..<1000])
+        #expect(table.written == 650)
+    }
+
+    @Test("a failed connection's segment goes back whole from what is on disk; ranges resume as recorded")
+    func releaseAndResume() {
+        var table = SegmentTable(total: 1000, missing: [100..<400, 600..<1000])
+        #expect(table.written == 300)
+        let segment = table.assign(to: 0, minimum: 1)
+        #expect(segment == 1)  // the larger one
+        _ = table.reserve(1, count: 100)
+        table.wrote(1, count: 50)  // 50 reserved and not written when it failed
+        table.release(1)
+        #expect(table.missing == [100..<400, 650..<1000])
+        #expect(table.assign(to: 2, minimum: 1) == 1)  // the unowned one first, whole
+        #expect(table.position(of: 1).offset == 650)
+    }
+
+    @Test("taking over a slow connection's segment leaves it nothing more to write")
+    func takeOver() {
+        var table = SegmentTable(total: 1000, missing: [0..<1000])
+        _ = table.assign(to: 0, minimum: 1)
+        _ = table.reserve(0, count: 100)
+        table.wrote(0, count: 100)
+        let taken = table.takeOver(for: 1, from: 0)
+        #expect(taken == 1)
+        #expect(table.range(of: 1) == 100..<1000)
+        #expect(table.reserve(0, count: 10).count == 0)
+        #expect(table.isExhausted(0))
+        #expect(table.takeOver(for: 2, from: 0) == nil)
+    }
+}
