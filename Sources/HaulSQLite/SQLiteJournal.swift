@@ -270,6 +270,11 @@ public final class SQLiteJournal: Journal {
         migrator.registerMigration("v3: changedAt") { db in
             try db.execute(sql: "ALTER TABLE record ADD COLUMN changedAt INTEGER")
         }
+        // A segmented partial's missing byte ranges, as text (`WriteStatements.Row.rangesText(_:)`); NULL for every
+        // other record, which is what rows from before it read as.
+        migrator.registerMigration("v4: missingRanges") { db in
+            try db.execute(sql: "ALTER TABLE record ADD COLUMN missingRanges TEXT")
+        }
         return migrator
     }
 
@@ -574,7 +579,8 @@ public final class SQLiteJournal: Journal {
                 url: row["url"], destination: row["destination"], path: row["path"], state: row["state"],
                 sequence: row["sequence"], validator: row["validator"], totalBytes: row["totalBytes"],
                 size: row["size"], sha256: row["sha256"], modifiedNanoseconds: row["modifiedNanoseconds"],
-                inode: row["inode"], request: row["request"], failure: row["failure"], changedAt: row["changedAt"])
+                inode: row["inode"], request: row["request"], failure: row["failure"], changedAt: row["changedAt"],
+                missingRanges: row["missingRanges"])
         }
     }
 
@@ -594,7 +600,15 @@ public final class SQLiteJournal: Journal {
             state = .failed(message: row.failure ?? "")
         case "partial":
             guard let validator = row.validator else { return nil }
-            state = .partial(validator: validator, totalBytes: row.totalBytes)
+            // Ranges that do not read back make the row malformed, like a partial without its validator: resuming
+            // from ranges guessed at could leave holes in the file, so the record is dropped and its partial is not
+            // resumed from.
+            var missingRanges: [Range<Int64>]?
+            if let text = row.missingRanges {
+                guard let ranges = RecordRow.ranges(fromText: text) else { return nil }
+                missingRanges = ranges
+            }
+            state = .partial(validator: validator, totalBytes: row.totalBytes, missingRanges: missingRanges)
         case "completed":
             guard let size = row.size, let modified = row.modifiedNanoseconds, let inode = row.inode else { return nil }
             state = .completed(

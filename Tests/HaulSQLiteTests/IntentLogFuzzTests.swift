@@ -222,6 +222,20 @@ struct IntentLogFuzzTests {
         return (0..<random.next(below: 6)).map { _ in pieces[random.next(below: pieces.count)] }.joined()
     }
 
+    /// A partial's missing ranges: none (`nil`, a partial written in order, a frame without the field), an empty
+    /// list (a segmented partial about to be completed), or a few ranges, an empty one and `Int64.max` among them.
+    private static func randomRanges(_ random: inout SplitMix) -> [Range<Int64>]? {
+        switch random.next(below: 3) {
+        case 0: return nil
+        case 1: return []
+        default:
+            let bounds = (0..<2 * (1 + random.next(below: 4))).map { _ in
+                [0, Int64.max, Int64(random.next(below: 1 << 30))][random.next(below: 3)]
+            }.sorted()
+            return stride(from: 0, to: bounds.count, by: 2).map { bounds[$0]..<bounds[$0 + 1] }
+        }
+    }
+
     private static func randomRecord(_ key: JournalKey, _ random: inout SplitMix) -> JournalRecord {
         let number = { (random: inout SplitMix) in
             [0, 1, -1, Int64.max, Int64.min, Int64(random.next(below: 1 << 30))][random.next(below: 6)]
@@ -231,7 +245,8 @@ struct IntentLogFuzzTests {
         case 0: state = .requested
         case 1:
             state = .partial(
-                validator: randomText(&random), totalBytes: random.next(below: 2) == 0 ? nil : number(&random))
+                validator: randomText(&random), totalBytes: random.next(below: 2) == 0 ? nil : number(&random),
+                missingRanges: randomRanges(&random))
         case 2:
             // A download that computed no digest.
             let size = number(&random)

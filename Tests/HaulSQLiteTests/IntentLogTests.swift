@@ -2,9 +2,10 @@ import Foundation
 import GRDB
 import HTTPTypes
 import Haul
-import HaulSQLite
 import HaulTestSupport
 import Testing
+
+@testable import HaulSQLite
 
 /// The journal's write path: one append to a log per change, folded into the database in batches, at close, or by
 /// the next journal after a kill.
@@ -215,6 +216,111 @@ struct IntentLogTests {
             ])
         #expect(!logs(in: killed.url).contains(killedLog))
         withExtendedLifetime(killedRun) {}
+    }
+
+    @Test("a killed run's segmented partials keep their missing ranges when the next journal replays its log")
+    func killedRunKeepsMissingRanges() throws {
+        let live = try TemporaryDirectory()
+        let path = live.file("j.sqlite").path
+        let killedRun = try SQLiteJournal(path: path)
+        let one = record(1, .partial(validator: "\"v\"", totalBytes: 4 << 20, missingRanges: [0..<1_048_576]))
+        let batch = [
+            record(2, .partial(validator: "\"v\"", totalBytes: nil, missingRanges: [5..<9, 20..<Int64.max])),
+            record(3, .partial(validator: "\"v\"", totalBytes: 9, missingRanges: [])),
+            record(4, .partial(validator: "\"v\"", totalBytes: 9)),
+        ]
+        killedRun.store(one)
+        killedRun.store(batch)
+        // The killed run's log as it was, with nobody holding it; nothing in the database yet.
+        let killed = try TemporaryDirectory()
+        let names = try FileManager.default.contentsOfDirectory(atPath: live.path).filter { $0.hasPrefix("j.sqlite") }
+        for name in names { try FileManager.default.copyItem(at: live.file(name), to: killed.file(name)) }
+        let killedLog = try #require(logs(in: killed.url).first)
+        #expect(try rowsInDatabase(killed.file("j.sqlite").path) == 0)
+
+        let reopened = try SQLiteJournal(path: killed.file("j.sqlite").path)
+        #expect(reopened.allRecords() == [one] + batch)
+        #expect(try rowsInDatabase(killed.file("j.sqlite").path) == 4)
+        #expect(!logs(in: killed.url).contains(killedLog))
+        withExtendedLifetime(killedRun) {}
+    }
+
+    /// The payload of an upsert frame as versions before missing ranges wrote it: time, kind, then the fields of a
+    /// row in the log's order, ending with `inode` (`record`'s key and path, the rest given); `after` is appended to
+    /// it (the new field, by hand).
+    func upsertPayload(
+        _ record: JournalRecord, state: String, sequence: Int64, time: Int64, validator: String?, totalBytes: Int64?,
+        after: [UInt8] = []
+    ) -> [UInt8] {
+        var bytes: [UInt8] = []
+        func integer(_ value: some FixedWidthInteger) { withUnsafeBytes(of: value.littleEndian) { bytes += $0 } }
+        func text(_ value: String?) {
+            guard let value else { return integer(UInt32.max) }
+            integer(UInt32(value.utf8.count))
+            bytes += value.utf8
+        }
+        func number(_ value: Int64?) {
+            guard let value else { return bytes.append(0) }
+            bytes.append(1)
+            integer(value)
+        }
+        number(time)
+        bytes.append(1)  // an upsert, the last frame of its write
+        for field in [record.key.url, record.key.destination, record.path, state] { text(field) }
+        for field in [validator, nil, nil, nil] { text(field) }  // sha256, request, failure
+        for field in [sequence, totalBytes, nil, nil, nil] { number(field) }  // size, modified, inode
+        return bytes + after
+    }
+
+    /// A frame around `payload`: length, checksum (byte-wise FNV-1a, which the reader takes from the first format
+    /// on), payload.
+    func frame(_ payload: [UInt8]) -> [UInt8] {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in payload { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        var bytes: [UInt8] = []
+        withUnsafeBytes(of: UInt32(payload.count).littleEndian) { bytes += $0 }
+        withUnsafeBytes(of: hash.littleEndian) { bytes += $0 }
+        return bytes + payload
+    }
+
+    @Test("a frame without missing ranges, as earlier versions wrote them, reads as nil, before and after other frames")
+    func framesWithoutMissingRanges() throws {
+        let time: Int64 = 1_700_000_000_000_000_000
+        let old = record(1, .partial(validator: "\"a\"", totalBytes: 9))
+        let segmented = record(2, .partial(validator: "\"b\"", totalBytes: 40, missingRanges: [0..<10, 20..<30]))
+        let none = record(3, .requested)
+        let absent = record(4, .partial(validator: "\"d\"", totalBytes: nil))
+        // This version writes a record without ranges as earlier versions did, byte for byte (an earlier version
+        // still reads it).
+        var written: [UInt8] = []
+        IntentLog.frame(upserting: old, sequence: 1, request: nil, time: time, into: &written)
+        let oldPayload = upsertPayload(
+            old, state: "partial", sequence: 1, time: time, validator: "\"a\"", totalBytes: 9)
+        #expect(Array(written[12...]) == oldPayload)
+
+        // Old frames between, before and after ones with the field: each ends where its length says, and none
+        // takes the next frame's bytes for its ranges. The field may also be there as absent (a later version's).
+        let text = Array("0-10,20-30".utf8)
+        let log =
+            frame(oldPayload)
+            + frame(
+                upsertPayload(
+                    segmented, state: "partial", sequence: 2, time: time + 1, validator: "\"b\"", totalBytes: 40,
+                    after: withUnsafeBytes(of: UInt32(text.count).littleEndian) { Array($0) } + text))
+            + frame(
+                upsertPayload(none, state: "requested", sequence: 3, time: time + 2, validator: nil, totalBytes: nil))
+            + frame(
+                upsertPayload(
+                    absent, state: "partial", sequence: 4, time: time + 3, validator: "\"d\"", totalBytes: nil,
+                    after: [0xff, 0xff, 0xff, 0xff]))
+        // As a killed process's log, replayed by the next journal to open the database.
+        let dir = try TemporaryDirectory()
+        try Data(log).write(to: dir.file("j.sqlite-log.1.1"))
+        let journal = try SQLiteJournal(path: dir.file("j.sqlite").path)
+        #expect(journal.allRecords() == [old, segmented, none, absent])
+        #expect(!FileManager.default.fileExists(atPath: dir.file("j.sqlite-log.1.1").path))  // folded, deleted
+        journal.finish()
+        #expect(try SQLiteJournal(path: dir.file("j.sqlite").path).allRecords() == [old, segmented, none, absent])
     }
 
     @Test("a log grows past the space reserved for it, by small changes and by a batch larger than a reservation")

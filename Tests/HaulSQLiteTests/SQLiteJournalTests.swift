@@ -129,6 +129,70 @@ struct SQLiteJournalTests {
         #expect(try SQLiteJournal(path: path).allRecords().map(\.key) == [b, a, c])
     }
 
+    @Test("a segmented partial's missing ranges round-trip: through the database, to another open journal, reopened")
+    func missingRangesRoundTrip() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        func partial(_ name: String, _ ranges: [Range<Int64>]?) -> JournalRecord {
+            JournalRecord(
+                key: JournalKey(url: "http://h/\(name)", destination: "/d/"), path: "/d/\(name)",
+                state: .partial(validator: "\"e\"", totalBytes: 4 << 20, missingRanges: ranges))
+        }
+        // Two ranges; one up to the largest offset; none left (not the same as nil); nil (a partial written in
+        // order); and one record's ranges replaced by nil, which must clear its column.
+        let records = [
+            partial("two", [0..<1_048_576, 2_097_152..<4_194_304]),
+            partial("far", [0..<0, 7..<Int64.max]),
+            partial("none", []),
+            partial("ordered", nil),
+        ]
+        let journal = try SQLiteJournal(path: path)
+        journal.store(records)
+        journal.store(partial("cleared", [1..<2]))
+        journal.store(partial("cleared", nil))
+        let expected = records + [partial("cleared", nil)]
+        #expect(journal.record(for: records[0].key) == records[0])
+        // Another journal opened meanwhile reads them from this one's log.
+        #expect(try SQLiteJournal(path: path).allRecords() == expected)
+        journal.finish()
+
+        // In the database as the column's text: NULL for nil, the empty string for no ranges.
+        let columns = try DatabaseQueue(path: path).read { db in
+            try String?.fetchAll(db, sql: "SELECT missingRanges FROM record ORDER BY sequence")
+        }
+        #expect(columns == ["0-1048576,2097152-4194304", "0-0,7-9223372036854775807", "", nil, nil])
+        let reopened = try SQLiteJournal(path: path)
+        #expect(reopened.allRecords() == expected)
+        for record in expected { #expect(reopened.record(for: record.key) == record) }
+    }
+
+    @Test("missing ranges that do not read back drop their record, as other malformed rows are, without a crash")
+    func malformedMissingRanges() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        let bad = [
+            "x", "1", "1-", "-1", "-1-2", "1--2", "1-2-3", "3-2", "1-2,", ",1-2", "1-2,,3-4", " 1-2", "+1-2", "1-2 ",
+            "0-99999999999999999999", "0x1-2", "1-２",
+        ]
+        func record(_ index: Int) -> JournalRecord {
+            JournalRecord(
+                key: JournalKey(url: "http://h/\(index)", destination: "/d/"), path: "/d/\(index)",
+                state: .partial(validator: "\"e\"", totalBytes: 10, missingRanges: [1..<2]))
+        }
+        let journal = try SQLiteJournal(path: path)
+        journal.store((0...bad.count).map(record))
+        journal.finish()
+        try DatabaseQueue(path: path).write { db in
+            for (index, text) in bad.enumerated() {
+                try db.execute(
+                    sql: "UPDATE record SET missingRanges = ? WHERE url = ?", arguments: [text, "http://h/\(index)"])
+            }
+        }
+        let reopened = try SQLiteJournal(path: path)
+        #expect(reopened.allRecords() == [record(bad.count)])
+        for index in bad.indices { #expect(reopened.record(for: record(index).key) == nil, "\(bad[index])") }
+    }
+
     @Test("a batch of records is one write, in order; a batch removal forgets them all")
     func batches() throws {
         let dir = try TemporaryDirectory()

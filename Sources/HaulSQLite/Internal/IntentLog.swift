@@ -34,6 +34,8 @@ struct RawChange {
     var size: Int64?
     var modifiedNanoseconds: Int64?
     var inode: Int64?
+    /// A segmented partial's missing ranges (``WriteStatements/Row/rangesText(_:)``); `nil` when the frame has none.
+    var missingRanges: UnsafeRawBufferPointer?
 
     /// The change with its text decoded.
     var operation: JournalOperation {
@@ -44,7 +46,8 @@ struct RawChange {
                 url: text(url), destination: text(destination), path: path.map(text) ?? "",
                 state: state.map(text) ?? "", sequence: sequence, validator: validator.map(text),
                 totalBytes: totalBytes, size: size, sha256: sha256.map(text), modifiedNanoseconds: modifiedNanoseconds,
-                inode: inode, request: request.map(text), failure: failure.map(text), changedAt: time))
+                inode: inode, request: request.map(text), failure: failure.map(text), changedAt: time,
+                missingRanges: missingRanges.map(text)))
     }
 }
 
@@ -337,13 +340,17 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         // frames are whole.
         var batch: [RawChange] = []
         while buffer.count - offset >= 12 {
-            var reader = Reader(buffer: buffer, offset: offset)
-            let length = Int(reader.integer(UInt32.self))
-            let checksum = reader.integer(UInt64.self)
-            let start = reader.offset
-            guard length <= buffer.count - start,
-                Self.matches(UnsafeRawBufferPointer(rebasing: buffer[start..<start + length]), checksum),
-                let time = reader.number(), let change = reader.change(time: time), reader.offset == start + length
+            var header = Reader(buffer: buffer, offset: offset)
+            let length = Int(header.integer(UInt32.self))
+            let checksum = header.integer(UInt64.self)
+            let start = header.offset
+            guard length <= buffer.count - start else { break }
+            // The payload's reader sees this frame's bytes only: its end is where a frame of an earlier version,
+            // which lacks the fields added since, stops, and no field can be read from the next frame's bytes.
+            let payload = UnsafeRawBufferPointer(rebasing: buffer[start..<start + length])
+            var reader = Reader(buffer: payload, offset: 0)
+            guard Self.matches(payload, checksum), let time = reader.number(), let change = reader.change(time: time),
+                reader.offset == payload.count
             else { break }
             offset = start + length
             if reader.continued {
@@ -360,6 +367,12 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
     /// (``Reader/change(time:)`` reads them back), taken from the record where they are. The payload is written in
     /// place and its length and checksum filled in before it: this runs once per download, and a `Row` made first
     /// copied five strings only to drop them again. `continued` for every frame of a batch but its last.
+    ///
+    /// `missingRanges`, added after the first format, is last and written only when the record has it: a payload
+    /// that ends after `inode` reads as `nil`, as the frames of earlier versions do, so a frame without ranges is the
+    /// same bytes as before and an earlier version still replays a log of this one that has no segmented partial
+    /// (it rejects a payload longer than it knows, and stops reading there). A field added later must write this
+    /// one before it, as absent (the length `UInt32.max`) when there are no ranges.
     static func frame(
         upserting record: JournalRecord, sequence: Int64, request: String?, time: Int64, continued: Bool = false,
         into bytes: inout [UInt8]
@@ -370,7 +383,8 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
         put(record.path, into: &bytes)
         func rest(
             _ state: StaticString, validator: String? = nil, sha256: String? = nil, failure: String? = nil,
-            totalBytes: Int64? = nil, size: Int64? = nil, modified: Int64? = nil, inode: Int64? = nil
+            totalBytes: Int64? = nil, size: Int64? = nil, modified: Int64? = nil, inode: Int64? = nil,
+            missingRanges: [Range<Int64>]? = nil
         ) {
             put(UInt32(state.utf8CodeUnitCount), into: &bytes)
             state.withUTF8Buffer { bytes.append(contentsOf: $0) }
@@ -383,12 +397,13 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             put(size, into: &bytes)
             put(modified, into: &bytes)
             put(inode, into: &bytes)
+            if let missingRanges { put(WriteStatements.Row.rangesText(missingRanges), into: &bytes) }
         }
         switch record.state {
         case .requested:
             rest("requested")
-        case .partial(let validator, let totalBytes, _):
-            rest("partial", validator: validator, totalBytes: totalBytes)
+        case .partial(let validator, let totalBytes, let missingRanges):
+            rest("partial", validator: validator, totalBytes: totalBytes, missingRanges: missingRanges)
         case .completed(let size, let sha256, let stamp, let validator):
             rest(
                 "completed", validator: validator, sha256: sha256, size: size, modified: stamp.modifiedNanoseconds,
@@ -485,7 +500,8 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
             userInfo: [NSLocalizedDescriptionKey: "\(message): \(reason)"])
     }
 
-    /// Reads a payload; every accessor returns `nil` (or 0) past the end, which `parse` then rejects.
+    /// Reads a frame's header, or its payload (then `buffer` is that payload and nothing after it); every accessor
+    /// returns `nil` (or 0) past the end, which `parse` then rejects.
     private struct Reader {
         /// Set in a change's kind when later frames of the same batch follow.
         static let continuedBit: UInt8 = 0x80
@@ -520,6 +536,10 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
                 (change.totalBytes, change.size, change.modifiedNanoseconds, change.inode) = (
                     number(), number(), number(), number()
                 )
+                // Last, and only when the record has ranges (see `frame(upserting:…)`): a payload that ends here is a
+                // frame without them, this version's or an earlier one's. `buffer` is this frame's payload alone, so
+                // its end is the frame's.
+                if !failed, offset < buffer.count { change.missingRanges = text() }
                 return failed ? nil : change
             case 2:
                 guard let url = text(), let destination = text(), !failed else { return nil }

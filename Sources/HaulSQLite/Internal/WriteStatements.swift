@@ -23,6 +23,9 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         var failure: String?
         /// When the change was written (wall clock, nanoseconds since 1970); `nil` in rows from before it was kept.
         var changedAt: Int64?
+        /// A segmented partial's missing byte ranges in ``rangesText(_:)``'s form; `nil` for any other record (and in
+        /// rows from before the column was added).
+        var missingRanges: String?
     }
 
     private var connection: OpaquePointer?
@@ -62,7 +65,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         try upsert(
             row.url, row.destination, row.path, row.state, row.validator, row.sha256, row.request, row.failure,
             totalBytes: row.totalBytes, size: row.size, modified: row.modifiedNanoseconds, inode: row.inode,
-            sequence: row.sequence, changedAt: row.changedAt)
+            sequence: row.sequence, changedAt: row.changedAt, missingRanges: row.missingRanges)
     }
 
     /// ``upsert(_:)-(Row)`` of a change straight from a log's bytes (valid until this returns: the statement is
@@ -72,7 +75,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             change.url, change.destination, change.path, change.state, change.validator, change.sha256,
             change.request, change.failure, totalBytes: change.totalBytes, size: change.size,
             modified: change.modifiedNanoseconds, inode: change.inode, sequence: change.sequence,
-            changedAt: change.time)
+            changedAt: change.time, missingRanges: change.missingRanges)
     }
 
     /// The insert's columns, bound in its order, whether the text is strings or a log's bytes.
@@ -80,7 +83,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         _ url: some BindableText, _ destination: some BindableText, _ path: some BindableText,
         _ state: some BindableText, _ validator: some BindableText, _ sha256: some BindableText,
         _ request: some BindableText, _ failure: some BindableText, totalBytes: Int64?, size: Int64?,
-        modified: Int64?, inode: Int64?, sequence: Int64, changedAt: Int64?
+        modified: Int64?, inode: Int64?, sequence: Int64, changedAt: Int64?, missingRanges: some BindableText
     ) throws {
         let statement = insert
         url.bind(statement, 1)
@@ -98,6 +101,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         bind(statement, 13, sequence)
         bind(statement, 14, changedAt)
         now.bind(statement, 15)
+        missingRanges.bind(statement, 16)
         try run(statement)
     }
 
@@ -141,14 +145,14 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             """
             INSERT INTO record
             (url, destination, path, state, validator, totalBytes, size, sha256, modifiedNanoseconds, inode,
-             request, failure, sequence, changedAt, updatedAt)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             request, failure, sequence, changedAt, updatedAt, missingRanges)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (url, destination) DO UPDATE SET
             path = excluded.path, state = excluded.state, validator = excluded.validator,
             totalBytes = excluded.totalBytes, size = excluded.size, sha256 = excluded.sha256,
             modifiedNanoseconds = excluded.modifiedNanoseconds, inode = excluded.inode,
             request = excluded.request, failure = excluded.failure, changedAt = excluded.changedAt,
-            updatedAt = excluded.updatedAt
+            updatedAt = excluded.updatedAt, missingRanges = excluded.missingRanges
             WHERE excluded.changedAt IS NULL OR record.changedAt IS NULL OR excluded.changedAt >= record.changedAt
             """)
         remove = try make(
@@ -175,6 +179,41 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             return
         }
         sqlite3_bind_int64(statement, index, value)
+    }
+}
+
+extension WriteStatements.Row {
+    /// `ranges` as the `missingRanges` column and the log keep them: `lower-upper` pairs (upper bound exclusive, in
+    /// decimal) joined by commas, `"0-1048576,2097152-4194304"`; no ranges is the empty string. Text rather than a
+    /// blob or a table of its own: a segmented download has a few ranges, a row and a frame stay readable with
+    /// `sqlite3`, and the same string goes into the log and the database without another encoding. Bounds are byte
+    /// offsets, never negative: a negative one would not read back (its record would be dropped as malformed).
+    static func rangesText(_ ranges: [Range<Int64>]) -> String {
+        ranges.map { "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ",")
+    }
+
+    /// The ranges of ``rangesText(_:)``'s text; `nil` for text it does not make (damaged, or written by something
+    /// else), which the caller treats as a malformed row. Strict (decimal digits only, no sign, every bound within
+    /// `Int64`, lower not above upper) so that nothing reaches `Range`'s precondition, which would crash.
+    static func ranges(fromText text: String) -> [Range<Int64>]? {
+        guard !text.isEmpty else { return [] }
+        var ranges: [Range<Int64>] = []
+        for pair in text.split(separator: ",", omittingEmptySubsequences: false) {
+            let bounds = pair.split(separator: "-", omittingEmptySubsequences: false)
+            guard bounds.count == 2, let lower = bound(bounds[0]), let upper = bound(bounds[1]), lower <= upper else {
+                return nil
+            }
+            ranges.append(lower..<upper)
+        }
+        return ranges
+    }
+
+    /// A bound of ``ranges(fromText:)``: decimal digits only (`Int64(_:)` would also take a sign).
+    private static func bound(_ digits: Substring) -> Int64? {
+        guard !digits.isEmpty, digits.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else {
+            return nil
+        }
+        return Int64(digits)
     }
 }
 
