@@ -339,7 +339,8 @@ extension DownloadRun {
                 }
                 sink.yield(
                     .event(
-                        .segment(SegmentEvent(connection: index, range: range, url: url, change: .failed(failure.error)))))
+                        .segment(
+                            SegmentEvent(connection: index, range: range, url: url, change: .failed(failure.error)))))
                 if Task.isCancelled { throw CancellationError() }
                 if failure.error.code == .timedOut || failure.error.code == .fileSystem
                     || failure.error.code == .sizeMismatch
@@ -408,12 +409,14 @@ extension DownloadRun {
             return ((segment, connection.source, state.sources[connection.source].url), dropped)
         }
         if let dropped {
-            logger.info("source dropped", metadata: ["url": "\(dropped.redactedString)", "reason": "\(Self.slowSource)"])
+            logger.info(
+                "source dropped", metadata: ["url": "\(dropped.redactedString)", "reason": "\(Self.slowSource)"])
             sink.yield(
                 .event(
                     .segment(
                         SegmentEvent(
-                            connection: index, range: 0..<0, url: dropped, change: .sourceDropped(reason: Self.slowSource)
+                            connection: index, range: 0..<0, url: dropped,
+                            change: .sourceDropped(reason: Self.slowSource)
                         ))))
         }
         return work
@@ -439,7 +442,8 @@ extension DownloadRun {
         sink.yield(
             .event(
                 .segment(
-                    SegmentEvent(connection: connection, range: 0..<0, url: url, change: .sourceDropped(reason: reason)))))
+                    SegmentEvent(connection: connection, range: 0..<0, url: url, change: .sourceDropped(reason: reason))
+                )))
         return true
     }
 
@@ -494,10 +498,12 @@ extension DownloadRun {
             response = first
             url = transfer.state.withLock { $0.sources[source].url }
         } else {
-            (response, url) = try await requestRange(transfer, segment: segment, source: source, clock: clock, sink: sink)
+            (response, url) = try await requestRange(
+                transfer, segment: segment, source: source, clock: clock, sink: sink)
         }
         do {
-            try await receiveSegment(response.body, index, transfer, segment: segment, url: url, clock: clock, sink: sink)
+            try await receiveSegment(
+                response.body, index, transfer, segment: segment, url: url, clock: clock, sink: sink)
         } catch {
             await response.body.close()
             throw error
@@ -531,7 +537,9 @@ extension DownloadRun {
             var head = HTTPRequest(method: .get, url: url)
             head.headerFields = fields
             let options = options(for: url)
-            logger.debug("segment request", metadata: ["url": "\(url.redactedString)", "range": "\(offset)-\(offset + left - 1)"])
+            logger.debug(
+                "segment request",
+                metadata: ["url": "\(url.redactedString)", "range": "\(offset)-\(offset + left - 1)"])
             let response: TransportResponse
             do {
                 response = try await transport.send(head, options: options)
@@ -619,7 +627,8 @@ extension DownloadRun {
                     : "it ignores Range"
             if isPrimary { throw SegmentsAbandoned(reason: reason) }
             throw AttemptFailure.permanent(
-                DownloadError(.invalidResponse, message: "\(given.redactedString): \(reason)", url: url, status: status))
+                DownloadError(.invalidResponse, message: "\(given.redactedString): \(reason)", url: url, status: status)
+            )
         }
         throw statusFailure(head, url: url, proxy: options(for: url).proxy, sentCredentials: false)
     }

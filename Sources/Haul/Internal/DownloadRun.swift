@@ -420,7 +420,8 @@ final class DownloadRun: @unchecked Sendable {
             // Fetched in segments: the partial has the file's length, and the ranges missing are resumed each.
             guard
                 let file = try PartialFile(
-                    resumingAt: PartialFile.partialPath(forDestination: record.path), appending: false, url: request.url)
+                    resumingAt: PartialFile.partialPath(forDestination: record.path), appending: false, url: request.url
+                )
             else { return nil }
             guard file.size == total else {
                 file.remove()

@@ -199,7 +199,9 @@ struct ResponsePlanner {
     }
 
     private func rangeRequest(_ content: Content) -> ByteRangeRequest {
-        guard fault.ignoreRange != true, fault.noRanges != true, fault.gzip != true, let range = head.headers.first(name: "range") else {
+        guard fault.ignoreRange != true, fault.noRanges != true, fault.gzip != true,
+            let range = head.headers.first(name: "range")
+        else {
             return .full
         }
         if let ifRange = head.headers.first(name: "if-range") {

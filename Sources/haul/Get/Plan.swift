@@ -94,7 +94,8 @@ enum Planner {
             // A mirror's own user and password would have to be kept apart from the first URL's; a netrc file
             // names credentials by host already.
             problems.append(
-                "mirror '\(mirror.redactedString)' carries a user and password: give them in a netrc file (--netrc-file)")
+                "mirror '\(mirror.redactedString)' carries a user and password: give them in a netrc file (--netrc-file)"
+            )
         }
         var split = settings.split
         if let text = entry.split {

@@ -39,7 +39,8 @@ struct SegmentTests {
             let events = EventLog()
             let result = try await downloader().download(request(url, in: dir, connections: 8), onEvent: events.record)
             #expect(
-                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: Self.size) }(), "not the server's bytes")
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: Self.size) }(),
+                "not the server's bytes")
             #expect(result.size == Int64(Self.size))
             let stats = server.stats
             #expect(stats.maxInFlight >= 4 && stats.maxInFlight <= 8, "in flight at most: \(stats.maxInFlight)")
@@ -86,14 +87,17 @@ struct SegmentTests {
             let honest = server.url(path: "/bytes/plain.bin", query: ["size": "\(size)", "noRanges": "1"])
             let result = try await downloader().download(request(honest, in: dir, connections: 4))
             #expect(
-                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "plain.bin", size: size) }(), "not the server's bytes")
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "plain.bin", size: size) }(),
+                "not the server's bytes")
             #expect(server.stats.requestCount == 1)
 
             server.resetStats()
-            let liar = server.url(path: "/bytes/liar.bin", query: ["size": "\(size)", "ignoreRange": "1", "rate": "4000000"])
+            let liar = server.url(
+                path: "/bytes/liar.bin", query: ["size": "\(size)", "ignoreRange": "1", "rate": "4000000"])
             let again = try await downloader().download(request(liar, in: dir, connections: 4))
             #expect(
-                { contentsOf(again.fileURL) == TestServer.expectedBytes(name: "liar.bin", size: size) }(), "not the server's bytes")
+                { contentsOf(again.fileURL) == TestServer.expectedBytes(name: "liar.bin", size: size) }(),
+                "not the server's bytes")
             #expect(server.stats.requests.last?.range == nil)
         }
     }
@@ -119,7 +123,8 @@ struct SegmentTests {
                 for (handle, name) in zip(handles, names) {
                     let result = try await handle.result
                     #expect(
-                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: name, size: size) }(), "not the server's bytes")
+                        { contentsOf(result.fileURL) == TestServer.expectedBytes(name: name, size: size) }(),
+                        "not the server's bytes")
                 }
                 let limit = perHost ?? global
                 let stats = server.stats
@@ -157,7 +162,8 @@ struct SegmentTests {
             rerun.timeLimit = nil
             let result = try await downloader { $0.journal = journal }.download(rerun)
             #expect(
-                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "kept.bin", size: size) }(), "not the server's bytes")
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "kept.bin", size: size) }(),
+                "not the server's bytes")
             let stats = server.stats
             let served = servedBefore + stats.bodyBytesSent
             #expect(Double(served) <= 1.1 * Double(size), "served \(served) for \(size)")
@@ -183,7 +189,8 @@ struct SegmentTests {
                         mirrors: [missing, cutting]),
                     onEvent: events.record)
                 #expect(
-                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "file.bin", size: size) }(), "not the server's bytes")
+                    { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "file.bin", size: size) }(),
+                    "not the server's bytes")
                 let dropped = segmentEvents(events).filter { $0.change.isDrop }.map(\.url)
                 #expect(Set(dropped) == [missing, cutting])
                 #expect(mirrors.stats.requestsByPath["/bytes/gone.bin"] ?? 0 >= 1)
@@ -206,7 +213,8 @@ struct SegmentTests {
                         connections: 4, mirrors: [slow]),
                     onEvent: events.record)
                 #expect(
-                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "file.bin", size: size) }(), "not the server's bytes")
+                    { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "file.bin", size: size) }(),
+                    "not the server's bytes")
                 #expect(segmentEvents(events).contains { $0.change.isDrop && $0.url == slow })
                 // At the slow mirror's pace its first segment alone would take most of a minute.
                 #expect(ContinuousClock.now - start < .seconds(20))
