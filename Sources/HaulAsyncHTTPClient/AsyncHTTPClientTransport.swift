@@ -57,11 +57,19 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         configuration.connectionPool.retryConnectionEstablishment = false
         // Idle and minimum-speed limits are the engine's watchdog's job, not the client's.
         configuration.timeout = .init(connect: .milliseconds(max(Int64(connectTimeout.seconds * 1000), 1)), read: nil)
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.shutdownTimeout = Self.tlsShutdownTimeout
+        configuration.tlsConfiguration = tls
         baseConfiguration = configuration
         (client, http1Client) = Self.clients(configuration)
         ownsClient = true
         self.connectTimeout = connectTimeout
     }
+
+    /// How long closing a TLS connection waits for the server's close_notify: not at all. A connection is closed early
+    /// when its response is abandoned (a cancelled download, a segment whose end moved), and a server writing a
+    /// response reads nothing until it is done: waiting would receive, and discard, the rest of it.
+    static let tlsShutdownTimeout: TimeAmount = .zero
 
     /// A client offering HTTP/2 and one offering HTTP/1.1 only, with `configuration`.
     private static func clients(_ configuration: HTTPClient.Configuration) -> (HTTPClient, HTTPClient) {
@@ -165,7 +173,8 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
 
     private func tlsConfiguration(for settings: TLSSettings) throws -> TLSConfiguration {
         if let made = tlsConfigurations.withLock({ $0[settings] }) { return made }
-        let made = try settings.makeClientConfiguration()
+        var made = try settings.makeClientConfiguration()
+        made.shutdownTimeout = Self.tlsShutdownTimeout
         tlsConfigurations.withLock { $0[settings] = made }
         return made
     }

@@ -303,6 +303,11 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         if let made = sslContexts.withLock({ $0[settings] }) { return made }
         var configuration = try settings.makeClientConfiguration()
         configuration.applicationProtocols = ["http/1.1"]
+        // A connection is closed when its response is abandoned (a cancelled download, a segment whose end moved):
+        // it then sends close_notify and closes at once. Waiting for the server's close_notify (5 s by default) would
+        // keep reading, and discarding, whatever the server still sends: a server writing a response reads nothing
+        // until it is done, so an abandoned response of 1 GiB would be received whole.
+        configuration.shutdownTimeout = .zero
         let made: NIOSSLContext
         do {
             made = try NIOSSLContext(configuration: configuration)

@@ -125,10 +125,17 @@ extension DownloadRun {
                 } else {
                     0
                 }
+            // A download that may go on in segments asks for a first piece, never for the whole rest: a segment's
+            // connection then never has to end a response early (which would leave the server counting a connection
+            // that is gone while the next one starts).
+            let pieceEnd =
+                asksForFirstPiece && (resumeFrom == 0 || validator != nil)
+                ? firstPiece(from: resumeFrom).upperBound : nil
             // Most downloaders pace nothing, and no host asked them for time.
             if pacer.isActive { try await waitForTurn(url: url, emit: emit) }
             let head = makeRequest(
-                url: url, fields: withCredentialsAndCookies(hops.fields, for: url), resumeFrom: resumeFrom)
+                url: url, fields: withCredentialsAndCookies(hops.fields, for: url), resumeFrom: resumeFrom,
+                pieceEnd: pieceEnd)
             let options = options(for: url)
             logger.debug("request", metadata: ["url": "\(url.redactedString)", "range-from": "\(resumeFrom)"])
             // A cancelled task sends nothing: some transports would still put the request on the wire.
@@ -158,7 +165,7 @@ extension DownloadRun {
             let next: AfterResponse
             do {
                 next = try await handle(
-                    response, url: url, resumeFrom: resumeFrom, hops: &hops, proxy: options.proxy,
+                    response, url: url, resumeFrom: resumeFrom, pieceEnd: pieceEnd, hops: &hops, proxy: options.proxy,
                     sentCredentials: head.headerFields[.authorization] != nil, interruption: interruption)
             } catch {
                 await response.body.close()
@@ -175,7 +182,7 @@ extension DownloadRun {
 
     /// Handles one response: follows a redirect, checks a range, or streams the body into the partial file.
     private func handle(
-        _ response: TransportResponse, url: URL, resumeFrom: Int64, hops: inout Hops, proxy: Proxy?,
+        _ response: TransportResponse, url: URL, resumeFrom: Int64, pieceEnd: Int64?, hops: inout Hops, proxy: Proxy?,
         sentCredentials: Bool, interruption: TransferInterruption?
     ) async throws -> AfterResponse {
         let status = response.head.status.code
@@ -208,6 +215,11 @@ extension DownloadRun {
                     notModified: true)
             }
             return .finished
+        }
+        if status == 416, pieceEnd != nil {
+            // A first piece of an empty file (or a server that refuses such ranges): the plain request instead.
+            segmentsAbandoned = true
+            return .sendAgain
         }
         if status == 416 && resumeFrom > 0 {
             let complete = HTTPRules.unsatisfiedRangeLength(response.head.headerFields.first(.contentRange))
@@ -247,7 +259,7 @@ extension DownloadRun {
         var expected = bodyLength
 
         if status == 206 {
-            guard resumeFrom > 0,
+            guard resumeFrom > 0 || pieceEnd != nil,
                 let range = HTTPRules.contentRange(response.head.headerFields.first(.contentRange)),
                 range.first == resumeFrom
             else {
@@ -268,6 +280,8 @@ extension DownloadRun {
             totalBytes = range.complete
             expected = range.last - range.first + 1
         } else {
+            // A 200 to a first piece: the server sends no ranges, so no segments either.
+            if pieceEnd != nil { segmentsAbandoned = true }
             // A 200 to a Range request means the whole file again: never append it.
             if try abandonContinuation(because: "the server sent the whole file, not the rest") { return .finished }
             if (writer?.size ?? 0) > 0 { try await restartFromZero() }
@@ -284,8 +298,9 @@ extension DownloadRun {
             try chooseDestinationName(from: response.head)
             if skippedResult != nil { return .finished }
         }
-        if canSegment(response.head, status: status, resumeFrom: resumeFrom) {
-            try await startSegments(resumeFrom: resumeFrom, url: url)
+        if status == 206, let pieceEnd, canSegment(resumeFrom: resumeFrom) {
+            try await startSegments(
+                resumeFrom: resumeFrom, firstEnd: min(pieceEnd, resumeFrom + (expected ?? 0)), url: url)
             if let segmented {
                 do {
                     try await runSegments(segmented, first: response, interruption: interruption)
@@ -313,6 +328,16 @@ extension DownloadRun {
             recordedPartial = true
         }
         try await receive(response.body, length: bodyLength, expected: expected, url: url)
+        if status == 206, pieceEnd != nil, let totalBytes, let writer, writer.size < totalBytes {
+            // A first piece of a file that is not fetched in segments (no validator to check the pieces with, or too
+            // small to split): the rest as one stream, resumed with If-Range, or from zero without a validator.
+            segmentsAbandoned = true
+            if validator == nil {
+                try await restartFromZero()
+                hops.mayResume = false
+            }
+            return .sendAgain
+        }
         try await checkFinalSize(url: url)
         return .finished
     }
@@ -419,11 +444,11 @@ extension DownloadRun {
                     bytesWritten: bytesWritten, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond)))
     }
 
-    private func makeRequest(url: URL, fields: HTTPFields, resumeFrom: Int64) -> HTTPRequest {
+    private func makeRequest(url: URL, fields: HTTPFields, resumeFrom: Int64, pieceEnd: Int64?) -> HTTPRequest {
         var head = HTTPRequest(method: .get, url: url)
         let condition = revalidation.flatMap { $0.answered ? nil : $0.validator }
         // Most requests set no fields and resume nothing: the fields made once are theirs, with nothing to copy.
-        if fields.isEmpty && resumeFrom == 0 && condition == nil {
+        if fields.isEmpty && resumeFrom == 0 && condition == nil && pieceEnd == nil {
             head.headerFields = baseFields
             return head
         }
@@ -433,7 +458,10 @@ extension DownloadRun {
         if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
         fields[.range] = nil
         fields[.ifRange] = nil
-        if resumeFrom > 0 {
+        if let pieceEnd {
+            fields[.range] = "bytes=\(resumeFrom)-\(pieceEnd - 1)"
+            if resumeFrom > 0, let validator { fields[.ifRange] = validator }
+        } else if resumeFrom > 0 {
             fields[.range] = "bytes=\(resumeFrom)-"
             // Without a validator (a file another tool left), nothing can make the server check the prefix.
             if let validator { fields[.ifRange] = validator }

@@ -12,6 +12,8 @@ final class SegmentedTransfer: @unchecked Sendable {
 
     let file: PartialFile
     let total: Int64
+    /// The most bytes one request of a connection asks for.
+    let pieceSize: Int64
 
     /// A URL the file is fetched from.
     struct Source {
@@ -59,9 +61,13 @@ final class SegmentedTransfer: @unchecked Sendable {
 
     let state: Locked<State>
 
-    init(file: PartialFile, total: Int64, missing: [Range<Int64>], sources: [Source], progressInterval: Duration) {
+    init(
+        file: PartialFile, total: Int64, missing: [Range<Int64>], sources: [Source], pieceSize: Int64,
+        progressInterval: Duration
+    ) {
         self.file = file
         self.total = total
+        self.pieceSize = pieceSize
         state = Locked(
             State(
                 table: SegmentTable(total: total, missing: missing), sources: sources,
@@ -100,22 +106,35 @@ extension DownloadRun {
         return Int(min(Int64(wanted), max(1, splits)))
     }
 
-    /// Whether the response that starts this download lets it continue in segments over several connections (or
-    /// over mirrors): the request wants that, the file's size and a validator are known, the server takes ranges, the
-    /// file is not small, and nothing else about this download needs the one stream.
-    func canSegment(_ head: HTTPResponse, status: Int, resumeFrom: Int64) -> Bool {
-        guard segmented == nil, !segmentsAbandoned, destinationPath != nil, validator != nil,
-            let total = totalBytes, total > Self.restartableLimit, !request.continuesExistingFile,
-            request.maxConnections > 1 || !request.mirrors.isEmpty
+    /// Whether the next request asks for a first piece (a closed range) instead of the rest of the file: the request
+    /// wants segments or mirrors, none are running or were given up, and nothing else about the request needs the
+    /// one stream (a revalidation's conditional request, a file another tool left).
+    var asksForFirstPiece: Bool {
+        guard request.maxConnections > 1 || !request.mirrors.isEmpty, segmented == nil, !segmentsAbandoned,
+            !request.continuesExistingFile
         else { return false }
-        let takesRanges =
-            status == 206 || head.headerFields[.acceptRanges].map { $0.lowercased().contains("bytes") } == true
-        return takesRanges && (plannedConnections(total: total, from: resumeFrom) > 1 || !request.mirrors.isEmpty)
+        if let revalidation, !revalidation.answered { return false }
+        return true
     }
 
-    /// Turns this download into a segmented one at `resumeFrom` (the bytes before it are in the partial, if any) and
-    /// records it in the journal before a byte is written.
-    func startSegments(resumeFrom: Int64, url: URL) async throws {
+    /// The first piece asked for from `offset`: the smallest segment, so a file too small to split comes whole in it.
+    func firstPiece(from offset: Int64) -> Range<Int64> {
+        offset..<(offset + max(1, request.minimumSegmentSize))
+    }
+
+    /// Whether the `206` to a first piece lets the download go on in segments over several connections (or over
+    /// mirrors): the file's size and a validator are known, the file is not small, and it is worth a second
+    /// connection (or has mirrors).
+    func canSegment(resumeFrom: Int64) -> Bool {
+        guard destinationPath != nil, validator != nil, let total = totalBytes, total > Self.restartableLimit else {
+            return false
+        }
+        return plannedConnections(total: total, from: resumeFrom) > 1 || !request.mirrors.isEmpty
+    }
+
+    /// Turns this download into a segmented one at `resumeFrom` (the bytes before it are in the partial, if any), the
+    /// first response bringing the bytes up to `firstEnd`, and records it in the journal before a byte is written.
+    func startSegments(resumeFrom: Int64, firstEnd: Int64, url: URL) async throws {
         guard let destinationPath, let total = totalBytes, let validator else { return }
         let file: PartialFile
         if let writer {
@@ -137,19 +156,30 @@ extension DownloadRun {
                     request: request))
             recordedPartial = true
         }
-        segmented = makeTransfer(file: file, total: total, missing: [resumeFrom..<total], primaryURL: url)
-        segmented?.state.withLock { $0.sources[0].validator = validator }
+        let transfer = makeTransfer(file: file, total: total, missing: [resumeFrom..<total], primaryURL: url)
+        let count = plannedConnections(total: total, from: resumeFrom)
+        transfer.state.withLock { state in
+            state.sources[0].validator = validator
+            // Cut up ahead: each connection that starts takes a part of its own.
+            state.table.split(into: count, firstAtLeast: firstEnd - resumeFrom)
+            state.table.requested(0, upTo: firstEnd)
+        }
+        segmented = transfer
         try endingForGood { () throws(DownloadError) in try file.prepareForPositionalWrites(length: total, url: url) }
         logger.debug("fetching in segments", metadata: ["size": "\(total)", "from": "\(resumeFrom)"])
     }
 
     func makeTransfer(file: PartialFile, total: Int64, missing: [Range<Int64>], primaryURL: URL) -> SegmentedTransfer {
+        // Pieces of a quarter of a connection's share: few requests, and a slow connection holds at most that much
+        // that nobody else may take; between 1 and 16 MiB.
+        let share = total / Int64(plannedConnections(total: total, from: 0) * 4)
+        let pieceSize = min(16 << 20, max(1 << 20, share))
         var sources = [SegmentedTransfer.Source(url: primaryURL, given: request.url, isPrimary: true)]
         for mirror in request.mirrors where mirror != request.url {
             sources.append(SegmentedTransfer.Source(url: mirror, given: mirror, isPrimary: false))
         }
         return SegmentedTransfer(
-            file: file, total: total, missing: missing, sources: sources,
+            file: file, total: total, missing: missing, sources: sources, pieceSize: pieceSize,
             progressInterval: configuration.progressInterval)
     }
 
@@ -288,8 +318,8 @@ extension DownloadRun {
     /// open already, so it is worth less than a new connection's ``DownloadRequest/minimumSegmentSize``.
     private var stealMinimum: Int64 { min(request.minimumSegmentSize, 1 << 20) }
 
-    /// One connection: takes segments until none is left to take, fetches each from a live source, and deals with
-    /// what goes wrong (another source, or a backoff and the same one).
+    /// One connection: takes segments until none is left to take, fetches each piece by piece from a live source,
+    /// and deals with what goes wrong (another source, or a backoff and the same one).
     private func connection(
         _ index: Int, _ transfer: SegmentedTransfer, first: TransportResponse?,
         sink: AsyncStream<SegmentNote>.Continuation
@@ -297,33 +327,45 @@ extension DownloadRun {
         var first = first
         var minimum = request.minimumSegmentSize
         var failures = 0
+        var current: (segment: Int, source: Int, url: URL, start: Int64)?
         while true {
             try Task.checkCancellation()
-            guard let (segment, source, url) = takeWork(index, transfer, minimum: minimum, sink: sink) else {
-                // Nothing left for this connection: nothing for one still waiting for a slot either.
-                let waiting = transfer.state.withLock { state in
-                    state.noMoreWork = true
-                    defer { state.waiting = [:] }
-                    return Array(state.waiting.values)
+            if current == nil {
+                // The first response's body starts where segment 0 does.
+                guard
+                    let (segment, source, url) = takeWork(
+                        index, transfer, minimum: minimum, segment: first == nil ? nil : 0, sink: sink)
+                else {
+                    // Nothing left for this connection: nothing for one still waiting for a slot either.
+                    let waiting = transfer.state.withLock { state in
+                        state.noMoreWork = true
+                        defer { state.waiting = [:] }
+                        return Array(state.waiting.values)
+                    }
+                    for task in waiting { task.cancel() }
+                    return
                 }
-                for task in waiting { task.cancel() }
-                return
+                minimum = stealMinimum
+                let range = transfer.state.withLock { $0.table.range(of: segment) }
+                current = (segment, source, url, range.lowerBound)
+                sink.yield(
+                    .event(.segment(SegmentEvent(connection: index, range: range, url: url, change: .started))))
             }
-            minimum = stealMinimum
-            let range = transfer.state.withLock { $0.table.range(of: segment) }
-            sink.yield(.event(.segment(SegmentEvent(connection: index, range: range, url: url, change: .started))))
+            guard let (segment, source, url, start) = current else { continue }
             do {
                 let response = first
                 first = nil
                 try await watchedRound(index, transfer, segment: segment, source: source, first: response, sink: sink)
                 failures = 0
                 let finished = transfer.state.withLock { state -> Range<Int64>? in
-                    state.connections[index]?.segment = nil
                     let segmentState = state.table.segments[segment]
+                    guard segmentState.isFinished else { return nil }  // its next piece, on the same connection
+                    state.connections[index]?.segment = nil
                     state.table.release(segment)
-                    return segmentState.isFinished ? range.lowerBound..<segmentState.end : nil
+                    return start..<segmentState.end
                 }
                 if let finished {
+                    current = nil
                     sink.yield(
                         .event(.segment(SegmentEvent(connection: index, range: finished, url: url, change: .finished))))
                 }
@@ -332,19 +374,19 @@ extension DownloadRun {
             } catch let disagreement as SourcesDisagree {
                 throw AttemptFailure.permanent(disagreement.error)
             } catch {
+                current = nil
                 let failure = transportFailure(error, url: url)
-                transfer.state.withLock { state in
+                let range = transfer.state.withLock { state in
                     state.connections[index]?.segment = nil
                     state.table.release(segment)
+                    return state.table.range(of: segment)
                 }
                 sink.yield(
                     .event(
                         .segment(
                             SegmentEvent(connection: index, range: range, url: url, change: .failed(failure.error)))))
                 if Task.isCancelled { throw CancellationError() }
-                if failure.error.code == .timedOut || failure.error.code == .fileSystem
-                    || failure.error.code == .sizeMismatch
-                {
+                if failure.error.code == .timedOut || failure.error.code == .fileSystem {
                     throw failure
                 }
                 // Another source takes over from one that failed; the last one left is retried as a download is.
@@ -365,12 +407,14 @@ extension DownloadRun {
         }
     }
 
-    /// A segment for connection `index` and the live source to fetch it from (the one with the fewest connections),
-    /// or `nil` when nothing is left that is worth a connection. When nothing can be split, a connection takes over
+    /// A segment for connection `index` (`wanted`, if given: the one the first response's body is) and the live source
+    /// to fetch it from (the one with the fewest connections), or `nil` when nothing is left that is worth a
+    /// connection. When nothing can be split, a connection takes over
     /// the whole rest of a segment whose connection is much slower (a quarter of its own speed or less), and that
     /// connection's source, if another one, is dropped as too slow.
     private func takeWork(
-        _ index: Int, _ transfer: SegmentedTransfer, minimum: Int64, sink: AsyncStream<SegmentNote>.Continuation
+        _ index: Int, _ transfer: SegmentedTransfer, minimum: Int64, segment wanted: Int?,
+        sink: AsyncStream<SegmentNote>.Continuation
     ) -> (segment: Int, source: Int, url: URL)? {
         let (work, dropped) = transfer.state.withLock { state -> ((Int, Int, URL)?, URL?) in
             var dropped: URL?
@@ -386,7 +430,12 @@ extension DownloadRun {
                 state.sources[live].connections += 1
                 connection = SegmentedTransfer.Connection(source: live, since: now)
             }
-            var segment = state.table.assign(to: index, minimum: minimum)
+            var segment =
+                if let wanted {
+                    state.table.assign(wanted, to: index) ? wanted : nil
+                } else {
+                    state.table.assign(to: index, minimum: minimum)
+                }
             if segment == nil, let own = connection.speed(now: now) {
                 // Nothing to split: a much slower connection's segment is taken over whole.
                 let slow = state.connections.filter { other in
@@ -494,16 +543,18 @@ extension DownloadRun {
     ) async throws {
         let response: TransportResponse
         let url: URL
+        let pieceEnd: Int64
         if let first {
             response = first
-            url = transfer.state.withLock { $0.sources[source].url }
+            (url, pieceEnd) = transfer.state.withLock { ($0.sources[source].url, $0.table.segments[segment].requested) }
         } else {
-            (response, url) = try await requestRange(
+            (response, url, pieceEnd) = try await requestRange(
                 transfer, segment: segment, source: source, clock: clock, sink: sink)
         }
         do {
             try await receiveSegment(
-                response.body, index, transfer, segment: segment, url: url, clock: clock, sink: sink)
+                response.body, index, transfer, segment: segment, pieceEnd: pieceEnd, url: url, clock: clock,
+                sink: sink)
         } catch {
             await response.body.close()
             throw error
@@ -514,8 +565,9 @@ extension DownloadRun {
     private func requestRange(
         _ transfer: SegmentedTransfer, segment: Int, source: Int, clock: ActivityClock,
         sink: AsyncStream<SegmentNote>.Continuation
-    ) async throws -> (TransportResponse, URL) {
-        let (offset, left) = transfer.state.withLock { $0.table.position(of: segment) }
+    ) async throws -> (TransportResponse, URL, Int64) {
+        let piece = transfer.state.withLock { $0.table.requestPiece(segment, size: transfer.pieceSize) }
+        let offset = piece.lowerBound
         var (url, validator, isPrimary, given) = transfer.state.withLock { state in
             let source = state.sources[source]
             return (source.url, source.validator, source.isPrimary, source.given)
@@ -532,14 +584,14 @@ extension DownloadRun {
             fields = withCredentialsAndCookies(fields, for: url)
             fields[.acceptEncoding] = "identity"
             if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
-            fields[.range] = "bytes=\(offset)-\(offset + left - 1)"
+            fields[.range] = "bytes=\(offset)-\(piece.upperBound - 1)"
             fields[.ifRange] = validator
             var head = HTTPRequest(method: .get, url: url)
             head.headerFields = fields
             let options = options(for: url)
             logger.debug(
                 "segment request",
-                metadata: ["url": "\(url.redactedString)", "range": "\(offset)-\(offset + left - 1)"])
+                metadata: ["url": "\(url.redactedString)", "range": "\(offset)-\(piece.upperBound - 1)"])
             let response: TransportResponse
             do {
                 response = try await transport.send(head, options: options)
@@ -573,13 +625,12 @@ extension DownloadRun {
                 }
                 try checkSegmentResponse(
                     response.head, transfer, offset: offset, source: source, given: given, isPrimary: isPrimary,
-                    sentValidator: validator, url: url)
+                    sentValidator: validator, sentCredentials: head.headerFields[.authorization] != nil, url: url)
             } catch {
                 await response.body.close()
                 throw error
             }
-            validator = nil
-            return (response, url)
+            return (response, url, piece.upperBound)
         }
     }
 
@@ -587,7 +638,7 @@ extension DownloadRun {
     /// whole file (it changed, or ignores `Range`) or another total is refused.
     private func checkSegmentResponse(
         _ head: HTTPResponse, _ transfer: SegmentedTransfer, offset: Int64, source: Int, given: URL, isPrimary: Bool,
-        sentValidator: String?, url: URL
+        sentValidator: String?, sentCredentials: Bool, url: URL
     ) throws {
         let status = head.status.code
         if status == 206, let range = HTTPRules.contentRange(head.headerFields.first(.contentRange)),
@@ -630,19 +681,21 @@ extension DownloadRun {
                 DownloadError(.invalidResponse, message: "\(given.redactedString): \(reason)", url: url, status: status)
             )
         }
-        throw statusFailure(head, url: url, proxy: options(for: url).proxy, sentCredentials: false)
+        throw statusFailure(head, url: url, proxy: options(for: url).proxy, sentCredentials: sentCredentials)
     }
 
     /// Writes `body` in place from the segment's offset, until its end (which a steal may move down) or the body's.
     private func receiveSegment(
-        _ body: ResponseBody, _ index: Int, _ transfer: SegmentedTransfer, segment: Int, url: URL, clock: ActivityClock,
-        sink: AsyncStream<SegmentNote>.Continuation
+        _ body: ResponseBody, _ index: Int, _ transfer: SegmentedTransfer, segment: Int, pieceEnd: Int64, url: URL,
+        clock: ActivityClock, sink: AsyncStream<SegmentNote>.Continuation
     ) async throws {
         let threshold = max(1 << 20, transfer.total / 64)
         for try await chunk in body {
             clock.received(chunk.count)
             lastActivity.received(chunk.count)
-            let (offset, count) = transfer.state.withLock { $0.table.reserve(segment, count: chunk.count) }
+            let (offset, count) = transfer.state.withLock {
+                $0.table.reserve(segment, count: chunk.count, upTo: pieceEnd)
+            }
             if count > 0 {
                 do {
                     try transfer.file.write(chunk, count: count, at: offset, url: url)
@@ -663,15 +716,19 @@ extension DownloadRun {
                     ? DownloadProgress(
                         bytesWritten: state.table.written, totalBytes: transfer.total,
                         bytesPerSecond: state.meter.bytesPerSecond) : nil
-                return (progress, checkpoint, state.table.isExhausted(segment))
+                let reserved = state.table.reserved(segment)
+                return (progress, checkpoint, state.table.isExhausted(segment) || reserved >= pieceEnd)
             }
             segmentBytes.add(Int64(count), ordering: .relaxed)
             if let progress { sink.yield(.event(.progress(progress))) }
             if checkpoint { sink.yield(.checkpoint) }
-            if exhausted { return }  // the rest belongs to another connection now, or was never asked for
+            // The piece is in (a response longer than asked for is not read on), or a faster connection took the rest.
+            if exhausted { return }
             if bandwidth != nil || ownBandwidth != nil { try await waitForBandwidth(count, clock: clock) }
         }
-        let left = transfer.state.withLock { $0.table.position(of: segment).left }
+        let left = transfer.state.withLock { state in
+            min(pieceEnd, state.table.segments[segment].end) - state.table.reserved(segment)
+        }
         if left > 0 {
             throw AttemptFailure.transient(
                 DownloadError(

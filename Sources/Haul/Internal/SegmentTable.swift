@@ -2,15 +2,20 @@
 /// works on what. A value type without I/O (the segmented transfer keeps it behind a lock), so its rules are tested
 /// on their own.
 ///
-/// The file is not cut up ahead: a connection that starts takes an unowned segment, else half of what is left of the
-/// largest one (the owner of that one now stops where the half begins). So the first connection owns the whole file
-/// until a second one arrives, and a connection that finishes early takes work from a slow one instead of idling.
+/// A fresh file is cut into as many equal segments as it will have connections (``split(into:firstAtLeast:)``). A
+/// connection fetches its segment in pieces, one closed range at a time (``requestPiece(_:size:)``), so that what it
+/// has not asked for yet can be given to another without ending a response in flight: a connection with nothing left
+/// takes an unowned segment, else half of what nobody has asked for of the largest one (its owner stops where that
+/// half begins). Only a connection much slower than another has its segment taken over while a piece is in flight
+/// (``takeOver(for:from:)``).
 struct SegmentTable {
     struct Segment: Equatable {
         /// Bytes before this are on disk.
         var done: Int64
         /// Bytes before this are on disk or handed to a writer (`done <= reserved <= end`).
         var reserved: Int64
+        /// Where the owner's request in flight ends (`reserved <= requested <= end`): a steal never moves ``end`` below it.
+        var requested: Int64
         /// Where the segment ends (exclusive); a steal moves it down.
         var end: Int64
         /// The connection working on it.
@@ -19,6 +24,8 @@ struct SegmentTable {
         var isFinished: Bool { done >= end }
         /// What nobody has started writing yet.
         var unreserved: Int64 { end - reserved }
+        /// What nobody has asked a server for yet.
+        var unrequested: Int64 { end - max(reserved, requested) }
     }
 
     let total: Int64
@@ -28,7 +35,7 @@ struct SegmentTable {
     init(total: Int64, missing: [Range<Int64>]) {
         self.total = total
         segments = missing.filter { !$0.isEmpty }.sorted { $0.lowerBound < $1.lowerBound }.map {
-            Segment(done: $0.lowerBound, reserved: $0.lowerBound, end: $0.upperBound)
+            Segment(done: $0.lowerBound, reserved: $0.lowerBound, requested: $0.lowerBound, end: $0.upperBound)
         }
     }
 
@@ -42,30 +49,61 @@ struct SegmentTable {
 
     var isComplete: Bool { segments.allSatisfy(\.isFinished) }
 
-    /// Whether a segment is unowned and unfinished, or some owned one has at least `2 * minimum` left to split.
+    /// Whether a segment is unowned and unfinished, or some owned one has at least `2 * minimum` nobody asked for.
     func hasWork(splittingAbove minimum: Int64) -> Bool {
-        segments.contains { !$0.isFinished && ($0.owner == nil || $0.unreserved >= 2 * minimum) }
+        segments.contains { !$0.isFinished && ($0.owner == nil || $0.unrequested >= 2 * minimum) }
     }
 
-    /// Gives `connection` a segment: the largest unowned one, else the second half of what is left of the largest
-    /// owned one when both halves are at least `minimum`. Returns its index, or `nil` when there is no such work.
+    /// Cuts the only segment, unowned and untouched, into `count` segments: the first at least `first` long (the
+    /// piece the first response brings), the rest of equal length (the last takes the remainder). The first keeps its
+    /// index 0.
+    mutating func split(into count: Int, firstAtLeast first: Int64 = 0) {
+        guard count > 1, segments.count == 1, segments[0].owner == nil, segments[0].reserved == segments[0].done
+        else { return }
+        let start = segments[0].done
+        let end = segments[0].end
+        let firstEnd = min(end, start + max(first, (end - start) / Int64(count)))
+        let length = (end - firstEnd) / Int64(count - 1)
+        guard length > 0 else { return }
+        segments[0].end = firstEnd
+        for part in 0..<(count - 1) {
+            let lower = firstEnd + Int64(part) * length
+            let upper = part == count - 2 ? end : lower + length
+            segments.append(Segment(done: lower, reserved: lower, requested: lower, end: upper))
+        }
+    }
+
+    /// Gives segment `index` to `connection` if nobody owns it; returns whether it did.
+    mutating func assign(_ index: Int, to connection: Int) -> Bool {
+        guard segments.indices.contains(index), segments[index].owner == nil, !segments[index].isFinished else {
+            return false
+        }
+        segments[index].owner = connection
+        segments[index].reserved = segments[index].done
+        segments[index].requested = max(segments[index].requested, segments[index].done)
+        return true
+    }
+
+    /// Gives `connection` a segment: the largest unowned one, else the second half of what nobody has asked for of
+    /// the largest owned one when both halves are at least `minimum`. Returns its index, or `nil` when there is no such work.
     mutating func assign(to connection: Int, minimum: Int64) -> Int? {
         if let free = segments.indices.filter({ segments[$0].owner == nil && !segments[$0].isFinished })
             .max(by: { segments[$0].end - segments[$0].done < segments[$1].end - segments[$1].done })
         {
             segments[free].owner = connection
             segments[free].reserved = segments[free].done
+            segments[free].requested = segments[free].done
             return free
         }
         guard
             let victim = segments.indices.filter({ segments[$0].owner != nil })
-                .max(by: { segments[$0].unreserved < segments[$1].unreserved }),
-            segments[victim].unreserved >= 2 * max(1, minimum)
+                .max(by: { segments[$0].unrequested < segments[$1].unrequested }),
+            segments[victim].unrequested >= 2 * max(1, minimum)
         else { return nil }
-        let middle = segments[victim].reserved + segments[victim].unreserved / 2
+        let middle = segments[victim].end - segments[victim].unrequested / 2
         let end = segments[victim].end
         segments[victim].end = middle
-        segments.append(Segment(done: middle, reserved: middle, end: end, owner: connection))
+        segments.append(Segment(done: middle, reserved: middle, requested: middle, end: end, owner: connection))
         return segments.count - 1
     }
 
@@ -80,20 +118,33 @@ struct SegmentTable {
         let start = segments[victim].reserved
         let end = segments[victim].end
         segments[victim].end = start
-        segments.append(Segment(done: start, reserved: start, end: end, owner: connection))
+        segments[victim].requested = start
+        segments.append(Segment(done: start, reserved: start, requested: start, end: end, owner: connection))
         return segments.count - 1
     }
 
-    /// Where segment `index` goes on, and how much is left of it for its owner.
-    func position(of index: Int) -> (offset: Int64, left: Int64) {
-        (segments[index].reserved, segments[index].unreserved)
+    /// Asks for the next piece of segment `index`, at most `size` bytes from where its owner is: the range to
+    /// request. Nobody can take those bytes from the owner any more, short of ``takeOver(for:from:)``.
+    mutating func requestPiece(_ index: Int, size: Int64) -> Range<Int64> {
+        let start = segments[index].reserved
+        let end = min(segments[index].end, start + max(1, size))
+        segments[index].requested = end
+        return start..<end
     }
 
+    /// Records that the owner of segment `index` asked for everything up to `end` (the first response's piece).
+    mutating func requested(_ index: Int, upTo end: Int64) {
+        segments[index].requested = min(segments[index].end, max(segments[index].requested, end))
+    }
+
+    /// Bytes handed to the writer of segment `index` so far (its next offset).
+    func reserved(_ index: Int) -> Int64 { segments[index].reserved }
+
     /// Hands up to `count` bytes of segment `index` to its writer: the offset they go to and how many of them belong
-    /// to the segment (fewer, or none, once a steal moved its end).
-    mutating func reserve(_ index: Int, count: Int) -> (offset: Int64, count: Int) {
+    /// to the segment and lie before `limit` (fewer, or none, once a take-over moved its end).
+    mutating func reserve(_ index: Int, count: Int, upTo limit: Int64 = .max) -> (offset: Int64, count: Int) {
         let offset = segments[index].reserved
-        let granted = Int(min(Int64(count), max(0, segments[index].end - offset)))
+        let granted = Int(min(Int64(count), max(0, min(segments[index].end, limit) - offset)))
         segments[index].reserved += Int64(granted)
         return (offset, granted)
     }
@@ -108,6 +159,7 @@ struct SegmentTable {
     mutating func release(_ index: Int) {
         segments[index].owner = nil
         segments[index].reserved = segments[index].done
+        segments[index].requested = segments[index].done
     }
 
     /// Whether segment `index` is finished as far as its owner is concerned (all of it handed to the writer).

@@ -13,10 +13,12 @@ import Testing
 struct SegmentTests {
     static let size = 8 << 20
 
-    func downloader(retries: Int = 3, _ change: (inout Downloader.Configuration) -> Void = { _ in }) -> Downloader {
-        var configuration = TransportKind.nio.configuration(retries: retries)
+    func downloader(
+        _ kind: TransportKind = .nio, retries: Int = 3, _ change: (inout Downloader.Configuration) -> Void = { _ in }
+    ) -> Downloader {
+        var configuration = kind.configuration(retries: retries)
         change(&configuration)
-        return Downloader(transport: NIOTransport(), configuration: configuration)
+        return Downloader(transport: kind.makeTransport(), configuration: configuration)
     }
 
     func request(_ url: URL, in dir: TemporaryDirectory, connections: Int, mirrors: [URL] = []) -> DownloadRequest {
@@ -31,19 +33,27 @@ struct SegmentTests {
         log.all.compactMap { if case .segment(let segment) = $0 { segment } else { nil } }
     }
 
-    @Test("a file in 8 segments is byte-identical; each segment request is a closed range with If-Range")
-    func eightSegments() async throws {
-        try await TestServer.withRunning { server in
+    @Test(
+        "a file in 8 segments is byte-identical; each segment request is a closed range with If-Range",
+        arguments: TransportKind.allCases)
+    func eightSegments(kind: TransportKind) async throws {
+        try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let url = server.url(path: "/bytes/big.bin", query: ["size": "\(Self.size)", "rate": "4000000"])
             let events = EventLog()
-            let result = try await downloader().download(request(url, in: dir, connections: 8), onEvent: events.record)
+            let result = try await downloader(kind).download(
+                request(url, in: dir, connections: 8), onEvent: events.record)
             #expect(
                 { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: Self.size) }(),
                 "not the server's bytes")
             #expect(result.size == Int64(Self.size))
             let stats = server.stats
-            #expect(stats.maxInFlight >= 4 && stats.maxInFlight <= 8, "in flight at most: \(stats.maxInFlight)")
+            #expect(stats.maxInFlight >= 2, "in flight at most: \(stats.maxInFlight)")
+            if kind == .nio || kind == .nioOverTLS {
+                // Only NIOTransport says when it has closed a connection (ARCHITECTURE.md, "Invariants" 4): with the
+                // others, a response ended early may still count at the server while the next request starts.
+                #expect(stats.maxInFlight <= 8, "in flight at most: \(stats.maxInFlight)")
+            }
             let segmentRequests = stats.requests.dropFirst()
             #expect(segmentRequests.count >= 7)
             let etag = TestServer.entityTag(name: "big.bin", size: Self.size)
@@ -51,9 +61,10 @@ struct SegmentTests {
                 #expect(sent.range?.wholeMatch(of: /bytes=\d+-\d+/) != nil, "\(sent.range ?? "no Range")")
                 #expect(sent.ifRange == etag)
             }
-            // A split ends the response in flight at its new end: what the server had sent past it (at most the
-            // transport's read-ahead per connection, more on a loaded machine) is wasted, but no more.
-            #expect(Double(stats.bodyBytesSent) <= 1.6 * Double(Self.size), "served \(stats.bodyBytesSent)")
+            // Pieces are closed ranges and what is stolen was never asked for: no response is ended early, no byte
+            // sent twice (but for a connection much slower than another, whose rest is taken over).
+            #expect(Double(stats.bodyBytesSent) <= 1.1 * Double(Self.size), "served \(stats.bodyBytesSent)")
+            #expect(stats.requests.first?.range == "bytes=0-\((256 << 10) - 1)")
             let started = Set(segmentEvents(events).filter { $0.change.isStarted }.map(\.connection))
             #expect(started == Set(0..<8))
             #expect(events.lastProgress?.bytesWritten == Int64(Self.size))
@@ -98,7 +109,7 @@ struct SegmentTests {
             #expect(
                 { contentsOf(again.fileURL) == TestServer.expectedBytes(name: "liar.bin", size: size) }(),
                 "not the server's bytes")
-            #expect(server.stats.requests.last?.range == nil)
+            #expect(server.stats.requestCount == 1)
         }
     }
 

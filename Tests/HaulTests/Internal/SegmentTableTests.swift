@@ -19,6 +19,20 @@ struct SegmentTableTests {
         #expect(small.assign(to: 1, minimum: 100) == nil)
     }
 
+    @Test("a fresh file is cut into equal parts ahead; the first connection takes the first, the others the rest")
+    func splitAhead() {
+        var table = SegmentTable(total: 1003, missing: [3..<1003])
+        table.split(into: 4)
+        #expect(table.segments.map { $0.done..<$0.end } == [3..<253, 253..<503, 503..<753, 753..<1003])
+        let first = table.assign(0, to: 0)
+        let again = table.assign(0, to: 1)
+        #expect(first && !again)
+        #expect(table.assign(to: 1, minimum: 1000) != nil)  // an unowned part needs no split
+        // Cut ahead only once: a table already split or begun is left as it is.
+        table.split(into: 2)
+        #expect(table.segments.count == 4)
+    }
+
     @Test("a writer gets only the bytes of its segment; a steal moves its end below what it has not reserved")
     func reservationsRespectSteals() {
         var table = SegmentTable(total: 1000, missing: [0..<1000])
@@ -48,7 +62,7 @@ struct SegmentTableTests {
         table.release(1)
         #expect(table.missing == [100..<400, 650..<1000])
         #expect(table.assign(to: 2, minimum: 1) == 1)  // the unowned one first, whole
-        #expect(table.position(of: 1).offset == 650)
+        #expect(table.reserved(1) == 650)
     }
 
     @Test("taking over a slow connection's segment leaves it nothing more to write")
