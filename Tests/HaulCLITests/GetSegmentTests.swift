@@ -18,7 +18,7 @@ struct GetSegmentTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let size = 16 << 20
-            let url = server.url(path: "/bytes/big.bin", query: ["size": "\(size)", "rate": "1000000"]).absoluteString
+            let url = server.url(path: "/bytes/big.bin", query: ["size": "\(size)", "rate": "500000"]).absoluteString
             let arguments = ["get", "-q", "-s", "8", "--min-split-size", "512K", "-d", dir.path, url]
             let process = try HaulProcess(arguments)
             // Killed once well into the transfer, by what the server has sent (not the clock: a loaded machine may

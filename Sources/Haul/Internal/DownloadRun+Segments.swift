@@ -37,9 +37,10 @@ final class SegmentedTransfer: @unchecked Sendable {
         var since: ContinuousClock.Instant
         var bytes: Int64 = 0
 
+        /// Bytes per second since it started, once it has run long enough for that to say something.
         func speed(now: ContinuousClock.Instant) -> Double? {
             let elapsed = (now - since).seconds
-            return elapsed >= 1 ? Double(bytes) / elapsed : nil
+            return elapsed >= 2 ? Double(bytes) / elapsed : nil
         }
     }
 
@@ -276,10 +277,13 @@ extension DownloadRun {
                         release = granted
                     }
                     defer { release?() }
+                    // Its speed counts from here, not from when it began to wait for a slot.
+                    transfer.state.withLock { $0.connections[index]?.since = .now }
                     try await self.connection(index, transfer, first: nil, sink: sink)
                 }
             }
-            try await group.waitForAll()
+            // The first connection that fails for good ends the others (waitForAll would let them finish first).
+            for try await _ in group {}
         }
         guard transfer.isComplete else {
             throw AttemptFailure.transient(
@@ -336,6 +340,13 @@ extension DownloadRun {
                     let (segment, source, url) = takeWork(
                         index, transfer, minimum: minimum, segment: first == nil ? nil : 0, sink: sink)
                 else {
+                    // Nothing to split: while a connection that may be much slower still works, wait to take its rest
+                    // over once the speeds say so (they do two seconds after a connection's start).
+                    if mayTakeOverLater(index, transfer) {
+                        lastActivity.touch()
+                        try await Task.sleep(for: .milliseconds(250))
+                        continue
+                    }
                     // Nothing left for this connection: nothing for one still waiting for a slot either.
                     let waiting = transfer.state.withLock { state in
                         state.noMoreWork = true
@@ -472,6 +483,22 @@ extension DownloadRun {
     }
 
     static let slowSource = "a quarter of the speed of another connection or less"
+
+    /// Whether connection `index` may yet take over another's segment: another still works whose speed (or its own)
+    /// is not known yet, or is a quarter of its own or less.
+    private func mayTakeOverLater(_ index: Int, _ transfer: SegmentedTransfer) -> Bool {
+        transfer.state.withLock { state in
+            let now = ContinuousClock.now
+            let own = state.connections[index]?.speed(now: now)
+            return state.connections.contains { other in
+                guard other.key != index, let segment = other.value.segment,
+                    state.table.segments[segment].unreserved > 0
+                else { return false }
+                guard let own, let theirs = other.value.speed(now: now) else { return true }
+                return theirs * 4 <= own
+            }
+        }
+    }
 
     /// Drops `source` for the rest of the file when another live one can take its work. Returns whether it did.
     private func drop(
@@ -689,7 +716,8 @@ extension DownloadRun {
         _ body: ResponseBody, _ index: Int, _ transfer: SegmentedTransfer, segment: Int, pieceEnd: Int64, url: URL,
         clock: ActivityClock, sink: AsyncStream<SegmentNote>.Continuation
     ) async throws {
-        let threshold = max(1 << 20, transfer.total / 64)
+        // What a killed run may have to fetch again: at most 1/256 of the file (at least 256 KiB) per checkpoint.
+        let threshold = max(256 << 10, transfer.total / 256)
         for try await chunk in body {
             clock.received(chunk.count)
             lastActivity.received(chunk.count)
