@@ -420,9 +420,8 @@ extension DownloadRun {
 
     /// A segment for connection `index` (`wanted`, if given: the one the first response's body is) and the live source
     /// to fetch it from (the one with the fewest connections), or `nil` when nothing is left that is worth a
-    /// connection. When nothing can be split, a connection takes over
-    /// the whole rest of a segment whose connection is much slower (a quarter of its own speed or less), and that
-    /// connection's source, if another one, is dropped as too slow.
+    /// connection. When nothing can be split, a connection takes over the whole rest of a segment whose connection, to
+    /// another source, is much slower (a quarter of its own speed or less), and that source is dropped as too slow.
     private func takeWork(
         _ index: Int, _ transfer: SegmentedTransfer, minimum: Int64, segment wanted: Int?,
         sink: AsyncStream<SegmentNote>.Continuation
@@ -448,19 +447,22 @@ extension DownloadRun {
                     state.table.assign(to: index, minimum: minimum)
                 }
             if segment == nil, let own = connection.speed(now: now) {
-                // Nothing to split: a much slower connection's segment is taken over whole.
+                // Nothing to split: the segment of a connection to another source that is much slower is taken over
+                // whole, its response in flight ended, and that source dropped. (Between connections to one server,
+                // speeds that far apart come and go with the machine's load: what is in flight is not worth ending.)
                 let slow = state.connections.filter { other in
-                    other.key != index && other.value.segment != nil
+                    other.key != index && other.value.segment != nil && other.value.source != connection.source
+                        && state.sources[other.value.source].dropped == nil
                         && (other.value.speed(now: now) ?? .infinity) * 4 <= own
                 }
-                if let (loser, slower) = slow.min(by: { $0.value.bytes < $1.value.bytes }) {
-                    segment = state.table.takeOver(for: index, from: loser)
-                    if segment != nil, slower.source != connection.source,
-                        state.sources.filter({ $0.dropped == nil }).count > 1
-                    {
-                        state.sources[slower.source].dropped = Self.slowSource
-                        dropped = state.sources[slower.source].given
+                if let slower = slow.min(by: { $0.value.bytes < $1.value.bytes })?.value {
+                    // Every connection to that source gives up what it has left; this one takes the largest part.
+                    state.sources[slower.source].dropped = Self.slowSource
+                    dropped = state.sources[slower.source].given
+                    for (other, connection) in state.connections where connection.source == slower.source {
+                        state.table.abandonRest(ownedBy: other)
                     }
+                    segment = state.table.assign(to: index, minimum: minimum)
                 }
             }
             connection.segment = segment
@@ -484,15 +486,16 @@ extension DownloadRun {
 
     static let slowSource = "a quarter of the speed of another connection or less"
 
-    /// Whether connection `index` may yet take over another's segment: another still works whose speed (or its own)
-    /// is not known yet, or is a quarter of its own or less.
+    /// Whether connection `index` may yet take over another's segment: a connection to another source still works
+    /// whose speed (or its own) is not known yet, or is a quarter of its own or less.
     private func mayTakeOverLater(_ index: Int, _ transfer: SegmentedTransfer) -> Bool {
         transfer.state.withLock { state in
             let now = ContinuousClock.now
+            guard let source = state.connections[index]?.source else { return false }
             let own = state.connections[index]?.speed(now: now)
             return state.connections.contains { other in
-                guard other.key != index, let segment = other.value.segment,
-                    state.table.segments[segment].unreserved > 0
+                guard other.key != index, other.value.source != source, let segment = other.value.segment,
+                    state.sources[other.value.source].dropped == nil, state.table.segments[segment].unreserved > 0
                 else { return false }
                 guard let own, let theirs = other.value.speed(now: now) else { return true }
                 return theirs * 4 <= own

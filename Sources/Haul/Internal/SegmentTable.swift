@@ -6,8 +6,8 @@
 /// connection fetches its segment in pieces, one closed range at a time (``requestPiece(_:size:)``), so that what it
 /// has not asked for yet can be given to another without ending a response in flight: a connection with nothing left
 /// takes an unowned segment, else half of what nobody has asked for of the largest one (its owner stops where that
-/// half begins). Only a connection much slower than another has its segment taken over while a piece is in flight
-/// (``takeOver(for:from:)``).
+/// half begins). Only a connection to a source dropped as much slower gives up a piece in flight
+/// (``abandonRest(ownedBy:)``).
 struct SegmentTable {
     struct Segment: Equatable {
         /// Bytes before this are on disk.
@@ -107,20 +107,21 @@ struct SegmentTable {
         return segments.count - 1
     }
 
-    /// Takes over the largest owned segment whole for `connection` (its owner stops at the next chunk): for a
-    /// connection with nothing to split when the one still working is much slower. Returns the index of the new
-    /// segment and the connection that lost it.
-    mutating func takeOver(for connection: Int, from loser: Int) -> Int? {
-        guard
-            let victim = segments.indices.filter({ segments[$0].owner == loser && segments[$0].unreserved > 0 })
-                .max(by: { segments[$0].unreserved < segments[$1].unreserved })
-        else { return nil }
-        let start = segments[victim].reserved
-        let end = segments[victim].end
-        segments[victim].end = start
-        segments[victim].requested = start
-        segments.append(Segment(done: start, reserved: start, requested: start, end: end, owner: connection))
-        return segments.count - 1
+    /// Leaves the rest of every segment `loser` owns, in flight or not, to whoever takes it next (unowned): its
+    /// connection is much slower than others, or its source is dropped. The loser stops at its next chunk. Returns how
+    /// many segments it gave up.
+    @discardableResult
+    mutating func abandonRest(ownedBy loser: Int) -> Int {
+        var given = 0
+        for index in segments.indices where segments[index].owner == loser && segments[index].unreserved > 0 {
+            let start = segments[index].reserved
+            let end = segments[index].end
+            segments[index].end = start
+            segments[index].requested = start
+            segments.append(Segment(done: start, reserved: start, requested: start, end: end))
+            given += 1
+        }
+        return given
     }
 
     /// Asks for the next piece of segment `index`, at most `size` bytes from where its owner is: the range to

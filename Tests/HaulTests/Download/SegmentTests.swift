@@ -128,7 +128,7 @@ struct SegmentTests {
                 let handles = names.map { name in
                     queue.add(
                         request(
-                            server.url(path: "/bytes/\(name)", query: ["size": "\(size)", "rate": "3000000"]),
+                            server.url(path: "/bytes/\(name)", query: ["size": "\(size)", "rate": "1500000"]),
                             in: dir, connections: 4))
                 }
                 for (handle, name) in zip(handles, names) {

@@ -65,17 +65,28 @@ struct SegmentTableTests {
         #expect(table.reserved(1) == 650)
     }
 
-    @Test("taking over a slow connection's segment leaves it nothing more to write")
-    func takeOver() {
+    @Test("a connection that gives up its rest leaves it unowned, and stops writing at once")
+    func abandonRest() {
         var table = SegmentTable(total: 1000, missing: [0..<1000])
         _ = table.assign(to: 0, minimum: 1)
+        _ = table.requestPiece(0, size: 400)
         _ = table.reserve(0, count: 100)
         table.wrote(0, count: 100)
-        let taken = table.takeOver(for: 1, from: 0)
-        #expect(taken == 1)
-        #expect(table.range(of: 1) == 100..<1000)
+        #expect(table.abandonRest(ownedBy: 0) == 1)
         #expect(table.reserve(0, count: 10).count == 0)
         #expect(table.isExhausted(0))
-        #expect(table.takeOver(for: 2, from: 0) == nil)
+        #expect(table.assign(to: 1, minimum: 1000) == 1)  // unowned: taken whole, whatever the minimum
+        #expect(table.range(of: 1) == 100..<1000)
+        #expect(table.abandonRest(ownedBy: 0) == 0)
+    }
+
+    @Test("what is in flight is never split off: a steal halves what nobody asked for")
+    func stealsSkipRequested() {
+        var table = SegmentTable(total: 1000, missing: [0..<1000])
+        _ = table.assign(to: 0, minimum: 1)
+        #expect(table.requestPiece(0, size: 600) == 0..<600)
+        #expect(table.assign(to: 1, minimum: 201) == nil)  // 400 unrequested: halves of 200
+        #expect(table.assign(to: 1, minimum: 200) == 1)
+        #expect(table.range(of: 1) == 800..<1000 && table.segments[0].end == 800)
     }
 }
