@@ -51,7 +51,7 @@ struct GetSegmentTests {
             let dir = try TemporaryDirectory()
             let size = 4 << 20
             let urls = ["a.bin", "b.bin"].map {
-                server.url(path: "/bytes/\($0)", query: ["size": "\(size)", "rate": "3000000"]).absoluteString
+                server.url(path: "/bytes/\($0)", query: ["size": "\(size)", "rate": "2000000"]).absoluteString
             }
             let run = try await HaulProcess.run(
                 ["get", "--json", "-s", "4", "--min-split-size", "256K", "--per-host", "2", "-d", dir.path] + urls)
@@ -81,7 +81,7 @@ struct GetSegmentTests {
             try await TestServer.withRunning { mirror in
                 let dir = try TemporaryDirectory()
                 let size = 4 << 20
-                let query = ["size": "\(size)", "rate": "3000000"]
+                let query = ["size": "\(size)", "rate": "2000000"]
                 let good = mirror.url(path: "/bytes/file.bin", query: query).absoluteString
                 let gone = mirror.url(path: "/bytes/gone.bin", query: ["status": "404"]).absoluteString
                 let line = [primary.url(path: "/bytes/file.bin", query: query).absoluteString, gone, good]

@@ -58,6 +58,8 @@ final class SegmentedTransfer: @unchecked Sendable {
         /// other's slots).
         var waiting: [Int: Task<(@Sendable () -> Void)?, Never>] = [:]
         var noMoreWork = false
+        /// When the current run of the connections began, and the bytes written then: how fast the file comes.
+        var runStart: (time: ContinuousClock.Instant, written: Int64) = (.now, 0)
     }
 
     let state: Locked<State>
@@ -163,6 +165,8 @@ extension DownloadRun {
             state.sources[0].validator = validator
             // Cut up ahead: each connection that starts takes a part of its own.
             state.table.split(into: count, firstAtLeast: firstEnd - resumeFrom)
+            // The first response's body is segment 0's: its connection owns it before any other connection starts.
+            _ = state.table.assign(0, to: 0)
             state.table.requested(0, upTo: firstEnd)
         }
         segmented = transfer
@@ -247,6 +251,10 @@ extension DownloadRun {
     ) async throws {
         let count = plannedConnections(total: transfer.total, from: transfer.written)
         let minimum = request.minimumSegmentSize
+        transfer.state.withLock { state in
+            state.runStart = (.now, state.table.written)
+            state.noMoreWork = false
+        }
         try await withThrowingTaskGroup(of: Void.self) { group in
             _ = register(0, transfer, preferring: 0)
             group.addTask {
@@ -255,7 +263,8 @@ extension DownloadRun {
             }
             for index in 1..<count {
                 group.addTask {
-                    guard transfer.state.withLock({ $0.table.hasWork(splittingAbove: minimum) }),
+                    guard try await self.worthAnotherConnection(transfer),
+                        transfer.state.withLock({ $0.table.hasWork(splittingAbove: minimum) }),
                         let url = self.register(index, transfer, preferring: nil)
                     else { return }
                     defer { self.unregister(index, transfer) }
@@ -290,6 +299,30 @@ extension DownloadRun {
                 DownloadError(
                     .truncated, message: "the connections ended with \(transfer.missing.count) segments missing",
                     url: request.url, bytesReceived: transfer.written))
+        }
+    }
+
+    /// Whether another connection is worth opening: once the connections have run for a fifth of a second, when the
+    /// rest of the file would take them more than a second at their speed. A fast link is not split: more
+    /// connections cost the server and both machines more, and on a link one connection fills they gain nothing (on
+    /// loopback, a 1 GiB file from nginx comes faster over one). Asked again every tenth of a second until it is, or
+    /// the file is complete, or nothing is left to take.
+    private func worthAnotherConnection(_ transfer: SegmentedTransfer) async throws -> Bool {
+        enum Answer { case yes, no, notYet }
+        while true {
+            let answer = transfer.state.withLock { state -> Answer in
+                if state.noMoreWork || state.table.isComplete { return .no }
+                let elapsed = (ContinuousClock.now - state.runStart.time).seconds
+                guard elapsed >= 0.2 else { return .notYet }
+                let speed = Double(state.table.written - state.runStart.written) / elapsed
+                let left = Double(transfer.total - state.table.written)
+                return speed <= 0 || left / speed > 1 ? .yes : .notYet
+            }
+            switch answer {
+            case .yes: return true
+            case .no: return false
+            case .notYet: try await Task.sleep(for: .milliseconds(100))
+            }
         }
     }
 

@@ -73,11 +73,11 @@ struct SegmentTable {
         }
     }
 
-    /// Gives segment `index` to `connection` if nobody owns it; returns whether it did.
+    /// Gives segment `index` to `connection` if nobody else owns it; returns whether it did.
     mutating func assign(_ index: Int, to connection: Int) -> Bool {
-        guard segments.indices.contains(index), segments[index].owner == nil, !segments[index].isFinished else {
-            return false
-        }
+        guard segments.indices.contains(index), segments[index].owner ?? connection == connection,
+            !segments[index].isFinished
+        else { return false }
         segments[index].owner = connection
         segments[index].reserved = segments[index].done
         segments[index].requested = max(segments[index].requested, segments[index].done)

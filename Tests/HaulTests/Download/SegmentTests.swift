@@ -189,7 +189,7 @@ struct SegmentTests {
             try await TestServer.withRunning { mirrors in
                 let dir = try TemporaryDirectory()
                 let size = 4 << 20
-                let query = ["size": "\(size)", "rate": "4000000"]
+                let query = ["size": "\(size)", "rate": "2000000"]
                 let missing = mirrors.url(path: "/bytes/gone.bin", query: ["status": "404"])
                 var cutQuery = query
                 cutQuery["cutAfter"] = "100000"
