@@ -140,6 +140,7 @@ extension DownloadRun {
             logger.debug("request", metadata: ["url": "\(url.redactedString)", "range-from": "\(resumeFrom)"])
             // A cancelled task sends nothing: some transports would still put the request on the wire.
             try Task.checkCancellation()
+            let sentAt = ContinuousClock.now
             let response: TransportResponse
             do {
                 if let interruption {
@@ -165,7 +166,8 @@ extension DownloadRun {
             let next: AfterResponse
             do {
                 next = try await handle(
-                    response, url: url, resumeFrom: resumeFrom, pieceEnd: pieceEnd, hops: &hops, proxy: options.proxy,
+                    response, url: url, resumeFrom: resumeFrom, pieceEnd: pieceEnd, sentAt: sentAt, hops: &hops,
+                    proxy: options.proxy,
                     sentCredentials: head.headerFields[.authorization] != nil, interruption: interruption)
             } catch {
                 await response.body.close()
@@ -182,8 +184,8 @@ extension DownloadRun {
 
     /// Handles one response: follows a redirect, checks a range, or streams the body into the partial file.
     private func handle(
-        _ response: TransportResponse, url: URL, resumeFrom: Int64, pieceEnd: Int64?, hops: inout Hops, proxy: Proxy?,
-        sentCredentials: Bool, interruption: TransferInterruption?
+        _ response: TransportResponse, url: URL, resumeFrom: Int64, pieceEnd: Int64?, sentAt: ContinuousClock.Instant,
+        hops: inout Hops, proxy: Proxy?, sentCredentials: Bool, interruption: TransferInterruption?
     ) async throws -> AfterResponse {
         let status = response.head.status.code
         logger.debug("response", metadata: ["status": "\(status)", "url": "\(url.redactedString)"])
@@ -298,24 +300,9 @@ extension DownloadRun {
             try chooseDestinationName(from: response.head)
             if skippedResult != nil { return .finished }
         }
-        if status == 206, let pieceEnd, canSegment(resumeFrom: resumeFrom) {
-            try await startSegments(
-                resumeFrom: resumeFrom, firstEnd: min(pieceEnd, resumeFrom + (expected ?? 0)), url: url)
-            if let segmented {
-                do {
-                    try await runSegments(segmented, first: response, interruption: interruption)
-                    try finishSegments()
-                    return .finished
-                } catch let abandoned as SegmentsAbandoned {
-                    try await abandonSegments(abandoned)
-                    hops.mayResume = false
-                    return .sendAgain
-                } catch {
-                    bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
-                    throw error
-                }
-            }
-        }
+        // The first piece of a file that may be split comes as one stream; if it comes slowly enough that more
+        // connections are worth it, it is handed over to the segments there and then.
+        let mayHandOver = status == 206 && pieceEnd != nil && canSegment(resumeFrom: resumeFrom)
         try ensurePartial()
         // Small bodies are not worth a journal write: an interrupted one is fetched again whole, cheaply.
         if let journal = configuration.journal, let validator, let destinationPath,
@@ -327,7 +314,36 @@ extension DownloadRun {
                     state: .partial(validator: validator, totalBytes: totalBytes), request: request))
             recordedPartial = true
         }
-        try await receive(response.body, length: bodyLength, expected: expected, url: url)
+        // Timed from the request: a client slow to read the head would otherwise see a backlog come in a burst.
+        let start = sentAt
+        let rest = try await receive(
+            response.body, length: bodyLength, expected: expected, url: url,
+            handOver: mayHandOver ? { self.worthSegments(from: resumeFrom, since: start, received: $0) } : nil)
+        // The piece came whole, but quickly enough to judge: the rest in segments if it would take a while.
+        let segmentsNow =
+            rest == nil && mayHandOver
+            && (writer?.size).map {
+                $0 < (totalBytes ?? 0)
+                    && worthSegments(from: resumeFrom, since: start, received: $0 - resumeFrom, atEnd: true)
+            } == true
+        if rest != nil || segmentsNow, let writer {
+            let written = writer.size
+            try await startSegments(resumeFrom: written, firstEnd: resumeFrom + (expected ?? 0), url: url)
+            guard let segmented else { return .finished }
+            do {
+                let first = rest.map { BodyRest(response.body, $0) }
+                try await runSegments(segmented, first: first, interruption: interruption)
+                try finishSegments()
+                return .finished
+            } catch let abandoned as SegmentsAbandoned {
+                try await abandonSegments(abandoned)
+                hops.mayResume = false
+                return .sendAgain
+            } catch {
+                bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+                throw error
+            }
+        }
         if status == 206, pieceEnd != nil, let totalBytes, let writer, writer.size < totalBytes {
             // A first piece of a file that is not fetched in segments (no validator to check the pieces with, or too
             // small to split): the rest as one stream, resumed with If-Range, or from zero without a validator.
@@ -386,12 +402,18 @@ extension DownloadRun {
 
     /// Streams `body` into the partial. `expected`, when known, is how many bytes the body may bring (a `206`'s
     /// range): more than that is a lying server, and the attempt stops before writing them.
-    private func receive(_ body: ResponseBody, length: Int64?, expected: Int64?, url: URL) async throws {
-        guard let writer else { return }
+    ///
+    /// `handOver`, asked after each chunk with the bytes received so far, says when the rest of the body goes to the
+    /// segments instead: the reading stops there and the rest is returned, not read.
+    private func receive(
+        _ body: ResponseBody, length: Int64?, expected: Int64?, url: URL, handOver: ((Int64) -> Bool)? = nil
+    ) async throws -> ResponseBody.AsyncIterator? {
+        guard let writer else { return nil }
         let start = writer.size
         var received: Int64 = 0
+        var chunks = body.makeAsyncIterator()
         do {
-            for try await chunk in body {
+            while let chunk = try await chunks.next() {
                 lastActivity.received(chunk.count)
                 let count = Int64(chunk.count)
                 if let expected, received + count > expected {
@@ -414,6 +436,10 @@ extension DownloadRun {
                 bytesTransferred += count
                 if meter.record(chunk.count, now: .now) { emitProgress(start + received) }
                 if bandwidth != nil || ownBandwidth != nil { try await waitForBandwidth(chunk.count) }
+                if let handOver, handOver(received) {
+                    try await writer.drain()
+                    return chunks
+                }
             }
             try await writer.drain()
         } catch {
@@ -435,6 +461,7 @@ extension DownloadRun {
                     .truncated, message: "connection closed after \(received) of \(length) bytes", url: url,
                     bytesReceived: received))
         }
+        return nil
     }
 
     private func emitProgress(_ bytesWritten: Int64) {

@@ -60,6 +60,8 @@ final class SegmentedTransfer: @unchecked Sendable {
         var noMoreWork = false
         /// When the current run of the connections began, and the bytes written then: how fast the file comes.
         var runStart: (time: ContinuousClock.Instant, written: Int64) = (.now, 0)
+        /// Set when the stream that started the file found it slow enough: more connections open at once.
+        var worthMore = false
     }
 
     let state: Locked<State>
@@ -80,6 +82,19 @@ final class SegmentedTransfer: @unchecked Sendable {
     var missing: [Range<Int64>] { state.withLock { $0.table.missing } }
     var written: Int64 { state.withLock { $0.table.written } }
     var isComplete: Bool { state.withLock { $0.table.isComplete } }
+}
+
+/// The rest of a response whose first bytes came as one stream, handed over to the first connection of the segments:
+/// read from where the stream stopped.
+final class BodyRest: @unchecked Sendable {
+    // unchecked Sendable: one task at a time iterates it (the stream's, then the first connection's).
+    let body: ResponseBody
+    var chunks: ResponseBody.AsyncIterator
+
+    init(_ body: ResponseBody, _ chunks: ResponseBody.AsyncIterator) {
+        self.body = body
+        self.chunks = chunks
+    }
 }
 
 /// What the connections of a segmented transfer tell the run's task, which alone emits events and writes the journal.
@@ -135,8 +150,23 @@ extension DownloadRun {
         return plannedConnections(total: total, from: resumeFrom) > 1 || !request.mirrors.isEmpty
     }
 
+    /// Whether the first piece, `received` bytes into it after starting at `offset` at `start`, comes slowly enough
+    /// that more connections are worth opening: after a fifth of a second (or at its end, `atEnd`), when the rest of
+    /// the file would take more than a second at its speed. A fast link is not split: more connections cost the server
+    /// and both machines more, and on a link one connection fills they gain nothing (on loopback, a 1 GiB file from
+    /// nginx comes faster over one, written by the stream's own writer thread).
+    func worthSegments(
+        from offset: Int64, since start: ContinuousClock.Instant, received: Int64, atEnd: Bool = false
+    ) -> Bool {
+        guard let total = totalBytes else { return false }
+        let elapsed = (ContinuousClock.now - start).seconds
+        guard elapsed >= 0.2 || atEnd, received > 0, elapsed > 0 else { return false }
+        return Double(total - offset - received) / (Double(received) / elapsed) > 1
+    }
+
     /// Turns this download into a segmented one at `resumeFrom` (the bytes before it are in the partial, if any), the
-    /// first response bringing the bytes up to `firstEnd`, and records it in the journal before a byte is written.
+    /// first response bringing the bytes up to `firstEnd` (none more when it is `resumeFrom`), and records it in the
+    /// journal before a byte is written.
     func startSegments(resumeFrom: Int64, firstEnd: Int64, url: URL) async throws {
         guard let destinationPath, let total = totalBytes, let validator else { return }
         let file: PartialFile
@@ -166,8 +196,11 @@ extension DownloadRun {
             // Cut up ahead: each connection that starts takes a part of its own.
             state.table.split(into: count, firstAtLeast: firstEnd - resumeFrom)
             // The first response's body is segment 0's: its connection owns it before any other connection starts.
-            _ = state.table.assign(0, to: 0)
-            state.table.requested(0, upTo: firstEnd)
+            if firstEnd > resumeFrom {
+                _ = state.table.assign(0, to: 0)
+                state.table.requested(0, upTo: firstEnd)
+            }
+            state.worthMore = true
         }
         segmented = transfer
         try endingForGood { () throws(DownloadError) in try file.prepareForPositionalWrites(length: total, url: url) }
@@ -193,7 +226,7 @@ extension DownloadRun {
     /// progress in the journal from this task. Returns once the file is whole; throws ``SegmentsAbandoned`` when
     /// it must be fetched as one stream from zero, or the failure that ended the last connection.
     func runSegments(
-        _ transfer: SegmentedTransfer, first: TransportResponse?, interruption: TransferInterruption?
+        _ transfer: SegmentedTransfer, first: BodyRest?, interruption: TransferInterruption?
     ) async throws {
         let (notes, sink) = AsyncStream<SegmentNote>.makeStream()
         let work = Task {
@@ -247,7 +280,7 @@ extension DownloadRun {
     }
 
     private func runConnections(
-        _ transfer: SegmentedTransfer, first: TransportResponse?, sink: AsyncStream<SegmentNote>.Continuation
+        _ transfer: SegmentedTransfer, first: BodyRest?, sink: AsyncStream<SegmentNote>.Continuation
     ) async throws {
         let count = plannedConnections(total: transfer.total, from: transfer.written)
         let minimum = request.minimumSegmentSize
@@ -302,16 +335,16 @@ extension DownloadRun {
         }
     }
 
-    /// Whether another connection is worth opening: once the connections have run for a fifth of a second, when the
-    /// rest of the file would take them more than a second at their speed. A fast link is not split: more
-    /// connections cost the server and both machines more, and on a link one connection fills they gain nothing (on
-    /// loopback, a 1 GiB file from nginx comes faster over one). Asked again every tenth of a second until it is, or
-    /// the file is complete, or nothing is left to take.
+    /// Whether another connection is worth opening: at once when the stream that started the file found it slow
+    /// (``worthSegments(from:since:received:)``); for a transfer resumed from earlier bytes, once the connections
+    /// have run for a fifth of a second and the rest of the file would take them more than a second at their speed.
+    /// Asked again every tenth of a second until it is, or the file is complete, or nothing is left to take.
     private func worthAnotherConnection(_ transfer: SegmentedTransfer) async throws -> Bool {
         enum Answer { case yes, no, notYet }
         while true {
             let answer = transfer.state.withLock { state -> Answer in
                 if state.noMoreWork || state.table.isComplete { return .no }
+                if state.worthMore { return .yes }
                 let elapsed = (ContinuousClock.now - state.runStart.time).seconds
                 guard elapsed >= 0.2 else { return .notYet }
                 let speed = Double(state.table.written - state.runStart.written) / elapsed
@@ -358,7 +391,7 @@ extension DownloadRun {
     /// One connection: takes segments until none is left to take, fetches each piece by piece from a live source,
     /// and deals with what goes wrong (another source, or a backoff and the same one).
     private func connection(
-        _ index: Int, _ transfer: SegmentedTransfer, first: TransportResponse?,
+        _ index: Int, _ transfer: SegmentedTransfer, first: BodyRest?,
         sink: AsyncStream<SegmentNote>.Continuation
     ) async throws {
         var first = first
@@ -562,7 +595,7 @@ extension DownloadRun {
     /// One request of a connection (or the first response's body), in a task of its own watched for stalls, so that
     /// a stalled connection is stopped alone and the others go on.
     private func watchedRound(
-        _ index: Int, _ transfer: SegmentedTransfer, segment: Int, source: Int, first: TransportResponse?,
+        _ index: Int, _ transfer: SegmentedTransfer, segment: Int, source: Int, first: BodyRest?,
         sink: AsyncStream<SegmentNote>.Continuation
     ) async throws {
         let clock = ActivityClock()
@@ -601,35 +634,40 @@ extension DownloadRun {
     /// Sends one range request (following redirects), checks the answer against the file, and writes its body in
     /// place until the segment's end (which a steal may move down meanwhile).
     private func round(
-        _ index: Int, _ transfer: SegmentedTransfer, segment: Int, source: Int, first: TransportResponse?,
+        _ index: Int, _ transfer: SegmentedTransfer, segment: Int, source: Int, first: BodyRest?,
         clock: ActivityClock, sink: AsyncStream<SegmentNote>.Continuation
     ) async throws {
-        let response: TransportResponse
+        let rest: BodyRest
         let url: URL
         let pieceEnd: Int64
         if let first {
-            response = first
+            rest = first
             (url, pieceEnd) = transfer.state.withLock { ($0.sources[source].url, $0.table.segments[segment].requested) }
         } else {
+            let response: TransportResponse
             (response, url, pieceEnd) = try await requestRange(
                 transfer, segment: segment, source: source, clock: clock, sink: sink)
+            rest = BodyRest(response.body, response.body.makeAsyncIterator())
         }
         do {
             try await receiveSegment(
-                response.body, index, transfer, segment: segment, pieceEnd: pieceEnd, url: url, clock: clock,
-                sink: sink)
+                rest, index, transfer, segment: segment, pieceEnd: pieceEnd, url: url, clock: clock, sink: sink)
         } catch {
-            await response.body.close()
+            await rest.body.close()
             throw error
         }
-        await response.body.close()
+        await rest.body.close()
     }
 
     private func requestRange(
         _ transfer: SegmentedTransfer, segment: Int, source: Int, clock: ActivityClock,
         sink: AsyncStream<SegmentNote>.Continuation
     ) async throws -> (TransportResponse, URL, Int64) {
-        let piece = transfer.state.withLock { $0.table.requestPiece(segment, size: transfer.pieceSize) }
+        let piece = transfer.state.withLock { state in
+            // Alone (no other connection is worth opening yet), a connection asks for the whole rest of its segment:
+            // the pieces are there for others to take what is not asked for yet.
+            state.table.requestPiece(segment, size: state.connections.count == 1 ? .max : transfer.pieceSize)
+        }
         let offset = piece.lowerBound
         var (url, validator, isPrimary, given) = transfer.state.withLock { state in
             let source = state.sources[source]
@@ -749,12 +787,12 @@ extension DownloadRun {
 
     /// Writes `body` in place from the segment's offset, until its end (which a steal may move down) or the body's.
     private func receiveSegment(
-        _ body: ResponseBody, _ index: Int, _ transfer: SegmentedTransfer, segment: Int, pieceEnd: Int64, url: URL,
+        _ rest: BodyRest, _ index: Int, _ transfer: SegmentedTransfer, segment: Int, pieceEnd: Int64, url: URL,
         clock: ActivityClock, sink: AsyncStream<SegmentNote>.Continuation
     ) async throws {
         // What a killed run may have to fetch again: at most 1/256 of the file (at least 256 KiB) per checkpoint.
         let threshold = max(256 << 10, transfer.total / 256)
-        for try await chunk in body {
+        while let chunk = try await rest.chunks.next() {
             clock.received(chunk.count)
             lastActivity.received(chunk.count)
             let (offset, count) = transfer.state.withLock {

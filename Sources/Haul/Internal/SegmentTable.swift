@@ -125,10 +125,10 @@ struct SegmentTable {
     }
 
     /// Asks for the next piece of segment `index`, at most `size` bytes from where its owner is: the range to
-    /// request. Nobody can take those bytes from the owner any more, short of ``takeOver(for:from:)``.
+    /// request. Nobody can take those bytes from the owner any more, short of ``abandonRest(ownedBy:)``.
     mutating func requestPiece(_ index: Int, size: Int64) -> Range<Int64> {
         let start = segments[index].reserved
-        let end = min(segments[index].end, start + max(1, size))
+        let end = min(segments[index].end, start + min(max(1, size), segments[index].end - start))
         segments[index].requested = end
         return start..<end
     }

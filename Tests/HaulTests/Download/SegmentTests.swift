@@ -152,11 +152,11 @@ struct SegmentTests {
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
             let size = 6 << 20
-            // The first request is cut, and with no retries the download fails for good while its other
-            // connections have written parts of the file.
+            // The first piece (256 KiB) comes whole; the next two requests, segments' pieces of 1 MiB, are cut, and with
+            // no retries the download fails for good while its other connections have written parts of the file.
             let url = server.url(
                 path: "/bytes/kept.bin",
-                query: ["size": "\(size)", "rate": "2000000", "cutAfter": "100000", "cutTimes": "1"])
+                query: ["size": "\(size)", "rate": "2000000", "cutAfter": "300000", "cutTimes": "3"])
             let first = request(url, in: dir, connections: 4)
             await #expect(throws: DownloadError.self) {
                 _ = try await downloader(retries: 0) { $0.journal = journal }.download(first)
