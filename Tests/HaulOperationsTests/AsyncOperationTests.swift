@@ -147,8 +147,12 @@ struct AsyncOperationTests {
         }
         queue.addOperations(all)
         try await all.allFinished()
-        // completion blocks run asynchronously after the finish; wait for them without sleeping.
-        while completionRuns.withLock({ $0 }) < iterations { await Task.yield() }
+        // completion blocks run asynchronously after the finish; wait for them without sleeping. So do finish
+        // observers, on the finishing thread after the finish notification: allFinished() registers its own after
+        // the test's, and one that finds the operation already finished runs at once, before the test's may have.
+        while completionRuns.withLock({ $0 }) < iterations || observerRuns.withLock({ $0 }) < iterations {
+            await Task.yield()
+        }
 
         #expect(observerRuns.withLock { $0 } == iterations)
         #expect(dependentRuns.withLock { $0 } == iterations)
