@@ -37,6 +37,9 @@ public final class DownloadHandle: Sendable {
     /// Waits for the download to end and returns how it ended.
     func finalOutcome() async -> DownloadQueue.Outcome { await box.wait() }
 
+    /// Calls `body` with how the download ended, once it has (never under the queue's lock).
+    func whenEnded(_ body: @escaping @Sendable (DownloadQueue.Outcome) -> Void) { box.whenResolved(body) }
+
     /// The result if the download has ended, else `nil`.
     public var outcome: Result<DownloadResult, DownloadError>? { box.value }
 

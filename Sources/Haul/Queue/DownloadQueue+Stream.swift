@@ -10,8 +10,8 @@ extension DownloadQueue {
     ///
     /// Results come in the order downloads end, each with its request. When `requests` throws, no more are read:
     /// the downloads already added run to their end and are delivered, then the iteration throws that error.
-    /// Cancelling the iterating task (or leaving the loop) cancels the downloads it still holds; the iteration
-    /// then throws `CancellationError`. Iterate the results once: a second iteration reads `requests` again.
+    /// Cancelling the iterating task (or leaving the loop) cancels the downloads it still holds; once they have
+    /// ended (their files handled as the downloader's configuration says), the iteration throws `CancellationError`. Iterate the results once: a second iteration reads `requests` again.
     ///
     /// ```swift
     /// let requests = lines.compactMap { URL(string: $0) }.map { DownloadRequest(url: $0, destination: .directory(dir)) }
@@ -26,32 +26,48 @@ extension DownloadQueue {
     public func downloads<Requests: AsyncSequence & Sendable>(
         _ requests: Requests, window: Int = 1024
     ) -> DownloadResults where Requests.Element == DownloadRequest {
-        DownloadResults(window: max(1, window)) { run in
-            var iterator = requests.makeAsyncIterator()
-            await withDiscardingTaskGroup { group in
-                do {
-                    // Room is taken before reading, so the sequence is never read ahead of the window.
-                    while await run.reserve() {
-                        guard let request = try await iterator.next() else {
-                            run.unreserve()
-                            break
-                        }
-                        let handle = self.add(request)
-                        group.addTask {
-                            let outcome = await withTaskCancellationHandler {
-                                await handle.finalOutcome()
-                            } onCancel: {
-                                handle.cancel()
-                            }
-                            run.deliver(FinishedDownload(id: handle.id, request: request, result: outcome))
-                        }
-                    }
-                } catch {
-                    run.sourceFailed(error)
+        DownloadResults(window: max(1, window)) { run in await self.feed(run, from: requests) }
+    }
+
+    /// Downloads the requests of an asynchronous sequence as the queue has room for them, as
+    /// ``downloads(_:window:)`` does, handing each result to `onResult` as its download ends; returns once every
+    /// download read has ended and its result was handed over.
+    ///
+    /// `onResult` runs on the thread that ended the download, possibly on several at once: keep it short and
+    /// thread-safe. Every download read gets its result, a cancelled one too. For a program that only counts or
+    /// logs results, this costs no task switch per download, where a loop over ``downloads(_:window:)`` waits for
+    /// each result (bench/compare, list rows: the `haul get` command runs this way).
+    /// - Throws: the error `requests` threw (after every download read before it has ended), or
+    ///   `CancellationError` when the calling task was cancelled (once the downloads it held have ended).
+    public func download<Requests: AsyncSequence & Sendable>(
+        _ requests: Requests, window: Int = 1024, onResult: @escaping @Sendable (FinishedDownload) -> Void
+    ) async throws where Requests.Element == DownloadRequest {
+        let run = StreamRun(window: max(1, window), sink: onResult)
+        run.start { run in await self.feed(run, from: requests) }
+        let closer = StreamRun.Closer(run)
+        while try await run.next() != nil {}
+        withExtendedLifetime(closer) {}
+    }
+
+    /// Reads `requests` into the queue as `run` has room.
+    private func feed<Requests: AsyncSequence & Sendable>(
+        _ run: StreamRun, from requests: Requests
+    ) async where Requests.Element == DownloadRequest {
+        var iterator = requests.makeAsyncIterator()
+        do {
+            // Room is taken before reading, so the sequence is never read ahead of the window.
+            reading: while true {
+                let room = await run.reserve()
+                guard room > 0 else { break }
+                for _ in 0..<room {
+                    guard !Task.isCancelled, let request = try await iterator.next() else { break reading }
+                    run.track(add(request))
                 }
             }
-            run.fed()
+        } catch {
+            run.sourceFailed(error)
         }
+        run.feederEnded()
     }
 }
 

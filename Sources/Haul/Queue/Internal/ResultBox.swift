@@ -4,8 +4,14 @@ import HaulOperations
 /// several handles may await (joined duplicates, the Operation and Combine front ends).
 final class ResultBox<Value: Sendable>: Sendable {
     private enum State {
-        case pending([CheckedContinuation<Value, Never>])
+        case pending([Waiter])
         case resolved(Value)
+    }
+
+    /// A task waiting for the value, or code to run with it.
+    enum Waiter {
+        case task(CheckedContinuation<Value, Never>)
+        case callback(@Sendable (Value) -> Void)
     }
 
     private let state = Locked(State.pending([]))
@@ -26,13 +32,29 @@ final class ResultBox<Value: Sendable>: Sendable {
                 case .resolved(let value):
                     return value
                 case .pending(var waiters):
-                    waiters.append(continuation)
+                    waiters.append(.task(continuation))
                     state = .pending(waiters)
                     return nil
                 }
             }
             if let ready { continuation.resume(returning: ready) }
         }
+    }
+
+    /// Calls `body` with the value once it is set (at once, on this thread, if it is), never under a lock: a
+    /// waiter that costs no task (``DownloadQueue/downloads(_:window:)`` watches every download it adds).
+    func whenResolved(_ body: @escaping @Sendable (Value) -> Void) {
+        let ready = state.withLock { state -> Value? in
+            switch state {
+            case .resolved(let value):
+                return value
+            case .pending(var waiters):
+                waiters.append(.callback(body))
+                state = .pending(waiters)
+                return nil
+            }
+        }
+        if let ready { body(ready) }
     }
 
     /// Sets the value and wakes every waiter; later calls are ignored. Returns `true` for the first call.
@@ -48,7 +70,7 @@ final class ResultBox<Value: Sendable>: Sendable {
     /// The queue stores outcomes while it holds its own lock, so whoever then sees the queue idle also sees
     /// every outcome; waking the waiters is left for after that lock.
     func store(_ value: Value) -> Wakeup? {
-        let waiters = state.withLock { state -> [CheckedContinuation<Value, Never>]? in
+        let waiters = state.withLock { state -> [Waiter]? in
             guard case .pending(let waiters) = state else { return nil }
             state = .resolved(value)
             return waiters
@@ -58,11 +80,16 @@ final class ResultBox<Value: Sendable>: Sendable {
 
     /// The waiters of a value just stored, to wake.
     struct Wakeup {
-        let waiters: [CheckedContinuation<Value, Never>]
+        let waiters: [Waiter]
         let value: Value
 
         func run() {
-            for waiter in waiters { waiter.resume(returning: value) }
+            for waiter in waiters {
+                switch waiter {
+                case .task(let continuation): continuation.resume(returning: value)
+                case .callback(let body): body(value)
+                }
+            }
         }
     }
 }

@@ -2,29 +2,41 @@ import DequeModule
 import HaulOperations
 
 /// One iteration of ``DownloadResults``: the window shared by the task that reads the requests and adds them (the
-/// feeder) and the loop that takes the results, as one lock-guarded state. Continuations are resumed after the lock.
+/// feeder) and the loop that takes the results, as one lock-guarded state. Continuations are resumed and downloads
+/// cancelled after the lock.
 final class StreamRun: Sendable {
     private struct State {
-        /// Downloads held: room taken by the feeder, added and running or waiting, or ended and not yet taken.
+        /// Downloads held: room taken by the feeder, added and not ended, or ended and not yet taken.
         var held = 0
         var ready: Deque<FinishedDownload> = []
+        /// The downloads added and not ended.
+        var running: [ObjectIdentifier: DownloadHandle] = [:]
         /// The loop, waiting for a result.
         var consumer: CheckedContinuation<FinishedDownload?, any Error>?
         /// The feeder, waiting for room.
-        var feeder: CheckedContinuation<Bool, Never>?
-        /// The feeder has ended: nothing more will be delivered.
-        var fed = false
+        var feeder: CheckedContinuation<Int, Never>?
+        var feederDone = false
         /// The request sequence's error, thrown once the results before it are taken.
         var failure: (any Error)?
         var cancelled = false
         var task: Task<Void, Never>?
+
+        /// Nothing more will be delivered.
+        var ended: Bool { feederDone && running.isEmpty }
     }
 
     private let window: Int
+    /// Where results go as downloads end, instead of to the loop (see ``DownloadQueue/download(_:window:onResult:)``).
+    private let sink: (@Sendable (FinishedDownload) -> Void)?
+    /// The feeder is woken once this much room is free, not for every result taken: a list of small files then
+    /// costs no task switch per download.
+    private let wakeBatch: Int
     private let state = Locked(State())
 
-    init(window: Int) {
+    init(window: Int, sink: (@Sendable (FinishedDownload) -> Void)? = nil) {
         self.window = window
+        self.sink = sink
+        wakeBatch = max(1, window / 16)
     }
 
     /// Runs `feed` in a task of its own, cancelled with the run.
@@ -35,46 +47,64 @@ final class StreamRun: Sendable {
 
     // MARK: - The feeder
 
-    /// Takes room for one more download, waiting until the loop has taken a result if the window is full. `false`
-    /// when the run was cancelled (then nothing more is read).
-    func reserve() async -> Bool {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { state -> Bool? in
-                    if state.cancelled { return false }
-                    if state.held < window {
-                        state.held += 1
-                        return true
-                    }
+    /// Takes the room that is free, waiting until some is if the window is full; 0 when the run was cancelled
+    /// (then nothing more is read).
+    func reserve() async -> Int {
+        await withCheckedContinuation { continuation in
+            let room = state.withLock { state -> Int? in
+                if state.cancelled { return 0 }
+                let free = window - state.held
+                guard free > 0 else {
                     state.feeder = continuation
                     return nil
                 }
-                if let ready { continuation.resume(returning: ready) }
+                state.held = window
+                return free
             }
-        } onCancel: {
-            cancel()
+            if let room { continuation.resume(returning: room) }
         }
     }
 
-    /// Gives back room taken for a request the sequence did not have.
-    func unreserve() {
-        state.withLock { $0.held -= 1 }
+    /// Watches a download just added, to deliver how it ends.
+    func track(_ handle: DownloadHandle) {
+        let key = ObjectIdentifier(handle)
+        let cancelled = state.withLock { state in
+            if !state.cancelled { state.running[key] = handle }
+            return state.cancelled
+        }
+        if cancelled { handle.cancel() }
+        let request = handle.request
+        handle.whenEnded { [self] outcome in
+            deliver(FinishedDownload(id: handle.id, request: request, result: outcome), of: key)
+        }
     }
 
-    /// Hands an ended download to the loop (dropped once the run is cancelled: nobody takes it).
-    func deliver(_ finished: FinishedDownload) {
-        let (consumer, feeder) = state.withLock {
-            state -> (CheckedContinuation<FinishedDownload?, any Error>?, CheckedContinuation<Bool, Never>?) in
-            guard !state.cancelled else { return (nil, nil) }
-            guard let consumer = state.consumer else {
-                state.ready.append(finished)
-                return (nil, nil)
+    /// Hands an ended download to the loop (dropped once the run is cancelled: nobody takes it), or to the sink.
+    private func deliver(_ finished: FinishedDownload, of key: ObjectIdentifier) {
+        if let sink {
+            // Before the download leaves `running`: the end is signalled only after every result was handed over.
+            sink(finished)
+            let (consumer, answer, wake) = state.withLock { state -> (Consumer?, Answer?, Wake?) in
+                state.running[key] = nil
+                let wake = takeResult(in: &state)
+                let end = takeEnd(in: &state)
+                return (end.0, end.1, wake)
             }
-            state.consumer = nil
-            return (consumer, takeResult(in: &state))
+            wake?.run()
+            if let consumer, let answer { answer.resume(consumer) }
+            return
         }
-        consumer?.resume(returning: finished)
-        feeder?.resume(returning: true)
+        let (consumer, answer, wake) = state.withLock { state -> (Consumer?, Answer?, Wake?) in
+            state.running[key] = nil
+            if state.cancelled || state.consumer == nil {
+                if !state.cancelled { state.ready.append(finished) }
+                return takeEnd(in: &state)
+            }
+            defer { state.consumer = nil }
+            return (state.consumer, .result(finished), takeResult(in: &state))
+        }
+        wake?.run()
+        if let consumer, let answer { answer.resume(consumer) }
     }
 
     /// The request sequence threw: delivered after the results before it.
@@ -82,86 +112,97 @@ final class StreamRun: Sendable {
         state.withLock { $0.failure = error }
     }
 
-    /// The feeder has ended and every download it added has been delivered.
-    func fed() {
-        let (consumer, failure) = state.withLock {
-            state -> (CheckedContinuation<FinishedDownload?, any Error>?, (any Error)?) in
-            state.fed = true
-            guard let consumer = state.consumer else { return (nil, nil) }
-            state.consumer = nil
-            defer { state.failure = nil }
-            return (consumer, state.failure)
+    /// The feeder has read its last request.
+    func feederEnded() {
+        let (consumer, answer, _) = state.withLock { state in
+            state.feederDone = true
+            return takeEnd(in: &state)
         }
-        if let failure {
-            consumer?.resume(throwing: failure)
-        } else {
-            consumer?.resume(returning: nil)
-        }
+        if let consumer, let answer { answer.resume(consumer) }
     }
 
     // MARK: - The loop
+
+    private typealias Consumer = CheckedContinuation<FinishedDownload?, any Error>
+    private typealias Feeder = CheckedContinuation<Int, Never>
+
+    /// The feeder to resume, with the room it now holds.
+    private struct Wake {
+        let feeder: Feeder
+        let room: Int
+        func run() { feeder.resume(returning: room) }
+    }
+
+    private enum Answer {
+        case result(FinishedDownload)
+        case end((any Error)?)
+
+        func resume(_ consumer: Consumer) {
+            switch self {
+            case .result(let finished): consumer.resume(returning: finished)
+            case .end(let failure?): consumer.resume(throwing: failure)
+            case .end(nil): consumer.resume(returning: nil)
+            }
+        }
+    }
 
     /// The next ended download, `nil` at the end.
     func next() async throws -> FinishedDownload? {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                enum Answer {
-                    case result(FinishedDownload, feeder: CheckedContinuation<Bool, Never>?)
-                    case end((any Error)?)
-                    case cancelled
-                    case wait
-                }
-                let answer = state.withLock { state -> Answer in
+                let (answer, wake) = state.withLock { state -> (Answer?, Wake?) in
                     if !state.cancelled, let finished = state.ready.popFirst() {
-                        return .result(finished, feeder: takeResult(in: &state))
+                        return (.result(finished), takeResult(in: &state))
                     }
-                    if state.fed && state.ready.isEmpty {
-                        defer { state.failure = nil }
-                        return .end(state.failure)
-                    }
-                    if state.cancelled { return .cancelled }
+                    if let end = endAnswer(in: &state) { return (end, nil) }
+                    // Cancelled, the loop waits for the downloads it held to end.
                     state.consumer = continuation
-                    return .wait
+                    return (nil, nil)
                 }
-                switch answer {
-                case .result(let finished, let feeder):
-                    continuation.resume(returning: finished)
-                    feeder?.resume(returning: true)
-                case .end(let failure?): continuation.resume(throwing: failure)
-                case .end(nil): continuation.resume(returning: nil)
-                case .cancelled: continuation.resume(throwing: CancellationError())
-                case .wait: break
-                }
+                wake?.run()
+                answer?.resume(continuation)
             }
         } onCancel: {
             cancel()
         }
     }
 
-    /// A result is being taken: its room goes to the feeder if it waits for some (returned, to resume).
-    private func takeResult(in state: inout State) -> CheckedContinuation<Bool, Never>? {
+    /// A result is being taken: its room goes to the feeder once enough is free (returned, to resume).
+    private func takeResult(in state: inout State) -> Wake? {
         state.held -= 1
-        guard let feeder = state.feeder, state.held < window else { return nil }
+        guard let feeder = state.feeder, window - state.held >= wakeBatch else { return nil }
         state.feeder = nil
-        state.held += 1
-        return feeder
+        defer { state.held = window }
+        return Wake(feeder: feeder, room: window - state.held)
     }
 
-    /// Stops reading requests and cancels the downloads held; a waiting loop throws `CancellationError`.
+    /// The end for a waiting loop, if everything has ended and nothing is left to take.
+    private func takeEnd(in state: inout State) -> (Consumer?, Answer?, Wake?) {
+        guard state.consumer != nil, let answer = endAnswer(in: &state) else { return (nil, nil, nil) }
+        defer { state.consumer = nil }
+        return (state.consumer, answer, nil)
+    }
+
+    private func endAnswer(in state: inout State) -> Answer? {
+        guard state.ended, state.cancelled || state.ready.isEmpty else { return nil }
+        if state.cancelled { return .end(CancellationError()) }
+        defer { state.failure = nil }
+        return .end(state.failure)
+    }
+
+    /// Stops reading requests and cancels the downloads held; the loop throws `CancellationError` once they have
+    /// ended.
     func cancel() {
-        typealias Waiters = (
-            consumer: CheckedContinuation<FinishedDownload?, any Error>?, feeder: CheckedContinuation<Bool, Never>?,
-            task: Task<Void, Never>?
-        )
-        let (consumer, feeder, task) = state.withLock { state -> Waiters in
-            guard !state.cancelled else { return (nil, nil, nil) }
+        let (feeder, running, task) = state.withLock {
+            state -> (Feeder?, [DownloadHandle], Task<Void, Never>?) in
+            guard !state.cancelled else { return (nil, [], nil) }
             state.cancelled = true
-            defer { (state.consumer, state.feeder) = (nil, nil) }
-            return (state.consumer, state.feeder, state.task)
+            state.ready.removeAll()
+            defer { state.feeder = nil }
+            return (state.feeder, Array(state.running.values), state.task)
         }
-        consumer?.resume(throwing: CancellationError())
-        feeder?.resume(returning: false)
-        // The feeder's task group cancels its children, and each cancels its download.
+        feeder?.resume(returning: 0)
+        for handle in running { handle.cancel() }
         task?.cancel()
     }
 
