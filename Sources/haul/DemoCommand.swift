@@ -67,16 +67,17 @@ struct DemoCommand: AsyncParsableCommand {
             Console.out("  \(item.name): \(item.note ?? "")\n")
         }
 
-        let plan = Self.items.map { item in
+        let requests = Self.items.map { item in
             var query = item.faults
             query["size"] = "\(item.size)"
-            let request = DownloadRequest(
+            return DownloadRequest(
                 url: server.url(path: "/bytes/\(item.name)", query: query), destination: .directory(target))
-            return PlannedDownload(request: request, source: InputOrigin(source: item.name), displayName: item.name)
         }
         // Demo runs always start fresh, so nothing is remembered between them.
         let settings = RunSettings(directory: target)
-        let report = await GetRun.run(plan, settings: settings)
+        let names = NameBook()
+        let report = await GetRun.run(
+            ListedRequests(requests: requests, names: names), count: requests.count, names: names, settings: settings)
         try await server.shutdown()
 
         let problems = Self.verify(report, in: target)

@@ -96,8 +96,6 @@ struct RunReport: Sendable {
     var elapsed: Duration = .zero
     var bytesTransferred: Int64 = 0
     var bytesOnDisk: Int64 = 0
-    /// The run's handles, for the command to hold until the process exits (see `GetCommand.run()`).
-    var handles: [DownloadHandle] = []
 
     var total: Int { downloaded + skipped + unchanged + failures.count + cancelled }
 

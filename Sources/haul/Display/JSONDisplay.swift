@@ -7,7 +7,7 @@ import HaulOperations
 /// `fail` or `drop`, with `connection`, `from`, `to` and `url`), `retry`, `finish`, `fail` and a last `summary` — for
 /// scripts to read line by line.
 final class JSONDisplay: Display {
-    private let names = Locked<[DownloadID: String]>([:])
+    private let names: NameBook
     private let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -53,14 +53,20 @@ final class JSONDisplay: Display {
         var exitCode: Int32?
     }
 
+    init(names: NameBook) {
+        self.names = names
+    }
+
+    /// Everything but `queued` (names come from the ``NameBook``) and the batch's progress.
+    var interest: Set<QueueEvent.Kind> { QueueEvent.Kind.all.subtracting([.queued, .batchProgress]) }
+
     func handle(_ event: QueueEvent) {
         switch event {
-        case .queued(let id, let request):
-            names.withLock { $0[id] = displayName(of: request) }
-        case .batchProgress:
+        case .queued, .batchProgress:
             break
         case .download(let id, let event):
-            let name = names.withLock { $0[id] }
+            let name = names.name(of: id)
+            if event.isTerminal { names.remove(id) }
             var line = Line(event: "", id: id.number, name: name)
             switch event {
             case .started(let attempt, let resumingAt):

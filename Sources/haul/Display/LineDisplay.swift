@@ -9,19 +9,17 @@ final class LineDisplay: Display {
     private let quiet: Bool
     /// With `-v`: a failure's line is followed by the transport library's own error.
     private let verbose: Bool
-    /// The planned downloads' names, in the order they were added to a new queue: download `#N` is `names[N-1]`
-    /// (a queue numbers downloads from 1 in that order, and `haul get` never adds one twice). So no `.queued`
-    /// event is needed for a name.
-    private let names: [String]
+    /// The downloads' names, so no `.queued` event is needed for one.
+    private let names: NameBook
 
-    init(quiet: Bool, verbose: Bool = false, names: [String]) {
+    init(quiet: Bool, verbose: Bool = false, names: NameBook) {
         self.quiet = quiet
         self.verbose = verbose
         self.names = names
     }
 
-    /// The lines it writes: only failures when quiet; waits for a request's turn and segments only when verbose. No progress: it
-    /// draws none.
+    /// The lines it writes: only failures when quiet; waits for a request's turn and segments only when verbose. No
+    /// progress: it draws none.
     var interest: Set<QueueEvent.Kind> {
         if quiet { return [.failed] }
         let kinds: Set<QueueEvent.Kind> = [.started, .retrying, .revalidated, .finished, .failed]
@@ -30,11 +28,11 @@ final class LineDisplay: Display {
 
     func handle(_ event: QueueEvent) {
         guard case .download(let id, let event) = event else { return }
-        let index = Int(id.number) - 1
-        let name = names.indices.contains(index) ? names[index] : id.description
+        let name = names.name(of: id)
+        if event.isTerminal { names.remove(id) }
         let started = started.withLock { started in
             if case .started(1, _) = event { started[id] = .now }
-            return started[id]
+            return event.isTerminal ? started.removeValue(forKey: id) : started[id]
         }
         switch event {
         case .started(let attempt, let resumingAt):

@@ -13,7 +13,6 @@ final class TerminalDisplay: Display {
     }
 
     private struct State {
-        var names: [DownloadID: String] = [:]
         var rows: [DownloadID: Row] = [:]
         /// Running downloads in the order they started.
         var order: [DownloadID] = []
@@ -30,12 +29,17 @@ final class TerminalDisplay: Display {
     static let frameInterval: Duration = .milliseconds(100)
 
     private let state = Locked(State())
+    private let names: NameBook
     private let size: @Sendable () -> (columns: Int, rows: Int)
 
-    init(size: @escaping @Sendable () -> (columns: Int, rows: Int) = { Console.terminalSize }) {
+    init(names: NameBook, size: @escaping @Sendable () -> (columns: Int, rows: Int) = { Console.terminalSize }) {
+        self.names = names
         self.size = size
         Console.raw("\u{1B}[?25l")  // hide the cursor while bars are drawn
     }
+
+    /// Everything but `queued`: names come from the ``NameBook``.
+    var interest: Set<QueueEvent.Kind> { QueueEvent.Kind.all.subtracting([.queued]) }
 
     func handle(_ event: QueueEvent) {
         state.withLock { state in
@@ -71,12 +75,13 @@ final class TerminalDisplay: Display {
 
     private func apply(_ event: QueueEvent, to state: inout State) {
         switch event {
-        case .queued(let id, let request):
-            state.names[id] = Format.printable(displayName(of: request))
+        case .queued:
+            break
         case .batchProgress(let batch):
             state.batch = batch
         case .download(let id, let event):
-            let name = state.names[id] ?? id.description
+            let name = Format.printable(names.name(of: id))
+            if event.isTerminal { names.remove(id) }
             switch event {
             case .started(_, let resumingAt):
                 if state.rows[id] == nil {

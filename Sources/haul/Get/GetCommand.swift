@@ -242,17 +242,20 @@ struct GetCommand: AsyncParsableCommand {
         // First: a signal while the input is read or the journal opened must stop the run cleanly too.
         Interruption.install()
         let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
-        var plan = try makePlan(directory: directory)
+        let source = try openInput()
+        let planner = makePlanner(directory: directory)
+        let directories = DestinationDirectories(base: directory)
+        // The whole input is checked before anything is downloaded, then read again to run: a list of any length
+        // takes the same memory.
+        let checked = try InputCheck.run(source, planner: planner, directories: directories)
         let proxy = transport.isSystemStack ? ProxyConfiguration.none : try network.proxyConfiguration()
         let netrc = try network.readNetrc()
-        network.applyCredentials(to: &plan, netrc: netrc)
         let cookies = try network.loadCookies()
         // As curl does, the CA and certificate files are read only when something is fetched over https: a stale
         // SSL_CERT_FILE does not stop a run of http URLs.
         let tls = try tlsSettings(
-            checkingFiles: plan.contains { $0.request.url.scheme?.lowercased() == "https" }
-                || proxy.http?.kind == .https || proxy.https?.kind == .https)
-        try createDirectories(for: plan, base: directory)
+            checkingFiles: checked.usesHTTPS || proxy.http?.kind == .https || proxy.https?.kind == .https)
+        try directories.createBase()
         // Opened once the input is known to be good: a bad input leaves nothing behind.
         let journal = try journalPath(directory: directory).map(Self.openJournal(at:))
 
@@ -275,7 +278,11 @@ struct GetCommand: AsyncParsableCommand {
         settings.credentials = netrc
         settings.cookies = cookies
         politeness.apply(to: &settings)
-        let report = await GetRun.run(plan, settings: settings)
+        let names = NameBook()
+        let requests = PlannedRequests(
+            source: source, planner: planner, credentials: network.credentialRule(netrc: netrc),
+            directories: directories, names: names)
+        let report = await GetRun.run(requests, count: checked.count, names: names, settings: settings)
         // The process exits without releasing the journal, so its last changes are folded in here.
         journal?.finish()
         var exitCode = report.exitCode
@@ -287,9 +294,7 @@ struct GetCommand: AsyncParsableCommand {
                 exitCode = max(exitCode, 1)
             }
         }
-        // Exits holding everything: the system takes back the plan's and the results' memory at once, where
-        // freeing them one by one would come after the last download (bench/compare, s3).
-        withExtendedLifetime((plan, report)) { Foundation.exit(exitCode) }
+        Foundation.exit(exitCode)
     }
 
     /// The TLS settings of the options (the environment's CA when none is given); with `checkingFiles`, every file
@@ -326,9 +331,8 @@ struct GetCommand: AsyncParsableCommand {
         return settings
     }
 
-    /// The downloads the input asks for, or every problem found in it.
-    private func makePlan(directory: URL) throws -> [PlannedDownload] {
-        let (entries, inputProblems) = try readEntries()
+    /// How every entry is planned.
+    private func makePlanner(directory: URL) -> Planner {
         var planSettings = PlanSettings(directory: directory)
         planSettings.fileName = output
         planSettings.checksum = checksum
@@ -342,11 +346,7 @@ struct GetCommand: AsyncParsableCommand {
         planSettings.continuesExistingFiles = politeness.continueExisting
         planSettings.speedLimit = politeness.speedLimit.flatMap(PolitenessOptions.byteRate)
         planSettings.speedTime = politeness.speedTime
-        switch Planner.plan(entries, settings: planSettings) {
-        case .success(let planned) where inputProblems.isEmpty: return planned
-        case .success: throw UsageFailure(inputProblems)
-        case .failure(let failure): throw UsageFailure(inputProblems + failure.problems)
-        }
+        return Planner(settings: planSettings)
     }
 
     /// Where the journal is kept; `nil` with `--no-journal`.
@@ -375,101 +375,20 @@ struct GetCommand: AsyncParsableCommand {
         }
     }
 
-    /// The URLs of the command line, then those of the input file, each with where it came from.
-    private func readEntries() throws -> (entries: [InputEntry], problems: [InputProblem]) {
-        let entries = urls.enumerated().map {
-            InputEntry(source: InputOrigin(source: "argument \($0.offset + 1)"), url: $0.element)
-        }
-        guard let inputFile else { return (entries, []) }
-        let text: String
-        let name = inputFile == "-" ? "<stdin>" : inputFile
+    /// The URLs of the command line, then those of the input file.
+    private func openInput() throws(UsageFailure) -> InputSource {
+        var source = InputSource(arguments: urls)
+        guard let inputFile else { return source }
         do {
-            let data = try Self.readAll(inputFile == "-" ? nil : inputFile)
-            guard let decoded = String(data: data, encoding: .utf8) else {
-                throw UsageFailure([InputProblem(origin: name, message: "is not UTF-8 text")])
-            }
-            text = decoded
-        } catch let failure as UsageFailure {
-            throw failure
+            source.file = (
+                try InputSpool(path: inputFile == "-" ? nil : inputFile), inputFile == "-" ? "<stdin>" : inputFile
+            )
         } catch {
             throw UsageFailure([
                 InputProblem(origin: "-i/--input-file", message: "cannot read '\(inputFile)': \(Self.reason(error))")
             ])
         }
-        let (fromFile, problems) = InputFile.parse(text, name: name)
-        return (entries + fromFile, problems)
-    }
-
-    /// Every byte of the file at `path` (standard input for `nil`), read as a stream: a pipe, `/dev/stdin` or a
-    /// process substitution (`-i <(...)`) reads like a regular file.
-    static func readAll(_ path: String?) throws -> Data {
-        let descriptor = path.map { open($0, O_RDONLY | O_CLOEXEC) } ?? 0
-        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        defer { if path != nil { close(descriptor) } }
-        var info = stat()
-        if fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { throw POSIXError(.EISDIR) }
-        var data = Data()
-        var buffer = [UInt8](repeating: 0, count: 64 << 10)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count == 0 { return data }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-            }
-            data.append(contentsOf: buffer[..<count])
-        }
-    }
-
-    /// Creates the destination directory and every `dir=` directory under it. A `dir=` path is walked one
-    /// component at a time without following symbolic links: a link there could lead the downloads out of the
-    /// destination, so it is refused, as is anything there that is not a directory.
-    private func createDirectories(for plan: [PlannedDownload], base: URL) throws {
-        var directories: Set<String> = []
-        for download in plan {
-            switch download.request.destination {
-            case .file(let file): directories.insert(file.deletingLastPathComponent().standardizedFileURL.path)
-            case .directory(let directory, _): directories.insert(directory.standardizedFileURL.path)
-            }
-        }
-        let basePath = base.standardizedFileURL.path
-        do {
-            try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
-        } catch {
-            throw UsageFailure([
-                InputProblem(origin: "-d/--dir", message: "cannot create '\(basePath)': \(Self.reason(error))")
-            ])
-        }
-        var checked: Set<String> = [basePath]
-        for directory in directories.sorted() where !checked.contains(directory) {
-            var path = basePath
-            let relative = directory.hasPrefix(basePath + "/") ? directory.dropFirst(basePath.count + 1) : ""
-            for component in relative.split(separator: "/") {
-                path += "/" + component
-                guard checked.insert(path).inserted else { continue }
-                if let problem = Self.makeDirectory(path) {
-                    throw UsageFailure([
-                        InputProblem(origin: "dir=\(relative)", message: "'\(path)' \(problem)")
-                    ])
-                }
-            }
-        }
-    }
-
-    /// Makes the directory at `path` if it is missing; what is wrong with the path otherwise.
-    private static func makeDirectory(_ path: String) -> String? {
-        var info = stat()
-        if lstat(path, &info) == 0 {
-            switch info.st_mode & S_IFMT {
-            case S_IFDIR: return nil
-            case S_IFLNK: return "is a symbolic link; Haul does not follow links out of the destination directory"
-            default: return "exists and is not a directory"
-            }
-        }
-        if mkdir(path, 0o777) == 0 || errno == EEXIST && lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR {
-            return nil
-        }
-        return "cannot be created: \(String(cString: strerror(errno)))"
+        return source
     }
 
     /// The POSIX reason of a Foundation file error ("No such file or directory"), else its description.

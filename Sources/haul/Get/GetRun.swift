@@ -88,8 +88,12 @@ struct RunSettings {
 /// Runs planned downloads through one `DownloadQueue`, renders its events, handles SIGINT/SIGTERM, and
 /// reports. Holds no download logic: everything about one download is the engine's.
 enum GetRun {
-    static func run(_ plan: [PlannedDownload], settings: RunSettings) async -> RunReport {
-        let display = makeDisplay(settings, plan: plan)
+    /// Runs the `count` downloads of `requests`, read as the queue has room for them; `names` is filled as they
+    /// are read.
+    static func run<Requests: AsyncSequence & Sendable>(
+        _ requests: Requests, count: Int, names: NameBook, settings: RunSettings
+    ) async -> RunReport where Requests.Element == DownloadRequest {
+        let display = makeDisplay(settings, names: names)
         let transport: any HTTPTransport
         let ownedTransport: AsyncHTTPClientTransport?
         switch settings.transport {
@@ -156,9 +160,28 @@ enum GetRun {
                 display.tick()
             }
         }
-        let interruption = Interruption { queue.cancelAll() }
-        let handles = queue.add(plan.map(\.request))
-        if interruption.happened { queue.cancelAll() }  // a signal that came before the downloads were added
+        // Results are counted as they come, and nothing else of a finished download is kept. A display forgets the
+        // name of a download whose end it draws; those it does not draw are forgotten here.
+        let displayForgetsSuccesses = display.interest.contains(.finished)
+        let counted = Locked(RunReport())
+        let results = Task {
+            // Thrown only when a signal cancelled the run: every download read has ended (partials kept) by then.
+            try? await queue.download(requests) { finished in
+                switch finished.result {
+                case .success(let result):
+                    counted.withLock { $0.add(result) }
+                    if !displayForgetsSuccesses { names.remove(finished.id) }
+                case .failure(let error) where error.isCancellation:
+                    counted.withLock { $0.cancelled += 1 }
+                case .failure(let error):
+                    let failure = RunReport.Failure(name: displayName(of: finished.request), error: error)
+                    counted.withLock { $0.failures.append(failure) }
+                }
+            }
+        }
+        let interruption = Interruption { results.cancel() }
+        await results.value
+        var report = counted.withLock { $0 }
         await queue.waitUntilIdle()
         queue.finishEvents()  // every event of the run is buffered by now: the consumer draws them and ends
         await consumer.value
@@ -167,27 +190,20 @@ enum GetRun {
         display.close()
         try? await ownedTransport?.shutdown()
 
-        var report = RunReport(interrupted: interruption.happened, elapsed: .now - started)
-        for index in handles.indices {
-            switch handles[index].outcome {
-            case .success(let result): report.add(result)
-            case .failure(let error) where error.isCancellation: report.cancelled += 1
-            case .failure(let error): report.failures.append(.init(name: plan[index].displayName, error: error))
-            case nil: report.cancelled += 1
-            }
-        }
+        report.interrupted = interruption.happened
+        report.elapsed = .now - started
+        report.cancelled += count - report.total
         display.summarize(report)
-        report.handles = handles
         return report
     }
 
-    static func makeDisplay(_ settings: RunSettings, plan: [PlannedDownload]) -> any Display {
-        if settings.output == .json { return JSONDisplay() }
+    static func makeDisplay(_ settings: RunSettings, names: NameBook) -> any Display {
+        if settings.output == .json { return JSONDisplay(names: names) }
         // Verbose logs go to standard error line by line; bars redrawn over them would garble both.
         if settings.quiet || settings.verbose || !Console.isInteractiveTerminal {
-            return LineDisplay(quiet: settings.quiet, verbose: settings.verbose, names: plan.map(\.displayName))
+            return LineDisplay(quiet: settings.quiet, verbose: settings.verbose, names: names)
         }
-        return TerminalDisplay()
+        return TerminalDisplay(names: names)
     }
 }
 

@@ -1,3 +1,11 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// One URL as the user gave it: on the command line or on a line of an input file, with the option lines
 /// that followed it there.
 struct InputEntry: Equatable, Sendable {
@@ -46,79 +54,191 @@ struct InputProblem: Error, Equatable, CustomStringConvertible {
     var description: String { "\(origin): \(message)" }
 }
 
+/// One item of the input, in order: an entry (a URL with its option lines), or a problem found on a line.
+enum InputItem {
+    case entry(InputEntry)
+    case problem(InputProblem)
+}
+
 /// Reads the `--input-file` format: one URL per line; blank lines and lines starting with `#` are ignored; a
 /// URL may be followed by indented option lines (aria2 style) `out=NAME`, `dir=SUBDIR`, `checksum=ALGO=HEX`,
 /// `header=K: V`, `limit-rate=RATE`, `max-time=S`, `speed-limit=BYTES`, `speed-time=S`, `split=N`. A URL line may
 /// list mirrors of the same file after it, separated by tabs (aria2's convention).
-enum InputFile {
+///
+/// The file is read in slices of 64 KiB, line by line, so a list of any length is read in the same memory. Every
+/// problem is reported (the caller collects them all, so one run names every bad line).
+struct InputFile {
     static let optionNames = [
         "out", "dir", "checksum", "header", "limit-rate", "max-time", "speed-limit", "speed-time", "split",
     ]
 
-    /// The entries of `text` and every problem found in it (all of them, so one run reports them all).
-    static func parse(_ text: String, name: String) -> (entries: [InputEntry], problems: [InputProblem]) {
-        var text = text
-        return text.withUTF8 { parse(bytes: $0, name: name) }
+    /// The longest line read: a URL list has no longer ones, and a file without line ends (not a list at all) must
+    /// not be read into memory whole.
+    static let maximumLineLength = 1 << 20
+
+    private let descriptor: Int32
+    private let name: String
+    /// Where reading stops: the size the file had when it was first read, so every pass reads the same lines.
+    private let length: Int64
+    private var offset: Int64 = 0
+    private var buffer: [UInt8] = []
+    /// Where the next line starts in `buffer`.
+    private var lineStart = 0
+    private var lineNumber = 0
+    private var atEnd = false
+    /// The entry whose option lines are being read.
+    private var pending: InputEntry?
+    /// Items found on the last line read, before `pending` (a problem, or the entry that line ended).
+    private var ready: [InputItem] = []
+    /// The last URL line was reported: its option lines are not reported again.
+    private var urlLineFailed = false
+
+    /// Reads `length` bytes of `descriptor` from its start (with `pread`: passes over one descriptor do not share
+    /// an offset), naming lines `name:N`.
+    init(descriptor: Int32, length: Int64, name: String) {
+        self.descriptor = descriptor
+        self.length = length
+        self.name = name
     }
 
-    /// Works on the text's UTF-8 bytes in place: every character that matters here (line ends, spaces, tabs,
-    /// `#`) is ASCII, so each cut falls between characters.
-    private static func parse(
-        bytes: UnsafeBufferPointer<UInt8>, name: String
-    ) -> (entries: [InputEntry], problems: [InputProblem]) {
-        var entries: [InputEntry] = []
-        var problems: [InputProblem] = []
-        let newline = UInt8(ascii: "\n")
-        let isBlank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
-        var lineStart = 0
-        var lineNumber = 0
-        while lineStart <= bytes.count {
-            let lineEnd = bytes[lineStart...].firstIndex(of: newline) ?? bytes.count
-            defer { lineStart = lineEnd + 1 }
-            lineNumber += 1
-            // Both line ends: files written on Windows must read the same.
-            var end = lineEnd
-            if end > lineStart, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-            var start = lineStart
-            while start < end, isBlank(bytes[start]) { start += 1 }
-            if start == end || bytes[start] == UInt8(ascii: "#") { continue }
-            let indented = start > lineStart
-            let source = InputOrigin(source: name, line: lineNumber)
-            if indented {
-                guard !entries.isEmpty else {
-                    problems.append(
-                        InputProblem(origin: source.description, message: "an option line must follow a URL line"))
-                    continue
-                }
-                let option = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
-                if let problem = apply(option: option, to: &entries[entries.count - 1]) {
-                    problems.append(InputProblem(origin: source.description, message: problem))
-                }
-                continue
+    /// Reads every item of `text` (tests and small inputs).
+    static func items(of text: String, name: String) throws -> [InputItem] {
+        let spool = try InputSpool(text: text)
+        var reader = spool.reader(name: name)
+        var items: [InputItem] = []
+        while let item = try reader.next() { items.append(item) }
+        return items
+    }
+
+    /// The next entry or problem, in the order of the file; `nil` at its end.
+    /// - Throws: `POSIXError` when the file cannot be read.
+    mutating func next() throws -> InputItem? {
+        while true {
+            if !ready.isEmpty { return ready.removeFirst() }
+            guard let line = try nextLine() else {
+                defer { pending = nil }
+                return pending.map(InputItem.entry)
             }
-            while isBlank(bytes[end - 1]) { end -= 1 }  // stops at bytes[start], which is not blank
-            let text = UnsafeBufferPointer(rebasing: bytes[start..<end])
-            let line = String(decoding: text, as: UTF8.self)
-            if text.contains(UInt8(ascii: " ")) {
-                problems.append(
-                    InputProblem(
-                        origin: source.description,
-                        message:
-                            "'\(line)' is not one URL: put one URL per line (mirrors of one file after it, separated "
-                            + "by tabs), and options on indented lines"))
-                continue
-            }
-            guard text.contains(UInt8(ascii: "\t")) else {
-                entries.append(InputEntry(source: source, url: line))
-                continue
-            }
-            // Mirrors: every tab-separated URL on the line is a source of the same file.
-            var urls = line.split(separator: "\t", omittingEmptySubsequences: true).map(String.init)
-            var entry = InputEntry(source: source, url: urls.removeFirst())
-            entry.mirrors = urls
-            entries.append(entry)
+            take(line)
         }
-        return (entries, problems)
+    }
+
+    /// The next line's bytes (without its line end), or a problem with it; `nil` at the end.
+    private mutating func nextLine() throws -> ArraySlice<UInt8>? {
+        let newline = UInt8(ascii: "\n")
+        while true {
+            if let end = buffer[lineStart...].firstIndex(of: newline) {
+                defer { lineStart = end + 1 }
+                lineNumber += 1
+                return buffer[lineStart..<end]
+            }
+            if atEnd {
+                guard lineStart < buffer.count else { return nil }
+                defer { lineStart = buffer.count }
+                lineNumber += 1
+                return buffer[lineStart...]
+            }
+            if buffer.count - lineStart > Self.maximumLineLength {
+                lineNumber += 1
+                ready.append(problem("is longer than 1 MiB: not a list of URLs"))
+                try skipToLineEnd()
+                continue
+            }
+            try readSlice()
+        }
+    }
+
+    /// Reads the next slice of the file after the unread part of the buffer.
+    private mutating func readSlice() throws {
+        buffer.removeFirst(lineStart)
+        lineStart = 0
+        let want = Int(min(Int64(64 << 10), length - offset))
+        guard want > 0 else {
+            atEnd = true
+            return
+        }
+        let old = buffer.count
+        buffer.append(contentsOf: repeatElement(0, count: want))
+        while true {
+            let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress! + old, want, off_t(offset)) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            buffer.removeLast(want - count)
+            offset += Int64(count)
+            if count == 0 { atEnd = true }
+            return
+        }
+    }
+
+    /// Drops the rest of an over-long line.
+    private mutating func skipToLineEnd() throws {
+        while true {
+            if let end = buffer[lineStart...].firstIndex(of: UInt8(ascii: "\n")) {
+                lineStart = end + 1
+                return
+            }
+            lineStart = buffer.count
+            if atEnd { return }
+            try readSlice()
+        }
+    }
+
+    private func problem(_ message: String) -> InputItem {
+        .problem(InputProblem(origin: InputOrigin(source: name, line: lineNumber).description, message: message))
+    }
+
+    /// Takes one line: an option line goes to the pending entry, a URL line ends it and starts the next.
+    private mutating func take(_ line: ArraySlice<UInt8>) {
+        let isBlank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        // Both line ends: files written on Windows must read the same.
+        var end = line.endIndex
+        if end > line.startIndex, line[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        var start = line.startIndex
+        while start < end, isBlank(line[start]) { start += 1 }
+        if start == end || line[start] == UInt8(ascii: "#") { return }
+        let indented = start > line.startIndex
+        if !indented {
+            while isBlank(line[end - 1]) { end -= 1 }  // stops at line[start], which is not blank
+        }
+        guard let text = String(validating: line[start..<end], as: UTF8.self) else {
+            ready.append(problem("is not UTF-8 text"))
+            if !indented { endEntry(failed: true) }
+            return
+        }
+        if indented {
+            guard pending != nil else {
+                if !urlLineFailed { ready.append(problem("an option line must follow a URL line")) }
+                return
+            }
+            if let message = Self.apply(option: text, to: &pending!) { ready.append(problem(message)) }
+            return
+        }
+        endEntry(failed: false)
+        let source = InputOrigin(source: name, line: lineNumber)
+        if text.utf8.contains(UInt8(ascii: " ")) {
+            urlLineFailed = true
+            ready.append(
+                problem(
+                    "'\(text)' is not one URL: put one URL per line (mirrors of one file after it, separated by tabs), "
+                        + "and options on indented lines"))
+            return
+        }
+        guard text.utf8.contains(UInt8(ascii: "\t")) else {
+            pending = InputEntry(source: source, url: text)
+            return
+        }
+        // Mirrors: every tab-separated URL on the line is a source of the same file.
+        var urls = text.split(separator: "\t", omittingEmptySubsequences: true).map(String.init)
+        var entry = InputEntry(source: source, url: urls.removeFirst())
+        entry.mirrors = urls
+        pending = entry
+    }
+
+    /// A URL line ends the entry before it; `failed` when the line itself was reported.
+    private mutating func endEntry(failed: Bool) {
+        if let finished = pending { ready.append(.entry(finished)) }
+        pending = nil
+        urlLineFailed = failed
     }
 
     /// Applies `key=value` to `entry`; returns what is wrong with it, if anything.

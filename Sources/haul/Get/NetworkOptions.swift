@@ -110,28 +110,10 @@ struct NetworkOptions: ParsableArguments {
     /// required mode does, rather than only filling in for URLs without any (`--netrc-optional`).
     var netrcOverridesURLs: Bool { !netrcOptional }
 
-    /// Gives every planned request its credentials: `--user`'s, else (with `--netrc`) the netrc file's for its
-    /// host, else those of its URL, where a user without a password takes the password from the netrc file.
-    func applyCredentials(to plan: inout [PlannedDownload], netrc: Netrc?) {
-        guard user != nil || netrc != nil else { return }
-        let given = user.map(Credentials.init(userColonPassword:))
-        for index in plan.indices {
-            var request = plan[index].request
-            let host = request.url.host(percentEncoded: false) ?? ""
-            if let given {
-                request.credentials =
-                    given.password.isEmpty
-                    ? netrc?.credentials(forHost: host, user: given.user) ?? given : given
-            } else if let netrc {
-                let own = request.credentials
-                if netrcOverridesURLs {
-                    request.credentials = netrc.credentials(forHost: host, user: own?.user)
-                } else if own == nil || own?.password.isEmpty == true {
-                    request.credentials = netrc.credentials(forHost: host, user: own?.user) ?? own
-                }
-            }
-            plan[index].request = request
-        }
+    /// How each request gets its credentials: see ``CredentialRule``.
+    func credentialRule(netrc: Netrc?) -> CredentialRule {
+        CredentialRule(
+            given: user.map(Credentials.init(userColonPassword:)), netrc: netrc, netrcOverridesURLs: netrcOverridesURLs)
     }
 
     /// The cookie jar of the options: the cookie file's cookies, or empty with only `--cookie-jar`; `nil` without
@@ -150,5 +132,29 @@ struct NetworkOptions: ParsableArguments {
             }
         }
         return jar
+    }
+}
+
+/// Gives a request its credentials: `--user`'s, else (with `--netrc`) the netrc file's for its host, else those of
+/// its URL, where a user without a password takes the password from the netrc file.
+struct CredentialRule: Sendable {
+    var given: Credentials?
+    var netrc: Netrc?
+    var netrcOverridesURLs: Bool
+
+    func apply(to request: inout DownloadRequest) {
+        guard given != nil || netrc != nil else { return }
+        let host = request.url.host(percentEncoded: false) ?? ""
+        if let given {
+            request.credentials =
+                given.password.isEmpty ? netrc?.credentials(forHost: host, user: given.user) ?? given : given
+        } else if let netrc {
+            let own = request.credentials
+            if netrcOverridesURLs {
+                request.credentials = netrc.credentials(forHost: host, user: own?.user)
+            } else if own == nil || own?.password.isEmpty == true {
+                request.credentials = netrc.credentials(forHost: host, user: own?.user) ?? own
+            }
+        }
     }
 }

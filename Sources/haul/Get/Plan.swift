@@ -9,8 +9,6 @@ struct PlannedDownload: Sendable {
     var source: InputOrigin
     /// Where it came from, for messages (`urls.txt:3`).
     var origin: String { source.description }
-    /// The name shown in progress lines: the planned file name, else the URL's last component.
-    var displayName: String
     /// The standardized path the file will be published at, when known before any response (see
     /// `DownloadRequest.plannedFileURL`): what two downloads must not share.
     var plannedPath: String? = nil
@@ -39,49 +37,57 @@ struct PlanSettings: Sendable {
     var speedTime: Double?
 }
 
-/// Turns the user's URLs and options into requests, or reports every problem with them (nothing is
-/// downloaded when anything is wrong: exit 2).
-enum Planner {
-    static func plan(_ entries: [InputEntry], settings: PlanSettings) -> Result<[PlannedDownload], UsageFailure> {
+/// Turns the user's URLs and options into requests, one entry at a time, or reports every problem with them
+/// (nothing is downloaded when anything is wrong: exit 2).
+struct Planner: Sendable {
+    let settings: PlanSettings
+    /// `--header`, parsed.
+    private let headers: HTTPFields
+    /// What is wrong with `--header` values.
+    let headerProblems: [InputProblem]
+    /// Every download without dir= shares the directory; standardizing its URL is the dearest step of planning one
+    /// (bench/compare, s3: planning runs before the first request).
+    private let directoryPath: String
+
+    init(settings: PlanSettings) {
+        self.settings = settings
+        var headers = HTTPFields()
         var problems: [InputProblem] = []
-        if entries.isEmpty {
-            problems.append(InputProblem(origin: "haul get", message: "no URL given (pass URLs or --input-file FILE)"))
-        }
-        if settings.fileName != nil, entries.count > 1 {
-            problems.append(
-                InputProblem(
-                    origin: "-o/--output",
-                    message:
-                        "names one file, but \(entries.count) URLs were given; use 'out=NAME' lines in an input file"))
-        }
-        if settings.checksum != nil, entries.count > 1 {
-            problems.append(
-                InputProblem(
-                    origin: "--checksum",
-                    message:
-                        "is for a single URL, but \(entries.count) were given; use 'checksum=' lines in an input file"
-                ))
-        }
-        var globalHeaders = HTTPFields()
         for header in settings.headers {
-            switch parseHeader(header) {
-            case .success(let field): globalHeaders.append(field)
+            switch Self.parseHeader(header) {
+            case .success(let field): headers.append(field)
             case .failure(let problem): problems.append(InputProblem(origin: "--header", message: problem.message))
             }
         }
-        // Every download without dir= shares the directory; standardizing its URL is the dearest step of planning one
-        // (bench/compare, s3: planning runs before the first request).
-        let directoryPath = settings.directory.standardizedFileURL.path
-        var planned: [PlannedDownload] = []
-        planned.reserveCapacity(entries.count)
-        for entry in entries {
-            switch plan(entry, settings: settings, headers: globalHeaders, directoryPath: directoryPath) {
-            case .success(let download): planned.append(download)
-            case .failure(let failure): problems += failure.problems
-            }
+        self.headers = headers
+        headerProblems = problems
+        directoryPath = settings.directory.standardizedFileURL.path
+    }
+
+    /// What is wrong with the number of URLs given (`count`).
+    func problems(forCount count: Int) -> [InputProblem] {
+        var problems: [InputProblem] = []
+        if count == 0 {
+            problems.append(InputProblem(origin: "haul get", message: "no URL given (pass URLs or --input-file FILE)"))
         }
-        problems += duplicateDestinations(planned)
-        return problems.isEmpty ? .success(planned) : .failure(UsageFailure(problems))
+        if settings.fileName != nil, count > 1 {
+            problems.append(
+                InputProblem(
+                    origin: "-o/--output",
+                    message: "names one file, but \(count) URLs were given; use 'out=NAME' lines in an input file"))
+        }
+        if settings.checksum != nil, count > 1 {
+            problems.append(
+                InputProblem(
+                    origin: "--checksum",
+                    message: "is for a single URL, but \(count) were given; use 'checksum=' lines in an input file"))
+        }
+        return problems
+    }
+
+    /// The download `entry` asks for, or every problem with it.
+    func plan(_ entry: InputEntry) -> Result<PlannedDownload, UsageFailure> {
+        Self.plan(entry, settings: settings, headers: headers, directoryPath: directoryPath)
     }
 
     private static func plan(
@@ -160,10 +166,7 @@ enum Planner {
                 ]))
         }
         return .success(
-            PlannedDownload(
-                request: request, source: entry.source,
-                displayName: name ?? DownloadRequest.fileName(for: url) ?? url.redactedString,
-                plannedPath: plannedPath)
+            PlannedDownload(request: request, source: entry.source, plannedPath: plannedPath)
         )
     }
 
@@ -237,27 +240,6 @@ enum Planner {
             return .failure(HeaderProblem("header '\(name)' has a line break or NUL in its value"))
         }
         return .success(HTTPField(name: fieldName, value: value))
-    }
-
-    /// Two downloads that would write one file: each pair is named.
-    private static func duplicateDestinations(_ planned: [PlannedDownload]) -> [InputProblem] {
-        var firstByPath: [PathKey: Int] = [:]
-        var problems: [InputProblem] = []
-        for index in planned.indices {
-            guard let path = planned[index].plannedPath else { continue }
-            if let first = firstByPath[PathKey(path)].map({ planned[$0] }) {
-                let download = planned[index]
-                problems.append(
-                    InputProblem(
-                        origin: download.origin,
-                        message:
-                            "'\(download.request.url.redactedString)' and '\(first.request.url.redactedString)' (\(first.origin)) would both write '\(path)'; give one of them another name (out=NAME)"
-                    ))
-            } else {
-                firstByPath[PathKey(path)] = index
-            }
-        }
-        return problems
     }
 }
 
