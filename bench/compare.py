@@ -17,9 +17,15 @@ on tmpfs, where the file system costs least, to separate network from file-syste
   seg-nginx  s1's 1 GiB file from nginx, unthrottled: `haul get -s 4` against `haul get -s 1`
   seg-mirrors  seg8's file from two `haul serve` processes, both URLs on one tab-separated input line (aria2's
         mirror convention, which haul reads too): `haul get -s 8` against `aria2c -x 8 -s 8`
+  list100k, list1m  100,000 and 1,000,000 URLs of 64-byte generated files from `haul serve`, width 8 (issue 30: a
+        million URLs in bounded memory): haul against curl and aria2c (`--deferred-input=true`), then the same `haul
+        get` again into the same destination, which its journal makes skip every file. Real disk only (a million
+        tiny files on tmpfs would take 4 GiB of memory), an ext4 with 2,500,000 inodes, one short warm-up list;
+        HAUL_BENCH_LIST_SCALE (default 1) multiplies both counts, e.g. 0.02 for 2,000 and 20,000 while developing
 
-Every run starts from an empty destination and is checked byte for byte against the reference files; a run that
-fails or leaves a wrong or missing file counts as failed, never as a time. Figures: wall time, throughput (MB/s =
+Every run starts from an empty destination and is checked byte for byte against the reference files (the list rows:
+every file's name and size, and the bytes of a sample); a run that fails or leaves a wrong or missing file counts as
+failed, never as a time. Figures: wall time, throughput (MB/s =
 10^6 bytes/s, or files/s), CPU seconds (user + system of the tool's process) and peak RSS, both from GNU time.
 """
 
@@ -28,8 +34,10 @@ import filecmp
 import math
 import os
 import platform
+import random
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +57,17 @@ THROTTLED_FILES, THROTTLED_SIZE, THROTTLED_RATE = 50, 4 * MIB, 4 * MIB
 # seg8/seg-mirrors: one file whose every response is throttled, so only more connections make it faster; its
 # throttle limit is SIZE / (RATE x connections): 8 s on 8 connections, 64 s on one.
 SEGMENTED_NAME, SEGMENTED_SIZE, SEGMENTED_RATE = "seg", 512 * MIB, 8 * MIB
+
+# list100k/list1m: many tiny generated files, named f0000000, f0000001, ... (every URL distinct, and the name each
+# tool gives the file: the path's last component, without the query). HAUL_BENCH_LIST_SCALE multiplies both counts,
+# to try the rows in minutes rather than hours. Both rows get the same file system, with inodes for a million files
+# and a margin (the default ratio gives an 8 GiB ext4 ~524,000), so their files/s and RSS compare like for like.
+LIST_SCALE = float(os.environ.get("HAUL_BENCH_LIST_SCALE", "1"))
+LIST_SIZE = 64  # bytes per file; under 64 KiB, where list_bytes() reproduces the server's generator
+LIST_INODES = 2_500_000
+LIST_WARMUP_FILES = 1000  # the warm-up runs on the first ones only: a full warm-up of list1m would take an hour
+LIST_SAMPLES = 1000  # files compared byte for byte after each run (all are checked for name and size)
+LIST_NAME = re.compile(r"f(\d{7,})")
 
 
 def fails_once(index):
@@ -80,6 +99,11 @@ class Scenario:
     ca: str = None  # over HTTPS: the CA bundle every tool is told to trust
     split: int = 0  # segmented scenarios: connections per file (haul -s, aria2c -x and -s); 0: the tools' defaults
     mirrors: int = 1  # haul-serve scenarios: servers, each URL of the file a mirror on the same input line
+    listed: bool = False  # list100k/list1m: `files` generated URLs, lists written once (see url_list)
+    inodes: int = 0  # real-disk runs: mkfs.ext4 -N (0: its default)
+    tmpfs: bool = True  # also once on tmpfs
+    rerun: bool = False  # `haul get` again into the same destination after its run, timed as RERUN_TOOL
+    inputs: object = None  # listed scenarios: the UrlList, once written
     total_bytes: int = 0
     files: int = 0
     items: list = field(default_factory=list)  # nginx scenarios: fixed; haul-serve: rebuilt per run (new port)
@@ -94,17 +118,22 @@ class Run:
     extra_bytes: float = math.nan  # served beyond the total size (haul-serve scenarios only)
     why: str = ""
     served: tuple = ()  # body bytes each `haul serve` sent (one per mirror)
+    requests: int = -1  # listed scenarios: requests `haul serve` received during the run
+    rerun: "Run" = None  # listed scenarios: the same `haul get` again into the same destination
 
 
 def log(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def measured(argv, timeout, stderr_path):
+def measured(argv, timeout, stderr_path, interrupt=False):
     """Runs argv; returns (exit status, wall seconds, CPU seconds, peak RSS in MiB) of that process alone.
 
     CPU and RSS come from GNU time rather than from wait4 here: a child forked from this Python process would
-    count Python's own pages (~20 MiB) in its peak RSS before it execs; time's are ~2 MiB."""
+    count Python's own pages (~20 MiB) in its peak RSS before it execs; time's are ~2 MiB. A run over `timeout`
+    is killed and returns -9 and no figures; with `interrupt` it is first sent SIGINT, as a user's ^C, and given a
+    minute to stop, so that GNU time still reports its CPU time and peak RSS (the list rows: what a tool holds
+    after an hour on a million URLs says something even when it has not finished)."""
     usage_path = stderr_path + ".time"
     with open(stderr_path, "wb") as err:
         start = time.perf_counter()
@@ -120,14 +149,28 @@ def measured(argv, timeout, stderr_path):
             subprocess.run(["pkill", "-KILL", "-P", str(process.pid)])  # the tool, then time itself
             process.kill()
 
-        watchdog = threading.Timer(timeout, kill)
+        def stop():
+            timed_out.set()
+            subprocess.run(["pkill", "-INT", "-P", str(process.pid)])  # the tool; time reports when it ends
+            grace.start()
+
+        grace = threading.Timer(60, kill)
+        watchdog = threading.Timer(timeout, stop if interrupt else kill)
         watchdog.start()
         try:
             status = process.wait()
         finally:
             watchdog.cancel()
+            grace.cancel()
         wall = time.perf_counter() - start
         if timed_out.is_set():
+            try:
+                with open(usage_path) as f:  # GNU time truncates it as it starts: empty if it was killed too
+                    fields = f.read().split()[-3:]
+                if interrupt:
+                    return -9, math.nan, float(fields[0]) + float(fields[1]), float(fields[2]) / 1024
+            except (OSError, ValueError, IndexError):
+                pass
             return -9, math.nan, math.nan, math.nan
     with open(usage_path) as f:
         fields = f.read().split()[-3:]  # after "Command exited with non-zero status N", if any
@@ -141,6 +184,8 @@ BASELINE_TOOL = "haul baseline (NIO)"  # with --baseline: another haul binary, r
 BASELINE = None
 
 SINGLE_TOOL = "haul (NIO) -s 1"  # segmented scenarios: `haul get` on one connection, what -s N is measured against
+
+RERUN_TOOL = "haul (NIO) rerun"  # list rows: the same `haul get` again into the destination its run just filled
 
 TOOLS = {
     "haul (NIO)": "haul-nio",
@@ -156,6 +201,7 @@ TOOLS = {
 PARALLEL_TOOLS = ["haul (NIO)", "haul (AsyncHTTPClient)", "curl", "wget2", "aria2c"]
 ALL_TOOLS = PARALLEL_TOOLS + ["wget"]  # wget -i is sequential only
 HAUL_DEFAULT = "haul (NIO)"  # the ratios are to this one: `haul get`'s default transport
+LIST_TOOLS = [HAUL_DEFAULT, "curl", "aria2c"]  # issue 30 names these; the rerun row comes with HAUL_DEFAULT's runs
 
 
 def label(tool, scenario):
@@ -184,11 +230,13 @@ def write_inputs(items, directory):
     return urls, config
 
 
-def command(tool, width, dest, urls, config, ca=None, split=0):
+def command(tool, width, dest, urls, config, ca=None, split=0, long_list=False):
     """Each tool as a user would run it for a batch, with retries on (the same flags in every scenario); over HTTPS
     each is told to trust `ca` and otherwise left to its defaults (HTTP/2 where it offers it). `split`: connections
     per file in the segmented scenarios (haul's -s, which counts against -j, so width is split there; aria2c's -s,
-    with -x, its cap per server, as large)."""
+    with -x, its cap per server, as large). `long_list`: the list rows, where aria2c is told to read its input as
+    it goes (`--deferred-input`; by default it parses the whole file into memory first), as its manual advises for
+    a file with a lot of URIs; haul and curl have no such switch."""
     if tool.startswith("haul"):
         transport = "async-http-client" if tool == "haul (AsyncHTTPClient)" else "nio"
         binary = BASELINE if tool == BASELINE_TOOL else HAUL
@@ -209,8 +257,9 @@ def command(tool, width, dest, urls, config, ca=None, split=0):
     if tool == "aria2c":
         # --retry-wait > 0 is what makes aria2c retry a 503.
         segments = ["-x", str(split), "-s", str(split)] if split else []
-        return ["aria2c", "-q", "-j", str(width), *segments, "--max-tries=5", "--retry-wait=1", "-d", dest, *trust,
-                "-i", urls]
+        deferred = ["--deferred-input=true"] if long_list else []
+        return ["aria2c", "-q", "-j", str(width), *segments, "--max-tries=5", "--retry-wait=1", *deferred, "-d", dest,
+                *trust, "-i", urls]
     if tool == "wget":
         return ["wget", "-q", "--tries=5", "--retry-on-http-error=503", "-nd", "-P", dest, *trust, "-i", urls]
     raise ValueError(tool)
@@ -265,12 +314,15 @@ class Nginx:
 
 
 class HaulServe:
-    """`haul serve` for one run: a fresh process, so every "fail once" and "cut once" fault fires again."""
+    """`haul serve` for one run: a fresh process, so every "fail once" and "cut once" fault fires again. `port`: the
+    list rows' lists, written once, name a fixed one (the server sets SO_REUSEADDR, so each run's can take it)."""
 
-    def __init__(self):
+    def __init__(self, port=0):
         # Port 0: the server picks a free one and says which ("Serving on http://127.0.0.1:PORT").
-        self.process = subprocess.Popen([HAUL, "serve", "--port", "0"], stdout=subprocess.PIPE,
+        self.process = subprocess.Popen([HAUL, "serve", "--port", str(port)], stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True)
+        self.requests = -1
+        self.peak_rss_mib = math.nan
         line = self.process.stdout.readline()
         match = re.match(r"Serving on http://127\.0\.0\.1:(\d+)", line)
         if not match:
@@ -278,12 +330,19 @@ class HaulServe:
         self.port = int(match.group(1))
 
     def stop(self):
-        """Stops it and returns the body bytes it sent."""
+        """Stops it and returns the body bytes it sent; `requests` and `peak_rss_mib` tell the rest."""
+        try:
+            with open(f"/proc/{self.process.pid}/status") as f:
+                self.peak_rss_mib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+        except (OSError, StopIteration):
+            pass
         self.process.send_signal(2)
         output, _ = self.process.communicate(timeout=30)
         match = re.search(r"(\d+) body bytes sent", output)
         if not match:
             raise RuntimeError(f"haul serve printed no summary: {output!r}")
+        requests = re.search(r"after (\d+) requests", output)
+        self.requests = int(requests.group(1)) if requests else -1
         return int(match.group(1))
 
 
@@ -306,6 +365,115 @@ def segmented_items(ports, reference_dir):
     query = f"size={SEGMENTED_SIZE}&rate={SEGMENTED_RATE}"
     urls = [f"http://127.0.0.1:{port}/bytes/{SEGMENTED_NAME}?{query}" for port in ports]
     return [Item("\t".join(urls), SEGMENTED_NAME, os.path.join(reference_dir, SEGMENTED_NAME))]
+
+
+def list_name(index):
+    return f"f{index:07d}"
+
+
+def list_bytes(name, size=LIST_SIZE):
+    """The bytes `haul serve` sends for /bytes/NAME?size=SIZE, SIZE up to 64 KiB (HaulTestServer's GeneratedContent:
+    FNV-1a over the name and content version 0 seeds splitmix64, whose outputs, little-endian, are the bytes; past
+    64 KiB a per-block offset is added, which the list rows never reach). Computed here, a million reference files
+    need neither a fetch nor a million inodes."""
+    mask = (1 << 64) - 1
+    seed = 0xcbf29ce484222325
+    for byte in name.encode():
+        seed = ((seed ^ byte) * 0x100000001b3) & mask
+    state = (seed * 0x100000001b3) & mask  # the version, 0, folded in
+    out = bytearray()
+    while len(out) < size:
+        state = (state + 0x9e3779b97f4a7c15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & mask
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & mask
+        out += (z ^ (z >> 31)).to_bytes(8, "little")
+    return bytes(out[:size])
+
+
+@dataclass
+class UrlList:
+    """A list row's inputs, written once into the work directory (not onto the run's disk, which is remade per run):
+    a million URLs make a ~45 MB list and a ~75 MB curl config, seconds to write. The URLs name a port fixed for the
+    scenario, which each run's fresh `haul serve` listens on. `warm_*`: the first LIST_WARMUP_FILES, for the
+    warm-up."""
+    port: int
+    urls: str
+    config: str
+    warm_urls: str
+    warm_config: str
+
+
+def free_port():
+    """A free loopback port below the usual ephemeral range (32768-60999), so that no client's outgoing connection
+    takes it between two runs' servers."""
+    for port in random.Random().sample(range(20000, 32768), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port between 20000 and 32767")
+
+
+def url_list(scenario, work):
+    """The scenario's UrlList, written on first use: one URL per line for haul and aria2c, which both name a file
+    after the URL path's last component, without the query; curl's config gives every output name."""
+    if scenario.inputs:
+        return scenario.inputs
+    directory = os.path.join(work, "lists", scenario.key)
+    os.makedirs(directory, exist_ok=True)
+    port = free_port()
+    log(f"{scenario.key}: writing {scenario.files:,} URLs")
+
+    def write(count, prefix):
+        names = [list_name(i) for i in range(count)]
+        urls, config = os.path.join(directory, prefix + ".txt"), os.path.join(directory, prefix + ".curl")
+        with open(urls, "w") as f:
+            f.write("".join(f"http://127.0.0.1:{port}/bytes/{name}?size={LIST_SIZE}\n" for name in names))
+        with open(config, "w") as f:
+            f.write("".join(f'url = "http://127.0.0.1:{port}/bytes/{name}?size={LIST_SIZE}"\noutput = "{name}"\n'
+                            for name in names))
+        return urls, config
+
+    urls, config = write(scenario.files, "list")
+    warm_urls, warm_config = write(min(LIST_WARMUP_FILES, scenario.files), "warm")
+    scenario.inputs = UrlList(port, urls, config, warm_urls, warm_config)
+    return scenario.inputs
+
+
+def verify_list(dest, count):
+    """"" when `dest` holds exactly f0000000 .. f{count - 1} of LIST_SIZE bytes each (and haul's .haul), the first,
+    the last and LIST_SAMPLES others between byte for byte; else what is wrong (first few). Cheap for a million
+    files: one directory scan with a stat each (seconds), and a sample rather than a million opens."""
+    problems = []
+    found = 0
+    with os.scandir(dest) as entries:
+        for entry in entries:
+            if entry.name == ".haul":
+                continue
+            match = LIST_NAME.fullmatch(entry.name)
+            if not match or int(match.group(1)) >= count:
+                problems.append(f"unexpected {entry.name}")
+            elif entry.stat(follow_symlinks=False).st_size != LIST_SIZE:
+                problems.append(f"{entry.name} has {entry.stat().st_size} bytes")
+            else:
+                found += 1
+            if len(problems) >= 3:
+                return "; ".join(problems)
+    if found < count:
+        problems.append(f"{count - found} of {count} missing")
+        return "; ".join(problems)
+    sample = {0, count - 1, *random.Random(count).sample(range(count), min(LIST_SAMPLES, count))}
+    for index in sorted(sample):
+        name = list_name(index)
+        with open(os.path.join(dest, name), "rb") as f:
+            if f.read() != list_bytes(name):
+                problems.append(f"{name} differs")
+        if len(problems) >= 3:
+            break
+    return "; ".join(problems)
 
 
 # --- the run -----------------------------------------------------------------------------------------------------
@@ -380,6 +548,15 @@ def scenarios(nginx, www, reference):
         Scenario("seg-mirrors", "as seg8, from two mirrors", 8, [HAUL_DEFAULT, "aria2c"], "MB/s", "haul-serve", 300,
                  split=8, mirrors=2, files=1, total_bytes=SEGMENTED_SIZE),
     ]
+    # The list rows: haul and curl come at thousands of files/s, aria2c at tens to hundreds where fsync is dear (it
+    # calls it three times per file, on the new file, on its control file and at the end, one after another: from
+    # ~60 to ~500 files/s from one run to the next on a virtual disk), so it may take half an hour on list100k and
+    # stop at list1m's limit, a run stopped there reporting how far it got and its peak RSS (measured's `interrupt`).
+    for key, count, timeout in [("list100k", 100_000, 3600), ("list1m", 1_000_000, 3600)]:
+        count = max(1, round(count * LIST_SCALE))
+        result.append(Scenario(key, f"{count:,} x {LIST_SIZE} B from `haul serve`, width 8", 8, LIST_TOOLS,
+                               "files/s", "haul-serve", timeout, files=count, total_bytes=count * LIST_SIZE,
+                               listed=True, inodes=LIST_INODES, tmpfs=False, rerun=True))
     for s in result:
         if s.items:
             s.files = len(s.items)
@@ -415,8 +592,9 @@ class FreshDisk:
         if not self.fresh:
             log("no loop ext4 here (needs root, loop devices and mkfs.ext4): runs go to new directories on /var/tmp")
 
-    def _make(self):
-        return subprocess.run(["mkfs.ext4", "-q", "-F", self.image], capture_output=True).returncode == 0
+    def _make(self, inodes=0):
+        count = ["-N", str(inodes)] if inodes else []
+        return subprocess.run(["mkfs.ext4", "-q", "-F", *count, self.image], capture_output=True).returncode == 0
 
     def _mount(self):
         return subprocess.run(["mount", "-o", "loop", self.image, self.mount], capture_output=True).returncode == 0
@@ -424,12 +602,12 @@ class FreshDisk:
     def _unmount(self):
         subprocess.run(["umount", self.mount], capture_output=True)
 
-    def next(self):
-        """An empty directory for the next run."""
+    def next(self, inodes=0):
+        """An empty directory for the next run; `inodes`: at least that many on the new ext4 (mkfs.ext4 -N)."""
         self.count += 1
         if self.fresh:
             self._unmount()
-            if not (self._make() and self._mount()):
+            if not (self._make(inodes) and self._mount()):
                 raise RuntimeError(f"could not remake the ext4 in {self.image}")
             return os.path.join(self.mount, "out")
         return os.path.join(self.root, f"run-{self.count}")
@@ -445,13 +623,15 @@ class Scratch:
     def __init__(self, root):
         self.root = root
 
-    def next(self):
+    def next(self, inodes=0):
         dest = os.path.join(self.root, "out")
         shutil.rmtree(dest, ignore_errors=True)
         return dest
 
 
-def run_once(scenario, tool, place, work, reference):
+def run_once(scenario, tool, place, work, reference, warmup=False):
+    if scenario.listed:
+        return run_list_once(scenario, tool, place, work, warmup)
     dest = place.next()
     os.makedirs(dest)
     os.sync()  # the previous run's dirty pages are written back before the clock starts, not during this run
@@ -486,13 +666,68 @@ def run_once(scenario, tool, place, work, reference):
     return Run(wall, cpu, rss, not why, extra, why, served)
 
 
-def warm(program, items):
+def run_list_once(scenario, tool, place, work, warmup):
+    """One run of a list row (the warm-up: on the first LIST_WARMUP_FILES URLs only); for HAUL_DEFAULT, then the
+    same command again, timed as its `rerun`.
+
+    The rerun comes right after the run, after a `sync`, in the same destination, so haul's journal there
+    (DEST/.haul/journal.sqlite) lists every file as done: it should make no request at all, and a fresh `haul serve`
+    on the same port counts what it gets; a rerun that fetched anything or spoiled a file counts as failed."""
+    inputs = url_list(scenario, work)
+    count = min(LIST_WARMUP_FILES, scenario.files) if warmup else scenario.files
+    urls, config = (inputs.warm_urls, inputs.warm_config) if warmup else (inputs.urls, inputs.config)
+    dest = place.next(scenario.inodes)
+    os.makedirs(dest)
+    stderr_path = os.path.join(work, "stderr.txt")
+    argv = command(tool, scenario.width, dest, urls, config, long_list=True)
+
+    def timed_run():
+        os.sync()
+        server = HaulServe(inputs.port)
+        try:
+            warm(argv[0], [], [config if tool == "curl" else urls])
+            status, wall, cpu, rss = measured(argv, scenario.timeout, stderr_path, interrupt=True)
+        finally:
+            served = server.stop()
+        if status == -9:
+            done = sum(1 for name in os.listdir(dest) if LIST_NAME.fullmatch(name))
+            why = f"stopped at the {scenario.timeout:.0f} s limit with {done:,} of {count:,} files " \
+                  f"({done / scenario.timeout:,.0f} files/s), peak RSS " + \
+                  ("unknown" if math.isnan(rss) else f"{rss:.0f} MiB")
+        else:
+            why = f"exit status {status}" if status != 0 else verify_list(dest, count)
+        if why:
+            with open(stderr_path, errors="replace") as f:
+                tail = f.read()[-300:].strip().replace("\n", " | ")
+            log(f"  {scenario.key} {tool}: FAILED ({why}) {tail}")
+        return Run(wall, cpu, rss, not why, served - count * LIST_SIZE, why, (served,), server.requests), server
+
+    run, server = timed_run()
+    log(f"  {scenario.key} {'warm-up ' if warmup else ''}{tool}: {run.wall:.2f} s, peak RSS {run.rss_mib:.0f} MiB; "
+        f"haul serve: {server.requests:,} requests, peak RSS {server.peak_rss_mib:.0f} MiB")
+    if tool == HAUL_DEFAULT and scenario.rerun and run.ok and not warmup:
+        rerun, server = timed_run()
+        if rerun.ok and server.requests:
+            rerun.ok, rerun.why = False, f"{server.requests:,} requests to the server: not every file was skipped"
+            log(f"  {scenario.key} {RERUN_TOOL}: FAILED ({rerun.why})")
+        log(f"  {scenario.key} {RERUN_TOOL}: {rerun.wall:.2f} s ({rerun.wall / run.wall:.3f} of the first run), "
+            f"peak RSS {rerun.rss_mib:.0f} MiB")
+        run.rerun = rerun
+    return run
+
+
+def warm(program, items, inputs=()):
     """Reads what nginx will serve and starts the tool once (`--version`), before the clock starts.
 
     A machine may reclaim memory that has not been touched for a few seconds (a DAMON `pageout` scheme,
     /sys/kernel/mm/damon, does), and whether nginx's files and a tool's own code are still in memory would then
-    depend on how long the tools before it ran. Every tool starts with both in memory."""
+    depend on how long the tools before it ran. Every tool starts with both in memory; so do `inputs`, the list rows'
+    URL list or curl config (tens of MB)."""
     subprocess.run([program, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for path in inputs:
+        with open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
     for item in items:
         with open(item.reference, "rb") as f:
             while f.read(1 << 20):
@@ -527,17 +762,18 @@ def fmt_rate(value):
 
 def table(scenario, results, fs, runs_per_tool):
     """Markdown rows for one scenario on one file system; "vs haul" is Haul's speed over that tool's (>1: Haul
-    faster)."""
+    faster). A list row's rerun shows its time as a share of the first run's instead (files/s there: files skipped
+    per second)."""
     base = results.get((scenario.key, fs, HAUL_DEFAULT))
     base = summarize(scenario, base) if base else None
-    throttled = scenario.server == "haul-serve"
+    throttled = scenario.server == "haul-serve" and not scenario.listed
     header = f"| tool | wall s | {scenario.unit} | Haul vs it | CPU s | peak RSS MiB |"
     rule = "|---|---|---|---|---|---|"
     if throttled:
         header += " over the throttle limit | extra bytes |"
         rule += "---|---|"
     lines = [header, rule]
-    for tool in scenario.tools:
+    for tool in scenario.tools + ([RERUN_TOOL] if scenario.rerun and HAUL_DEFAULT in scenario.tools else []):
         runs = results.get((scenario.key, fs, tool), [])
         s = summarize(scenario, runs)
         if s is None:
@@ -546,6 +782,8 @@ def table(scenario, results, fs, runs_per_tool):
                          + " |" * (6 if throttled else 4))
             continue
         ratio = f"{s['wall'] / base['wall']:.2f}x" if base and tool != HAUL_DEFAULT else "—"
+        if tool == RERUN_TOOL:
+            ratio = f"{s['wall'] / base['wall']:.3f} of the first run's time" if base else "—"
         failed = f" ({s['n'] - s['ok']} of {s['n']} runs failed)" if s["ok"] < s["n"] else ""
         row = (f"| {label(tool, scenario)}{failed} | {s['wall']:.2f} | {fmt_rate(s['rate'])} | {ratio} | "
                f"{s['cpu']:.2f} | {s['rss']:.0f} |")
@@ -640,11 +878,59 @@ def targets(by_key, results):
         if single:
             detail += f", -s 1 {single['rate']:.0f}" + (f" ({haul['rate'] / single['rate']:.2f}x)" if haul else "")
         verdicts.append((f"seg-nginx: Haul -s {split} no more than 5% slower than -s 1", met, detail))
-    peaks = {key: get(key, HAUL_DEFAULT)["rss"] for key in by_key if get(key, HAUL_DEFAULT)}
+    verdicts += list_targets(by_key, results, get)
+    # The list rows have their own memory target (128 MiB for a million URLs, issue 30).
+    peaks = {key: get(key, HAUL_DEFAULT)["rss"] for key in by_key
+             if get(key, HAUL_DEFAULT) and not by_key[key].listed}
     if peaks:
         worst = max(peaks, key=peaks.get)
         verdicts.append(("peak RSS of `haul get` < 64 MiB in every scenario", peaks[worst] < 64,
                          f"largest {peaks[worst]:.0f} MiB ({worst})"))
+    return verdicts
+
+
+def list_targets(by_key, results, get):
+    """Issue 30's targets, judged on list1m against list100k: haul's peak RSS under 128 MiB and flat (at most 1.5x
+    list100k's), its files/s at least list100k's (no tolerance: a longer list must not cost more per file), and its
+    rerun under a quarter of its first run's time. curl's and aria2c's figures are given alongside."""
+    verdicts = []
+    small, large = ("list100k", "list1m")
+    haul = get(large, HAUL_DEFAULT) if large in by_key else None
+    base = get(small, HAUL_DEFAULT) if small in by_key else None
+
+    def others(key):
+        parts = []
+        for tool in ["curl", "aria2c"]:
+            if s := get(key, tool):
+                parts.append(f"{tool} {s['rss']:.0f} MiB, {s['wall']:.1f} s")
+            elif runs := results.get((key, "disk", tool)):
+                parts.append(f"{tool} failed: {next(r.why for r in runs if not r.ok)}")
+        return f" ({'; '.join(parts)})" if parts else ""
+
+    if large in by_key:
+        met = bool(haul and haul["rss"] < 128)
+        detail = f"Haul {haul['rss']:.0f} MiB" if haul else "Haul failed"
+        verdicts.append((f"{by_key[large].title}: peak RSS of `haul get` < 128 MiB", met, detail + others(large)))
+    if large in by_key and small in by_key:
+        met = bool(haul and base and haul["rss"] <= 1.5 * base["rss"])
+        detail = f"{haul['rss']:.0f} MiB against {base['rss']:.0f} MiB ({haul['rss'] / base['rss']:.2f}x)" \
+            if haul and base else "Haul failed"
+        verdicts.append((f"peak RSS of `haul get` flat: {large} <= 1.5x {small}", met, detail))
+        met = bool(haul and base and haul["rate"] >= base["rate"])
+        detail = f"{fmt_rate(haul['rate'])} files/s against {fmt_rate(base['rate'])} " \
+                 f"({haul['rate'] / base['rate']:.3f}x)" if haul and base else "Haul failed"
+        verdicts.append((f"files/s of `haul get`: {large} >= {small}", met, detail))
+    if large in by_key:
+        rerun = get(large, RERUN_TOOL)
+        met = bool(haul and rerun and rerun["wall"] < 0.25 * haul["wall"])
+        detail = f"rerun {rerun['wall']:.2f} s, first run {haul['wall']:.2f} s " \
+                 f"({rerun['wall'] / haul['wall']:.3f})" if haul and rerun else "Haul or its rerun failed"
+        small_rerun = get(small, RERUN_TOOL) if small in by_key else None
+        if base and small_rerun:
+            detail += f"; {small}: {small_rerun['wall']:.2f} s of {base['wall']:.2f} s " \
+                      f"({small_rerun['wall'] / base['wall']:.3f})"
+        verdicts.append((f"{large}: a rerun of `haul get` skips every file in < 0.25x the first run's time", met,
+                         detail))
     return verdicts
 
 
@@ -679,7 +965,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="?", type=int, default=3, help="repetitions per tool on the real disk (3)")
     parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5, the HTTPS rows "
-                        "s1s,s2w1s,s2w8s,s3s and the segmented rows seg8,seg-nginx,seg-mirrors")
+                        "s1s,s2w1s,s2w8s,s3s, the segmented rows seg8,seg-nginx,seg-mirrors and the list rows "
+                        "list100k,list1m (real disk only; HAUL_BENCH_LIST_SCALE=0.02 makes them 2,000 and 20,000 "
+                        "URLs)")
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the tmpfs pass")
     parser.add_argument("--haul", help="the haul binary to measure (default: .build-static/release/haul)")
     parser.add_argument("--baseline", help="a second haul binary (e.g. the previous commit's), measured in the same "
@@ -729,19 +1017,17 @@ def main():
         for scenario in chosen:
             log(f"{scenario.key}: {scenario.title} — warm-up, then {args.runs} runs per tool, alternating")
             for tool in scenario.tools:
-                run_once(scenario, tool, disk, disk_root, reference)
+                run_once(scenario, tool, disk, disk_root, reference, warmup=True)
             for round_number in range(args.runs):
                 # Each round starts with the next tool: a tool's place in the round shows in its time on the real
                 # disk (the first of a round ran up to twice as long in s2w8), so every tool takes every place.
                 shift = round_number % len(scenario.tools)
                 for tool in scenario.tools[shift:] + scenario.tools[:shift]:
-                    results.setdefault((scenario.key, "disk", tool), []).append(
-                        run_once(scenario, tool, disk, disk_root, reference))
-            if not args.no_tmpfs:
+                    record(results, scenario.key, "disk", tool, run_once(scenario, tool, disk, disk_root, reference))
+            if not args.no_tmpfs and scenario.tmpfs:
                 log(f"{scenario.key}: once more on tmpfs")
                 for tool in scenario.tools:
-                    results.setdefault((scenario.key, "tmpfs", tool), []).append(
-                        run_once(scenario, tool, shm, disk_root, reference))
+                    record(results, scenario.key, "tmpfs", tool, run_once(scenario, tool, shm, disk_root, reference))
         elapsed = time.time() - started
         verdicts = targets({s.key: s for s in chosen}, results)
         report = render(chosen, results, verdicts, args, disk_root, elapsed)
@@ -757,6 +1043,13 @@ def main():
         f.write(report)
     log(f"written to {os.path.relpath(args.output, ROOT)}")
     sys.exit(0 if all(met for _, met, _ in verdicts) else 1)
+
+
+def record(results, key, fs, tool, run):
+    """Keeps a run under its tool, and a list row's rerun under RERUN_TOOL."""
+    results.setdefault((key, fs, tool), []).append(run)
+    if run.rerun:
+        results.setdefault((key, fs, RERUN_TOOL), []).append(run.rerun)
 
 
 def render(chosen, results, verdicts, args, disk_root, elapsed):
@@ -793,7 +1086,9 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         "`wget -q --tries=5 --retry-on-http-error=503 -nd -i LIST` (sequential, so only at width 1). "
         "The segmented rows (seg8, seg-nginx, seg-mirrors) add connections per file: `haul get -j N -s N` "
         "(its extra connections count against -j) or `-s 1`, and `aria2c -x N -s N`; mirrors are URLs of one "
-        "file on one input line, separated by tabs.",
+        "file on one input line, separated by tabs. The list rows (list100k, list1m) add `--deferred-input=true` to "
+        "aria2c, which makes it read the list as it goes rather than all of it at the start, as its manual advises "
+        "for a file with a lot of URIs.",
         "",
         "## Targets (real disk)",
         "",
@@ -814,10 +1109,20 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
                 lines += ["", "First mirror's share of the body bytes sent (median): " + ", ".join(
                     f"{label(tool, scenario)} {share}" for tool in scenario.tools
                     if (share := mirror_share(results.get((scenario.key, "disk", tool), [])))) + "."]
+        elif scenario.listed:
+            scale = f" (HAUL_BENCH_LIST_SCALE={LIST_SCALE:g})" if LIST_SCALE != 1 else ""
+            lines += ["", f"`/bytes/f0000000?size={LIST_SIZE}` and on{scale}, one fresh `haul serve` per run, on an "
+                      f"ext4 with {LIST_INODES:,} inodes; haul and aria2c read the same list and name each file "
+                      "after the URL path's last component, curl's config names every output. Checked after each "
+                      f"run: every file's name and size, and the bytes of {LIST_SAMPLES:,} of them. "
+                      f"`{RERUN_TOOL}`: the same `haul get` again into the destination it just filled, after "
+                      "`sync`; its journal there should make it skip every file, and it counts as failed if "
+                      "`haul serve` gets a request. The warm-up runs on the first "
+                      f"{min(LIST_WARMUP_FILES, scenario.files):,} URLs; no tmpfs pass (a page per file)."]
         elif scenario.server == "haul-serve":
             lines += ["", f"Throttle limit: {ideal_seconds(scenario):.2f} s (ceil({scenario.files} / "
                       f"{scenario.width}) rounds of {THROTTLED_SIZE // MIB} MiB at {THROTTLED_RATE // MIB} MiB/s)."]
-        if not args.no_tmpfs:
+        if not args.no_tmpfs and scenario.tmpfs:
             lines += ["", "tmpfs, one run:", ""]
             lines += table(scenario, results, "tmpfs", 1)
     return "\n".join(lines) + "\n"
