@@ -28,8 +28,13 @@ import Darwin
 ///   message naming it (delete it: only resumability is lost).
 /// - `Downloader.Durability.powerLoss`: every append is `fsync`ed and the database is `synchronous = FULL`.
 ///
+/// A look-up is one query by the table's key, so what the journal holds in memory grows with the changes not folded
+/// yet (a few thousand), never with the number of records: a rerun of a list of a million downloads skips each
+/// completed one at the same cost.
+///
 /// Other processes: a journal opened while another is open on the same database sees what that one had written
-/// (its log is read, not folded); what it writes later is seen by journals opened after.
+/// (its log is read, not folded); what it writes later is seen by journals opened after, and may be seen by this one
+/// once it is folded into the database.
 ///
 /// Either way the engine trusts a completed record only while the file's size, modification time and inode
 /// still match, so a lost or stale record costs a re-download, never a wrong file.
@@ -44,25 +49,34 @@ public final class SQLiteJournal: Journal {
     private let onError: @Sendable (any Error) -> Void
     /// The writer connection's prepared statements (used only inside the pool's writer, one caller at a time).
     private let statements: WriteStatements
+    /// The look-ups' connection.
+    private let query: RecordQuery
     private let path: String
     /// Whether every append is `fsync`ed (`Downloader.Durability.powerLoss`).
     private let syncEachAppend: Bool
-    /// The records and the log, under one lock so that the log has the changes in the order the cache got them.
+    /// This journal's changes not folded yet and its log, under one lock so that the log has the changes in the
+    /// order look-ups see them.
     private let state: Locked<State>
     /// The `sequence` the next new key gets (taken before the lock: a change is encoded before it is held).
     private let nextSequence: Atomic<Int64>
 
     private struct State {
-        /// Every record, read once at open and kept in step by this instance's writes: lookups (one per download)
-        /// cost no query. Another process writing the same journal meanwhile is not seen until it is reopened.
-        var cache: [CacheKey: JournalRecord]
+        /// What the other journals open at open had changed (their logs' changes in time order over the database's
+        /// rows), for the keys their logs hold, `nil` for a key they removed: read once, as large as those logs. A key
+        /// this journal writes leaves it (``writes``, then the database, has the newer record).
+        var others: [CacheKey: JournalRecord?]
+        /// This journal's changes that may not be in the database yet, by log: a look-up finds them before the
+        /// database, and they go once their log is folded.
+        var writes: UnfoldedWrites
         /// This journal's current log, where every change goes first.
         var log: IntentLog
+        /// The number of ``log`` among this journal's logs, which ``writes`` knows its changes by.
+        var generation = 0
         /// The changes in `log`, which decides when it is folded.
         var changes = 0
-        /// Full logs not folded yet, oldest first: they must reach the database in this order (a later change to a
-        /// key wins), whichever caller's job gets onto the folding queue first.
-        var unfolded: [IntentLog] = []
+        /// Full logs not folded yet with their numbers, oldest first: they must reach the database in this order (a
+        /// later change to a key wins), whichever caller's job gets onto the folding queue first.
+        var unfolded: [(log: IntentLog, generation: Int)] = []
         /// Whether the journal was finished (its log folded).
         var finished = false
         /// A log made ahead on the folding thread (``prepareSpare()``), which the next rotation starts.
@@ -72,9 +86,10 @@ public final class SQLiteJournal: Journal {
         var sparesFail = false
     }
 
-    /// A key with its hash worked out once, when the caller makes it, outside the lock: growing the cache rehashes
-    /// every key under the lock (5 ms a run for 10,000 string pairs, the other loop waiting), and a probe compared
-    /// the strings of every key it passed (URLs of one length: a `memcmp` each) where the hashes now differ.
+    /// A key with its hash worked out once, when the caller makes it, outside the lock: growing a dictionary of
+    /// keys rehashes every key under the lock (5 ms a run for 10,000 string pairs, the other loop waiting), and a
+    /// probe compared the strings of every key it passed (URLs of one length: a `memcmp` each) where the hashes
+    /// differ.
     struct CacheKey: Hashable {
         let key: JournalKey
         let hash: Int
@@ -94,12 +109,11 @@ public final class SQLiteJournal: Journal {
     /// A log is folded into the database once it holds this many changes.
     private let foldThreshold: Int
     private let afterRotating: (@Sendable () -> Void)?
-    /// Whether this instance's writes go into ``State/cache`` (see the `remembersWrites` parameter of the package
-    /// initialiser).
+    /// Whether look-ups see this instance's writes (see the `remembersWrites` parameter of the package initialiser).
     private let remembersWrites: Bool
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
     /// downloads run fills gaps the network leaves, where one fold of everything at close would run alone at the end
-    /// (bench/journal). No change is kept in memory meanwhile: the fold reads the log back.
+    /// (bench/journal). The fold reads the log back; until it commits, look-ups find the log's changes in memory.
     package static let defaultFoldThreshold = 4096
 
     /// Opens (creating if needed, with its directory) the journal at `path`.
@@ -121,10 +135,11 @@ public final class SQLiteJournal: Journal {
 
     /// Opens the journal at `path`, folding its log into the database every `foldThreshold` changes.
     ///
-    /// Without `remembersWrites`, ``record(for:)`` answers from what the journal held when it was opened, and a
-    /// key written since reads as unknown (its write still reaches the log and the database): for a process that
-    /// looks each download up once, before it writes it, and never after, which `haul get` is. It then holds no
-    /// record per download in memory for the rest of the run (bench/compare, s3: peak RSS).
+    /// Without `remembersWrites`, ``record(for:)`` answers for a key written since the journal was opened either
+    /// as unknown or with what was written (never with an older record): unknown until the log holding the write is
+    /// folded, then from the database. Its write still reaches the log and the database. That suits a process that
+    /// looks each download up once, before it writes it, and never after, which `haul get` is: it keeps the keys of
+    /// the logs not folded yet, not their records (bench/compare, s3: peak RSS).
     ///
     /// `afterRotating` (tests): called by a writer that started a new log, after it let go of the lock and before
     /// it queues the full log's fold.
@@ -174,15 +189,17 @@ public final class SQLiteJournal: Journal {
         let pool = pool
         try JournalOpenError.mapping(path) { try Self.apply(others.dead.operations, on: pool, with: statements) }
         for dead in others.dead.paths { unlink(dead) }
-        let rows = Self.overlay(others.live, on: try JournalOpenError.mapping(path) { try pool.read(Self.fetchRows) })
-        let cache = Dictionary(
-            rows.compactMap(Self.record(from:)).map { (CacheKey($0.key), $0) }, uniquingKeysWith: { $1 })
+        let query = try JournalOpenError.mapping(path) { try RecordQuery(path: path) }
+        self.query = query
+        let (otherRecords, lastSequence) = try JournalOpenError.mapping(path) {
+            try Self.resolve(others.live, with: query)
+        }
         syncEachAppend = durability == .powerLoss
-        nextSequence = Atomic((rows.map(\.sequence).max() ?? 0) + 1)
+        nextSequence = Atomic(lastSequence + 1)
         let log = try JournalOpenError.mapping(path) {
             try IntentLog(databasePath: path, reserving: Self.preparedLogSize)
         }
-        state = Locked(State(cache: cache, log: log))
+        state = Locked(State(others: otherRecords, writes: UnfoldedWrites(generation: 0), log: log))
         // The downloads start writing at once; the pages they will write are made writable meanwhile.
         folding.async { [state] in
             if !state.withLock({ $0.finished }) { log.prefault() }
@@ -286,12 +303,12 @@ public final class SQLiteJournal: Journal {
     /// without releasing the journal (the `haul` command, which leaves freeing its memory to the system). The
     /// journal must not be written to afterwards. Finishing again does nothing.
     package func finish() {
-        let log = state.withLock { state -> IntentLog? in
+        let last = state.withLock { state -> (log: IntentLog, generation: Int)? in
             guard !state.finished else { return nil }
             state.finished = true
-            return state.log
+            return (state.log, state.generation)
         }
-        guard let log else { return }
+        guard let last else { return }
         folding.drain()  // the full logs, oldest first, before the last one
         // Full logs whose job is not queued yet (a write racing with the end) are older than the last one too.
         let (left, spare) = state.withLock { state in
@@ -299,19 +316,36 @@ public final class SQLiteJournal: Journal {
             return (state.unfolded, state.spare)
         }
         spare?.remove()
-        for full in left + [log] { Self.fold(full, into: pool, with: statements, onError: onError) }
+        for full in left + [last] {
+            Self.fold(
+                full.log, generation: full.generation, into: pool, with: statements, state: state, onError: onError)
+        }
         // Finalized before the pool closes the connection, which would otherwise report them as unfinalized.
         pool.writeWithoutTransaction { _ in statements.finalize() }
-        // Freeing every cached record is left to the folding queue, off the caller's thread: a process that is about
-        // to exit never waits for it.
-        folding.async { [state] in state.withLock { $0.cache = [:] } }
         folding.stop()
     }
 
-    /// The record stored for `key`, if any.
+    /// The record stored for `key`, if any: this journal's own change if its log is not folded yet, else what
+    /// another journal open at open had changed, else the database's row (one query by the table's key, however
+    /// many rows it holds; the request decoded only for a record that has one, which a completed one does not).
+    ///
+    /// An instance opened without remembering its writes (`haul get`) answers for a key it wrote either as unknown
+    /// or with that write, never with an older record.
     public func record(for key: JournalKey) -> JournalRecord? {
-        let key = CacheKey(key)
-        return state.withLock { $0.cache[key] }
+        let cacheKey = CacheKey(key)
+        if let known = state.withLock({ $0.writes.change(for: cacheKey) ?? $0.others[cacheKey] }) { return known }
+        do {
+            return try query.row(for: key).flatMap(Self.record(from:))
+        } catch {
+            onError(error)
+            return nil
+        }
+    }
+
+    /// How many records the journal holds in memory (this journal's changes not folded yet, and the other open
+    /// journals' read at open), for tests: it must not grow with the database.
+    package var recordsInMemory: Int {
+        state.withLock { $0.writes.count + $0.others.count }
     }
 
     /// Stores `record`, replacing the one for its key.
@@ -332,15 +366,17 @@ public final class SQLiteJournal: Journal {
         for (index, record) in records.enumerated() {
             encodeUpsert(record, time: time, continued: index < records.count - 1, into: &frames)
         }
-        write(frames, changes: records.count) { cache in
-            for (key, record) in zip(keys, records) { remember(record, at: key, in: &cache) }
+        write(frames, changes: records.count) { state in
+            for (key, record) in zip(keys, records) { remember(record, at: key, in: &state) }
         }
     }
 
-    /// Puts a record just written into the cache; an instance that does not remember its writes makes its key
-    /// unknown there instead (never stale: an older record for it may have been loaded at open).
-    private func remember(_ record: JournalRecord, at key: CacheKey, in cache: inout [CacheKey: JournalRecord]) {
-        if remembersWrites { cache[key] = record } else { cache.removeValue(forKey: key) }
+    /// Notes a change just written for look-ups until its log is folded: the record (`nil` for a removal), or, in an
+    /// instance that does not remember its writes, `nil` (unknown rather than stale: the database and the other
+    /// journals' logs may have an older record for it until then).
+    private func remember(_ record: JournalRecord?, at key: CacheKey, in state: inout State) {
+        state.writes.note(remembersWrites ? record : nil, at: key)
+        if !state.others.isEmpty { state.others.removeValue(forKey: key) }
     }
 
     /// Appends the frame of an upsert of `record` with the next sequence (which the database ignores for a key it
@@ -377,8 +413,8 @@ public final class SQLiteJournal: Journal {
                 removingURL: key.url, destination: key.destination, time: time, continued: index < keys.count - 1,
                 into: &frames)
         }
-        write(frames, changes: keys.count) { cache in
-            for key in cacheKeys { cache.removeValue(forKey: key) }
+        write(frames, changes: keys.count) { state in
+            for key in cacheKeys { remember(nil, at: key, in: &state) }
         }
     }
 
@@ -387,15 +423,15 @@ public final class SQLiteJournal: Journal {
         request.flatMap { try? encoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// Appends `frames` (encoded by the caller, before the lock) to the log and applies `change`, the same changes,
-    /// to the cache, under the lock, so that the log's order is the cache's; folds the log once full. The lock is
+    /// Appends `frames` (encoded by the caller, before the lock) to the log and notes `change`, the same changes,
+    /// under the lock, so that the log's order is the order look-ups see; folds the log once full. The lock is
     /// held for a copy and a dictionary update only: the two event loops commit at once often enough that a longer
     /// hold put one of them to sleep on the mutex. With `Downloader.Durability.powerLoss` the log is `fsync`ed after
     /// the lock is released, so that writers share the disk's time rather than queue for it.
-    private func write(_ frames: [UInt8], changes: Int, _ change: (inout [CacheKey: JournalRecord]) -> Void) {
+    private func write(_ frames: [UInt8], changes: Int, _ change: (inout State) -> Void) {
         let (log, rotated, wantsSpare, failure) = state.withLock {
             state -> (IntentLog, Bool, Bool, (any Error)?) in
-            change(&state.cache)
+            change(&state)
             let log = state.log
             do {
                 try log.append(frames)
@@ -463,8 +499,10 @@ public final class SQLiteJournal: Journal {
             } else {
                 fresh = try IntentLog(databasePath: path)
             }
-            state.unfolded.append(state.log)
+            state.unfolded.append((state.log, state.generation))
             state.log = fresh
+            state.generation += 1
+            state.writes.start(state.generation)
             state.changes = 0
             return true
         } catch {
@@ -479,17 +517,18 @@ public final class SQLiteJournal: Journal {
     private func foldOldestLater() {
         let (state, pool, statements, onError) = (state, pool, statements, onError)
         folding.async {
-            guard let log = state.withLock({ $0.unfolded.isEmpty ? nil : $0.unfolded.removeFirst() }) else { return }
-            Self.fold(log, into: pool, with: statements, onError: onError)
+            guard let full = state.withLock({ $0.unfolded.isEmpty ? nil : $0.unfolded.removeFirst() }) else { return }
+            Self.fold(
+                full.log, generation: full.generation, into: pool, with: statements, state: state, onError: onError)
         }
     }
 
     /// Reads back the changes of a log no longer appended to, writes them into the database in one transaction,
-    /// then deletes the log. If the write fails the log stays, and the next journal to open the database replays
-    /// it.
+    /// then deletes the log and lets look-ups find its changes in the database. If the write fails the log stays,
+    /// and the next journal to open the database replays it; its changes stay in memory meanwhile.
     private static func fold(
-        _ log: IntentLog, into pool: DatabasePool, with statements: WriteStatements,
-        onError: @Sendable (any Error) -> Void
+        _ log: IntentLog, generation: Int, into pool: DatabasePool, with statements: WriteStatements,
+        state: Locked<State>, onError: @Sendable (any Error) -> Void
     ) {
         do {
             try pool.writeWithoutTransaction { db in
@@ -501,8 +540,11 @@ public final class SQLiteJournal: Journal {
             }
             log.remove()
         } catch {
-            onError(error)
+            return onError(error)
         }
+        // Only once committed: a look-up that no longer finds a change here must find it in the database. What is
+        // forgotten is freed when the lock has been let go.
+        _ = state.withLock { $0.writes.folded(generation) }
     }
 
     private static func apply(
@@ -570,6 +612,36 @@ public final class SQLiteJournal: Journal {
             onError(error)
             return []
         }
+    }
+
+    /// The records of the keys other open journals' logs changed (`operations`, in time order) as those changes
+    /// leave them over the database's rows (``overlay(_:on:)``), `nil` for a key they removed; and the highest
+    /// sequence in the database or the logs, which the next new key goes after.
+    private static func resolve(
+        _ operations: [JournalOperation], with query: RecordQuery
+    ) throws -> (records: [CacheKey: JournalRecord?], lastSequence: Int64) {
+        var lastSequence = try query.lastSequence()
+        var keys: [JournalKey] = []
+        var seen = Set<JournalKey>()
+        for operation in operations {
+            let key: JournalKey
+            switch operation {
+            case .upsert(let row):
+                key = JournalKey(url: row.url, destination: row.destination)
+                lastSequence = max(lastSequence, row.sequence)
+            case .remove(let url, let destination, _):
+                key = JournalKey(url: url, destination: destination)
+            }
+            if seen.insert(key).inserted { keys.append(key) }
+        }
+        var records: [CacheKey: JournalRecord?] = [:]
+        for key in keys { records.updateValue(nil, forKey: CacheKey(key)) }
+        let rows = try keys.compactMap { try query.row(for: $0) }
+        for row in overlay(operations, on: rows) {
+            records.updateValue(
+                record(from: row), forKey: CacheKey(JournalKey(url: row.url, destination: row.destination)))
+        }
+        return (records, lastSequence)
     }
 
     /// Every row in sequence order.

@@ -1,0 +1,109 @@
+import GRDB
+import GRDBSQLite
+import Haul
+import HaulOperations
+
+/// The journal's look-ups: a connection of its own to the database with the look-up prepared on it once, used by
+/// one caller at a time. A look-up is one search of the table's key, whatever the number of rows. Not through the
+/// pool: there GRDB's share of a look-up (a reader taken from the pool, a hop onto its queue, a check of the schema,
+/// the statement found by its SQL) is several times SQLite's (bench/journal/lookup.sh, "look-up").
+final class RecordQuery: Sendable {
+    /// The connection and its statement; `nil` once closed.
+    private let handles: Locked<(connection: OpaquePointer, lookup: OpaquePointer, last: OpaquePointer)?>
+
+    /// The columns in the order ``row(for:)`` reads them.
+    private static let lookup = """
+        SELECT path, state, sequence, validator, totalBytes, size, sha256, modifiedNanoseconds, inode, request,
+               failure, changedAt, missingRanges
+        FROM record WHERE url = ? AND destination = ?
+        """
+    private static let last = "SELECT max(sequence) FROM record"
+
+    /// Opens a connection to the database at `path`, which must exist, migrated (the statements are prepared now).
+    init(path: String) throws {
+        var connection: OpaquePointer?
+        // No mutex of SQLite's own: the lock around every use serializes them.
+        let code = sqlite3_open_v2(path, &connection, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
+        guard code == SQLITE_OK, let connection else {
+            let message = connection.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(connection)
+            throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message)
+        }
+        // A checkpoint or WAL recovery by another connection is waited for, as the pool's connections wait.
+        sqlite3_busy_timeout(connection, 10_000)
+        do {
+            handles = Locked(
+                (connection, try Self.prepare(Self.lookup, on: connection), try Self.prepare(Self.last, on: connection))
+            )
+        } catch {
+            sqlite3_close_v2(connection)
+            throw error
+        }
+    }
+
+    deinit {
+        close()
+    }
+
+    /// The row of `key`, if any.
+    func row(for key: JournalKey) throws -> WriteStatements.Row? {
+        try handles.withLock { handles -> WriteStatements.Row? in
+            guard case let (connection, statement, _)? = handles else { return nil }
+            // Reset at once, so that the statement holds no read lock on the WAL between look-ups (a checkpoint would
+            // wait for it), and cleared, so that no string outlives the call.
+            defer {
+                sqlite3_reset(statement)
+                sqlite3_clear_bindings(statement)
+            }
+            key.url.bind(statement, 1)
+            key.destination.bind(statement, 2)
+            let code = sqlite3_step(statement)
+            guard code == SQLITE_ROW else {
+                if code == SQLITE_DONE { return nil }
+                throw Self.error(code, on: connection, sql: Self.lookup)
+            }
+            func text(_ column: Int32) -> String? {
+                sqlite3_column_text(statement, column).map { String(cString: $0) }
+            }
+            func integer(_ column: Int32) -> Int64? {
+                sqlite3_column_type(statement, column) == SQLITE_NULL ? nil : sqlite3_column_int64(statement, column)
+            }
+            return WriteStatements.Row(
+                url: key.url, destination: key.destination, path: text(0) ?? "", state: text(1) ?? "",
+                sequence: integer(2) ?? 0, validator: text(3), totalBytes: integer(4), size: integer(5),
+                sha256: text(6), modifiedNanoseconds: integer(7), inode: integer(8), request: text(9),
+                failure: text(10), changedAt: integer(11), missingRanges: text(12))
+        }
+    }
+
+    /// The highest `sequence` in the table (0 when it is empty).
+    func lastSequence() throws -> Int64 {
+        try handles.withLock { handles -> Int64 in
+            guard case let (connection, _, statement)? = handles else { return 0 }
+            defer { sqlite3_reset(statement) }
+            let code = sqlite3_step(statement)
+            guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.last) }
+            return sqlite3_column_int64(statement, 0)
+        }
+    }
+
+    /// Finalizes the statements and closes the connection; look-ups then find nothing. Closing again does nothing.
+    func close() {
+        guard case let (connection, lookup, last)? = handles.withLock({ $0.take() }) else { return }
+        sqlite3_finalize(lookup)
+        sqlite3_finalize(last)
+        sqlite3_close_v2(connection)
+    }
+
+    private static func prepare(_ sql: String, on connection: OpaquePointer) throws -> OpaquePointer {
+        var statement: OpaquePointer?
+        let code = sqlite3_prepare_v3(connection, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard code == SQLITE_OK, let statement else { throw error(code, on: connection, sql: sql) }
+        return statement
+    }
+
+    private static func error(_ code: Int32, on connection: OpaquePointer, sql: String) -> DatabaseError {
+        DatabaseError(
+            resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(connection)), sql: sql)
+    }
+}

@@ -1,0 +1,138 @@
+import Foundation
+import GRDB
+import Haul
+import HaulTestSupport
+import Testing
+
+@testable import HaulSQLite
+
+/// Look-ups: by key in the database, over the changes of this journal not folded yet and those of the other journals
+/// open on it; memory bounded whatever the number of records.
+@Suite("SQLite journal's look-ups", .timeLimit(.minutes(1)))
+struct SQLiteJournalLookupTests {
+    func key(_ index: Int) -> JournalKey {
+        JournalKey(url: "http://h/\(index)", destination: "/d/")
+    }
+
+    func record(_ index: Int, _ state: JournalRecord.State = .requested) -> JournalRecord {
+        JournalRecord(key: key(index), path: "/d/\(index)", state: state)
+    }
+
+    func completed(_ index: Int) -> JournalRecord {
+        record(
+            index,
+            .completed(
+                size: Int64(index), sha256: nil, stamp: FileStamp(size: Int64(index), modifiedNanoseconds: 7, inode: 9)
+            ))
+    }
+
+    @Test(
+        "a database of 200,000 records is looked up by key, none of it held; a journal's writes are held until folded")
+    func largeDatabase() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        try SQLiteJournal(path: path).finish()  // the schema
+        // The rows a long run leaves, in one statement rather than 200,000 writes.
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(
+                sql: """
+                    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 199999)
+                    INSERT INTO record (url, destination, sequence, path, state, size, modifiedNanoseconds, inode,
+                                        changedAt, updatedAt)
+                    SELECT 'http://h/' || i, '/d/', i + 1, '/d/' || i, 'completed', i, 7, 9, 1, '2026-01-01 00:00:00'
+                    FROM n
+                    """)
+        }
+        let journal = try SQLiteJournal(path: path, foldThreshold: 64)
+        #expect(journal.recordsInMemory == 0)
+        for index in [0, 1, 99_999, 199_999] { #expect(journal.record(for: key(index)) == completed(index)) }
+        #expect(journal.record(for: key(200_000)) == nil)
+
+        for index in 0..<1000 { journal.store(record(index, .failed(message: "x"))) }
+        journal.store(record(300_000))
+        #expect(journal.record(for: key(999)) == record(999, .failed(message: "x")))
+        // The folds run in the background; once they catch up only the log being written is held.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while journal.recordsInMemory > 64, ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        #expect(journal.recordsInMemory <= 64)
+        for index in [0, 500, 999] { #expect(journal.record(for: key(index)) == record(index, .failed(message: "x"))) }
+        #expect(journal.record(for: key(1000)) == completed(1000))
+        journal.finish()
+        #expect(journal.recordsInMemory == 0)
+        #expect(journal.record(for: key(300_000)) == record(300_000))
+        // A new key goes after every key already there.
+        let order = try DatabaseQueue(path: path).read { db in
+            try String.fetchAll(db, sql: "SELECT url FROM record ORDER BY sequence DESC LIMIT 2")
+        }
+        #expect(order == ["http://h/300000", "http://h/199999"])
+    }
+
+    @Test(
+        "a look-up never sees a change older than this journal's newest to a key, before or after its log is folded",
+        arguments: [true, false])
+    func ownChangesAcrossFolds(remembersWrites: Bool) throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        var expected: [JournalKey: JournalRecord] = [:]
+        // In the database: 0..<8.
+        do {
+            let before = try SQLiteJournal(path: path)
+            before.store((0..<8).map { record($0) })
+            before.finish()
+            for index in 0..<8 { expected[key(index)] = record(index) }
+        }
+        // In the live log of another journal, still open: 4..<12 failed, 0 removed.
+        let other = try SQLiteJournal(path: path)
+        other.store((4..<12).map { record($0, .failed(message: "other")) })
+        other.remove(key(0))
+        for index in 4..<12 { expected[key(index)] = record(index, .failed(message: "other")) }
+        expected[key(0)] = nil
+
+        // A log every 3 changes: folds run in the background while the look-ups go on.
+        let journal = try SQLiteJournal(path: path, foldThreshold: 3, remembersWrites: remembersWrites)
+        var written = Set<JournalKey>()
+        func check(_ step: Int) {
+            for index in 0..<16 {
+                let seen = journal.record(for: key(index))
+                if remembersWrites || !written.contains(key(index)) {
+                    #expect(seen == expected[key(index)], "step \(step), key \(index)")
+                } else {
+                    // Unknown, or the newest write; never an older record.
+                    #expect(seen == nil || seen == expected[key(index)], "step \(step), key \(index)")
+                }
+            }
+        }
+        check(-1)
+        var seed: UInt64 = 30
+        func random(_ bound: Int) -> Int {
+            seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int(seed >> 33) % bound
+        }
+        for step in 0..<300 {
+            let index = random(16)
+            switch random(4) {
+            case 0:
+                journal.remove(key(index))
+                expected[key(index)] = nil
+            case 1:
+                let batch = [completed(index), record((index + 1) % 16, .failed(message: "\(step)"))]
+                journal.store(batch)
+                for record in batch { expected[record.key] = record }
+                written.insert(batch[1].key)
+            default:
+                let state: JournalRecord.State =
+                    step.isMultiple(of: 2)
+                    ? .failed(message: "\(step)") : .partial(validator: "\"\(step)\"", totalBytes: 9)
+                journal.store(record(index, state))
+                expected[key(index)] = record(index, state)
+            }
+            written.insert(key(index))
+            check(step)
+        }
+        journal.finish()
+        // Everything folded: the database answers for what this journal wrote, in either mode.
+        written = []
+        check(300)
+        withExtendedLifetime(other) {}
+    }
+}
