@@ -94,7 +94,7 @@ final class DuplicateFinder {
         var done = 0
         while done < size {
             let count = records.withUnsafeMutableBytes {
-                pread(spill, $0.baseAddress! + done, size - done, off_t(segment.offset + Int64(done)))
+                pread(spill, $0.baseAddress.map { $0 + done }, size - done, off_t(segment.offset + Int64(done)))
             }
             if count < 0 && errno == EINTR { continue }
             guard count > 0 else { throw count == 0 ? POSIXError(.EIO) : InputSpool.lastError() }

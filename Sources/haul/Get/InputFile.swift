@@ -160,7 +160,7 @@ struct InputFile {
         let old = buffer.count
         buffer.append(contentsOf: repeatElement(0, count: want))
         while true {
-            let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress! + old, want, off_t(offset)) }
+            let count = buffer[old...].withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, want, off_t(offset)) }
             if count < 0 && errno == EINTR { continue }
             guard count >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
             buffer.removeLast(want - count)
@@ -206,11 +206,12 @@ struct InputFile {
             return
         }
         if indented {
-            guard pending != nil else {
+            guard var entry = pending else {
                 if !urlLineFailed { ready.append(problem("an option line must follow a URL line")) }
                 return
             }
-            if let message = Self.apply(option: text, to: &pending!) { ready.append(problem(message)) }
+            if let message = Self.apply(option: text, to: &entry) { ready.append(problem(message)) }
+            pending = entry
             return
         }
         endEntry(failed: false)

@@ -130,9 +130,9 @@ final class InputSpool: Sendable {
     static func makeTemporaryFile() throws -> Int32 {
         let directory = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array((directory + "/.haul-input-XXXXXX").utf8CString)
-        let descriptor = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        guard descriptor >= 0 else { throw lastError() }
-        unlink(template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
+        let descriptor = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.map { mkstemp($0) } }
+        guard let descriptor, descriptor >= 0 else { throw lastError() }
+        unlink(String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self))
         _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
         return descriptor
     }
