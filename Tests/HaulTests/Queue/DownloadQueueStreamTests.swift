@@ -45,9 +45,10 @@ struct DownloadQueueStreamTests {
             let consumer = Task {
                 var names: [String] = []
                 for try await finished in queue.downloads(source, window: 5) {
+                    // This result is taken: what is read beyond the results taken is held, at most the window.
+                    taken.withLock { $0 += 1 }
                     let lead = source.read.withLock { $0 } - taken.withLock { $0 }
                     maxLead.withLock { $0 = max($0, lead) }
-                    taken.withLock { $0 += 1 }
                     names.append(try finished.result.get().fileURL.lastPathComponent)
                     #expect(contentsOf(finished.request.plannedFileURL!) != nil)
                 }
@@ -178,6 +179,43 @@ struct DownloadQueueStreamTests {
             try await eventually("nothing left in the queue") { queue.runningCount == 0 && queue.waitingCount == 0 }
             #expect(source.read.withLock { $0 } == 4)
             #expect(dir.contents().isEmpty)
+        }
+    }
+
+    @Test("results handed to a callback: each download read gets one, a cancelled one too; the call waits for them")
+    func callback() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 3))
+            let quick = CountedRequests(
+                requests: (0..<40).map {
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/q\($0)", query: ["size": "500"]), destination: .directory(dir.url))
+                })
+            let names = Locked<[String]>([])
+            try await queue.download(quick, window: 4) { finished in
+                if case .success(let result) = finished.result {
+                    names.withLock { $0.append(result.fileURL.lastPathComponent) }
+                }
+            }
+            #expect(names.withLock { $0.sorted() } == (0..<40).map { "q\($0)" }.sorted())
+            #expect(server.stats.maxInFlight <= 3)
+
+            let held = CountedRequests(
+                requests: (0..<10).map { DownloadRequest(url: server.held("h\($0)"), destination: .directory(dir.url)) })
+            let outcomes = Locked<[Bool]>([])
+            let caller = Task {
+                try await queue.download(held, window: 5) { finished in
+                    outcomes.withLock { $0.append((try? finished.result.get()) != nil) }
+                }
+            }
+            try await eventually("three requests held") { server.heldCount(at: "g") == 3 }
+            caller.cancel()
+            await #expect(throws: CancellationError.self) { try await caller.value }
+            // Returned only once every download read had ended, each with its (cancelled) result.
+            #expect(held.read.withLock { $0 } == 5)
+            #expect(outcomes.withLock { $0 } == Array(repeating: false, count: 5))
+            #expect(queue.runningCount == 0 && queue.waitingCount == 0)
         }
     }
 }
