@@ -51,6 +51,9 @@ public final class SQLiteJournal: Journal {
     private let statements: WriteStatements
     /// The look-ups' connection.
     private let query: RecordQuery
+    /// Whether a look-up asks the database: not when it was empty at open and this instance does not remember its
+    /// writes (then nothing there is anything a look-up may answer with).
+    private let queriesDatabase: Bool
     private let path: String
     /// Whether every append is `fsync`ed (`Downloader.Durability.powerLoss`).
     private let syncEachAppend: Bool
@@ -137,9 +140,10 @@ public final class SQLiteJournal: Journal {
     ///
     /// Without `remembersWrites`, ``record(for:)`` answers for a key written since the journal was opened either
     /// as unknown or with what was written (never with an older record): unknown until the log holding the write is
-    /// folded, then from the database. Its write still reaches the log and the database. That suits a process that
-    /// looks each download up once, before it writes it, and never after, which `haul get` is: it keeps the keys of
-    /// the logs not folded yet, not their records (bench/compare, s3: peak RSS).
+    /// folded, then from the database (always unknown when the database was empty at open: then no look-up asks it,
+    /// and no key is kept). Its write still reaches the log and the database. That suits a process that looks each
+    /// download up once, before it writes it, and never after, which `haul get` is: it keeps the keys of the logs not
+    /// folded yet, not their records (bench/compare, s3: peak RSS).
     ///
     /// `afterRotating` (tests): called by a writer that started a new log, after it let go of the lock and before
     /// it queues the full log's fold.
@@ -191,6 +195,9 @@ public final class SQLiteJournal: Journal {
         for dead in others.dead.paths { unlink(dead) }
         let query = try JournalOpenError.mapping(path) { try RecordQuery(path: path) }
         self.query = query
+        // Empty at open, and this instance's own folded writes are not to be read back: no look-up can find a
+        // record in the database (bench/compare, list rows: a first run's look-ups would queue on one connection).
+        queriesDatabase = try remembersWrites || JournalOpenError.mapping(path) { try query.lastSequence() } > 0
         let (otherRecords, lastSequence) = try JournalOpenError.mapping(path) {
             try Self.resolve(others.live, with: query)
         }
@@ -334,6 +341,7 @@ public final class SQLiteJournal: Journal {
     public func record(for key: JournalKey) -> JournalRecord? {
         let cacheKey = CacheKey(key)
         if let known = state.withLock({ $0.writes.change(for: cacheKey) ?? $0.others[cacheKey] }) { return known }
+        guard queriesDatabase else { return nil }
         do {
             return try query.row(for: key).flatMap(Self.record(from:))
         } catch {
@@ -375,7 +383,8 @@ public final class SQLiteJournal: Journal {
     /// instance that does not remember its writes, `nil` (unknown rather than stale: the database and the other
     /// journals' logs may have an older record for it until then).
     private func remember(_ record: JournalRecord?, at key: CacheKey, in state: inout State) {
-        state.writes.note(remembersWrites ? record : nil, at: key)
+        // A journal that neither remembers its writes nor reads the database answers nothing of its own writes.
+        if remembersWrites || queriesDatabase { state.writes.note(remembersWrites ? record : nil, at: key) }
         if !state.others.isEmpty { state.others.removeValue(forKey: key) }
     }
 
