@@ -54,6 +54,7 @@ extension DownloadQueue {
         _ run: StreamRun, from requests: Requests
     ) async where Requests.Element == DownloadRequest {
         var iterator = requests.makeAsyncIterator()
+        var listing = DestinationSnapshot.Listing()
         do {
             // Room is taken before reading, so the sequence is never read ahead of the window.
             reading: while true {
@@ -61,7 +62,7 @@ extension DownloadQueue {
                 guard room > 0 else { break }
                 for _ in 0..<room {
                     guard !Task.isCancelled, let request = try await iterator.next() else { break reading }
-                    run.track(add(request))
+                    run.track(add(request, absentPath: listing.absentPath(of: request)))
                 }
             }
         } catch {

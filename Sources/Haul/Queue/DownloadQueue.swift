@@ -112,7 +112,14 @@ public final class DownloadQueue: Sendable {
 
     /// ``add(_:)-([DownloadRequest])``; with `unlessEndedDuringScan`, leaves out the requests whose download ended
     /// while ``resumeUnfinished(includingFailed:)`` read the journal (their records there are older than their end).
-    private func add(_ requests: [DownloadRequest], unlessEndedDuringScan: Bool) -> [DownloadHandle] {
+    /// Adds one request of a stream; `absentPath` as ``DestinationSnapshot/Listing`` found it.
+    func add(_ request: DownloadRequest, absentPath: String?) -> DownloadHandle {
+        add([request], unlessEndedDuringScan: false, absent: [absentPath])[0]
+    }
+
+    private func add(
+        _ requests: [DownloadRequest], unlessEndedDuringScan: Bool, absent given: [String?]? = nil
+    ) -> [DownloadHandle] {
         if recordsRequests, let journal = downloader.configuration.journal {
             Self.recordRequested(requests, in: journal)
         }
@@ -122,7 +129,7 @@ public final class DownloadQueue: Sendable {
         let sliceSize = sliced ? Self.admissionSlice : max(requests.count, 1)
         // Sliced, the listing is made once the first slice's downloads run (they look their destinations up), not
         // before the first request.
-        var absent = sliced ? nil : DestinationSnapshot.absentPaths(of: requests)
+        var absent = given ?? (sliced ? nil : DestinationSnapshot.absentPaths(of: requests))
         var start = 0
         repeat {
             let slice = requests[start..<min(start + sliceSize, requests.count)]

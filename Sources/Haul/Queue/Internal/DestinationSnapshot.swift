@@ -47,14 +47,54 @@ package enum DestinationSnapshot {
         #endif
     }
 
+    /// The destination directories of a stream of requests (``DownloadQueue/downloads(_:window:)``), each listed once,
+    /// when its first request is read: a list of small files into a new directory then looks none of them up when its
+    /// download starts. A directory is listed only while the names listed in all stay under ``maximumNames``; one
+    /// that holds more (a rerun into a full directory) is not used, and its downloads look their files up.
+    package struct Listing {
+        /// The names kept at most, across directories: the listing's memory stays bounded, whatever the list.
+        package static let maximumNames = 1 << 16
+        #if os(Linux)
+        private var directories: [String: Set<Substring>?] = [:]
+        private var namesKept = 0
+        #endif
+
+        package init() {}
+
+        /// The destination path of `request` if it was absent when its directory was listed.
+        package mutating func absentPath(of request: DownloadRequest) -> String? {
+            #if os(Linux)
+            guard let path = request.plannedPath else { return nil }
+            let (directory, name) = FileNaming.split(path: path)
+            let key = String(directory)
+            let listed: Set<Substring>?
+            if let known = directories[key] {
+                listed = known
+            } else {
+                // Past the budget no more directories are listed (nor remembered).
+                guard namesKept < Self.maximumNames else { return nil }
+                listed = names(in: key, atMost: Self.maximumNames - namesKept)
+                directories[key] = listed
+                namesKept += listed?.count ?? 0
+            }
+            guard let listed, !listed.contains(name) else { return nil }
+            return path
+            #else
+            return nil
+            #endif
+        }
+    }
+
     #if os(Linux)
-    /// The names in `directory`: empty if it does not exist (yet), `nil` if it cannot be listed.
-    static func names(in directory: String) -> Set<Substring>? {
+    /// The names in `directory`: empty if it does not exist (yet), `nil` if it cannot be listed or holds more than
+    /// `limit`.
+    static func names(in directory: String, atMost limit: Int = .max) -> Set<Substring>? {
         guard let stream = opendir(directory) else { return errno == ENOENT ? [] : nil }
         defer { closedir(stream) }
         var names = Set<Substring>()
         errno = 0
         while let entry = readdir(stream) {
+            guard names.count < limit else { return nil }
             let name = withUnsafePointer(to: &entry.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
             }
