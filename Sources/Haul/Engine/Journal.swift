@@ -13,7 +13,8 @@ import Foundation
 /// durable enough for the caller's purpose when the call returns (`SQLiteJournal`: it survives the process being
 /// killed).
 public protocol Journal: Sendable {
-    /// The last record stored for `key`, if any.
+    /// The last record stored for `key`, if any. An implementation may answer a key written since it was opened as
+    /// unknown (never with an older record); `SQLiteJournal` does so for `haul get`.
     func record(for key: JournalKey) -> JournalRecord?
     /// Stores `record`, replacing any earlier record for its key.
     func store(_ record: JournalRecord)

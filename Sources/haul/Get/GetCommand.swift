@@ -24,6 +24,9 @@ struct GetCommand: AsyncParsableCommand {
               split=N               connections for this URL's file (as -s)
             Mirrors: more URLs of the same file on the URL's line, separated by tabs (aria2's convention); the \
             file's segments are spread over them, and one that fails or is much slower is dropped.
+            Lists of any length: the input is checked whole before the first request, then read again as \
+            downloads finish, in memory that does not grow with it (standard input and pipes are copied to an \
+            unnamed temporary file in $TMPDIR for that).
 
             Exit status: 0 all succeeded; 1 at least one download failed (the others still completed); \
             2 usage error or invalid input (nothing is downloaded; every bad line is reported); \
