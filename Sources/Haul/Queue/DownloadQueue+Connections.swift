@@ -20,8 +20,10 @@ extension DownloadQueue {
         func acquire(for url: URL) async -> (@Sendable () -> Void)? {
             let queue = self.queue
             let (id, box) = queue.mutate { state -> (UInt64, ResultBox<Bool>) in
-                state.nextID += 1
-                let id = state.nextID
+                // Numbered apart from downloads, whose numbers stay 1, 2, 3... in the order added (a display names
+                // downloads by them).
+                state.nextConnectionID += 1
+                let id = State.connectionIDs | state.nextConnectionID
                 let box = ResultBox<Bool>()
                 state.connections[id] = box
                 state.scheduler.enqueue(id, host: DownloadQueue.hostKey(for: url), priority: priority, ahead: true)

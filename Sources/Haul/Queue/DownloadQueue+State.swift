@@ -121,6 +121,9 @@ extension DownloadQueue {
         /// which waits for the old one to end (``Entry/predecessor``).
         var ending: [JoinKey: (id: UInt64, task: Task<Void, Never>)] = [:]
         var nextID: UInt64 = 0
+        /// Extra connections' numbers in the scheduler, above every download's: ``connectionIDs`` and a count.
+        var nextConnectionID: UInt64 = 0
+        static let connectionIDs: UInt64 = 1 << 63
         var subscribers: [UInt64: Subscriber] = [:]
         /// ``subscribers``' values, made when they change: each published event keeps this list (shared, not
         /// copied) for its delivery after the lock.

@@ -146,6 +146,25 @@ struct SegmentTests {
         }
     }
 
+    @Test("extra connections do not take download numbers: a download added while a file is split is the next one")
+    func connectionsKeepDownloadNumbers() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = DownloadQueue(downloader: downloader(), configuration: .init(maxConcurrentDownloads: 8))
+            let size = 4 << 20
+            let split = queue.add(
+                request(
+                    server.url(path: "/bytes/split.bin", query: ["size": "\(size)", "rate": "2000000"]), in: dir,
+                    connections: 4))
+            try await eventually("the file split") { server.stats.requestCount >= 3 }
+            let next = queue.add(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/next.bin", query: ["size": "10"]), destination: .directory(dir.url)))
+            #expect(split.id.number == 1 && next.id.number == 2)
+            _ = try await (split.result, next.result)
+        }
+    }
+
     @Test("a segmented download that fails for good keeps its ranges; the rerun fetches only what is missing")
     func resumesSegmentsFromTheJournal() async throws {
         try await TestServer.withRunning { server in
