@@ -135,6 +135,47 @@ struct TerminalDisplayTests {
         return ([binary, "get", "-j", "2", "-d", dir.path] + urls).map(Session.quote).joined(separator: " ")
     }
 
+    /// `haul get -j 2` on a list of `count` tiny files, the first held at gate `g`.
+    func longListCommand(_ server: TestServer, dir: TemporaryDirectory, count: Int) throws -> String {
+        let urls = (0..<count).map { index in
+            let query = index == 0 ? ["size": "10", "hold": "g"] : ["size": "10"]
+            return server.url(path: "/bytes/l\(index)", query: query).absoluteString
+        }
+        let list = dir.url.appendingPathComponent("list.txt")
+        try Data(urls.joined(separator: "\n").utf8).write(to: list)
+        let binary = try HaulProcess.binary().path
+        return [binary, "get", "-j", "2", "-d", dir.path, "-i", list.path].map(Session.quote).joined(separator: " ")
+    }
+
+    /// The totals drawn in `raw`'s frames (`1499/1500`).
+    static func totals(in raw: URL) throws -> [Substring] {
+        let output = try String(contentsOf: raw, encoding: .utf8)
+        return drawnPieces(output).filter { $0.hasPrefix("All ") }.map { $0.split(separator: " ")[1] }
+    }
+
+    @Test("a list longer than the queue's window: the total line counts the whole list from the start")
+    func totalOfALongList() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let raw = dir.url.appendingPathComponent("raw.txt")
+            // The first file is held, so the first frames come while most of the list is not in the queue yet.
+            let session = try await Session(command: longListCommand(server, dir: dir, count: 1_500), raw: raw)
+            _ = try await session.waitForScreen("the total on the screen", within: .seconds(20)) { screen in
+                screen.contains { $0.hasPrefix("All ") }
+            }
+            try await eventually("every request made") { server.stats.requestCount == 1_500 }
+            server.openGate("g")
+            let after = try await session.waitForScreen("haul exits", within: .seconds(30)) { screen in
+                screen.contains { $0.hasPrefix("HAUL-EXIT=") }
+            }
+            await session.kill()
+            #expect(after.contains("HAUL-EXIT=0"))
+            let totals = try Self.totals(in: raw)
+            #expect(!totals.isEmpty)
+            #expect(totals.allSatisfy { $0.hasSuffix("/1500") }, "\(Set(totals).sorted().prefix(10))")
+        }
+    }
+
     @Test("bars render within the width, at most ~10 frames a second, and are cleared at the end")
     func barsRenderAndClear() async throws {
         try await TestServer.withRunning { server in

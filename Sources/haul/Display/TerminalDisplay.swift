@@ -17,6 +17,11 @@ final class TerminalDisplay: Display {
         /// Running downloads in the order they started.
         var order: [DownloadID] = []
         var batch = BatchProgress()
+        /// Downloads ended, counted from their events (see `whole(_:_:)`), and the bytes of those finished.
+        var finished = 0
+        var failed = 0
+        var cancelled = 0
+        var finishedBytes: Int64 = 0
         /// Lines to print above the bars at the next frame.
         var messages: [String] = []
         /// How many bar lines the last frame drew (the cursor sits below them).
@@ -30,10 +35,18 @@ final class TerminalDisplay: Display {
 
     private let state = Locked(State())
     private let names: NameBook
+    /// The downloads of the whole run: the queue holds only a window of a long list, and its batch counts what was
+    /// added since it was last idle.
+    private let plannedFiles: Int
+    private let started = ContinuousClock.now
     private let size: @Sendable () -> (columns: Int, rows: Int)
 
-    init(names: NameBook, size: @escaping @Sendable () -> (columns: Int, rows: Int) = { Console.terminalSize }) {
+    init(
+        names: NameBook, plannedFiles: Int = 0,
+        size: @escaping @Sendable () -> (columns: Int, rows: Int) = { Console.terminalSize }
+    ) {
         self.names = names
+        self.plannedFiles = plannedFiles
         self.size = size
         Console.raw("\u{1B}[?25l")  // hide the cursor while bars are drawn
     }
@@ -97,6 +110,13 @@ final class TerminalDisplay: Display {
                 state.rows[id]?.note = "retry \(attempt)"
                 state.messages.append(Format.printable("retry  \(name): \(error.message)"))
             case .finished, .failed:
+                switch event {
+                case .finished(let result):
+                    state.finished += 1
+                    state.finishedBytes += result.size
+                case .failed(let error) where error.isCancellation: state.cancelled += 1
+                default: state.failed += 1
+                }
                 state.rows[id] = nil
                 state.order.removeAll { $0 == id }
                 if case .failed(let error) = event, !error.isCancellation {
@@ -129,7 +149,8 @@ final class TerminalDisplay: Display {
         let room = max(rows - 2, 1)
         let shown = state.order.count > room ? room - 1 : state.order.count
         let visible = state.order.prefix(shown).compactMap { state.rows[$0] }
-        let totalLabel = Self.totalLabel(state.batch)
+        let batch = whole(state.batch, state)
+        let totalLabel = Self.totalLabel(batch)
         // One label column for the whole frame, so the bars line up.
         let labelColumns = min(
             max((visible.map { Format.width($0.name) } + [Format.width(totalLabel), 12]).max() ?? 12, 12),
@@ -138,7 +159,7 @@ final class TerminalDisplay: Display {
         if shown < state.order.count {
             lines.append(Format.fit("  … and \(state.order.count - shown) more running", columns: width))
         }
-        lines.append(Self.totalLine(state.batch, label: totalLabel, labelColumns: labelColumns, width: width))
+        lines.append(Self.totalLine(batch, label: totalLabel, labelColumns: labelColumns, width: width))
         for line in lines { frame += line + "\n" }
         state.drawnLines = lines.count
         state.lastFrame = now
@@ -158,6 +179,24 @@ final class TerminalDisplay: Display {
             bytes: bytesText(progress.bytesWritten, of: progress.totalBytes),
             speed: Format.speed(progress.bytesPerSecond),
             tail: row.note ?? Format.clock(progress.estimatedTimeRemaining), width: width)
+    }
+
+    /// The batch as the whole run. The queue's batch counts what was added since it was last idle, which for a long
+    /// list is a window of it (and a list read as downloads end may find the queue idle for a moment), so the files
+    /// are counted here, from their ends, against the run's total; where the queue's batch covers a part of the run
+    /// only, the bytes are counted here too, and the time left follows the pace of the files so far.
+    private func whole(_ batch: BatchProgress, _ state: State) -> BatchProgress {
+        var whole = batch
+        whole.totalFiles = max(plannedFiles, batch.totalFiles)
+        (whole.finishedFiles, whole.failedFiles, whole.cancelledFiles) = (state.finished, state.failed, state.cancelled)
+        guard batch.totalFiles < plannedFiles || batch.completedFiles != whole.completedFiles else { return whole }
+        whole.bytesWritten = state.finishedBytes + state.rows.values.reduce(0) { $0 + $1.progress.bytesWritten }
+        whole.totalBytes = nil
+        let completed = whole.completedFiles
+        whole.estimatedTimeRemaining =
+            completed > 0
+            ? (ContinuousClock.now - started) * (Double(whole.totalFiles - completed) / Double(completed)) : nil
+        return whole
     }
 
     static func totalLabel(_ batch: BatchProgress) -> String {

@@ -93,7 +93,7 @@ enum GetRun {
     static func run<Requests: AsyncSequence & Sendable>(
         _ requests: Requests, count: Int, names: NameBook, settings: RunSettings
     ) async -> RunReport where Requests.Element == DownloadRequest {
-        let display = makeDisplay(settings, names: names)
+        let display = makeDisplay(settings, names: names, plannedFiles: count)
         let transport: any HTTPTransport
         let ownedTransport: AsyncHTTPClientTransport?
         switch settings.transport {
@@ -197,13 +197,13 @@ enum GetRun {
         return report
     }
 
-    static func makeDisplay(_ settings: RunSettings, names: NameBook) -> any Display {
+    static func makeDisplay(_ settings: RunSettings, names: NameBook, plannedFiles: Int) -> any Display {
         if settings.output == .json { return JSONDisplay(names: names) }
         // Verbose logs go to standard error line by line; bars redrawn over them would garble both.
         if settings.quiet || settings.verbose || !Console.isInteractiveTerminal {
             return LineDisplay(quiet: settings.quiet, verbose: settings.verbose, names: names)
         }
-        return TerminalDisplay(names: names)
+        return TerminalDisplay(names: names, plannedFiles: plannedFiles)
     }
 }
 
