@@ -21,8 +21,9 @@ extension DownloadQueue {
     /// ```
     /// - Parameters:
     ///   - requests: the downloads, read as room frees up.
-    ///   - window: how many of its downloads the iteration holds at most (at least 1). Larger windows let
-    ///     downloads of other hosts go ahead of ones waiting for a per-host slot; each costs about 2 KB.
+    ///   - window: how many of its downloads the iteration holds at most (at least 1). Below the queue's
+    ///     ``DownloadQueue/Configuration/maxConcurrentDownloads`` it leaves slots idle; larger windows let downloads of other hosts
+    ///     go ahead of ones waiting for a per-host slot. Each held download costs about 2 KB.
     public func downloads<Requests: AsyncSequence & Sendable>(
         _ requests: Requests, window: Int = 1024
     ) -> DownloadResults where Requests.Element == DownloadRequest {

@@ -166,7 +166,8 @@ enum GetRun {
         let counted = Locked(RunReport())
         let results = Task {
             // Thrown only when a signal cancelled the run: every download read has ended (partials kept) by then.
-            try? await queue.download(requests) { finished in
+            // The window keeps every slot busy at any -j, and lets other hosts go ahead of one held to --per-host.
+            try? await queue.download(requests, window: max(1024, 4 * settings.maxConcurrent)) { finished in
                 switch finished.result {
                 case .success(let result):
                     counted.withLock { $0.add(result) }
