@@ -19,8 +19,8 @@ on tmpfs, where the file system costs least, to separate network from file-syste
         mirror convention, which haul reads too): `haul get -s 8` against `aria2c -x 8 -s 8`
   list100k, list1m  100,000 and 1,000,000 URLs of 64-byte generated files from `haul serve`, width 8 (issue 30: a
         million URLs in bounded memory): haul against curl and aria2c (`--deferred-input=true`), then the same `haul
-        get` again into the same destination, which its journal makes skip every file. Real disk only (a million
-        tiny files on tmpfs would take 4 GiB of memory), an ext4 with 2,500,000 inodes, one short warm-up list;
+        get` again into the same destination, which its journal makes skip every file. An ext4 with 2,500,000
+        inodes, then once on tmpfs (a page of memory per file: 4 GiB for list1m), one short warm-up list;
         HAUL_BENCH_LIST_SCALE (default 1) multiplies both counts, e.g. 0.02 for 2,000 and 20,000 while developing
 
 Every run starts from an empty destination and is checked byte for byte against the reference files (the list rows:
@@ -558,7 +558,7 @@ def scenarios(nginx, www, reference):
         count = max(1, round(count * LIST_SCALE))
         result.append(Scenario(key, f"{count:,} x {LIST_SIZE} B from `haul serve`, width 8", 8, LIST_TOOLS,
                                "files/s", "haul-serve", timeout, files=count, total_bytes=count * LIST_SIZE,
-                               listed=True, inodes=LIST_INODES, tmpfs=False, rerun=True))
+                               listed=True, inodes=LIST_INODES, rerun=True))
     for s in result:
         if s.items:
             s.files = len(s.items)
@@ -900,6 +900,10 @@ def list_targets(by_key, results, get):
     haul = get(large, HAUL_DEFAULT) if large in by_key else None
     base = get(small, HAUL_DEFAULT) if small in by_key else None
 
+    def on_tmpfs(key, tool):
+        runs = results.get((key, "tmpfs", tool))
+        return summarize(by_key[key], runs) if runs else None
+
     def others(key):
         parts = []
         for tool in ["curl", "aria2c"]:
@@ -918,10 +922,27 @@ def list_targets(by_key, results, get):
         detail = f"{haul['rss']:.0f} MiB against {base['rss']:.0f} MiB ({haul['rss'] / base['rss']:.2f}x)" \
             if haul and base else "Haul failed"
         verdicts.append((f"peak RSS of `haul get` flat: {large} <= 1.5x {small}", met, detail))
-        met = bool(haul and base and haul["rate"] >= base["rate"])
-        detail = f"{fmt_rate(haul['rate'])} files/s against {fmt_rate(base['rate'])} " \
-                 f"({haul['rate'] / base['rate']:.3f}x)" if haul and base else "Haul failed"
-        verdicts.append((f"files/s of `haul get`: {large} >= {small}", met, detail))
+        # Judged on tmpfs where there is a tmpfs pass: on ext4 the file system's own cost per file grows with a
+        # directory of a million entries (system time; every tool's files/s drops, curl's more than haul's), and
+        # this target is about haul's cost per URL. The real disk's ratios are given beside it.
+        def ratio(large_run, small_run):
+            return f"{fmt_rate(large_run['rate'])} files/s against {fmt_rate(small_run['rate'])} " \
+                   f"({large_run['rate'] / small_run['rate']:.3f}x)"
+        tmpfs_haul, tmpfs_base = on_tmpfs(large, HAUL_DEFAULT), on_tmpfs(small, HAUL_DEFAULT)
+        judged = (tmpfs_haul, tmpfs_base) if tmpfs_haul and tmpfs_base else (haul, base)
+        met = bool(judged[0] and judged[1] and judged[0]["rate"] >= judged[1]["rate"])
+        parts = []
+        if tmpfs_haul and tmpfs_base:
+            parts.append("tmpfs: " + ratio(tmpfs_haul, tmpfs_base))
+        if haul and base:
+            disk = "real disk: " + ratio(haul, base)
+            curl, curl_base = get(large, "curl"), get(small, "curl")
+            if curl and curl_base:
+                disk += f", curl {curl['rate'] / curl_base['rate']:.3f}x"
+            parts.append(disk)
+        where = "tmpfs" if judged[0] is tmpfs_haul and tmpfs_haul else "real disk"
+        verdicts.append((f"files/s of `haul get`: {large} >= {small} (judged on {where})", met,
+                         "; ".join(parts) or "Haul failed"))
     if large in by_key:
         rerun = get(large, RERUN_TOOL)
         met = bool(haul and rerun and rerun["wall"] < 0.25 * haul["wall"])
@@ -971,6 +992,8 @@ def main():
                         "list100k,list1m (real disk only; HAUL_BENCH_LIST_SCALE=0.02 makes them 2,000 and 20,000 "
                         "URLs)")
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the tmpfs pass")
+    parser.add_argument("--tmpfs-only", action="store_true",
+                        help="only the tmpfs pass (after the warm-up), e.g. to add it to an earlier real-disk run")
     parser.add_argument("--haul", help="the haul binary to measure (default: .build-static/release/haul)")
     parser.add_argument("--baseline", help="a second haul binary (e.g. the previous commit's), measured in the same "
                         "runs as 'haul baseline (NIO)', next to 'haul (NIO)'")
@@ -1020,7 +1043,7 @@ def main():
             log(f"{scenario.key}: {scenario.title} — warm-up, then {args.runs} runs per tool, alternating")
             for tool in scenario.tools:
                 run_once(scenario, tool, disk, disk_root, reference, warmup=True)
-            for round_number in range(args.runs):
+            for round_number in range(0 if args.tmpfs_only else args.runs):
                 # Each round starts with the next tool: a tool's place in the round shows in its time on the real
                 # disk (the first of a round ran up to twice as long in s2w8), so every tool takes every place.
                 shift = round_number % len(scenario.tools)
@@ -1120,7 +1143,9 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
                       f"`{RERUN_TOOL}`: the same `haul get` again into the destination it just filled, after "
                       "`sync`; its journal there should make it skip every file, and it counts as failed if "
                       "`haul serve` gets a request. The warm-up runs on the first "
-                      f"{min(LIST_WARMUP_FILES, scenario.files):,} URLs; no tmpfs pass (a page per file)."]
+                      f"{min(LIST_WARMUP_FILES, scenario.files):,} URLs. On ext4 the file system's cost per file grows with a "
+                      "directory of a million entries, for every tool; the tmpfs pass (a page of memory per file) "
+                      "shows each tool's own cost per URL."]
         elif scenario.server == "haul-serve":
             lines += ["", f"Throttle limit: {ideal_seconds(scenario):.2f} s (ceil({scenario.files} / "
                       f"{scenario.width}) rounds of {THROTTLED_SIZE // MIB} MiB at {THROTTLED_RATE // MIB} MiB/s)."]

@@ -31,6 +31,10 @@ extension TestServer {
         /// Whether ``TestServerStats/bodyTimeline`` records every body write as the connection hands it to the
         /// kernel (off by default: a long transfer makes many entries).
         public var recordsBodyTimeline: Bool
+        /// Whether ``TestServerStats/requestsByPath`` counts the requests of every path (on by default). A server
+        /// for a list of a million files turns it off: its memory and its cost per request then stay flat
+        /// (`haul serve`).
+        public var countsRequestsByPath: Bool
 
         /// Creates a configuration; every parameter has a loopback-test default.
         public init(
@@ -44,7 +48,8 @@ extension TestServer {
             chunkSize: Int = 64 << 10,
             tls: TLS? = nil,
             sendBufferSize: Int? = nil,
-            recordsBodyTimeline: Bool = false
+            recordsBodyTimeline: Bool = false,
+            countsRequestsByPath: Bool = true
         ) {
             self.host = host
             self.port = port
@@ -57,6 +62,7 @@ extension TestServer {
             self.tls = tls
             self.sendBufferSize = sendBufferSize
             self.recordsBodyTimeline = recordsBodyTimeline
+            self.countsRequestsByPath = countsRequestsByPath
         }
     }
 

@@ -35,7 +35,9 @@ public final class TestServer: Sendable {
     /// Creates a server; nothing is bound until ``start()``.
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
-        self.state = ServerState(maxRecordedRequests: configuration.maxRecordedRequests)
+        self.state = ServerState(
+            maxRecordedRequests: configuration.maxRecordedRequests,
+            countsRequestsByPath: configuration.countsRequestsByPath)
     }
 
     /// Starts a server, runs `body` with it, and shuts it down when `body` returns or throws.

@@ -45,7 +45,7 @@ public struct TestServerStats: Sendable, Hashable {
     public var requestCount = 0
     /// Number of connections accepted (a client that keeps connections alive makes fewer than requests).
     public var connectionsAccepted = 0
-    /// Requests per path (without query).
+    /// Requests per path (without query); empty when ``TestServer/Configuration/countsRequestsByPath`` is off.
     public var requestsByPath: [String: Int] = [:]
     /// The requests in arrival order (at most ``TestServer/Configuration/maxRecordedRequests``).
     public var requests: [RecordedRequest] = []

@@ -92,7 +92,10 @@ struct ServeCommand: AsyncParsableCommand {
             port: port,
             root: directory.map { URL(fileURLWithPath: $0, isDirectory: true) },
             filesPath: "/",
-            tls: tls ? TestServer.TLS(authority: try TestCertificateAuthority(), certificate: certificate) : nil
+            maxRecordedRequests: 0,
+            tls: tls ? TestServer.TLS(authority: try TestCertificateAuthority(), certificate: certificate) : nil,
+            // Nobody reads them here, and a list of a million files would make them grow with it.
+            countsRequestsByPath: false
         )
         let server = TestServer(configuration: configuration)
         try await server.start()

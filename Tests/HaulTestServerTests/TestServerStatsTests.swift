@@ -26,6 +26,25 @@ struct TestServerStatsTests {
         }
     }
 
+    @Test func pathsAreCountedUnlessTurnedOffAndCountedFaultsStillCount() async throws {
+        for counting in [true, false] {
+            let configuration = TestServer.Configuration(maxRecordedRequests: 0, countsRequestsByPath: counting)
+            try await TestServer.withRunning(configuration) { server in
+                for index in 0..<3 {
+                    let response = try await RawHTTPClient.get("/bytes/p\(index)?size=1", port: server.port)
+                    #expect(response.status == 200)
+                }
+                // `fail=K` counts per path whatever the setting: the first request fails, the second does not.
+                let failed = try await RawHTTPClient.get("/bytes/f?size=1&fail=1", port: server.port)
+                let passed = try await RawHTTPClient.get("/bytes/f?size=1&fail=1", port: server.port)
+                #expect(failed.status == 503 && passed.status == 200)
+                #expect(server.stats.requestCount == 5)
+                #expect(server.stats.requests.isEmpty)
+                #expect(server.stats.requestsByPath.count == (counting ? 4 : 0))
+            }
+        }
+    }
+
     @Test func maxInFlightIsTrackedPerHost() async throws {
         try await TestServer.withRunning { server in
             let port = server.port

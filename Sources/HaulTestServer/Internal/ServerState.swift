@@ -21,9 +21,11 @@ final class ServerState: Sendable {
 
     private let guarded = Locked(Guarded())
     private let maxRecordedRequests: Int
+    private let countsRequestsByPath: Bool
 
-    init(maxRecordedRequests: Int) {
+    init(maxRecordedRequests: Int, countsRequestsByPath: Bool = true) {
         self.maxRecordedRequests = maxRecordedRequests
+        self.countsRequestsByPath = countsRequestsByPath
     }
 
     var snapshot: TestServerStats { guarded.withLock { $0.stats } }
@@ -51,7 +53,7 @@ final class ServerState: Sendable {
     func requestStarted(_ request: RecordedRequest) -> Fault? {
         guarded.withLock { state in
             state.stats.requestCount += 1
-            state.stats.requestsByPath[request.path, default: 0] += 1
+            if countsRequestsByPath { state.stats.requestsByPath[request.path, default: 0] += 1 }
             if state.stats.requests.count < maxRecordedRequests {
                 state.stats.requests.append(request)
             }

@@ -101,15 +101,6 @@ struct InputFile {
         self.name = name
     }
 
-    /// Reads every item of `text` (tests and small inputs).
-    static func items(of text: String, name: String) throws -> [InputItem] {
-        let spool = try InputSpool(text: text)
-        var reader = spool.reader(name: name)
-        var items: [InputItem] = []
-        while let item = try reader.next() { items.append(item) }
-        return items
-    }
-
     /// The next entry or problem, in the order of the file; `nil` at its end.
     /// - Throws: `POSIXError` when the file cannot be read.
     mutating func next() throws -> InputItem? {

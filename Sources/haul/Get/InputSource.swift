@@ -85,20 +85,6 @@ final class InputSpool: Sendable {
         }
     }
 
-    /// A spool holding `text` (tests).
-    init(text: String) throws {
-        let spool = try Self.makeTemporaryFile()
-        let bytes = Array(text.utf8)
-        do {
-            try Self.writeAll(bytes[...], to: spool)
-        } catch {
-            close(spool)
-            throw error
-        }
-        descriptor = spool
-        length = Int64(bytes.count)
-    }
-
     deinit { close(descriptor) }
 
     /// A reader of the whole file, from its start.
