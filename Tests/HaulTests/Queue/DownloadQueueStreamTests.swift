@@ -190,7 +190,8 @@ struct DownloadQueueStreamTests {
             let quick = CountedRequests(
                 requests: (0..<40).map {
                     DownloadRequest(
-                        url: server.url(path: "/bytes/q\($0)", query: ["size": "500"]), destination: .directory(dir.url))
+                        url: server.url(path: "/bytes/q\($0)", query: ["size": "500"]), destination: .directory(dir.url)
+                    )
                 })
             let names = Locked<[String]>([])
             try await queue.download(quick, window: 4) { finished in
@@ -202,7 +203,8 @@ struct DownloadQueueStreamTests {
             #expect(server.stats.maxInFlight <= 3)
 
             let held = CountedRequests(
-                requests: (0..<10).map { DownloadRequest(url: server.held("h\($0)"), destination: .directory(dir.url)) })
+                requests: (0..<10).map { DownloadRequest(url: server.held("h\($0)"), destination: .directory(dir.url)) }
+            )
             let outcomes = Locked<[Bool]>([])
             let caller = Task {
                 try await queue.download(held, window: 5) { finished in
