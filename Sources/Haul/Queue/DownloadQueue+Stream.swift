@@ -11,7 +11,8 @@ extension DownloadQueue {
     /// Results come in the order downloads end, each with its request. When `requests` throws, no more are read:
     /// the downloads already added run to their end and are delivered, then the iteration throws that error.
     /// Cancelling the iterating task (or leaving the loop) cancels the downloads it still holds; once they have
-    /// ended (their files handled as the downloader's configuration says), the iteration throws `CancellationError`. Iterate the results once: a second iteration reads `requests` again.
+    /// ended (their files handled as the downloader's configuration says), the iteration throws
+    /// `CancellationError`. Iterate the results once: a second iteration reads `requests` again.
     ///
     /// ```swift
     /// let requests = lines.compactMap { URL(string: $0) }.map { DownloadRequest(url: $0, destination: .directory(dir)) }
@@ -22,8 +23,9 @@ extension DownloadQueue {
     /// - Parameters:
     ///   - requests: the downloads, read as room frees up.
     ///   - window: how many of its downloads the iteration holds at most (at least 1). Below the queue's
-    ///     ``DownloadQueue/Configuration/maxConcurrentDownloads`` it leaves slots idle; larger windows let downloads of other hosts
-    ///     go ahead of ones waiting for a per-host slot. Each held download costs about 2 KB.
+    ///     ``DownloadQueue/Configuration/maxConcurrentDownloads`` it leaves slots idle; larger windows let
+    ///     downloads of other hosts go ahead of ones waiting for a per-host slot. Each held download costs about
+    ///     2 KB.
     public func downloads<Requests: AsyncSequence & Sendable>(
         _ requests: Requests, window: Int = 1024
     ) -> DownloadResults where Requests.Element == DownloadRequest {
