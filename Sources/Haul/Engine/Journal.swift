@@ -121,8 +121,9 @@ public struct JournalRecord: Sendable, Hashable, Codable {
     public var path: String
     /// Where it stands.
     public var state: State
-    /// The whole request, kept while it may have to run again (``State/requested``, ``State/partial(validator:totalBytes:)``,
-    /// ``State/failed(message:)``): what a queue re-admits after a restart. A journal that stores it in a file
+    /// The whole request, kept while it may have to run again (``State/requested``,
+    /// ``State/partial(validator:totalBytes:missingRanges:)``, ``State/failed(message:)``): what a queue re-admits
+    /// after a restart. A journal that stores it in a file
     /// stores it encoded, which leaves out its credentials and its `Authorization`, `Cookie` and
     /// `Proxy-Authorization` fields (see ``DownloadRequest/encode(to:)``).
     public var request: DownloadRequest?
