@@ -27,34 +27,28 @@ final class ResultBox<Value: Sendable>: Sendable {
     /// Waits until the value is set. Cancelling the waiting task does not end the wait (like `Task.value`).
     func wait() async -> Value {
         await withCheckedContinuation { continuation in
-            let ready = state.withLock { state -> Value? in
-                switch state {
-                case .resolved(let value):
-                    return value
-                case .pending(var waiters):
-                    waiters.append(.task(continuation))
-                    state = .pending(waiters)
-                    return nil
-                }
-            }
-            if let ready { continuation.resume(returning: ready) }
+            if let ready = enqueue(.task(continuation)) { continuation.resume(returning: ready) }
         }
     }
 
     /// Calls `body` with the value once it is set (at once, on this thread, if it is), never under a lock: a
     /// waiter that costs no task (``DownloadQueue/downloads(_:window:)`` watches every download it adds).
     func whenResolved(_ body: @escaping @Sendable (Value) -> Void) {
-        let ready = state.withLock { state -> Value? in
+        if let ready = enqueue(.callback(body)) { body(ready) }
+    }
+
+    /// Adds `waiter` unless the value is set already; then returns it, for the caller to hand over after the lock.
+    private func enqueue(_ waiter: Waiter) -> Value? {
+        state.withLock { state in
             switch state {
             case .resolved(let value):
                 return value
             case .pending(var waiters):
-                waiters.append(.callback(body))
+                waiters.append(waiter)
                 state = .pending(waiters)
                 return nil
             }
         }
-        if let ready { body(ready) }
     }
 
     /// Sets the value and wakes every waiter; later calls are ignored. Returns `true` for the first call.

@@ -81,30 +81,20 @@ final class StreamRun: Sendable {
 
     /// Hands an ended download to the loop (dropped once the run is cancelled: nobody takes it), or to the sink.
     private func deliver(_ finished: FinishedDownload, of key: ObjectIdentifier) {
-        if let sink {
-            // Before the download leaves `running`: the end is signalled only after every result was handed over.
-            sink(finished)
-            let (consumer, answer, wake) = state.withLock { state -> (Consumer?, Answer?, Wake?) in
-                state.running[key] = nil
-                let wake = takeResult(in: &state)
-                let end = takeEnd(in: &state)
-                return (end.0, end.1, wake)
-            }
-            wake?.run()
-            if let consumer, let answer { answer.resume(consumer) }
-            return
-        }
-        let (consumer, answer, wake) = state.withLock { state -> (Consumer?, Answer?, Wake?) in
+        // Before the download leaves `running`: the end is signalled only after every result was handed over.
+        sink?(finished)
+        let (reply, wake) = state.withLock { state -> (Reply?, Wake?) in
             state.running[key] = nil
-            if state.cancelled || state.consumer == nil {
+            if sink != nil { return (takeEnd(in: &state), takeResult(in: &state)) }
+            guard !state.cancelled, let consumer = state.consumer else {
                 if !state.cancelled { state.ready.append(finished) }
-                return takeEnd(in: &state)
+                return (takeEnd(in: &state), nil)
             }
-            defer { state.consumer = nil }
-            return (state.consumer, .result(finished), takeResult(in: &state))
+            state.consumer = nil
+            return (Reply(consumer: consumer, answer: .result(finished)), takeResult(in: &state))
         }
         wake?.run()
-        if let consumer, let answer { answer.resume(consumer) }
+        reply?.run()
     }
 
     /// The request sequence threw: delivered after the results before it.
@@ -114,11 +104,11 @@ final class StreamRun: Sendable {
 
     /// The feeder has read its last request.
     func feederEnded() {
-        let (consumer, answer, _) = state.withLock { state in
+        let reply = state.withLock { state in
             state.feederDone = true
             return takeEnd(in: &state)
         }
-        if let consumer, let answer { answer.resume(consumer) }
+        reply?.run()
     }
 
     // MARK: - The loop
@@ -131,6 +121,13 @@ final class StreamRun: Sendable {
         let feeder: Feeder
         let room: Int
         func run() { feeder.resume(returning: room) }
+    }
+
+    /// The loop to resume, with its answer.
+    private struct Reply {
+        let consumer: Consumer
+        let answer: Answer
+        func run() { answer.resume(consumer) }
     }
 
     private enum Answer {
@@ -177,10 +174,10 @@ final class StreamRun: Sendable {
     }
 
     /// The end for a waiting loop, if everything has ended and nothing is left to take.
-    private func takeEnd(in state: inout State) -> (Consumer?, Answer?, Wake?) {
-        guard state.consumer != nil, let answer = endAnswer(in: &state) else { return (nil, nil, nil) }
-        defer { state.consumer = nil }
-        return (state.consumer, answer, nil)
+    private func takeEnd(in state: inout State) -> Reply? {
+        guard let consumer = state.consumer, let answer = endAnswer(in: &state) else { return nil }
+        state.consumer = nil
+        return Reply(consumer: consumer, answer: answer)
     }
 
     private func endAnswer(in state: inout State) -> Answer? {
