@@ -68,8 +68,9 @@ final class StreamRun: Sendable {
     /// Watches a download just added, to deliver how it ends.
     func track(_ handle: DownloadHandle) {
         let key = ObjectIdentifier(handle)
+        // Held even when the run was cancelled meanwhile: the loop's end waits for this download to end too.
         let cancelled = state.withLock { state in
-            if !state.cancelled { state.running[key] = handle }
+            state.running[key] = handle
             return state.cancelled
         }
         if cancelled { handle.cancel() }
