@@ -19,12 +19,6 @@ struct GetCommandTests {
         ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? 0
     }
 
-    func bytes(_ server: TestServer, _ name: String, size: Int, _ query: [String: String] = [:]) -> String {
-        var query = query
-        query["size"] = "\(size)"
-        return server.url(path: "/bytes/\(name)", query: query).absoluteString
-    }
-
     @Test("downloads every URL, exits 0, and prints plain lines without escape codes when not on a terminal")
     func downloadsAndExitsZero() async throws {
         try await TestServer.withRunning { server in

@@ -13,12 +13,6 @@ import Darwin
 /// at a destination, and every odd input gets a clear answer.
 @Suite("haul get integrity", .serialized, .timeLimit(.minutes(3)))
 struct GetIntegrityTests {
-    func bytes(_ server: TestServer, _ name: String, size: Int, _ query: [String: String] = [:]) -> String {
-        var query = query
-        query["size"] = "\(size)"
-        return server.url(path: "/bytes/\(name)", query: query).absoluteString
-    }
-
     /// Blocks (on a thread of its own) until `path` holds at least `count` bytes, or `process` has exited.
     static func waitForBytes(_ count: Int, at path: String, while process: HaulProcess) async throws {
         try await onOwnThread {

@@ -6,15 +6,11 @@ import Testing
 /// Lists longer than any buffer `haul get` keeps: checked whole before the first request, then read again to run.
 @Suite("haul get: long lists", .timeLimit(.minutes(3)))
 struct GetLongListTests {
-    func bytes(_ server: TestServer, _ name: String, size: Int = 10) -> String {
-        server.url(path: "/bytes/\(name)", query: ["size": "\(size)"]).absoluteString
-    }
-
     @Test("a bad line at the end of 100,000 stops everything before the first request; an over-long line is named")
     func badLineAtTheEnd() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
-            var lines = (0..<100_000).map { bytes(server, "f\($0)") }
+            var lines = (0..<100_000).map { bytes(server, "f\($0)", size: 10) }
             lines[40_000] = String(repeating: "x", count: 1_100_000)  // line 40,001: no list has such lines
             lines.append("ftp://127.0.0.1/last")  // line 100,001
             let file = dir.file("urls.txt")
@@ -34,9 +30,9 @@ struct GetLongListTests {
     func farApartDuplicates() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
-            var lines = (0..<100_000).map { bytes(server, "d\($0)") }
+            var lines = (0..<100_000).map { bytes(server, "d\($0)", size: 10) }
             lines[90_004] = server.url(path: "/elsewhere/d4", query: ["size": "10"]).absoluteString  // line 90,005
-            lines[99_999] = bytes(server, "d50") + "\n  out=d7"  // line 100,000 (its option on 100,001)
+            lines[99_999] = bytes(server, "d50", size: 10) + "\n  out=d7"  // line 100,000 (its option on 100,001)
             let file = dir.file("urls.txt")
             try Data(lines.joined(separator: "\n").utf8).write(to: file)
             let run = try await HaulProcess.run(["get", "-q", "-d", dir.file("out").path, "-i", file.path])
@@ -53,7 +49,7 @@ struct GetLongListTests {
     func standardInput() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
-            var lines = (0..<3_000).map { bytes(server, "s\($0)") }
+            var lines = (0..<3_000).map { bytes(server, "s\($0)", size: 10) }
             let refused = try await HaulProcess.run(
                 ["get", "-q", "-d", dir.file("refused").path, "-i", "-"],
                 input: (lines + ["not a url"]).joined(separator: "\n"))
