@@ -25,6 +25,7 @@ let package = Package(
         .library(name: "HaulNIO", targets: ["HaulNIO"]),
         .library(name: "HaulCombine", targets: ["HaulCombine"]),
         .library(name: "HaulSQLite", targets: ["HaulSQLite"]),
+        .library(name: "HaulPostgres", targets: ["HaulPostgres"]),
         .library(name: "HaulTestServer", targets: ["HaulTestServer"]),
         .executable(name: "haul", targets: ["haul"]),
     ],
@@ -43,6 +44,8 @@ let package = Package(
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
         // SQLite: the journal (HaulSQLite) and the quotes example.
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // PostgreSQL: the queue many workers share (HaulPostgres).
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         // `swift package generate-documentation` for the DocC catalogs (.ci/run builds them).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -130,6 +133,28 @@ let package = Package(
             ]
         ),
 
+        // The queue many workers share, in PostgreSQL (postgres-nio). Kept apart so that PostgreSQL stays out of `Haul`.
+        .target(
+            name: "HaulPostgres",
+            dependencies: [
+                "Haul", "HaulOperations",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "HaulPostgresTests",
+            dependencies: [
+                "HaulPostgres", "Haul", "HaulOperations", "HaulNIO", "HaulTestServer", "HaulTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+
         // Publishers over the queue: Combine on Apple platforms, OpenCombine elsewhere.
         .target(
             name: "HaulCombine",
@@ -166,7 +191,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
-                "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulTestServer",
+                "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulPostgres",
+                "HaulTestServer",
                 // `--transport urlsession` where URLSession is the system's own; on Linux it would bring libcurl in.
                 .target(
                     name: "HaulURLSession",

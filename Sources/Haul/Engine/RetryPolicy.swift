@@ -59,7 +59,7 @@ public struct RetryPolicy: Sendable, Hashable {
     }
 
     /// The wait before retry number `retry` (1 for the first retry), given the server's `Retry-After`.
-    func delay(beforeRetry retry: Int, retryAfter: Duration?, random: () -> Double) -> Duration {
+    package func delay(beforeRetry retry: Int, retryAfter: Duration?, random: () -> Double) -> Duration {
         if honoursRetryAfter, let retryAfter {
             return min(max(retryAfter, .zero), maxRetryAfter)
         }

@@ -150,7 +150,12 @@ final class DownloadRun: @unchecked Sendable {
     /// Decides whether `error` is worth another attempt; waits the backoff if so, rethrows if not.
     private func prepareRetry(after failure: AttemptFailure) async throws(DownloadError) {
         if Task.isCancelled { throw cancelledError() }
-        guard failure.isTransient, attempts <= configuration.retryPolicy.maxRetries else { throw failure.error }
+        guard failure.isTransient, attempts <= configuration.retryPolicy.maxRetries else {
+            var error = failure.error
+            error.isTransient = failure.isTransient
+            error.retryAfter = failure.retryAfter
+            throw error
+        }
         let delay = configuration.retryPolicy.delay(
             beforeRetry: attempts, retryAfter: failure.retryAfter, random: configuration.random)
         if let deadline, .now + delay >= deadline {

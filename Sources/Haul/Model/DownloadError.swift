@@ -78,6 +78,12 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
     public var underlying: (any Error)?
     /// What happened, in words.
     public let message: String
+    /// Whether another attempt might succeed (a transient failure: a retryable status, a connection reset, a stall,
+    /// a truncated body), as the engine judged it when it gave up: set on the error a download ends with after its
+    /// retries ran out. A shared queue uses it to try the download again later, perhaps on another worker.
+    public internal(set) var isTransient = false
+    /// How long the server asked to wait before the next request (`Retry-After`, with a `429` or `503`), if it did.
+    public internal(set) var retryAfter: Duration?
 
     /// Creates an error; `message` should say what happened and, where it helps, what to do.
     public init(

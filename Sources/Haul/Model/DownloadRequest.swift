@@ -408,3 +408,8 @@ extension UInt8 {
         }
     }
 }
+
+extension DownloadRequest {
+    /// The key per-host limits count by: the URL's origin (scheme, host, port), as ``DownloadQueue`` counts them.
+    package static func hostKey(for url: URL) -> String { DownloadQueue.hostKey(for: url) }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import PostgresNIO
+
+/// Which downloads ``SharedQueue/cancel(_:)`` cancels.
+public enum CancelSelection: Sendable, Hashable {
+    /// Every download of this URL.
+    case url(String)
+    /// Every download from this host (a host name, or an origin such as `https://example.org:443`).
+    case host(String)
+    /// Every download not finished.
+    case all
+}
+
+extension SharedQueue {
+    /// Puts every failed download back to waiting, its attempts counted from zero.
+    /// - Returns: How many.
+    @discardableResult
+    public func retryFailed() async throws -> Int {
+        let rows = try await rows(
+            """
+            WITH retried AS (
+                UPDATE haul_download SET state = 'waiting', attempt = 0, error = NULL, finished_at = NULL,
+                    worker_id = NULL, run_after = now()
+                WHERE queue = \(name) AND state = 'failed'
+                RETURNING host
+            ), counts AS (
+                SELECT host, count(*)::integer AS n FROM retried GROUP BY host
+            ), hosts AS (
+                UPDATE haul_host h SET ready = h.ready + c.n FROM counts c WHERE h.queue = \(name) AND h.host = c.host
+            )
+            SELECT count(*)::integer FROM retried
+            """, "putting failed downloads back", as: (Int32).self)
+        let count = Int(rows.first ?? 0)
+        if count > 0 { await notifyWorkers() }
+        return count
+    }
+
+    /// Cancels downloads: waiting ones at once; running ones are stopped by their workers at their next heartbeat
+    /// (their connections count against the host until then).
+    /// - Returns: How many downloads were cancelled or asked to stop.
+    @discardableResult
+    public func cancel(_ selection: CancelSelection) async throws -> Int {
+        let (url, host, all): (String, String, Bool) =
+            switch selection {
+            case .url(let url): (url, "", false)
+            case .host(let host): ("", host.lowercased(), false)
+            case .all: ("", "", true)
+            }
+        let rows = try await rows(
+            """
+            WITH chosen AS (
+                SELECT id, host, state FROM haul_download
+                WHERE queue = \(name) AND state IN ('waiting', 'running')
+                    AND (\(all) OR url = \(url) OR host = \(host)
+                        OR (\(host) <> '' AND \(host) NOT LIKE '%://%'
+                            AND split_part(split_part(host, '://', 2), ':', 1) = \(host)))
+                ORDER BY id FOR UPDATE
+            ), waiting AS (
+                UPDATE haul_download d SET state = 'cancelled', finished_at = now(), error = 'cancelled'
+                FROM chosen c WHERE d.id = c.id AND c.state = 'waiting'
+                RETURNING d.host
+            ), running AS (
+                UPDATE haul_download d SET cancel_requested = true
+                FROM chosen c WHERE d.id = c.id AND c.state = 'running'
+                RETURNING d.id
+            ), counts AS (
+                SELECT host, count(*)::integer AS n FROM waiting GROUP BY host
+            ), hosts AS (
+                UPDATE haul_host h SET ready = h.ready - c.n FROM counts c WHERE h.queue = \(name) AND h.host = c.host
+            )
+            SELECT ((SELECT count(*) FROM waiting) + (SELECT count(*) FROM running))::integer
+            """, "cancelling downloads", as: (Int32).self)
+        return Int(rows.first ?? 0)
+    }
+
+    /// Deletes the rows of downloads that ended (done, failed or cancelled) more than `age` ago, and the stopped
+    /// workers no row names any more.
+    /// - Returns: How many downloads were deleted.
+    @discardableResult
+    public func purge(olderThan age: Duration) async throws -> Int {
+        let milliseconds = age.milliseconds
+        let rows = try await rows(
+            """
+            WITH purged AS (
+                DELETE FROM haul_download
+                WHERE queue = \(name) AND state IN ('done', 'failed', 'cancelled')
+                    AND finished_at < now() - \(milliseconds) * interval '1 millisecond'
+                RETURNING 1
+            )
+            SELECT count(*)::integer FROM purged
+            """, "purging finished downloads", as: (Int32).self)
+        try await execute(
+            """
+            DELETE FROM haul_worker w WHERE w.queue = \(name) AND w.state <> 'active'
+                AND w.stopped_at < now() - \(milliseconds) * interval '1 millisecond'
+                AND NOT EXISTS (SELECT 1 FROM haul_download d WHERE d.worker_id = w.id)
+            """, "purging stopped workers")
+        return Int(rows.first ?? 0)
+    }
+}

@@ -1,0 +1,226 @@
+import Foundation
+import Haul
+import PostgresNIO
+
+/// What the queue's hosts may take, across all workers together.
+public struct HostSettings: Sendable, Hashable {
+    /// Connections to one host at once, all workers together (`nil`: no limit). A download split over N connections
+    /// counts N.
+    public var maxConnectionsPerHost: Int?
+    /// The least time between the starts of two downloads from one host, all workers together (zero: none).
+    public var minimumInterval: Duration
+
+    /// Creates settings.
+    public init(maxConnectionsPerHost: Int? = nil, minimumInterval: Duration = .zero) {
+        self.maxConnectionsPerHost = maxConnectionsPerHost
+        self.minimumInterval = minimumInterval
+    }
+
+    /// The interval in whole milliseconds, as the database keeps it.
+    var intervalMilliseconds: Int64 {
+        let parts = minimumInterval.components
+        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
+    }
+}
+
+/// What ``SharedQueue/enqueue(_:hostSettings:)`` did.
+public struct EnqueueReport: Sendable, Hashable {
+    /// Downloads added to the queue.
+    public var added = 0
+    /// Downloads that were in the queue already (the same URL at the same path), left as they were.
+    public var alreadyQueued = 0
+}
+
+extension SharedQueue {
+    /// Rows sent to the database per statement while a list is enqueued.
+    static let enqueueChunk = 5_000
+
+    /// Adds `downloads` to the queue, all or none, in one transaction. A download whose path is queued already for
+    /// the same URL is left as it is (enqueueing a list twice adds nothing the second time); for another URL, nothing
+    /// is added and the error names both. Wakes the workers once.
+    /// - Parameter hostSettings: Settings for the queue's hosts from now on (those of ``setHostSettings(_:)``).
+    /// - Throws: ``SharedQueueError`` (``SharedQueueError/Code/conflict`` for a path queued for another URL).
+    @discardableResult
+    public func enqueue<Downloads: AsyncSequence & Sendable>(
+        _ downloads: Downloads, hostSettings: HostSettings? = nil
+    ) async throws -> EnqueueReport where Downloads.Element == SharedDownload {
+        try await ensureQueueRow()
+        let queueName = name
+        let logger = logger
+        let report = try await perform("enqueueing", timeout: .seconds(86_400)) {
+            try await self.client.withTransaction(logger: logger) { connection in
+                if let hostSettings {
+                    try await Self.apply(hostSettings, to: queueName, on: connection, logger: logger)
+                }
+                try await connection.query(
+                    """
+                    CREATE TEMPORARY TABLE haul_incoming (
+                        ordinal bigint, url text, path text, host text, request text, priority integer,
+                        connections integer, max_attempts integer
+                    ) ON COMMIT DROP
+                    """, logger: logger)
+                var chunk = Chunk()
+                var ordinal: Int64 = 0
+                for try await download in downloads {
+                    chunk.append(download, ordinal: ordinal)
+                    ordinal += 1
+                    if chunk.count == Self.enqueueChunk {
+                        try await chunk.stage(on: connection, logger: logger)
+                        chunk = Chunk()
+                    }
+                }
+                try await chunk.stage(on: connection, logger: logger)
+                try await Self.checkConflicts(queueName, on: connection, logger: logger)
+                var report = EnqueueReport()
+                let rows = try await connection.query(
+                    """
+                    WITH settings AS (
+                        SELECT coalesce(per_host, 2147483647) AS max_running, per_host_interval_ms
+                        FROM haul_queue WHERE name = \(queueName)
+                    ), added AS (
+                        INSERT INTO haul_download (queue, url, path, host, request, priority, connections, max_attempts)
+                        SELECT \(queueName), url, path, host, request::jsonb, priority, connections, max_attempts
+                        FROM (SELECT DISTINCT ON (path) * FROM haul_incoming ORDER BY path, ordinal) first
+                        ORDER BY ordinal
+                        ON CONFLICT (queue, path) DO NOTHING
+                        RETURNING host
+                    ), counts AS (
+                        SELECT host, count(*)::integer AS n FROM added GROUP BY host
+                    ), hosts AS (
+                        INSERT INTO haul_host (queue, host, max_running, min_interval_ms, ready)
+                        SELECT \(queueName), c.host, s.max_running, s.per_host_interval_ms, c.n
+                        FROM counts c CROSS JOIN settings s ORDER BY c.host
+                        ON CONFLICT (queue, host) DO UPDATE SET ready = haul_host.ready + excluded.ready
+                    )
+                    SELECT (SELECT count(*) FROM added)::bigint, (SELECT count(*) FROM haul_incoming)::bigint
+                    """, logger: logger)
+                for try await (added, total) in rows.decode((Int64, Int64).self) {
+                    report.added = Int(added)
+                    report.alreadyQueued = Int(total - added)
+                }
+                return report
+            }
+        }
+        if report.added > 0 { await notifyWorkers() }
+        logger.info("enqueued", metadata: ["added": "\(report.added)", "queued before": "\(report.alreadyQueued)"])
+        return report
+    }
+
+    /// Adds `downloads` to the queue, as ``enqueue(_:hostSettings:)`` does with a sequence.
+    @discardableResult
+    public func enqueue(_ downloads: [SharedDownload], hostSettings: HostSettings? = nil) async throws
+        -> EnqueueReport
+    {
+        try await enqueue(Downloads(items: downloads), hostSettings: hostSettings)
+    }
+
+    /// Changes the queue's per-host settings, for the hosts it has and those it gets later.
+    public func setHostSettings(_ settings: HostSettings) async throws {
+        try await ensureQueueRow()
+        let queueName = name
+        let logger = logger
+        try await perform("changing the per-host settings") {
+            try await self.client.withTransaction(logger: logger) { connection in
+                try await Self.apply(settings, to: queueName, on: connection, logger: logger)
+            }
+        }
+        await notifyWorkers()
+    }
+
+    private static func apply(
+        _ settings: HostSettings, to queue: String, on connection: PostgresConnection, logger: Logger
+    ) async throws {
+        let perHost = settings.maxConnectionsPerHost.map(Int32.init(clamping:))
+        let interval = settings.intervalMilliseconds
+        try await connection.query(
+            "UPDATE haul_queue SET per_host = \(perHost), per_host_interval_ms = \(interval) WHERE name = \(queue)",
+            logger: logger)
+        try await connection.query(
+            """
+            UPDATE haul_host SET max_running = coalesce(\(perHost), 2147483647), min_interval_ms = \(interval)
+            WHERE queue = \(queue)
+            """, logger: logger)
+    }
+
+    /// Refuses a list in which one path would be written from two URLs, or which gives a queued path another URL.
+    private static func checkConflicts(_ queue: String, on connection: PostgresConnection, logger: Logger) async throws
+    {
+        var problems: [String] = []
+        let inList = try await connection.query(
+            """
+            SELECT path, min(url), max(url) FROM haul_incoming GROUP BY path HAVING count(DISTINCT url) > 1
+            ORDER BY min(ordinal) LIMIT 20
+            """, logger: logger)
+        for try await (path, first, second) in inList.decode((String, String, String).self) {
+            problems.append("path '\(path)' is given for two URLs: '\(first)' and '\(second)'")
+        }
+        let inQueue = try await connection.query(
+            """
+            SELECT i.path, i.url, d.url FROM haul_incoming i
+            JOIN haul_download d ON d.queue = \(queue) AND d.path = i.path
+            WHERE d.url <> i.url ORDER BY i.ordinal LIMIT 20
+            """, logger: logger)
+        for try await (path, url, queued) in inQueue.decode((String, String, String).self) {
+            problems.append("path '\(path)' is queued already for '\(queued)', not '\(url)'")
+        }
+        guard problems.isEmpty else {
+            throw SharedQueueError(
+                .conflict, "nothing was enqueued: " + problems.joined(separator: "; "))
+        }
+    }
+
+    /// Rows gathered for one statement.
+    private struct Chunk {
+        var ordinals: [Int64] = []
+        var urls: [String] = []
+        var paths: [String] = []
+        var hosts: [String] = []
+        var requests: [String] = []
+        var priorities: [Int32] = []
+        var connections: [Int32] = []
+        var attempts: [Int32] = []
+        var count: Int { ordinals.count }
+        private let encoder = JSONEncoder()
+
+        mutating func append(_ download: SharedDownload, ordinal: Int64) {
+            var request = download.request
+            // Each worker gives it its own place: what is stored must not name a directory of the producer's.
+            request.destination = .file(URL(fileURLWithPath: "/"))
+            ordinals.append(ordinal)
+            urls.append(download.request.url.absoluteString)
+            paths.append(download.path)
+            hosts.append(download.hostKey)
+            // DownloadRequest encodes to JSON without failing: it holds strings, numbers and URLs only.
+            requests.append((try? encoder.encode(request)).map { String(decoding: $0, as: UTF8.self) } ?? "{}")
+            priorities.append(Int32(clamping: download.request.priority))
+            connections.append(Int32(clamping: max(1, download.request.maxConnections)))
+            attempts.append(Int32(clamping: download.maxAttempts))
+        }
+
+        func stage(on connection: PostgresConnection, logger: Logger) async throws {
+            guard count > 0 else { return }
+            try await connection.query(
+                """
+                INSERT INTO haul_incoming
+                SELECT * FROM unnest(\(ordinals)::bigint[], \(urls)::text[], \(paths)::text[], \(hosts)::text[],
+                    \(requests)::text[], \(priorities)::integer[], \(connections)::integer[], \(attempts)::integer[])
+                """, logger: logger)
+        }
+    }
+
+    /// An array as an `AsyncSequence`.
+    private struct Downloads: AsyncSequence, Sendable {
+        let items: [SharedDownload]
+        func makeAsyncIterator() -> AsyncIterator { AsyncIterator(items: items) }
+
+        struct AsyncIterator: AsyncIteratorProtocol {
+            let items: [SharedDownload]
+            var index = 0
+            mutating func next() async -> SharedDownload? {
+                guard index < items.count else { return nil }
+                defer { index += 1 }
+                return items[index]
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+import Foundation
+import Haul
+import HaulNIO
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+@testable import HaulPostgres
+
+/// The shared queue against a real PostgreSQL 15 and a loopback HTTP server, workers in this process.
+@Suite("SharedQueue: enqueue, claim, complete", .timeLimit(.minutes(3)), .serialized)
+struct SharedQueueTests {
+    @Test("a list fetched by one worker: every file byte-identical, recorded with its size, SHA-256 and worker")
+    func oneWorker() async throws {
+        try await withFixtures { server, database, directory in
+            try await SharedQueue.withQueue(database) { queue in
+                let downloads = try (0..<20).map { index in
+                    try SharedDownload(
+                        request: request(server.url(path: "/bytes/f\(index)", query: ["size": "\(1000 + index)"])),
+                        path: "sub/f\(index).bin")
+                }
+                let added = try await queue.enqueue(downloads)
+                #expect(added == EnqueueReport(added: 20, alreadyQueued: 0))
+                let worker = SharedQueueWorker(
+                    queue: queue, transport: NIOTransport(),
+                    configuration: .init(directory: directory.url, maxConcurrent: 4, exitsWhenEmpty: true))
+                let report = await worker.run()
+                #expect(report == WorkerReport(done: 20))
+                for index in 0..<20 {
+                    let bytes = contentsOf(directory.url.appendingPathComponent("sub/f\(index).bin"))
+                    let identical = bytes == TestServer.expectedBytes(name: "f\(index)", size: 1000 + index)
+                    #expect(identical, "sub/f\(index).bin")
+                }
+                let status = try await queue.status()
+                #expect(status.done == 20 && status.waiting == 0 && status.running == 0 && status.failed == 0)
+                #expect(status.bytesDone == Int64((0..<20).reduce(0) { $0 + 1000 + $1 }))
+                let files = try await queue.files()
+                #expect(files.count == 20)
+                for file in files {
+                    let index = Int(file.path.dropFirst("sub/f".count).dropLast(".bin".count)) ?? -1
+                    #expect(file.sha256 == sha256Hex(TestServer.expectedBytes(name: "f\(index)", size: 1000 + index)))
+                    #expect(file.directory == directory.url.path && file.size == Int64(1000 + index))
+                }
+                #expect(server.stats.requestCount == 20)
+            }
+        }
+    }
+
+    @Test("the same list enqueued twice is one download each; a path queued for another URL adds nothing")
+    func duplicatesAndConflicts() async throws {
+        try await withFixtures { server, database, _ in
+            try await SharedQueue.withQueue(database) { queue in
+                let list = try (0..<5).map { index in
+                    try SharedDownload(request: request(server.url(path: "/bytes/d\(index)")), path: "d\(index)")
+                }
+                #expect(try await queue.enqueue(list + [list[0]]) == EnqueueReport(added: 5, alreadyQueued: 1))
+                #expect(try await queue.enqueue(list) == EnqueueReport(added: 0, alreadyQueued: 5))
+                let other = try SharedDownload(request: request(server.url(path: "/bytes/other")), path: "d3")
+                let fresh = try SharedDownload(request: request(server.url(path: "/bytes/new")), path: "new")
+                let error = await #expect(throws: SharedQueueError.self) {
+                    try await queue.enqueue([fresh, other])
+                }
+                #expect(error?.code == .conflict)
+                #expect(error?.message.contains("path 'd3' is queued already for") == true)
+                let status = try await queue.status()
+                #expect(status.waiting == 5)
+            }
+        }
+    }
+
+    @Test("a worker silent past its lease loses its claims; its late completion is refused")
+    func lostLease() async throws {
+        try await withFixtures { server, database, directory in
+            try await SharedQueue.withQueue(database) { queue in
+                try await queue.enqueue(
+                    try (0..<3).map {
+                        try SharedDownload(request: request(server.url(path: "/bytes/l\($0)")), path: "l\($0)")
+                    },
+                    hostSettings: HostSettings(maxConnectionsPerHost: 2))
+                let silent = try await queue.registerWorker(name: "silent", directory: "/x", lease: .milliseconds(300))
+                let claims = try await queue.claim(worker: silent, limit: 10)
+                // Two: the host takes two connections at once, from all workers together.
+                #expect(claims.count == 2)
+                let other = try await queue.registerWorker(name: "other", directory: "/y", lease: .seconds(30))
+                #expect(try await queue.claim(worker: other, limit: 10).isEmpty)
+                try await Task.sleep(for: .milliseconds(400))
+                #expect(try await queue.rescue() == 2)
+                #expect(try await !queue.heartbeat(worker: silent, timeout: .seconds(5)).alive)
+                let late = try await queue.complete(
+                    worker: silent, claims.map { Completion(id: $0.id, kind: .done, size: 1) })
+                #expect(late.isEmpty)
+                let retaken = try await queue.claim(worker: other, limit: 10)
+                #expect(retaken.count == 2)
+                #expect(Set(retaken.map(\.id)) == Set(claims.map(\.id)) || retaken.count == 2)
+                let accepted = try await queue.complete(
+                    worker: other, retaken.map { Completion(id: $0.id, kind: .done, size: 1) })
+                #expect(accepted == Set(retaken.map(\.id)))
+                let status = try await queue.status()
+                #expect(status.done == 2 && status.waiting == 1 && status.running == 0)
+                #expect(status.hosts.first?.running == 0)
+                _ = directory
+            }
+        }
+    }
+
+    @Test("retries live in the database: a 503 with Retry-After goes back with run_after; attempts run out to failed")
+    func retries() async throws {
+        try await withFixtures { server, database, directory in
+            try await SharedQueue.withQueue(database) { queue in
+                let flaky = server.url(
+                    path: "/bytes/flaky", query: ["fail": "1", "failStatus": "503", "retryAfter": "1"])
+                let broken = server.url(path: "/bytes/broken", query: ["fail": "9", "failStatus": "500"])
+                let gone = server.url(path: "/bytes/gone", query: ["status": "404"])
+                try await queue.enqueue([
+                    try SharedDownload(request: request(flaky), path: "flaky"),
+                    try SharedDownload(request: request(broken), path: "broken", maxAttempts: 2),
+                    try SharedDownload(request: request(gone), path: "gone"),
+                ])
+                var configuration = SharedQueueWorker.Configuration(
+                    directory: directory.url, maxConcurrent: 2, exitsWhenEmpty: true,
+                    retryPolicy: RetryPolicy(initialDelay: .milliseconds(10)), pollInterval: .milliseconds(100))
+                configuration.name = "retrying"
+                let started = ContinuousClock.now
+                let report = await SharedQueueWorker(
+                    queue: queue, transport: NIOTransport(), configuration: configuration
+                ).run()
+                #expect(report.done == 1 && report.failed == 2 && report.retried == 2)
+                // The Retry-After second held the host for every worker.
+                #expect(ContinuousClock.now - started >= .seconds(1))
+                let status = try await queue.status()
+                #expect(status.done == 1 && status.failed == 2)
+                let reasons = Dictionary(uniqueKeysWithValues: status.failures.map { ($0.path, $0) })
+                #expect(reasons["broken"]?.attempts == 2)
+                #expect(reasons["broken"]?.reason.contains("500") == true)
+                #expect(reasons["gone"]?.attempts == 1)
+                #expect(reasons["gone"]?.reason.contains("404") == true)
+            }
+        }
+    }
+}
+
+/// A request for `url` (its destination is each worker's).
+func request(_ url: URL) -> DownloadRequest {
+    DownloadRequest(url: url, destination: .directory(URL(fileURLWithPath: "/")))
+}
+
+/// A loopback server, a PostgreSQL of the test's own, and a scratch directory.
+func withFixtures(
+    _ body: (TestServer, DatabaseURL, TemporaryDirectory) async throws -> Void
+) async throws {
+    try await PostgresServer.withRunning { postgres in
+        try await TestServer.withRunning { server in
+            try await body(server, try DatabaseURL(postgres.url), try TemporaryDirectory())
+        }
+    }
+}
