@@ -149,7 +149,7 @@ let package = Package(
             name: "HaulPostgresTests",
             dependencies: [
                 "HaulPostgres", "Haul", "HaulOperations", "HaulNIO", "HaulTestServer", "HaulTestSupport",
-                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
@@ -212,7 +212,7 @@ let package = Package(
         .testTarget(
             name: "HaulCLITests",
             dependencies: [
-                "Haul", "HaulOperations", "HaulSQLite", "HaulTestServer", "HaulTestSupport",
+                "Haul", "HaulOperations", "HaulSQLite", "HaulPostgres", "HaulTestServer", "HaulTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),

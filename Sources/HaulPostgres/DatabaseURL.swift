@@ -102,8 +102,59 @@ public struct DatabaseURL: Sendable, CustomStringConvertible {
     func clientConfiguration() throws(SharedQueueError) -> PostgresClient.Configuration {
         if isUnixSocket {
             return PostgresClient.Configuration(
-                unixSocketPath: "\(host)/.s.PGSQL.\(port)", username: user, password: password, database: database)
+                unixSocketPath: socketPath, username: user, password: password, database: database)
         }
+        let tls = try tlsConfiguration()
+        let mode: PostgresClient.Configuration.TLS =
+            switch sslMode {
+            case .disable: .disable
+            case .prefer: .prefer(tls)
+            case .require, .verifyCA, .verifyFull: .require(tls)
+            }
+        var configuration = PostgresClient.Configuration(
+            host: host, port: port, username: user, password: password, database: database, tls: mode)
+        if sslMode == .verifyFull, !isIPAddress { configuration.options.tlsServerName = host }
+        return configuration
+    }
+
+    /// Whether ``host`` is an IP address: such a host is not sent as the TLS server name (SNI takes names only); the
+    /// certificate is checked against the address connected to instead.
+    private var isIPAddress: Bool {
+        host.contains(":") || (!host.isEmpty && host.allSatisfy { $0 == "." || $0.isASCII && $0.isNumber })
+    }
+
+    /// The same, for one connection (the first, made to report an unreachable database at once: the pool retries
+    /// in the background instead).
+    func connectionConfiguration() throws(SharedQueueError) -> PostgresConnection.Configuration {
+        if isUnixSocket {
+            return PostgresConnection.Configuration(
+                unixSocketPath: socketPath, username: user, password: password, database: database)
+        }
+        let mode: PostgresConnection.Configuration.TLS
+        if sslMode == .disable {
+            mode = .disable
+        } else {
+            let context: NIOSSLContext
+            do {
+                context = try NIOSSLContext(configuration: try tlsConfiguration())
+            } catch let error as SharedQueueError {
+                throw error
+            } catch {
+                throw SharedQueueError(.invalidDatabaseURL, "the TLS settings of the database URL: \(error)")
+            }
+            mode = sslMode == .prefer ? .prefer(context) : .require(context)
+        }
+        var configuration = PostgresConnection.Configuration(
+            host: host, port: port, username: user, password: password, database: database, tls: mode)
+        configuration.options.connectTimeout = .seconds(5)
+        if sslMode == .verifyFull, !isIPAddress { configuration.options.tlsServerName = host }
+        return configuration
+    }
+
+    private var socketPath: String { "\(host)/.s.PGSQL.\(port)" }
+
+    /// How the server's certificate is checked, by `sslmode` and `sslrootcert`.
+    private func tlsConfiguration() throws(SharedQueueError) -> TLSConfiguration {
         var tls = TLSConfiguration.makeClientConfiguration()
         switch sslMode {
         case .disable, .prefer, .require:
@@ -120,15 +171,6 @@ public struct DatabaseURL: Sendable, CustomStringConvertible {
                 throw SharedQueueError(.invalidDatabaseURL, "sslrootcert '\(root)' holds no PEM certificate")
             }
         }
-        let mode: PostgresClient.Configuration.TLS =
-            switch sslMode {
-            case .disable: .disable
-            case .prefer: .prefer(tls)
-            case .require, .verifyCA, .verifyFull: .require(tls)
-            }
-        var configuration = PostgresClient.Configuration(
-            host: host, port: port, username: user, password: password, database: database, tls: mode)
-        if sslMode == .verifyFull { configuration.options.tlsServerName = host }
-        return configuration
+        return tls
     }
 }

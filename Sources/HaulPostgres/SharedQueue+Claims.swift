@@ -49,6 +49,8 @@ struct HeartbeatAnswer: Sendable {
     let alive: Bool
     /// Downloads of this worker that someone cancelled in the database.
     let cancelled: [Int64]
+    /// Every download the database says this worker holds.
+    let running: [Int64]
 }
 
 extension Duration {
@@ -216,11 +218,14 @@ extension SharedQueue {
                 UPDATE haul_worker SET heartbeat_at = now() WHERE id = \(worker) AND state = 'active' RETURNING id
             )
             SELECT (SELECT count(*) FROM beat)::integer,
-                coalesce((SELECT array_agg(id) FROM haul_download
-                    WHERE worker_id = \(worker) AND state = 'running' AND cancel_requested), '{}')::bigint[]
-            """, "renewing the lease", timeout: timeout, as: (Int32, [Int64]).self)
-        guard let (alive, cancelled) = rows.first else { return HeartbeatAnswer(alive: false, cancelled: []) }
-        return HeartbeatAnswer(alive: alive > 0, cancelled: cancelled)
+                coalesce(array_agg(id) FILTER (WHERE cancel_requested), '{}')::bigint[],
+                coalesce(array_agg(id), '{}')::bigint[]
+            FROM haul_download WHERE worker_id = \(worker) AND state = 'running'
+            """, "renewing the lease", timeout: timeout, as: (Int32, [Int64], [Int64]).self)
+        guard let (alive, cancelled, running) = rows.first else {
+            return HeartbeatAnswer(alive: false, cancelled: [], running: [])
+        }
+        return HeartbeatAnswer(alive: alive > 0, cancelled: cancelled, running: running)
     }
 
     /// Takes back the claims of every worker silent past its lease (whatever queue): they go back to waiting, or
@@ -277,6 +282,21 @@ extension SharedQueue {
         try await execute(
             "UPDATE haul_worker SET state = 'stopped', stopped_at = now() WHERE id = \(worker) AND state = 'active'",
             "recording the worker's stop")
+    }
+
+    /// Whether some host has a download ready and a free connection: a claim that found nothing while this holds
+    /// met only hosts other claims had locked.
+    func hasClaimableWork() async throws(SharedQueueError) -> Bool {
+        let rows = try await rows(
+            """
+            SELECT EXISTS (
+                SELECT 1 FROM haul_host h
+                WHERE h.queue = \(name) AND h.ready > 0 AND h.running < h.max_running AND h.not_before <= now()
+                    AND EXISTS (
+                        SELECT 1 FROM haul_download d
+                        WHERE d.queue = \(name) AND d.host = h.host AND d.state = 'waiting' AND d.run_after <= now()))
+            """, "looking for claimable downloads", as: (Bool).self)
+        return rows.first ?? false
     }
 
     /// Whether anything in the queue is waiting or running (on any worker).

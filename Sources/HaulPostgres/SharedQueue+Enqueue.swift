@@ -127,6 +127,16 @@ extension SharedQueue {
         await notifyWorkers()
     }
 
+    /// The queue's per-host settings (those of a new queue: no limit, no interval).
+    public func hostSettings() async throws -> HostSettings {
+        let rows = try await rows(
+            "SELECT per_host, per_host_interval_ms FROM haul_queue WHERE name = \(name)",
+            "reading the per-host settings",
+            as: (Int32?, Int64).self)
+        guard let (perHost, interval) = rows.first else { return HostSettings() }
+        return HostSettings(maxConnectionsPerHost: perHost.map(Int.init), minimumInterval: .milliseconds(interval))
+    }
+
     private static func apply(
         _ settings: HostSettings, to queue: String, on connection: PostgresConnection, logger: Logger
     ) async throws {

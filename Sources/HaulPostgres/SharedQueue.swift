@@ -51,6 +51,21 @@ public final class SharedQueue: Sendable {
         guard !name.isEmpty, name.utf8.count <= 200, !name.utf8.contains(0) else {
             throw SharedQueueError(.invalidDownload, "queue name '\(name)' must be 1 to 200 bytes, without NUL")
         }
+        // One connection first: the pool would retry an unreachable database in the background until the statement
+        // timeout, where a user wants its reason at once.
+        let first = try url.connectionConfiguration()
+        do {
+            try await Deadline.run(within: .seconds(10)) {
+                let connection = try await PostgresConnection.connect(
+                    on: PostgresClient.defaultEventLoopGroup.next(), configuration: first, id: 0, logger: logger
+                ).get()
+                try await connection.close()
+            }
+        } catch is Deadline.Expired {
+            throw SharedQueueError(.database, "PostgreSQL: connecting to \(url): no answer within 10 seconds")
+        } catch {
+            throw SharedQueueError.database(error, doing: "connecting to \(url)")
+        }
         var configuration = try url.clientConfiguration()
         configuration.options.maximumConnections = maximumConnections
         configuration.options.connectTimeout = .seconds(5)

@@ -73,8 +73,15 @@ public struct SharedQueueError: Error, Sendable, CustomStringConvertible, Locali
             let state = info[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
             return message + state
         }
-        if let underlying = psql.underlying { return "\(psql.code): \(underlying)" }
-        return "\(psql.code)"
+        switch psql.code {
+        case .sslUnsupported:
+            return "the server does not offer TLS, which sslmode=require (or verify-ca, verify-full) asks for"
+        case .connectionError:
+            return "cannot connect: \(psql.underlying.map { "\($0)" } ?? "connection failed")"
+        default:
+            if let underlying = psql.underlying { return "\(psql.code): \(underlying)" }
+            return "\(psql.code)"
+        }
     }
 
     /// The SQLSTATE of a server error, if `error` is one.

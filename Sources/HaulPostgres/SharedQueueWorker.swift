@@ -134,7 +134,6 @@ public final class SharedQueueWorker: Sendable {
             let ending = await WorkerRun(worker: self, id: id, report: report).run()
             switch ending {
             case .leaseLost:
-                emit(.leaseLost)
                 continue
             case .empty:
                 return report.withLock { $0 }
@@ -163,7 +162,8 @@ public enum WorkerEvent: Sendable, Hashable {
     case returned(count: Int)
     /// A completion the database refused: the worker had lost its lease, so the download is someone else's.
     case refused(path: String)
-    /// The lease was lost: the worker's downloads stopped, and it registers again.
+    /// The lease was lost, or could not be renewed for half its time: the worker stops its downloads and registers
+    /// again.
     case leaseLost
     /// PostgreSQL did not answer; the worker keeps trying.
     case databaseUnreachable(reason: String)

@@ -14,7 +14,10 @@ struct HaulCommand: AsyncParsableCommand {
         commandName: "haul",
         abstract: "Run downloads through a queue with controlled concurrency.",
         version: "0.1.0",
-        subcommands: [GetCommand.self, DemoCommand.self, ServeCommand.self]
+        subcommands: [
+            GetCommand.self, DemoCommand.self, ServeCommand.self, EnqueueCommand.self, WorkerCommand.self,
+            StatusCommand.self, QueueCommand.self,
+        ]
     )
 
     /// Runs the command with `haul get`'s exit-status contract: 2 for every usage error (ArgumentParser's own
@@ -36,7 +39,7 @@ struct HaulCommand: AsyncParsableCommand {
             }
         } catch let failure as UsageFailure {
             for problem in failure.problems { Console.err("haul: \(problem)\n") }
-            Console.err("haul: nothing was downloaded (see 'haul get --help')\n")
+            Console.err("haul: \(failure.summary)\n")
             Foundation.exit(2)
         } catch let code as ExitCode {
             Foundation.exit(code.rawValue)

@@ -139,6 +139,36 @@ struct SharedQueueTests {
     }
 }
 
+@Suite("SharedQueue: the database over TLS", .timeLimit(.minutes(2)), .serialized)
+struct SharedQueueTLSTests {
+    @Test("sslmode=verify-full with the server's CA connects; another CA, or TLS from a server without it, is refused")
+    func verifiedTLS() async throws {
+        let issued = try TestTLS.authority.serverCertificate(.valid)
+        try await PostgresServer.withRunning(tls: (issued.certificatePEM, issued.keyPEM)) { postgres in
+            let base = "postgres://haul@127.0.0.1:\(postgres.port)/postgres"
+            let verified = try DatabaseURL(base + "?sslmode=verify-full&sslrootcert=\(TestTLS.caFile)")
+            let status = try await SharedQueue.withQueue(verified) { try await $0.status() }
+            #expect(status.waiting == 0)
+            let other = try TestCertificateAuthority()
+            let directory = try TemporaryDirectory()
+            try other.writeCertificate(to: directory.file("other.pem"))
+            let wrongCA = try DatabaseURL(base + "?sslmode=verify-full&sslrootcert=\(directory.file("other.pem").path)")
+            let refused = await #expect(throws: SharedQueueError.self) {
+                try await SharedQueue.withQueue(wrongCA) { _ in }
+            }
+            #expect(refused?.code == .database)
+            #expect(refused?.message.contains("certificate") == true, "\(refused?.message ?? "")")
+        }
+        try await PostgresServer.withRunning { postgres in
+            let url = try DatabaseURL("postgres://haul@127.0.0.1:\(postgres.port)/postgres?sslmode=require")
+            let refused = await #expect(throws: SharedQueueError.self) {
+                try await SharedQueue.withQueue(url) { _ in }
+            }
+            #expect(refused?.message.contains("does not offer TLS") == true, "\(refused?.message ?? "")")
+        }
+    }
+}
+
 /// A request for `url` (its destination is each worker's).
 func request(_ url: URL) -> DownloadRequest {
     DownloadRequest(url: url, destination: .directory(URL(fileURLWithPath: "/")))

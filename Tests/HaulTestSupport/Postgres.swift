@@ -7,7 +7,7 @@ import Glibc
 
 /// Debian's PostgreSQL 15 on a free loopback port, in a temporary directory of its own, started and stopped by a
 /// test: `initdb` (trust authentication, user `haul`), then the server in the foreground (fsync off: the tests
-/// restart it, they do not pull the power).
+/// kill and restart it, they do not pull the power; commits are still written before they are acknowledged).
 ///
 /// PostgreSQL refuses to run as root, so under root both run as the `postgres` user (`setpriv`, which execs: the
 /// process a test signals is the server itself).
@@ -22,7 +22,8 @@ package final class PostgresServer: Sendable {
 
     /// Makes a cluster and starts the server.
     /// - Throws: ``FixtureError`` when PostgreSQL 15 is not installed (`scripts/test` installs it) or does not start.
-    package init(extraSettings: [String] = []) async throws {
+    /// With `tls` (a certificate and its key, PEM), the server offers TLS with them (`ssl=on`).
+    package init(extraSettings: [String] = [], tls: (certificatePEM: String, keyPEM: String)? = nil) async throws {
         let bin = "/usr/lib/postgresql/15/bin"
         _ = try installedBinary("postgres", package: "postgresql-15", at: [bin + "/postgres"])
         let directory = try makeDirectory("postgres")
@@ -38,7 +39,19 @@ package final class PostgresServer: Sendable {
             ["-D", directory + "/data", "-A", "trust", "-U", "haul", "--no-sync", "-E", "UTF8", "--locale=C"])
         let made = await initdb.finish()
         guard made.status == 0 else { throw FixtureError("initdb failed (\(made.status)): \(made.stderr)") }
-        let settings = extraSettings
+        var settings = extraSettings
+        if let tls {
+            let data = directory + "/data"
+            try Data(tls.certificatePEM.utf8).write(to: URL(fileURLWithPath: data + "/server.crt"))
+            try Data(tls.keyPEM.utf8).write(to: URL(fileURLWithPath: data + "/server.key"))
+            for file in ["server.crt", "server.key"] {
+                chmod(data + "/" + file, 0o600)
+                if getuid() == 0, let user = getpwnam("postgres") {
+                    chown(data + "/" + file, user.pointee.pw_uid, user.pointee.pw_gid)
+                }
+            }
+            settings += ["ssl=on", "ssl_cert_file=server.crt", "ssl_key_file=server.key"]
+        }
         let (port, server) = try await startOnFreePort(
             "postgres", log: { (try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? "" },
             launch: { port in try Self.launch(bin: bin, directory: directory, port: port, settings: settings) },
@@ -49,9 +62,11 @@ package final class PostgresServer: Sendable {
 
     /// Starts PostgreSQL (see ``init(extraSettings:)``), runs `body` with it, and stops it however `body` ends.
     package static func withRunning<Result>(
-        extraSettings: [String] = [], _ body: (PostgresServer) async throws -> Result
+        extraSettings: [String] = [], tls: (certificatePEM: String, keyPEM: String)? = nil,
+        _ body: (PostgresServer) async throws -> Result
     ) async throws -> Result {
-        try await running(try await PostgresServer(extraSettings: extraSettings), stop: { await $0.stop() }, body)
+        try await running(
+            try await PostgresServer(extraSettings: extraSettings, tls: tls), stop: { await $0.stop() }, body)
     }
 
     /// Stops the server at once (a crash, as far as clients see: connections reset), and waits until it is gone.
@@ -89,7 +104,7 @@ package final class PostgresServer: Sendable {
     private static func launch(bin: String, directory: String, port: Int, settings: [String]) throws -> ChildProcess {
         var arguments = [
             "-D", directory + "/data", "-k", directory, "-p", "\(port)",
-            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
             "-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "logging_collector=off",
         ]
         for setting in settings { arguments += ["-c", setting] }

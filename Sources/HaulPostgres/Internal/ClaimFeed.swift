@@ -16,6 +16,8 @@ struct ClaimFeed: AsyncSequence, Sendable {
 
     struct AsyncIterator: AsyncIteratorProtocol {
         let run: WorkerRun
+        /// Claims in a row that found nothing while work was claimable.
+        var crowded = 0
 
         mutating func next() async -> DownloadRequest? {
             let configuration = run.configuration
@@ -49,14 +51,23 @@ struct ClaimFeed: AsyncSequence, Sendable {
                         let claims = try await run.queue.claim(worker: run.id, limit: limit)
                         run.reachable()
                         if !claims.isEmpty {
+                            crowded = 0
                             run.state.withLock { $0.buffered.append(contentsOf: claims) }
                             run.worker.emit(.claimed(count: claims.count))
                             continue
                         }
                         if configuration.exitsWhenEmpty, try await isDone() { return nil }
+                        // Hosts skipped because another worker's claim held them: try again in a moment (a few
+                        // times; then the poll interval, or a wake-up, as when nothing is ready).
+                        if crowded < 8, try await run.queue.hasClaimableWork() {
+                            crowded += 1
+                            try? await Task.sleep(for: .milliseconds(Int.random(in: 2...20)))
+                            continue
+                        }
                     } catch {
                         run.unreachable(error)
                     }
+                    crowded = 0
                     await run.feedWake.wait(upTo: configuration.pollInterval)
                 }
             }

@@ -40,6 +40,10 @@ final class WorkerRun: Sendable {
         var lastRenewal = ContinuousClock.now
         /// Whether the last statement failed (to report the database's return once).
         var unreachable = false
+        /// Ends being recorded now.
+        var sending: Set<Int64> = []
+        /// Downloads the database said this worker holds and the worker did not know of, at the last heartbeat.
+        var strangers: Set<Int64> = []
     }
 
     init(worker: SharedQueueWorker, id: Int64, report: Locked<WorkerReport>) {
@@ -143,11 +147,13 @@ final class WorkerRun: Sendable {
     }
 
     private func add(_ completion: Completion) {
-        let count = state.withLock { state in
+        let (count, starved) = state.withLock { state in
             state.completions.append(completion)
-            return state.completions.count
+            return (state.completions.count, state.buffered.isEmpty)
         }
-        if count >= 64 { batchWake.signal() }
+        // With nothing claimed ahead, the next claim may wait for this end to free its host's slot: record it now
+        // (ends that come meanwhile still gather into the next batch).
+        if count >= 64 || starved { batchWake.signal() }
     }
 
     private func countReturned(_ count: Int) {
@@ -181,6 +187,7 @@ final class WorkerRun: Sendable {
         while true {
             let (batch, finished) = state.withLock { state in
                 defer { state.completions = [] }
+                state.sending = Set(state.completions.map(\.id))
                 return (state.completions, state.finished)
             }
             if !batch.isEmpty {
@@ -189,6 +196,7 @@ final class WorkerRun: Sendable {
                     let id = id
                     // Detached: a stop cancels the run's task, and the stop's own returns must still be recorded.
                     let accepted = try await Task.detached { try await queue.complete(worker: id, batch) }.value
+                    state.withLock { $0.sending = [] }
                     reachable()
                     refuse(batch.filter { !accepted.contains($0.id) })
                     feedWake.signal()
@@ -249,12 +257,31 @@ final class WorkerRun: Sendable {
                 guard answer.alive else { return fence() }
                 state.withLock { $0.lastRenewal = .now }
                 if !answer.cancelled.isEmpty { cancelHeld(answer.cancelled) }
+                returnStrangers(answer.running)
             } catch {
                 unreachable(error)
                 let silent = ContinuousClock.now - state.withLock { $0.lastRenewal }
                 if silent >= lease / 2 { return fence() }
             }
         }
+    }
+
+    /// Hands back the downloads the database says this worker holds and the worker does not know of, at two heartbeats
+    /// in a row (a claim whose answer was lost with its connection; an end recorded just before the database crashed
+    /// and lost it). Once is not enough: a claim may be on its way back at the moment of a heartbeat.
+    private func returnStrangers(_ running: [Int64]) {
+        let orphans: [Int64] = state.withLock { state in
+            var known = state.sending
+            for claim in state.held.values { known.insert(claim.id) }
+            for claim in state.buffered { known.insert(claim.id) }
+            for completion in state.completions { known.insert(completion.id) }
+            let strangers = Set(running).subtracting(known)
+            defer { state.strangers = strangers.subtracting(state.strangers) }
+            return Array(strangers.intersection(state.strangers))
+        }
+        guard !orphans.isEmpty else { return }
+        for id in orphans { add(Completion(id: id, kind: .returned)) }
+        countReturned(orphans.count)
     }
 
     /// Stops claiming and stops every download: the lease is (or may soon be) someone else's.
@@ -264,6 +291,7 @@ final class WorkerRun: Sendable {
             return !state.fenced
         }
         guard first else { return }
+        worker.emit(.leaseLost)
         feedWake.signal()
         if case .engine(let downloads) = worker.runner { downloads.cancelAll() }
     }

@@ -98,16 +98,6 @@ struct GetCommand: AsyncParsableCommand {
     var maxSize: String?
 
     @Option(
-        name: .customLong("connect-timeout"),
-        help: ArgumentHelp("Seconds to establish a connection.", valueName: "S"))
-    var connectTimeout: Double = 10
-
-    @Option(
-        name: .customLong("stall-timeout"),
-        help: ArgumentHelp("No byte for S seconds is a transient failure.", valueName: "S"))
-    var stallTimeout: Double = 30
-
-    @Option(
         name: .customLong("header"),
         help: ArgumentHelp(
             "Extra request header, repeatable (Authorization and Cookie never follow a redirect to another origin).",
@@ -149,54 +139,8 @@ struct GetCommand: AsyncParsableCommand {
     @Flag(name: .customLong("no-journal"), help: "Remember nothing: a rerun starts over.")
     var noJournal = false
 
-    @Option(
-        help: ArgumentHelp(
-            "How bytes move: nio (Haul's own HTTP/1.1 client, http and https; --http2 goes through "
-                + "async-http-client), async-http-client, or urlsession (Apple platforms).",
-            valueName: TransportChoice.names))
-    var transport: TransportChoice = .nio
-
-    @Option(
-        name: .customLong("cacert"),
-        help: ArgumentHelp(
-            "Trust the CA certificates in FILE (PEM) instead of the system's (default: $SSL_CERT_FILE).",
-            valueName: "FILE"))
-    var caFile: String?
-
-    @Option(
-        name: .customLong("capath"),
-        help: ArgumentHelp(
-            "Trust the CA certificates in DIR (PEM files named by subject hash, as c_rehash makes them) instead of "
-                + "the system's (default: $SSL_CERT_DIR).",
-            valueName: "DIR"))
-    var caDirectory: String?
-
-    @Flag(
-        name: [.customShort("k"), .customLong("insecure")],
-        help: "Accept any server certificate: encrypted, but the server is not authenticated (prints a warning).")
-    var insecure = false
-
-    @Option(
-        name: .customLong("cert"),
-        help: ArgumentHelp("Client certificate to present (PEM; may hold its key too).", valueName: "FILE"))
-    var clientCertificate: String?
-
-    @Option(name: .customLong("key"), help: ArgumentHelp("Private key of --cert (PEM).", valueName: "FILE"))
-    var clientKey: String?
-
-    @Flag(
-        name: .customLong("http1.1"),
-        help: "Use HTTP/1.1 only, even where an https server offers HTTP/2 (the nio transport's default).")
-    var http1_1 = false
-
-    @Flag(
-        name: .customLong("http2"),
-        help: ArgumentHelp(
-            "Use HTTP/2 where an https server offers it by ALPN, else HTTP/1.1.",
-            discussion:
-                "The nio transport sends such requests through AsyncHTTPClient; async-http-client (and urlsession) "
-                + "negotiate HTTP/2 by default."))
-    var http2 = false
+    @OptionGroup
+    var connection: TransportOptions
 
     @OptionGroup(title: "Proxies, credentials and cookies")
     var network: NetworkOptions
@@ -205,20 +149,10 @@ struct GetCommand: AsyncParsableCommand {
     var politeness: PolitenessOptions
 
     func validate() throws {
-        if http1_1 && http2 { throw ValidationError("--http1.1 and --http2 cannot be combined") }
-        if clientKey != nil && clientCertificate == nil { throw ValidationError("--key needs --cert") }
-        if transport.isSystemStack, network.proxy?.isEmpty == false {
+        if connection.transport.isSystemStack, network.proxy?.isEmpty == false {
             throw ValidationError(
                 "--transport urlsession takes the system's proxy settings: --proxy needs the nio or async-http-client "
                     + "transport")
-        }
-        if transport.isSystemStack,
-            insecure || caFile != nil || caDirectory != nil || clientCertificate != nil || http1_1
-        {
-            throw ValidationError(
-                "--transport urlsession verifies with the system's trust store and negotiates the HTTP version itself: "
-                    + "--cacert, --capath, --insecure, --cert and --http1.1 need the nio or async-http-client transport"
-            )
         }
         if let maxConcurrent, maxConcurrent < 1 {
             throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)")
@@ -228,10 +162,6 @@ struct GetCommand: AsyncParsableCommand {
         if !(1...64).contains(split) { throw ValidationError("-s/--split must be from 1 to 64, not \(split)") }
         if let minSplitSize, (parseByteCount(minSplitSize) ?? 0) < 1 {
             throw ValidationError("--min-split-size '\(minSplitSize)' is not a size above 0 (e.g. 1M, 20M)")
-        }
-        for (name, value) in [("--connect-timeout", connectTimeout), ("--stall-timeout", stallTimeout)]
-        where !(value > 0 && value <= 86_400) {
-            throw ValidationError("\(name) must be a number of seconds above 0, not \(value)")
         }
         if let maxSize, parseByteCount(maxSize) == nil {
             throw ValidationError("--max-size '\(maxSize)' is not a size (e.g. 500000, 64K, 10M, 2G)")
@@ -251,12 +181,12 @@ struct GetCommand: AsyncParsableCommand {
         // The whole input is checked before anything is downloaded, then read again to run: a list of any length
         // takes the same memory.
         let checked = try InputCheck.run(source, planner: planner, directories: directories)
-        let proxy = transport.isSystemStack ? ProxyConfiguration.none : try network.proxyConfiguration()
+        let proxy = connection.transport.isSystemStack ? ProxyConfiguration.none : try network.proxyConfiguration()
         let netrc = try network.readNetrc()
         let cookies = try network.loadCookies()
         // As curl does, the CA and certificate files are read only when something is fetched over https: a stale
         // SSL_CERT_FILE does not stop a run of http URLs.
-        let tls = try tlsSettings(
+        let tls = try connection.tlsSettings(
             checkingFiles: checked.usesHTTPS || proxy.http?.kind == .https || proxy.https?.kind == .https)
         try directories.createBase()
         // Opened once the input is known to be good: a bad input leaves nothing behind.
@@ -267,11 +197,8 @@ struct GetCommand: AsyncParsableCommand {
         settings.maxConcurrent = maxConcurrent ?? max(4, split)
         settings.perHost = perHost
         settings.retries = retries
-        settings.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
-        settings.stallTimeout = .milliseconds(Int64(stallTimeout * 1000))
-        settings.transport = transport
+        connection.apply(to: &settings)
         settings.tls = tls
-        settings.httpVersion = http1_1 ? .http1_1 : http2 ? .http2 : .automatic
         settings.output = json ? .json : .automatic
         settings.computesSHA256 = sha256
         settings.quiet = quiet
@@ -298,40 +225,6 @@ struct GetCommand: AsyncParsableCommand {
             }
         }
         Foundation.exit(exitCode)
-    }
-
-    /// The TLS settings of the options (the environment's CA when none is given); with `checkingFiles`, every file
-    /// they name is read and checked.
-    private func tlsSettings(checkingFiles: Bool) throws -> TLSSettings {
-        let environment = TLSSettings.fromEnvironment()
-        let fromOptions = caFile != nil || caDirectory != nil
-        var settings = fromOptions ? TLSSettings(caFile: caFile, caDirectory: caDirectory) : environment
-        // The system store is used by the urlsession transport; it takes no CA from the environment.
-        if transport.isSystemStack { settings = .default }
-        settings.verifiesPeer = !insecure
-        settings.clientCertificateFile = clientCertificate
-        settings.clientKeyFile = clientKey
-        func origin(of path: String?) -> String {
-            switch path {
-            case settings.caFile: fromOptions ? "--cacert" : "SSL_CERT_FILE"
-            case settings.caDirectory: fromOptions ? "--capath" : "SSL_CERT_DIR"
-            case clientKey: "--key"
-            default: "--cert"
-            }
-        }
-        guard checkingFiles else { return settings }
-        do {
-            try settings.validate()
-            _ = try settings.makeClientConfiguration()
-        } catch let error as DownloadError {
-            throw UsageFailure([InputProblem(origin: origin(of: error.path), message: error.message)])
-        } catch let error as TransportError {
-            let path = [settings.caFile, clientCertificate, clientKey].compactMap { $0 }.first {
-                error.message.contains("'\($0)'")
-            }
-            throw UsageFailure([InputProblem(origin: origin(of: path), message: error.message)])
-        }
-        return settings
     }
 
     /// How every entry is planned.
@@ -419,10 +312,14 @@ struct GetCommand: AsyncParsableCommand {
     }
 }
 
-/// Invalid input: every problem is printed, nothing is downloaded, and the exit status is 2.
+/// Invalid input: every problem is printed, then `summary` (what was not done), and the exit status is 2.
 struct UsageFailure: Error {
     var problems: [InputProblem]
-    init(_ problems: [InputProblem]) { self.problems = problems }
+    var summary: String
+    init(_ problems: [InputProblem], summary: String = "nothing was downloaded (see 'haul get --help')") {
+        self.problems = problems
+        self.summary = summary
+    }
 }
 
 extension ConflictPolicy: ExpressibleByArgument {}

@@ -94,55 +94,10 @@ enum GetRun {
         _ requests: Requests, count: Int, names: NameBook, settings: RunSettings
     ) async -> RunReport where Requests.Element == DownloadRequest {
         let display = makeDisplay(settings, names: names, plannedFiles: count)
-        let transport: any HTTPTransport
-        let ownedTransport: AsyncHTTPClientTransport?
-        switch settings.transport {
-        case .nio where settings.httpVersion != .http2:
-            // http and https are NIOTransport's own, and the plan holds nothing else: no fallback to start and stop.
-            transport = NIOTransport()
-            ownedTransport = nil
-        case .nio, .asyncHTTPClient:
-            let client = AsyncHTTPClientTransport(
-                maximumConnectionsPerHost: max(settings.maxConcurrent, 1), connectTimeout: settings.connectTimeout)
-            transport = settings.transport == .nio ? NIOTransport(fallback: client) : client
-            ownedTransport = client
-        #if canImport(Darwin)
-        case .urlSession:
-            transport = URLSessionTransport(maximumConnectionsPerHost: max(settings.maxConcurrent, 1))
-            ownedTransport = nil
-        #endif
-        }
-        var configuration = Downloader.Configuration()
-        configuration.retryPolicy.maxRetries = settings.retries
-        configuration.connectTimeout = settings.connectTimeout
-        configuration.stallTimeout = settings.stallTimeout
-        configuration.tls = settings.tls
-        configuration.httpVersion = settings.httpVersion
-        configuration.computesSHA256 = settings.computesSHA256
-        if !settings.tls.verifiesPeer {
-            Console.err(
-                "haul: warning: --insecure: server certificates are not verified; anyone on the path can "
-                    + "read and change what is downloaded\n")
-        }
-        configuration.keepsPartialOnCancel = true
-        configuration.journal = settings.journal
-        configuration.proxy = settings.proxy
-        configuration.credentials = settings.credentials
-        configuration.cookies = settings.cookies
-        configuration.revalidatesCompletedFiles = settings.revalidates
-        configuration.usesRemoteModificationTime = settings.usesRemoteTime
-        configuration.keepsPartialOnFailure = settings.keepsPartialOnFailure
-        configuration.maxBytesPerSecond = settings.maxBytesPerSecond
-        configuration.pacing = settings.pacing
-        configuration.timeLimit = settings.timeLimit
-        configuration.minimumSpeed = settings.minimumSpeed
-        if settings.verbose {
-            var logger = Logger(label: "haul", factory: { StreamLogHandler.standardError(label: $0) })
-            logger.logLevel = .debug
-            configuration.logger = logger
-        }
+        let engine = makeEngine(settings)
+        let ownedTransport = engine.ownedTransport
         let queue = DownloadQueue(
-            downloader: Downloader(transport: transport, configuration: configuration),
+            downloader: Downloader(transport: engine.transport, configuration: engine.configuration),
             // Rerunning the command is how `haul get` resumes, so the queue need not record the requests.
             configuration: .init(
                 maxConcurrentDownloads: settings.maxConcurrent, perHostLimit: settings.perHost, recordsRequests: false))
@@ -196,6 +151,65 @@ enum GetRun {
         report.cancelled += count - report.total
         display.summarize(report)
         return report
+    }
+
+    /// How a run of `settings` moves bytes: its transport, the engine's configuration, and the AsyncHTTPClient the
+    /// transport started (shut down once the run is over), if any. Warns on standard error about `--insecure`.
+    static func makeEngine(_ settings: RunSettings) -> Engine {
+        let transport: any HTTPTransport
+        let ownedTransport: AsyncHTTPClientTransport?
+        switch settings.transport {
+        case .nio where settings.httpVersion != .http2:
+            // http and https are NIOTransport's own, and the plan holds nothing else: no fallback to start and stop.
+            transport = NIOTransport()
+            ownedTransport = nil
+        case .nio, .asyncHTTPClient:
+            let client = AsyncHTTPClientTransport(
+                maximumConnectionsPerHost: max(settings.maxConcurrent, 1), connectTimeout: settings.connectTimeout)
+            transport = settings.transport == .nio ? NIOTransport(fallback: client) : client
+            ownedTransport = client
+        #if canImport(Darwin)
+        case .urlSession:
+            transport = URLSessionTransport(maximumConnectionsPerHost: max(settings.maxConcurrent, 1))
+            ownedTransport = nil
+        #endif
+        }
+        var configuration = Downloader.Configuration()
+        configuration.retryPolicy.maxRetries = settings.retries
+        configuration.connectTimeout = settings.connectTimeout
+        configuration.stallTimeout = settings.stallTimeout
+        configuration.tls = settings.tls
+        configuration.httpVersion = settings.httpVersion
+        configuration.computesSHA256 = settings.computesSHA256
+        if !settings.tls.verifiesPeer {
+            Console.err(
+                "haul: warning: --insecure: server certificates are not verified; anyone on the path can "
+                    + "read and change what is downloaded\n")
+        }
+        configuration.keepsPartialOnCancel = true
+        configuration.journal = settings.journal
+        configuration.proxy = settings.proxy
+        configuration.credentials = settings.credentials
+        configuration.cookies = settings.cookies
+        configuration.revalidatesCompletedFiles = settings.revalidates
+        configuration.usesRemoteModificationTime = settings.usesRemoteTime
+        configuration.keepsPartialOnFailure = settings.keepsPartialOnFailure
+        configuration.maxBytesPerSecond = settings.maxBytesPerSecond
+        configuration.pacing = settings.pacing
+        configuration.timeLimit = settings.timeLimit
+        configuration.minimumSpeed = settings.minimumSpeed
+        if settings.verbose {
+            var logger = Logger(label: "haul", factory: { StreamLogHandler.standardError(label: $0) })
+            logger.logLevel = .debug
+            configuration.logger = logger
+        }
+        return Engine(transport: transport, configuration: configuration, ownedTransport: ownedTransport)
+    }
+
+    struct Engine {
+        var transport: any HTTPTransport
+        var configuration: Downloader.Configuration
+        var ownedTransport: AsyncHTTPClientTransport?
     }
 
     static func makeDisplay(_ settings: RunSettings, names: NameBook, plannedFiles: Int) -> any Display {

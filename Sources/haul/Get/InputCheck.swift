@@ -13,10 +13,12 @@ enum InputCheck {
         var usesHTTPS = false
     }
 
-    /// Checks every entry of `source`.
+    /// Checks every entry of `source`: its plan, its `dir=` directory (when `directories` is given), and what
+    /// `check` says of the planned download (a problem, or `nil`).
     /// - Throws: `UsageFailure` after reporting the problems found (its own list is empty: they were written).
     static func run(
-        _ source: InputSource, planner: Planner, directories: DestinationDirectories
+        _ source: InputSource, planner: Planner, directories: DestinationDirectories?,
+        check: (PlannedDownload) -> String? = { _ in nil }
     ) throws(UsageFailure) -> Summary {
         var problemCount = 0
         func report(_ problem: InputProblem) {
@@ -45,8 +47,11 @@ enum InputCheck {
                                 $0.scheme?.lowercased() == "https"
                             }
                         }
-                        if entry.subdirectory != nil, let problem = directories.check(planned.request) {
+                        if entry.subdirectory != nil, let problem = directories?.check(planned.request) {
                             report(problem)
+                        }
+                        if let problem = check(planned) {
+                            report(InputProblem(origin: planned.origin, message: problem))
                         }
                     }
                 }

@@ -36,6 +36,9 @@ final class HaulProcess: Sendable {
     /// The process's id.
     var pid: pid_t { child.pid }
 
+    /// What the process has written to standard output so far.
+    var stdoutSoFar: String { child.stdoutSoFar }
+
     /// The URL of a `haul serve` process's "Serving on URL" line, once it has printed it.
     var printedURL: String? {
         let line = child.stdoutSoFar.split(separator: "\n").first { $0.hasPrefix("Serving on ") }
