@@ -150,6 +150,7 @@ let package = Package(
             dependencies: [
                 "HaulPostgres", "Haul", "HaulOperations", "HaulNIO", "HaulTestServer", "HaulTestSupport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]

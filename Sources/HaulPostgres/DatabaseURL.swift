@@ -45,9 +45,10 @@ public struct DatabaseURL: Sendable, CustomStringConvertible {
     /// - Throws: ``SharedQueueError`` naming the part that is wrong (never the password).
     public init(_ text: String) throws(SharedQueueError) {
         func bad(_ message: String) -> SharedQueueError { SharedQueueError(.invalidDatabaseURL, message) }
+        // A URL that does not parse is not repeated: where its password is cannot be known.
         guard let components = URLComponents(string: text),
             let scheme = components.scheme?.lowercased()
-        else { throw bad("'\(Self.redacted(text))' is not a URL (expected postgres://USER@HOST:PORT/DATABASE)") }
+        else { throw bad("the database URL is not a URL (expected postgres://USER@HOST:PORT/DATABASE)") }
         guard scheme == "postgres" || scheme == "postgresql" else {
             throw bad("unsupported scheme '\(scheme)' in the database URL: expected postgres:// or postgresql://")
         }
@@ -88,14 +89,6 @@ public struct DatabaseURL: Sendable, CustomStringConvertible {
         let hostPart = isUnixSocket ? "" : (host.contains(":") ? "[\(host)]" : host) + ":\(port)"
         let socket = isUnixSocket ? "?host=\(host)" : ""
         return "postgres://\(user)@\(hostPart)/\(database)\(socket)"
-    }
-
-    /// `text` with anything between `://` and `@` replaced, for messages about a URL that did not parse.
-    static func redacted(_ text: String) -> String {
-        guard let start = text.range(of: "://"), let at = text[start.upperBound...].lastIndex(of: "@") else {
-            return text
-        }
-        return String(text[..<start.upperBound]) + "***" + String(text[at...])
     }
 
     /// The client configuration postgres-nio takes.

@@ -25,8 +25,12 @@ extension SharedQueue {
                 RETURNING host
             ), counts AS (
                 SELECT host, count(*)::integer AS n FROM retried GROUP BY host
+            ), locked AS (
+                SELECT h.host FROM haul_host h JOIN counts c ON h.queue = \(name) AND h.host = c.host
+                ORDER BY h.host FOR UPDATE OF h
             ), hosts AS (
-                UPDATE haul_host h SET ready = h.ready + c.n FROM counts c WHERE h.queue = \(name) AND h.host = c.host
+                UPDATE haul_host h SET ready = h.ready + c.n
+                FROM counts c JOIN locked l ON l.host = c.host WHERE h.queue = \(name) AND h.host = c.host
             )
             SELECT count(*)::integer FROM retried
             """, "putting failed downloads back", as: (Int32).self)
@@ -65,8 +69,12 @@ extension SharedQueue {
                 RETURNING d.id
             ), counts AS (
                 SELECT host, count(*)::integer AS n FROM waiting GROUP BY host
+            ), locked AS (
+                SELECT h.host FROM haul_host h JOIN counts c ON h.queue = \(name) AND h.host = c.host
+                ORDER BY h.host FOR UPDATE OF h
             ), hosts AS (
-                UPDATE haul_host h SET ready = h.ready - c.n FROM counts c WHERE h.queue = \(name) AND h.host = c.host
+                UPDATE haul_host h SET ready = h.ready - c.n
+                FROM counts c JOIN locked l ON l.host = c.host WHERE h.queue = \(name) AND h.host = c.host
             )
             SELECT ((SELECT count(*) FROM waiting) + (SELECT count(*) FROM running))::integer
             """, "cancelling downloads", as: (Int32).self)

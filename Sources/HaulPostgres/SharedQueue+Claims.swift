@@ -84,13 +84,21 @@ extension SharedQueue {
     func claim(worker: Int64, limit: Int) async throws(SharedQueueError) -> [Claim] {
         let limit = Int32(clamping: limit)
         let hostLimit = Int32(clamping: Int(limit) * 2 + 16)
-        let rows = try await rows(
+        let rows = try await detachedRows(
             """
-            WITH hosts AS (
+            WITH claimant AS (
+                -- Locked (KEY SHARE: heartbeats go on) so that a rescue cannot mark the worker lost while it claims:
+                -- the rescue skips a worker being claimed for, and a claim after a rescue finds it lost.
+                SELECT id FROM haul_worker WHERE id = \(worker) AND state = 'active' FOR KEY SHARE
+            ), hosts AS (
                 SELECT h.host, h.max_running - h.running AS free, h.min_interval_ms
                 FROM haul_host h
                 WHERE h.queue = \(name) AND h.ready > 0 AND h.running < h.max_running AND h.not_before <= now()
-                    AND EXISTS (SELECT 1 FROM haul_worker w WHERE w.id = \(worker) AND w.state = 'active')
+                    AND EXISTS (SELECT 1 FROM claimant)
+                    -- A host whose waiting downloads all wait for a retry's time is not offered.
+                    AND EXISTS (
+                        SELECT 1 FROM haul_download d
+                        WHERE d.queue = \(name) AND d.host = h.host AND d.state = 'waiting' AND d.run_after <= now())
                 ORDER BY h.not_before, h.host
                 LIMIT \(hostLimit)
                 FOR UPDATE OF h SKIP LOCKED
@@ -118,8 +126,9 @@ extension SharedQueue {
             ), bumped AS (
                 UPDATE haul_host h
                 SET running = h.running + c.g, ready = h.ready - c.n,
-                    not_before = CASE WHEN h.min_interval_ms > 0
-                        THEN now() + h.min_interval_ms * interval '1 millisecond' ELSE h.not_before END
+                    -- Hosts are offered least recently served first (round robin), and not again before their
+                    -- interval.
+                    not_before = now() + h.min_interval_ms * interval '1 millisecond'
                 FROM counts c WHERE h.queue = \(name) AND h.host = c.host
             )
             SELECT id, attempt, max_attempts, path, request, granted FROM claimed ORDER BY id
@@ -156,7 +165,7 @@ extension SharedQueue {
         let errors = completions.map(\.error)
         let delays = completions.map(\.delay.milliseconds)
         let holds = completions.map(\.hostHold.milliseconds)
-        let rows = try await rows(
+        let rows = try await detachedRows(
             """
             WITH input AS (
                 SELECT * FROM unnest(\(ids)::bigint[], \(kinds)::text[], \(sizes)::bigint[], \(hashes)::text[],
@@ -228,34 +237,40 @@ extension SharedQueue {
         return HeartbeatAnswer(alive: alive > 0, cancelled: cancelled, running: running)
     }
 
-    /// Takes back the claims of every worker silent past its lease (whatever queue): they go back to waiting, or
-    /// fail once their attempts ran out. Any worker may run it; two at once take different workers.
+    /// Takes back the claims of every worker silent past its lease (whatever queue), and of `stopping` (a worker that
+    /// is stopping and has recorded every end it knows of): they go back to waiting, or fail once their attempts ran
+    /// out. Rows still running for a worker that is no longer active (a claim whose answer never reached its worker)
+    /// go back too. Any worker may run it; two at once take different workers.
     /// - Returns: The downloads taken back.
     @discardableResult
-    func rescue() async throws(SharedQueueError) -> Int {
-        let rows = try await rows(
+    func rescue(stopping: Int64 = 0) async throws(SharedQueueError) -> Int {
+        let rows = try await detachedRows(
             """
             WITH dead AS (
-                SELECT id FROM haul_worker
-                WHERE state = 'active' AND heartbeat_at < now() - lease_ms * interval '1 millisecond'
+                SELECT id, id = \(stopping) AS stopping FROM haul_worker
+                WHERE state = 'active'
+                    AND (id = \(stopping) OR heartbeat_at < now() - lease_ms * interval '1 millisecond')
                 ORDER BY id FOR UPDATE SKIP LOCKED
-            ), lost AS (
-                UPDATE haul_worker w SET state = 'lost', stopped_at = now() FROM dead WHERE w.id = dead.id
-                RETURNING w.id, w.name
+            ), ended AS (
+                UPDATE haul_worker w SET state = CASE WHEN dead.stopping THEN 'stopped' ELSE 'lost' END,
+                    stopped_at = now()
+                FROM dead WHERE w.id = dead.id
+                RETURNING w.id
             ), held AS (
-                SELECT d.id, d.queue, d.host, d.granted, lost.name AS worker,
+                SELECT d.id, d.queue, d.host, d.granted, w.name AS worker,
                     CASE WHEN d.cancel_requested THEN 'cancelled'
                         WHEN d.attempt >= d.max_attempts THEN 'failed' ELSE 'waiting' END AS next
-                FROM haul_download d JOIN lost ON d.worker_id = lost.id
+                FROM haul_download d JOIN haul_worker w ON w.id = d.worker_id
                 WHERE d.state = 'running'
-                ORDER BY d.id FOR UPDATE OF d
+                    AND (w.id IN (SELECT id FROM ended) OR (w.state <> 'active' AND w.id <> \(stopping)))
+                ORDER BY d.id FOR UPDATE OF d SKIP LOCKED
             ), updated AS (
                 UPDATE haul_download d
                 SET state = h.next,
                     worker_id = CASE WHEN h.next = 'waiting' THEN NULL ELSE d.worker_id END,
                     granted = 0, run_after = now(),
                     finished_at = CASE WHEN h.next = 'waiting' THEN NULL ELSE now() END,
-                    error = 'worker ' || h.worker || ' stopped renewing its lease'
+                    error = 'worker ' || h.worker || ' stopped without finishing it'
                 FROM held h WHERE d.id = h.id
                 RETURNING h.queue, h.host, h.granted, h.next
             ), counts AS (
@@ -271,17 +286,16 @@ extension SharedQueue {
                 WHERE h.queue = c.queue AND h.host = c.host
             )
             SELECT count(*)::integer FROM updated
-            """, "taking back the claims of silent workers", as: (Int32).self)
+            """, "taking back the claims of stopped and silent workers", as: (Int32).self)
         let count = Int(rows.first ?? 0)
         if count > 0 { await notifyWorkers() }
         return count
     }
 
-    /// Marks `worker` stopped (after its claims were returned).
+    /// Marks `worker` stopped once it has recorded every end it knows of, and hands back whatever the database still
+    /// has running for it.
     func stopWorker(_ worker: Int64) async throws(SharedQueueError) {
-        try await execute(
-            "UPDATE haul_worker SET state = 'stopped', stopped_at = now() WHERE id = \(worker) AND state = 'active'",
-            "recording the worker's stop")
+        try await rescue(stopping: worker)
     }
 
     /// Whether some host has a download ready and a free connection: a claim that found nothing while this holds

@@ -49,9 +49,8 @@ extension SharedQueue {
         let logger = logger
         let report = try await perform("enqueueing", timeout: .seconds(86_400)) {
             try await self.client.withTransaction(logger: logger) { connection in
-                if let hostSettings {
-                    try await Self.apply(hostSettings, to: queueName, on: connection, logger: logger)
-                }
+                // The input is read inside the transaction, at whatever pace it comes.
+                try await connection.query("SET LOCAL statement_timeout = 0", logger: logger)
                 try await connection.query(
                     """
                     CREATE TEMPORARY TABLE haul_incoming (
@@ -71,6 +70,10 @@ extension SharedQueue {
                 }
                 try await chunk.stage(on: connection, logger: logger)
                 try await Self.checkConflicts(queueName, on: connection, logger: logger)
+                // Last: the host rows stay locked until the commit, which follows at once (claims skip them meanwhile).
+                if let hostSettings {
+                    try await Self.apply(hostSettings, to: queueName, on: connection, logger: logger)
+                }
                 var report = EnqueueReport()
                 let rows = try await connection.query(
                     """
@@ -147,8 +150,9 @@ extension SharedQueue {
             logger: logger)
         try await connection.query(
             """
-            UPDATE haul_host SET max_running = coalesce(\(perHost), 2147483647), min_interval_ms = \(interval)
-            WHERE queue = \(queue)
+            WITH locked AS (SELECT host FROM haul_host WHERE queue = \(queue) ORDER BY host FOR UPDATE)
+            UPDATE haul_host h SET max_running = coalesce(\(perHost), 2147483647), min_interval_ms = \(interval)
+            FROM locked l WHERE h.queue = \(queue) AND h.host = l.host
             """, logger: logger)
     }
 

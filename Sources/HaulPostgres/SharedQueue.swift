@@ -68,6 +68,11 @@ public final class SharedQueue: Sendable {
         }
         var configuration = try url.clientConfiguration()
         configuration.options.maximumConnections = maximumConnections
+        // A statement given up by ``Deadline`` is stopped by the server too, instead of holding its connection and
+        // its locks.
+        configuration.options.additionalStartupParameters = [
+            ("statement_timeout", "\(statementTimeout.milliseconds)")
+        ]
         configuration.options.connectTimeout = .seconds(5)
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         let queue = SharedQueue(
@@ -110,6 +115,22 @@ public final class SharedQueue: Sendable {
                 rows.append(row)
             }
             return rows
+        }
+    }
+
+    /// ``rows(_:_:timeout:as:)`` in a task of its own, which the caller's cancellation does not reach: for statements
+    /// that change rows (a claim, a completion, a rescue). A cancelled query would still commit on the server while
+    /// its answer was thrown away, and claimed rows would be held by a worker that never saw them.
+    func detachedRows<each Column: PostgresDecodable & Sendable>(
+        _ query: PostgresQuery, _ what: String, timeout: Duration? = nil, as type: (repeat each Column).Type
+    ) async throws(SharedQueueError) -> [(repeat each Column)] {
+        let task = Task.detached { try await self.rows(query, what, timeout: timeout, as: type) }
+        do {
+            return try await task.value
+        } catch let error as SharedQueueError {
+            throw error
+        } catch {
+            throw SharedQueueError.database(error, doing: what)
         }
     }
 

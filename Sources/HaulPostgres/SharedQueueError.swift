@@ -51,10 +51,13 @@ public struct SharedQueueError: Error, Sendable, CustomStringConvertible, Locali
     /// code otherwise), the connection failure, or the error itself.
     static func database(_ error: any Error, doing what: String) -> SharedQueueError {
         if let error = error as? SharedQueueError { return error }
-        if let transaction = error as? PostgresTransactionError,
-            let inner = transaction.closureError as? SharedQueueError
-        {
-            return inner
+        if let transaction = error as? PostgresTransactionError, let inner = transaction.closureError {
+            if let inner = inner as? SharedQueueError { return inner }
+            // What the caller's own code threw inside the transaction (a sequence of downloads that failed) is
+            // kept as it was, for the caller to find in ``underlying``.
+            if !(inner is PSQLError) {
+                return SharedQueueError(.database, "\(what): \(inner)", underlying: inner)
+            }
         }
         return SharedQueueError(.database, "PostgreSQL: \(what): \(reason(error))", underlying: error)
     }

@@ -117,6 +117,8 @@ public final class SharedQueueWorker: Sendable {
     public func run() async -> WorkerReport {
         let report = Locked(WorkerReport())
         defer { eventSink.finish() }
+        // Downloads that cannot write there fail with the reason; the directory is made as `mkdir -p` would.
+        try? FileManager.default.createDirectory(at: configuration.directory, withIntermediateDirectories: true)
         var registrationFailures = 0
         while !Task.isCancelled {
             let id: Int64

@@ -3,6 +3,7 @@ import Haul
 import HaulNIO
 import HaulTestServer
 import HaulTestSupport
+import PostgresNIO
 import Testing
 
 @testable import HaulPostgres
@@ -86,6 +87,7 @@ struct SharedQueueTests {
                 try await Task.sleep(for: .milliseconds(400))
                 #expect(try await queue.rescue() == 2)
                 #expect(try await !queue.heartbeat(worker: silent, timeout: .seconds(5)).alive)
+                #expect(try await queue.claim(worker: silent, limit: 10).isEmpty)
                 let late = try await queue.complete(
                     worker: silent, claims.map { Completion(id: $0.id, kind: .done, size: 1) })
                 #expect(late.isEmpty)
@@ -99,6 +101,104 @@ struct SharedQueueTests {
                 #expect(status.done == 2 && status.waiting == 1 && status.running == 0)
                 #expect(status.hosts.first?.running == 0)
                 _ = directory
+            }
+        }
+    }
+
+    @Test("a per-host rate spaces the starts of one host's downloads across two workers")
+    func perHostRate() async throws {
+        try await withFixtures { server, database, directory in
+            try await SharedQueue.withQueue(database) { queue in
+                let downloads = try (0..<8).map {
+                    try SharedDownload(request: request(server.url(path: "/bytes/p\($0)")), path: "p\($0)")
+                }
+                try await queue.enqueue(downloads, hostSettings: HostSettings(minimumInterval: .milliseconds(150)))
+                let reports = await withTaskGroup(of: WorkerReport.self) { group in
+                    for number in 1...2 {
+                        group.addTask {
+                            await SharedQueueWorker(
+                                queue: queue, transport: NIOTransport(),
+                                configuration: .init(
+                                    directory: directory.url.appendingPathComponent("w\(number)"), maxConcurrent: 4,
+                                    exitsWhenEmpty: true, pollInterval: .milliseconds(50))
+                            ).run()
+                        }
+                    }
+                    return await group.reduce(into: [WorkerReport]()) { $0.append($1) }
+                }
+                #expect(reports.map(\.done).reduce(0, +) == 8)
+                let starts = server.stats.requests.map(\.receivedAt).sorted()
+                #expect(starts.count == 8)
+                // Seven intervals of 150 ms at least between the first start and the last, whoever claimed them.
+                if let first = starts.first, let last = starts.last {
+                    #expect(last - first >= .milliseconds(7 * 150 - 60), "\(last - first)")
+                }
+            }
+        }
+    }
+
+    @Test("cancelling running downloads in the database stops them at the worker's next heartbeat; no file is left")
+    func cancelRunning() async throws {
+        try await withFixtures { server, database, directory in
+            try await SharedQueue.withQueue(database) { queue in
+                let downloads = try (0..<3).map {
+                    try SharedDownload(
+                        request: request(server.url(path: "/bytes/c\($0)", query: ["size": "50000", "hold": "c"])),
+                        path: "c\($0)")
+                }
+                try await queue.enqueue(downloads)
+                let worker = SharedQueueWorker(
+                    queue: queue, transport: NIOTransport(),
+                    configuration: .init(
+                        directory: directory.url, maxConcurrent: 4, lease: .milliseconds(1_200), exitsWhenEmpty: true))
+                let run = Task { await worker.run() }
+                try await eventually("3 requests held", within: .seconds(20)) { server.heldCount(at: "c") == 3 }
+                #expect(try await queue.cancel(.all) == 3)
+                let report = await run.value
+                #expect(report.done == 0 && report.returned == 3, "\(report)")
+                let status = try await queue.status()
+                #expect(status.cancelled == 3 && status.running == 0 && status.waiting == 0, "\(status)")
+                #expect(status.hosts.allSatisfy { $0.running == 0 && $0.waiting == 0 })
+                #expect(directory.contents().filter { !$0.hasPrefix(".") }.isEmpty)
+                server.openGate("c")
+            }
+        }
+    }
+
+    @Test("a stopping worker hands back what the database still has running for it (a claim whose answer it lost)")
+    func stopHandsBackStrangers() async throws {
+        try await withFixtures { server, database, _ in
+            try await SharedQueue.withQueue(database) { queue in
+                try await queue.enqueue(
+                    try (0..<4).map {
+                        try SharedDownload(request: request(server.url(path: "/bytes/s\($0)")), path: "s\($0)")
+                    })
+                let worker = try await queue.registerWorker(name: "w", directory: "/w", lease: .seconds(30))
+                #expect(try await queue.claim(worker: worker, limit: 3).count == 3)
+                try await queue.stopWorker(worker)
+                let status = try await queue.status()
+                #expect(status.waiting == 4 && status.running == 0, "\(status)")
+                #expect(status.hosts.allSatisfy { $0.running == 0 && $0.waiting == 4 })
+            }
+        }
+    }
+
+    @Test("hosts whose downloads all wait for a retry's time do not hide a host that is ready")
+    func backoffHostsDoNotBlock() async throws {
+        try await withFixtures { server, database, _ in
+            try await SharedQueue.withQueue(database) { queue in
+                // 30 hosts (ports that nothing listens on: nothing is fetched) whose one download waits a retry.
+                let waiting = try (0..<30).map { index in
+                    try SharedDownload(
+                        request: request(URL(string: "http://127.0.0.1:\(20_000 + index)/b")!), path: "b\(index)")
+                }
+                try await queue.enqueue(waiting)
+                try await queue.execute(
+                    "UPDATE haul_download SET run_after = now() + interval '1 hour'", "pushing the retries back")
+                try await queue.enqueue([try SharedDownload(request: request(server.url(path: "/bytes/r")), path: "r")])
+                let worker = try await queue.registerWorker(name: "w", directory: "/w", lease: .seconds(30))
+                let claims = try await queue.claim(worker: worker, limit: 1)
+                #expect(claims.map(\.path) == ["r"])
             }
         }
     }

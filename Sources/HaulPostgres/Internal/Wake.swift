@@ -9,6 +9,8 @@ final class Wake: Sendable {
         var waiter: CheckedContinuation<Void, Never>?
         /// Which wait a timer belongs to: a timer of an earlier wait must not end this one.
         var generation = 0
+        /// The wait whose timer fired before it began to wait (it then does not wait at all).
+        var expired = 0
     }
 
     private let state = Locked(State())
@@ -40,7 +42,7 @@ final class Wake: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let ready = state.withLock { state in
-                    if state.pending || Task.isCancelled {
+                    if state.pending || state.expired == generation || Task.isCancelled {
                         state.pending = false
                         return true
                     }
@@ -57,7 +59,11 @@ final class Wake: Sendable {
     /// Ends wait number `generation` if it is still the one waiting.
     private func expire(_ generation: Int) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard state.generation == generation, let waiter = state.waiter else { return nil }
+            guard state.generation == generation else { return nil }
+            guard let waiter = state.waiter else {
+                state.expired = generation
+                return nil
+            }
             state.waiter = nil
             return waiter
         }

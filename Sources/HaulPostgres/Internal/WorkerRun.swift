@@ -44,6 +44,8 @@ final class WorkerRun: Sendable {
         var sending: Set<Int64> = []
         /// Downloads the database said this worker holds and the worker did not know of, at the last heartbeat.
         var strangers: Set<Int64> = []
+        /// The task running the downloads, cancelled when the lease is lost.
+        var streaming: Task<Void, Never>?
     }
 
     init(worker: SharedQueueWorker, id: Int64, report: Locked<WorkerReport>) {
@@ -59,21 +61,36 @@ final class WorkerRun: Sendable {
     func run() async -> Ending {
         let background = [
             Task { await heartbeatLoop() },
+            Task { await fenceWatch() },
             Task { await rescueLoop() },
             Task { await listenLoop() },
         ]
         let batcher = Task { await batchLoop() }
         let feed = ClaimFeed(run: self)
-        switch worker.runner {
-        case .engine(let downloads):
-            // Thrown only when the task is cancelled, once every download held has ended.
-            try? await downloads.download(feed, window: configuration.maxConcurrent) { [self] finished in
-                ended(finished.request, finished.result)
+        // The downloads run in a task of their own, which a lost lease cancels: the stream then cancels every download
+        // it holds, one being added at that moment included.
+        let streaming = Task { [self] in
+            switch worker.runner {
+            case .engine(let downloads):
+                // Thrown only when the task is cancelled, once every download held has ended.
+                try? await downloads.download(feed, window: configuration.maxConcurrent) { [self] finished in
+                    ended(finished.request, finished.result)
+                }
+            case .noOp:
+                for await request in feed {
+                    ended(request, .success(Self.noOpResult(request)))
+                }
             }
-        case .noOp:
-            for await request in feed {
-                ended(request, .success(Self.noOpResult(request)))
-            }
+        }
+        let fencedBeforeStart = state.withLock { state in
+            state.streaming = streaming
+            return state.fenced
+        }
+        if fencedBeforeStart { streaming.cancel() }
+        await withTaskCancellationHandler {
+            await streaming.value
+        } onCancel: {
+            streaming.cancel()
         }
         let interrupted = Task.isCancelled
         // What was claimed and not handed out goes back now (a lost lease's claims are taken back by the rescuer).
@@ -244,25 +261,35 @@ final class WorkerRun: Sendable {
 
     // MARK: - Lease
 
-    /// Renews the lease every sixth of it. Stops everything when the database says the lease is gone, or when it has
-    /// not been renewed for half of it (the database unreachable): before anyone may take the claims over.
+    /// Renews the lease every sixth of it, and stops everything when the database says the lease is gone.
     private func heartbeatLoop() async {
         let lease = configuration.lease
         while !Task.isCancelled {
             try? await Task.sleep(for: lease / 6)
             if Task.isCancelled { return }
+            // The lease runs from when the database wrote the heartbeat, at the latest when it was sent.
+            let sent = ContinuousClock.now
+            let left = lease / 2 - (sent - state.withLock { $0.lastRenewal })
             do {
-                let answer = try await queue.heartbeat(worker: id, timeout: lease / 4)
+                let answer = try await queue.heartbeat(worker: id, timeout: max(left, .milliseconds(100)))
                 reachable()
                 guard answer.alive else { return fence() }
-                state.withLock { $0.lastRenewal = .now }
+                state.withLock { $0.lastRenewal = sent }
                 if !answer.cancelled.isEmpty { cancelHeld(answer.cancelled) }
                 returnStrangers(answer.running)
             } catch {
                 unreachable(error)
-                let silent = ContinuousClock.now - state.withLock { $0.lastRenewal }
-                if silent >= lease / 2 { return fence() }
             }
+        }
+    }
+
+    /// Stops everything once the lease has gone unrenewed for half its time (the database unreachable, or too slow to
+    /// answer), whatever the heartbeat is waiting for: before anyone may take the claims over.
+    private func fenceWatch() async {
+        let lease = configuration.lease
+        while !Task.isCancelled {
+            try? await Task.sleep(for: lease / 24)
+            if ContinuousClock.now - state.withLock({ $0.lastRenewal }) >= lease / 2 { return fence() }
         }
     }
 
@@ -293,7 +320,7 @@ final class WorkerRun: Sendable {
         guard first else { return }
         worker.emit(.leaseLost)
         feedWake.signal()
-        if case .engine(let downloads) = worker.runner { downloads.cancelAll() }
+        state.withLock { $0.streaming }?.cancel()
     }
 
     /// Stops the downloads cancelled in the database.

@@ -10,7 +10,8 @@ struct DatabaseOptions: ParsableArguments {
         help: ArgumentHelp(
             "The PostgreSQL database of the shared queue: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
                 + "[?sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=FILE] (default: "
-                + "$HAUL_DATABASE_URL). Haul creates and migrates its tables.",
+                + "$HAUL_DATABASE_URL, which keeps a password out of `ps`; or give it in $PGPASSWORD). Haul creates "
+                + "and migrates its tables.",
             valueName: "URL"))
     var database: String?
 
@@ -29,7 +30,11 @@ struct DatabaseOptions: ParsableArguments {
                 summary: "nothing was done")
         }
         do {
-            return try DatabaseURL(text)
+            var url = try DatabaseURL(text)
+            if url.password == nil, let password = environment["PGPASSWORD"], !password.isEmpty {
+                url.password = password
+            }
+            return url
         } catch {
             throw UsageFailure(
                 [InputProblem(origin: database == nil ? "HAUL_DATABASE_URL" : "--db", message: error.message)],

@@ -121,7 +121,13 @@ struct EnqueueCommand: AsyncParsableCommand {
         let downloads = SharedDownloads(source: source, planner: planner, attempts: attempts)
         let report = try await database.withQueue { queue in
             let settings = hosts.isEmpty ? nil : hosts.applied(to: try await queue.hostSettings())
-            return try await queue.enqueue(downloads, hostSettings: settings)
+            do {
+                return try await queue.enqueue(downloads, hostSettings: settings)
+            } catch let error as SharedQueueError {
+                // A problem with the input found while it was read again is the input's, not the database's.
+                if let failure = error.underlying as? UsageFailure { throw failure }
+                throw error
+            }
         }
         let already = report.alreadyQueued > 0 ? " (\(report.alreadyQueued) queued already)" : ""
         Console.out(

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Haul
 import HaulAsyncHTTPClient
+import HaulOperations
 import HaulPostgres
 import HaulSQLite
 
@@ -154,8 +155,22 @@ struct WorkerCommand: AsyncParsableCommand {
             let printer = Task {
                 for await event in worker.events { output.print(event, queue: queue.name) }
             }
+            // The handler is in place before the run starts: a signal from then on stops the run cleanly (claims
+            // handed back), never the process at once.
+            let running = Locked<(task: Task<WorkerReport, Never>?, stopped: Bool)>((nil, false))
+            let interruption = Interruption {
+                let task = running.withLock { state in
+                    state.stopped = true
+                    return state.task
+                }
+                task?.cancel()
+            }
             let run = Task { await worker.run() }
-            let interruption = Interruption { run.cancel() }
+            let stoppedBeforeStart = running.withLock { state in
+                state.task = run
+                return state.stopped
+            }
+            if stoppedBeforeStart { run.cancel() }
             let report = await run.value
             interruption.stop()
             await printer.value
