@@ -203,6 +203,29 @@ struct SharedQueueTests {
         }
     }
 
+    @Test("the schema is made once and versioned; a database of a newer Haul is refused, not changed")
+    func schemaVersion() async throws {
+        try await withFixtures { _, database, _ in
+            // Two queues opening a new database at once: one makes the tables, the other finds them.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for name in ["a", "b"] {
+                    group.addTask { try await SharedQueue.withQueue(database, name: name) { _ in } }
+                }
+                try await group.waitForAll()
+            }
+            try await SharedQueue.withQueue(database) { queue in
+                let versions = try await queue.rows("SELECT version FROM haul_schema", "reading", as: (Int32).self)
+                #expect(versions == [Int32(Schema.version)])
+                try await queue.execute("UPDATE haul_schema SET version = 99", "pretending to be newer")
+            }
+            let error = await #expect(throws: SharedQueueError.self) {
+                try await SharedQueue.withQueue(database) { _ in }
+            }
+            #expect(error?.code == .schema)
+            #expect(error?.message.contains("version 99") == true, "\(error?.message ?? "")")
+        }
+    }
+
     @Test("retries live in the database: a 503 with Retry-After goes back with run_after; attempts run out to failed")
     func retries() async throws {
         try await withFixtures { server, database, directory in
