@@ -223,7 +223,8 @@ final class WorkerRun: Sendable {
                         state.completions.insert(contentsOf: batch, at: 0)
                         return state.fenced
                     }
-                    // A lost lease's completions would be refused: the rescuer decides for them.
+                    // A lost lease's completions would be refused: the rescuer decides for them. (A database that
+                    // stays silent fences the worker after half its lease, so a stop never waits longer for it.)
                     if fenced { return }
                     try? await Task.sleep(for: .milliseconds(500))
                     continue
