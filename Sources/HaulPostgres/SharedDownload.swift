@@ -14,7 +14,7 @@ import HTTPTypes
 /// let request = download.request(in: URL(fileURLWithPath: "/srv/data"))   // writes /srv/data/a/b.iso
 /// ```
 public struct SharedDownload: Sendable, Hashable {
-    /// The request; its ``DownloadRequest/destination`` is replaced by ``request(in:)``.
+    /// The request; its `destination` is replaced by ``request(in:)``.
     public var request: DownloadRequest
     /// The file's path under a worker's directory: relative, `/`-separated, without `.` or `..` components.
     public let path: String

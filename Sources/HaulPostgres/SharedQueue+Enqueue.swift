@@ -23,7 +23,7 @@ public struct HostSettings: Sendable, Hashable {
     }
 }
 
-/// What ``SharedQueue/enqueue(_:hostSettings:)`` did.
+/// What an enqueue did.
 public struct EnqueueReport: Sendable, Hashable {
     /// Downloads added to the queue.
     public var added = 0
@@ -38,7 +38,9 @@ extension SharedQueue {
     /// Adds `downloads` to the queue, all or none, in one transaction. A download whose path is queued already for
     /// the same URL is left as it is (enqueueing a list twice adds nothing the second time); for another URL, nothing
     /// is added and the error names both. Wakes the workers once.
-    /// - Parameter hostSettings: Settings for the queue's hosts from now on (those of ``setHostSettings(_:)``).
+    /// - Parameters:
+    ///   - downloads: The downloads, read once, as the transaction goes (a list of any length).
+    ///   - hostSettings: Settings for the queue's hosts from now on (those of ``setHostSettings(_:)``).
     /// - Throws: ``SharedQueueError`` (``SharedQueueError/Code/conflict`` for a path queued for another URL).
     @discardableResult
     public func enqueue<Downloads: AsyncSequence & Sendable>(
@@ -109,7 +111,7 @@ extension SharedQueue {
         return report
     }
 
-    /// Adds `downloads` to the queue, as ``enqueue(_:hostSettings:)`` does with a sequence.
+    /// Adds `downloads` to the queue, all or none, as the sequence form does.
     @discardableResult
     public func enqueue(_ downloads: [SharedDownload], hostSettings: HostSettings? = nil) async throws
         -> EnqueueReport

@@ -3,7 +3,7 @@ public import Logging
 import HaulOperations
 import PostgresNIO
 
-/// A download queue in PostgreSQL that many workers share, on one machine or many: producers ``enqueue(_:)``
+/// A download queue in PostgreSQL that many workers share, on one machine or many: producers enqueue
 /// downloads, ``SharedQueueWorker``s claim and run them with the whole engine, and anyone reads ``status(failures:)``.
 ///
 /// Several named queues may live in one database (``name``); each has its own per-host settings
@@ -38,9 +38,13 @@ public final class SharedQueue: Sendable {
     /// Connects to the database at `url`, creates or migrates the queue's tables, runs `body` with the queue named
     /// `name`, and disconnects.
     /// - Parameters:
+    ///   - url: Where the database is.
+    ///   - name: The queue's name: one database holds many.
+    ///   - logger: Where postgres-nio and the queue log (silent unless its handler prints).
     ///   - maximumConnections: Connections to PostgreSQL at most (a worker uses three or four).
     ///   - statementTimeout: How long one statement may take before it is given up (the database is then taken as
     ///     unreachable).
+    ///   - body: What to do with the queue.
     /// - Throws: ``SharedQueueError`` (``SharedQueueError/Code/database`` when PostgreSQL cannot be reached), or what
     ///   `body` throws.
     public static func withQueue<Result: Sendable>(

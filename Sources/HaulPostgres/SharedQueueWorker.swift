@@ -3,7 +3,7 @@ public import Haul
 import HaulOperations
 import PostgresNIO
 
-/// A worker of a ``SharedQueue``: claims downloads in batches, runs them through a ``DownloadQueue`` with every rule of
+/// A worker of a ``SharedQueue``: claims downloads in batches, runs them through a `DownloadQueue` with every rule of
 /// the engine, and records how each ended, until it is cancelled (or, with ``Configuration/exitsWhenEmpty``, until
 /// nothing is left to do).
 ///
