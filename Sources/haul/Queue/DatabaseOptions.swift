@@ -42,6 +42,11 @@ struct DatabaseOptions: ParsableArguments {
         }
     }
 
+    /// Reports a missing or bad database URL (exit 2) before the command reads its input or opens anything.
+    func checkURL() throws(UsageFailure) {
+        _ = try databaseURL()
+    }
+
     /// Connects to the queue, runs `body` with it, and disconnects. A database that cannot be reached or refuses a
     /// statement ends the command with its message and exit status 1.
     func withQueue<Result: Sendable>(

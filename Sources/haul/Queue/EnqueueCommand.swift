@@ -87,7 +87,7 @@ struct EnqueueCommand: AsyncParsableCommand {
 
     func run() async throws {
         Interruption.install()
-        _ = try database.databaseURL()
+        try database.checkURL()
         var source = InputSource(arguments: urls)
         if let inputFile {
             do {

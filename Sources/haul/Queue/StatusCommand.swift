@@ -39,7 +39,6 @@ struct StatusCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        _ = try database.databaseURL()
         let json = json
         let watch = watch
         let failures = failures

@@ -103,7 +103,7 @@ struct WorkerCommand: AsyncParsableCommand {
 
     func run() async throws {
         Interruption.install()
-        _ = try database.databaseURL()
+        try database.checkURL()
         let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
         let proxy = connection.transport.isSystemStack ? ProxyConfiguration.none : try network.proxyConfiguration()
         var settings = RunSettings(directory: directory)
