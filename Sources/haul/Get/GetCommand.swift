@@ -190,7 +190,9 @@ struct GetCommand: AsyncParsableCommand {
             checkingFiles: checked.usesHTTPS || proxy.http?.kind == .https || proxy.https?.kind == .https)
         try directories.createBase()
         // Opened once the input is known to be good: a bad input leaves nothing behind.
-        let journal = try journalPath(directory: directory).map(Self.openJournal(at:))
+        let journal = try Self.journalPath(journal, disabled: noJournal, directory: directory).map {
+            try Self.openJournal(at: $0)
+        }
 
         var settings = RunSettings(directory: directory)
         // One file split over N connections should get them without -j too.
@@ -245,14 +247,17 @@ struct GetCommand: AsyncParsableCommand {
         return Planner(settings: planSettings)
     }
 
-    /// Where the journal is kept; `nil` with `--no-journal`.
-    private func journalPath(directory: URL) -> String? {
-        guard !noJournal else { return nil }
-        return journal.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+    /// Where the journal is kept (`--journal`, else DIR/.haul/journal.sqlite); `nil` with `--no-journal`.
+    static func journalPath(_ option: String?, disabled: Bool, directory: URL) -> String? {
+        guard !disabled else { return nil }
+        return option.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
             ?? directory.appendingPathComponent(".haul/journal.sqlite").path
     }
 
-    private static func openJournal(at path: String) throws -> SQLiteJournal {
+    /// Opens the journal at `path`; a failure is a usage error followed by `summary`.
+    static func openJournal(
+        at path: String, summary: String = "nothing was downloaded (see 'haul get --help')"
+    ) throws -> SQLiteJournal {
         let warned = Locked(false)
         do {
             // Each download is looked up once, before it is written: the journal need not remember its writes.
@@ -267,7 +272,8 @@ struct GetCommand: AsyncParsableCommand {
                     if first { Console.err("haul: warning: journal '\(path)': \(error); a rerun may fetch again\n") }
                 })
         } catch {
-            throw UsageFailure([InputProblem(origin: "--journal", message: "\(error); or use --no-journal")])
+            throw UsageFailure(
+                [InputProblem(origin: "--journal", message: "\(error); or use --no-journal")], summary: summary)
         }
     }
 

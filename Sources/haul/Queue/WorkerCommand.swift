@@ -125,20 +125,10 @@ struct WorkerCommand: AsyncParsableCommand {
                 ],
                 summary: "nothing was done")
         }
-        var journal: SQLiteJournal?
-        if !noJournal {
-            let path =
-                self.journal.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
-                ?? directory.appendingPathComponent(".haul/journal.sqlite").path
-            do {
-                journal = try SQLiteJournal(path: path, remembersWrites: false)
-                settings.journal = journal
-            } catch {
-                throw UsageFailure(
-                    [InputProblem(origin: "--journal", message: "\(error); or use --no-journal")],
-                    summary: "nothing was done")
-            }
+        let journal = try GetCommand.journalPath(self.journal, disabled: noJournal, directory: directory).map {
+            try GetCommand.openJournal(at: $0, summary: "nothing was done")
         }
+        settings.journal = journal
         let engine = GetRun.makeEngine(settings)
         let workerConfiguration = SharedQueueWorker.Configuration(
             directory: directory, maxConcurrent: maxConcurrent, lease: .milliseconds(Int64(lease * 1000)), name: name,
