@@ -198,16 +198,15 @@ final class TunnelReader: ChannelInboundHandler, RemovableChannelHandler, @unche
     private var failure: (any Error)?
 
     /// The next message, as bytes (a head as text). Fails when the proxy closes the connection or the connect
-    /// deadline passes first.
+    /// deadline passes before all of it has arrived.
     func read(_ message: Message, on loop: any EventLoop) async throws -> [UInt8] {
         try await loop.flatSubmit { [self] in
             let promise = loop.makePromise(of: [UInt8].self)
-            if let failure {
-                promise.fail(failure)
-            } else {
-                waiting = (message, promise)
-                deliver()
-            }
+            waiting = (message, promise)
+            // A proxy that answers and closes at once (a 407) may have done both before this read was asked for:
+            // what arrived is read first.
+            deliver()
+            if let failure, waiting != nil { fail(failure) }
             return promise.futureResult
         }.get()
     }
