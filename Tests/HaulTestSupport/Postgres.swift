@@ -58,6 +58,12 @@ package final class PostgresServer: Sendable {
             cleanUp: { try? FileManager.default.removeItem(atPath: directory) })
         self.port = port
         process = Locked(server)
+        do {
+            try await waitUntilReady()
+        } catch {
+            await stop()
+            throw error
+        }
     }
 
     /// Starts PostgreSQL (see ``init(extraSettings:)``), runs `body` with it, and stops it however `body` ends.
@@ -81,6 +87,24 @@ package final class PostgresServer: Sendable {
         guard await waitUntilAccepting(port: port, process: child, within: .seconds(20)) else {
             let log = (try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? ""
             throw FixtureError("PostgreSQL did not start again: \(log)")
+        }
+        try await waitUntilReady()
+    }
+
+    /// Waits until the server takes queries: it listens before that, and refuses connections while it starts up
+    /// ("the database system is starting up"), longer on a busy machine.
+    private func waitUntilReady(within limit: Duration = .seconds(20)) async throws {
+        let deadline = ContinuousClock.now + limit
+        while true {
+            let probe = try ChildProcess(
+                "/usr/lib/postgresql/15/bin/pg_isready",
+                ["-q", "-h", "127.0.0.1", "-p", "\(port)", "-U", "haul", "-d", "postgres"])
+            if await probe.finish().status == 0 { return }
+            guard ContinuousClock.now < deadline else {
+                let log = (try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? ""
+                throw FixtureError("PostgreSQL on port \(port) did not become ready within \(limit): \(log)")
+            }
+            try await Task.sleep(for: .milliseconds(50))
         }
     }
 
