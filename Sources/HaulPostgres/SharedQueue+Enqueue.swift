@@ -37,7 +37,8 @@ extension SharedQueue {
 
     /// Adds `downloads` to the queue, all or none, in one transaction. A download whose path is queued already for
     /// the same URL is left as it is (enqueueing a list twice adds nothing the second time); for another URL, nothing
-    /// is added and the error names both. Wakes the workers once.
+    /// is added and the error names both, also when another enqueue running at the same time gave that URL. Wakes the
+    /// workers once.
     /// - Parameters:
     ///   - downloads: The downloads, read once, as the transaction goes (a list of any length).
     ///   - hostSettings: Settings for the queue's hosts from now on (those of ``setHostSettings(_:)``).
@@ -71,6 +72,11 @@ extension SharedQueue {
                     }
                 }
                 try await chunk.stage(on: connection, logger: logger)
+                // Enqueues into one queue take turns from here to their commit (claims never take this lock): two
+                // lists sharing a path would each pass the conflict check unseen by the other, and insert shared paths
+                // in opposite orders into the unique index (a deadlock). The input was read before, without it.
+                try await connection.query(
+                    "SELECT 1 FROM haul_queue WHERE name = \(queueName) FOR NO KEY UPDATE", logger: logger)
                 try await Self.checkConflicts(queueName, on: connection, logger: logger)
                 // Last: the host rows stay locked until the commit, which follows at once (claims skip them meanwhile).
                 if let hostSettings {

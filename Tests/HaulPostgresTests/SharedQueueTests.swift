@@ -69,6 +69,53 @@ struct SharedQueueTests {
         }
     }
 
+    @Test("enqueues at once: lists sharing paths in opposite orders both land; a path given two URLs is refused")
+    func concurrentEnqueues() async throws {
+        try await withFixtures { server, database, _ in
+            try await SharedQueue.withQueue(database) { queue in
+                // Both transactions read their whole input, then wait for each other: their conflict checks and
+                // inserts start together.
+                let list = try (0..<2_000).map { index in
+                    try SharedDownload(request: request(server.url(path: "/bytes/o\(index)")), path: "o\(index)")
+                }
+                let together = Barrier(parties: 2)
+                async let forward = queue.enqueue(HeldList(items: list, barrier: together))
+                async let backward = queue.enqueue(HeldList(items: list.reversed(), barrier: together))
+                let reports = try await [forward, backward]
+                #expect(reports.map(\.added).reduce(0, +) == 2_000)
+                #expect(reports.map(\.alreadyQueued).reduce(0, +) == 2_000)
+                #expect(try await queue.status().waiting == 2_000)
+
+                func clashing(_ name: String) throws -> [SharedDownload] {
+                    try (0..<200).map { index in
+                        try SharedDownload(
+                            request: request(server.url(path: "/bytes/\(name)\(index)")), path: "\(name)\(index)")
+                    } + [SharedDownload(request: request(server.url(path: "/bytes/\(name)-clash")), path: "clash")]
+                }
+                let again = Barrier(parties: 2)
+                func enqueueClashing(_ name: String) async -> Result<EnqueueReport, any Error> {
+                    do {
+                        return .success(try await queue.enqueue(HeldList(items: try clashing(name), barrier: again)))
+                    } catch {
+                        return .failure(error)
+                    }
+                }
+                async let first = enqueueClashing("a")
+                async let second = enqueueClashing("b")
+                let results = await [first, second]
+                let added = results.compactMap { try? $0.get() }
+                #expect(added == [EnqueueReport(added: 201, alreadyQueued: 0)], "\(results)")
+                let refusal = results.compactMap { result -> SharedQueueError? in
+                    guard case .failure(let error) = result else { return nil }
+                    return error as? SharedQueueError
+                }
+                #expect(refusal.map(\.code) == [.conflict])
+                #expect(refusal.first?.message.contains("path 'clash' is queued already for") == true)
+                #expect(try await queue.status().waiting == 2_201)
+            }
+        }
+    }
+
     @Test("a worker silent past its lease loses its claims; its late completion is refused")
     func lostLease() async throws {
         try await withFixtures { server, database, directory in
@@ -289,6 +336,45 @@ struct SharedQueueTLSTests {
             }
             #expect(refused?.message.contains("does not offer TLS") == true, "\(refused?.message ?? "")")
         }
+    }
+}
+
+/// A list that, once read to its end, waits until every party of `barrier` has read its own: enqueues of such lists
+/// reach their conflict checks and inserts together.
+struct HeldList: AsyncSequence, Sendable {
+    let items: [SharedDownload]
+    let barrier: Barrier
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(items: items, barrier: barrier) }
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let items: [SharedDownload]
+        let barrier: Barrier
+        var index = 0
+
+        mutating func next() async -> SharedDownload? {
+            defer { index += 1 }
+            if index < items.count { return items[index] }
+            if index == items.count { await barrier.arrive() }
+            return nil
+        }
+    }
+}
+
+/// Holds each arriving task until `parties` have arrived.
+actor Barrier {
+    private let parties: Int
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    init(parties: Int) { self.parties = parties }
+
+    func arrive() async {
+        guard waiting.count + 1 < parties else {
+            for continuation in waiting { continuation.resume() }
+            waiting = []
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
     }
 }
 
