@@ -152,6 +152,64 @@ struct SharedQueueTests {
         }
     }
 
+    @Test("a worker whose database goes silent (nothing reset, nothing answered) lets go before another takes over")
+    func silentDatabase() async throws {
+        try await PostgresServer.withRunning { postgres in
+            try await TestServer.withRunning { server in
+                let relay = try TCPRelay(to: postgres.port)
+                defer { relay.cut() }
+                let silentURL = try DatabaseURL("postgres://haul@127.0.0.1:\(relay.port)/postgres?sslmode=disable")
+                let (silentDirectory, otherDirectory) = (try TemporaryDirectory(), try TemporaryDirectory())
+                try await SharedQueue.withQueue(try DatabaseURL(postgres.url)) { queue in
+                    try await queue.enqueue(
+                        try (0..<2).map {
+                            try SharedDownload(
+                                request: request(
+                                    server.url(path: "/bytes/s\($0)", query: ["size": "50000", "hold": "s"])),
+                                path: "s\($0)")
+                        })
+                    try await SharedQueue.withQueue(silentURL, statementTimeout: .seconds(1)) { silentQueue in
+                        let silent = SharedQueueWorker(
+                            queue: silentQueue, transport: NIOTransport(),
+                            configuration: .init(directory: silentDirectory.url, maxConcurrent: 2, lease: .seconds(3)))
+                        let lost = Task { await silent.events.first { $0 == .leaseLost } != nil }
+                        let silentRun = Task { await silent.run() }
+                        try await eventually("both requests held", within: .seconds(20)) {
+                            server.heldCount(at: "s") == 2
+                        }
+                        relay.silence()
+                        // The other worker may take the two once the silent one's lease has run out; by then the
+                        // silent one must have stopped fetching them: the server never sees more than two at once.
+                        let other = SharedQueueWorker(
+                            queue: queue, transport: NIOTransport(),
+                            configuration: .init(
+                                directory: otherDirectory.url, maxConcurrent: 2, lease: .seconds(3),
+                                exitsWhenEmpty: true))
+                        let otherRun = Task { await other.run() }
+                        try await eventually("both taken over", within: .seconds(30)) {
+                            server.stats.requestCount == 4 && server.stats.inFlight == 2
+                        }
+                        #expect(await lost.value)
+                        server.openGate("s")
+                        #expect(await otherRun.value.done == 2)
+                        silentRun.cancel()
+                        relay.cut()
+                        #expect(await silentRun.value.done == 0)
+                    }
+                    #expect(server.stats.maxInFlight == 2)
+                    let files = try await queue.files()
+                    #expect(files.map(\.directory) == [otherDirectory.url.path, otherDirectory.url.path])
+                    for index in 0..<2 {
+                        #expect(
+                            contentsOf(otherDirectory.file("s\(index)"))
+                                == TestServer.expectedBytes(name: "s\(index)", size: 50_000))
+                        #expect(!FileManager.default.fileExists(atPath: silentDirectory.file("s\(index)").path))
+                    }
+                }
+            }
+        }
+    }
+
     @Test("a per-host rate spaces the starts of one host's downloads across two workers")
     func perHostRate() async throws {
         try await withFixtures { server, database, directory in

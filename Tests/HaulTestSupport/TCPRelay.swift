@@ -5,9 +5,10 @@ import HaulOperations
 import Glibc
 #endif
 
-/// A TCP relay on a free loopback port to another loopback port, which a test can cut: every connection through it
+/// A TCP relay on a free loopback port to another loopback port, which a test can cut (every connection through it
 /// is closed and new ones are refused, as a network partition between a client and its server would look to the
-/// client. Blocking sockets, one thread per direction of a connection.
+/// client) or silence (nothing closed, nothing answered: a route that went dead). Blocking sockets, one thread per
+/// direction of a connection.
 package final class TCPRelay: Sendable {
     /// The port clients connect to.
     package let port: Int
@@ -18,6 +19,9 @@ package final class TCPRelay: Sendable {
     private struct State {
         var sockets: Set<Int32> = []
         var cut = false
+        var silent = false
+        /// Connections taken while silent: no pumps, closed by the cut.
+        var held: Set<Int32> = []
     }
 
     /// Starts relaying 127.0.0.1:`port` to 127.0.0.1:`target`.
@@ -44,13 +48,20 @@ package final class TCPRelay: Sendable {
 
     /// Closes every connection and refuses new ones from now on.
     package func cut() {
-        let sockets = state.withLock { state in
+        let (sockets, held) = state.withLock { state in
             state.cut = true
-            defer { state.sockets = [] }
-            return state.sockets
+            defer { (state.sockets, state.held) = ([], []) }
+            return (state.sockets, state.held)
         }
         shutdown(listener, Int32(SHUT_RDWR))
         for socket in sockets { shutdown(socket, Int32(SHUT_RDWR)) }
+        for socket in held { close(socket) }
+    }
+
+    /// From now on drops every byte either way, and takes new connections without ever answering them; nothing is
+    /// closed until ``cut()``.
+    package func silence() {
+        state.withLock { $0.silent = true }
     }
 
     private func acceptLoop() {
@@ -61,6 +72,12 @@ package final class TCPRelay: Sendable {
                 close(listener)
                 return
             }
+            let held = state.withLock { state in
+                guard state.silent, !state.cut else { return false }
+                state.held.insert(client)
+                return true
+            }
+            if held { continue }
             let server = socket(AF_INET, streamSocket, 0)
             let connected = withLoopbackAddress(port: target) { connect(server, $0, $1) }.result == 0
             let accepted = state.withLock { state in
@@ -86,6 +103,7 @@ package final class TCPRelay: Sendable {
             let count = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { break }
+            if state.withLock({ $0.silent }) { continue }
             var sent = 0
             while sent < count {
                 let written = buffer.withUnsafeBytes { bytes in
