@@ -12,7 +12,7 @@ import Glibc
 /// restart, checked against the files, the database and the HTTP server's own counters.
 @Suite("haul worker: many processes, one queue", .timeLimit(.minutes(5)), .serialized)
 struct QueueWorkerTests {
-    @Test("4 workers, 1,000 URLs, one SIGKILLed, one cut off: every URL done, files identical, per-host limit held")
+    @Test("4 workers, 1,000 URLs, one SIGKILLed, one partitioned: every URL done, files identical, per-host limit held")
     func killAndPartition() async throws {
         try await PostgresServer.withRunning { postgres in
             try await TestServer.withRunning { server in
@@ -33,8 +33,10 @@ struct QueueWorkerTests {
                 #expect(enqueued.status == 0, "\(enqueued)")
                 #expect(enqueued.stdout.contains("enqueued 1000 downloads"), "\(enqueued)")
 
-                // Worker 4 reaches the database through a relay the test cuts.
+                // Worker 4 reaches the database through a relay the test silences: its heartbeats and everything
+                // else go unanswered, nothing is reset.
                 let relay = try TCPRelay(to: postgres.port)
+                defer { relay.cut() }
                 let relayed = "postgres://haul@127.0.0.1:\(relay.port)/postgres?sslmode=disable"
                 let workers = try (1...4).map { number in
                     try HaulProcess([
@@ -43,12 +45,12 @@ struct QueueWorkerTests {
                     ])
                 }
                 try await SharedQueue.withQueue(try DatabaseURL(postgres.url)) { queue in
-                    // Once worker 2 and worker 4 have each published a few files, kill one and cut the other off.
+                    // Once worker 2 and worker 4 have each published a few files, kill one and partition the other.
                     try await eventually("workers 2 and 4 at work", within: .seconds(60)) {
                         workers[1].stdoutSoFarCount("\"finish\"") >= 5 && workers[3].stdoutSoFarCount("\"finish\"") >= 5
                     }
                     kill(workers[1].pid, SIGKILL)
-                    relay.cut()
+                    relay.silence()
                     let outputs = [await workers[0].finish(), await workers[2].finish()]
                     for output in outputs { #expect(output.status == 0, "\(output)") }
                     let killed = await workers[1].finish()
@@ -62,7 +64,7 @@ struct QueueWorkerTests {
 
                     let status = try await queue.status()
                     #expect(status.done == 1_000 && status.waiting == 0 && status.running == 0 && status.failed == 0)
-                    // The killed and the cut-off worker lost their leases; the others stopped when the queue was done.
+                    // The killed and the partitioned worker lost their leases; the others stopped when the queue was done.
                     let states = Dictionary(status.workers.map { ($0.name, $0.state) }, uniquingKeysWith: { $1 })
                     #expect(states["w1"] == "stopped" && states["w3"] == "stopped", "\(states)")
                     #expect(states["w2"] == "lost" && states["w4"] == "lost", "\(states)")
