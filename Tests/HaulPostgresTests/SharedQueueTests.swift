@@ -52,12 +52,12 @@ struct SharedQueueTests {
         try await withFixtures { server, database, _ in
             try await SharedQueue.withQueue(database) { queue in
                 let list = try (0..<5).map { index in
-                    try SharedDownload(request: request(server.url(path: "/bytes/d\(index)")), path: "d\(index)")
+                    try download("d\(index)", from: server)
                 }
                 #expect(try await queue.enqueue(list + [list[0]]) == EnqueueReport(added: 5, alreadyQueued: 1))
                 #expect(try await queue.enqueue(list) == EnqueueReport(added: 0, alreadyQueued: 5))
                 let other = try SharedDownload(request: request(server.url(path: "/bytes/other")), path: "d3")
-                let fresh = try SharedDownload(request: request(server.url(path: "/bytes/new")), path: "new")
+                let fresh = try download("new", from: server)
                 let error = await #expect(throws: SharedQueueError.self) {
                     try await queue.enqueue([fresh, other])
                 }
@@ -76,7 +76,7 @@ struct SharedQueueTests {
                 // Both transactions read their whole input, then wait for each other: their conflict checks and
                 // inserts start together.
                 let list = try (0..<2_000).map { index in
-                    try SharedDownload(request: request(server.url(path: "/bytes/o\(index)")), path: "o\(index)")
+                    try download("o\(index)", from: server)
                 }
                 let together = Barrier(parties: 2)
                 async let forward = queue.enqueue(HeldList(items: list, barrier: together))
@@ -88,8 +88,7 @@ struct SharedQueueTests {
 
                 func clashing(_ name: String) throws -> [SharedDownload] {
                     try (0..<200).map { index in
-                        try SharedDownload(
-                            request: request(server.url(path: "/bytes/\(name)\(index)")), path: "\(name)\(index)")
+                        try download("\(name)\(index)", from: server)
                     } + [SharedDownload(request: request(server.url(path: "/bytes/\(name)-clash")), path: "clash")]
                 }
                 let again = Barrier(parties: 2)
@@ -122,7 +121,7 @@ struct SharedQueueTests {
             try await SharedQueue.withQueue(database) { queue in
                 try await queue.enqueue(
                     try (0..<3).map {
-                        try SharedDownload(request: request(server.url(path: "/bytes/l\($0)")), path: "l\($0)")
+                        try download("l\($0)", from: server)
                     },
                     hostSettings: HostSettings(maxConnectionsPerHost: 2))
                 let silent = try await queue.registerWorker(name: "silent", directory: "/x", lease: .milliseconds(300))
@@ -163,10 +162,7 @@ struct SharedQueueTests {
                 try await SharedQueue.withQueue(try DatabaseURL(postgres.url)) { queue in
                     try await queue.enqueue(
                         try (0..<2).map {
-                            try SharedDownload(
-                                request: request(
-                                    server.url(path: "/bytes/s\($0)", query: ["size": "50000", "hold": "s"])),
-                                path: "s\($0)")
+                            try download("s\($0)", from: server, query: ["size": "50000", "hold": "s"])
                         })
                     try await SharedQueue.withQueue(silentURL, statementTimeout: .seconds(1)) { silentQueue in
                         let silent = SharedQueueWorker(
@@ -215,7 +211,7 @@ struct SharedQueueTests {
         try await withFixtures { server, database, directory in
             try await SharedQueue.withQueue(database) { queue in
                 let downloads = try (0..<8).map {
-                    try SharedDownload(request: request(server.url(path: "/bytes/p\($0)")), path: "p\($0)")
+                    try download("p\($0)", from: server)
                 }
                 try await queue.enqueue(downloads, hostSettings: HostSettings(minimumInterval: .milliseconds(150)))
                 let reports = await withTaskGroup(of: WorkerReport.self) { group in
@@ -247,9 +243,7 @@ struct SharedQueueTests {
         try await withFixtures { server, database, directory in
             try await SharedQueue.withQueue(database) { queue in
                 let downloads = try (0..<3).map {
-                    try SharedDownload(
-                        request: request(server.url(path: "/bytes/c\($0)", query: ["size": "50000", "hold": "c"])),
-                        path: "c\($0)")
+                    try download("c\($0)", from: server, query: ["size": "50000", "hold": "c"])
                 }
                 try await queue.enqueue(downloads)
                 let worker = SharedQueueWorker(
@@ -276,7 +270,7 @@ struct SharedQueueTests {
             try await SharedQueue.withQueue(database) { queue in
                 try await queue.enqueue(
                     try (0..<4).map {
-                        try SharedDownload(request: request(server.url(path: "/bytes/s\($0)")), path: "s\($0)")
+                        try download("s\($0)", from: server)
                     })
                 let worker = try await queue.registerWorker(name: "w", directory: "/w", lease: .seconds(30))
                 #expect(try await queue.claim(worker: worker, limit: 3).count == 3)
@@ -300,7 +294,7 @@ struct SharedQueueTests {
                 try await queue.enqueue(waiting)
                 try await queue.execute(
                     "UPDATE haul_download SET run_after = now() + interval '1 hour'", "pushing the retries back")
-                try await queue.enqueue([try SharedDownload(request: request(server.url(path: "/bytes/r")), path: "r")])
+                try await queue.enqueue([try download("r", from: server)])
                 let worker = try await queue.registerWorker(name: "w", directory: "/w", lease: .seconds(30))
                 let claims = try await queue.claim(worker: worker, limit: 1)
                 #expect(claims.map(\.path) == ["r"])
@@ -439,6 +433,11 @@ actor Barrier {
 /// A request for `url` (its destination is each worker's).
 func request(_ url: URL) -> DownloadRequest {
     DownloadRequest(url: url, destination: .directory(URL(fileURLWithPath: "/")))
+}
+
+/// A download of the server's `/bytes/NAME` (bytes generated from NAME) at the path NAME.
+func download(_ name: String, from server: TestServer, query: [String: String] = [:]) throws -> SharedDownload {
+    try SharedDownload(request: request(server.url(path: "/bytes/\(name)", query: query)), path: name)
 }
 
 /// A loopback server, a PostgreSQL of the test's own, and a scratch directory.
