@@ -131,8 +131,6 @@ public final class SharedQueue: Sendable {
         let task = Task.detached { try await self.rows(query, what, timeout: timeout, as: type) }
         do {
             return try await task.value
-        } catch let error as SharedQueueError {
-            throw error
         } catch {
             throw SharedQueueError.database(error, doing: what)
         }
