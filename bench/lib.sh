@@ -1,9 +1,18 @@
-# Shared by the bench scripts (source it): a free loopback port, nginx serving a directory, timing and medians.
+# Shared by the bench scripts (source it): a free loopback port, `haul serve` and nginx, timing and medians.
 # Each script sets WORK (its scratch directory on the real disk) before calling these.
 
 # Prints a free TCP port on 127.0.0.1.
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start_haul_serve LOG: starts `haul serve` on a port of its choosing, its output in LOG, and waits until it says
+# which; sets HAUL_SERVE_PID and HAUL_SERVE_PORT.
+start_haul_serve() {
+    "$HAUL" serve --port 0 > "$1" 2>&1 &
+    HAUL_SERVE_PID=$!
+    for _ in $(seq 1 50); do grep -q 'Serving on' "$1" && break; sleep 0.1; done
+    HAUL_SERVE_PORT=$(grep -o '127.0.0.1:[0-9]*' "$1" | head -1 | cut -d: -f2)
 }
 
 # start_nginx ROOT: serves ROOT on free loopback ports with sendfile and long keep-alive: plain HTTP on NGINX_PORT,

@@ -21,20 +21,17 @@ trap 'umount "$work" 2>/dev/null; rmdir "$work"' EXIT
 results="$work/results.txt"
 for round in $(seq 1 "$rounds"); do
     for count in "$small" "$large"; do
-        "$HAUL" serve --port 0 > "$work/serve.log" 2>&1 &
-        server=$!
-        for _ in $(seq 1 50); do grep -q 'Serving on' "$work/serve.log" && break; sleep 0.1; done
-        port=$(grep -o '127.0.0.1:[0-9]*' "$work/serve.log" | head -1 | cut -d: -f2)
+        start_haul_serve "$work/serve.log"
         python3 -c "
 import sys
 with open(sys.argv[1], 'w') as f:
     f.writelines(f'http://127.0.0.1:{sys.argv[2]}/bytes/f{i:07d}?size=64\n' for i in range(int(sys.argv[3])))
-" "$work/list.txt" "$port" "$count"
+" "$work/list.txt" "$HAUL_SERVE_PORT" "$count"
         rm -rf "$work/out"
         sync
         /usr/bin/time -o "$work/time.txt" -f "%e %U %S %M" "$HAUL" get -q -j 8 -d "$work/out" -i "$work/list.txt"
-        kill "$server"
-        wait "$server" 2>/dev/null || true
+        kill "$HAUL_SERVE_PID"
+        wait "$HAUL_SERVE_PID" 2>/dev/null || true
         files=$(find "$work/out" -maxdepth 1 -type f | wc -l)
         [[ "$files" == "$count" ]] || { echo "round $round: $files of $count files" >&2; exit 1; }
         read -r wall user system rss < "$work/time.txt"

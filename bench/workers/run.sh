@@ -27,15 +27,10 @@ pg_port=$(free_port)
 as_postgres "$bin/postgres" -D "$WORK/data" -k "$WORK" -p "$pg_port" -c listen_addresses=127.0.0.1 \
     -c max_connections=200 > "$WORK/postgres.log" 2>&1 &
 postgres=$!
-"$HAUL" serve --port 0 > "$WORK/serve.log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null; kill -INT $postgres 2>/dev/null; wait $postgres 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 1 100); do
-    grep -q 'Serving on' "$WORK/serve.log" && psql -h 127.0.0.1 -p "$pg_port" -U haul -d postgres -c 'select 1' \
-        >/dev/null 2>&1 && break
-    sleep 0.1
-done
-port=$(grep -o '127.0.0.1:[0-9]*' "$WORK/serve.log" | head -1 | cut -d: -f2)
+start_haul_serve "$WORK/serve.log"
+port=$HAUL_SERVE_PORT
+trap 'kill $HAUL_SERVE_PID 2>/dev/null; kill -INT $postgres 2>/dev/null; wait $postgres 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 1 100); do "$bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && break; sleep 0.1; done
 export HAUL_DATABASE_URL="postgres://haul@127.0.0.1:$pg_port/postgres?sslmode=disable"
 commits() {
     psql -h 127.0.0.1 -p "$pg_port" -U haul -d postgres -At \
