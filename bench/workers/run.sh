@@ -21,10 +21,12 @@ if [[ -z "${HAUL:-}" ]]; then build_haul; fi
 WORK=$(mktemp -d /var/tmp/haul-workers.XXXXXX)
 chown postgres "$WORK"
 bin=/usr/lib/postgresql/15/bin
-as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"; }
-as_postgres "$bin/initdb" -D "$WORK/data" -A trust -U haul -E UTF8 --locale=C >/dev/null
+as_postgres=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+"${as_postgres[@]}" "$bin/initdb" -D "$WORK/data" -A trust -U haul -E UTF8 --locale=C >/dev/null
 pg_port=$(free_port)
-as_postgres "$bin/postgres" -D "$WORK/data" -k "$WORK" -p "$pg_port" -c listen_addresses=127.0.0.1 \
+# Started as a command, not through a shell function: setpriv execs the server, so $! is the server itself, which
+# the EXIT trap stops (a function would run in a subshell, which ignores SIGINT in the background).
+"${as_postgres[@]}" "$bin/postgres" -D "$WORK/data" -k "$WORK" -p "$pg_port" -c listen_addresses=127.0.0.1 \
     -c max_connections=200 > "$WORK/postgres.log" 2>&1 &
 postgres=$!
 start_haul_serve "$WORK/serve.log"
