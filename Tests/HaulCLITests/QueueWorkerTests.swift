@@ -38,29 +38,34 @@ struct QueueWorkerTests {
                 let relay = try TCPRelay(to: postgres.port)
                 defer { relay.cut() }
                 let relayed = "postgres://haul@127.0.0.1:\(relay.port)/postgres?sslmode=disable"
-                let workers = try (1...4).map { number in
+                func worker(_ number: Int, width: Int) throws -> HaulProcess {
                     try HaulProcess([
                         "worker", "--db", number == 4 ? relayed : postgres.url, "-d", root.path + "/w\(number)",
-                        "-j", "4", "--lease", "3", "--until-empty", "--name", "w\(number)", "--json",
+                        "-j", "\(width)", "--lease", "3", "--until-empty", "--name", "w\(number)", "--json",
                     ])
                 }
+                // Workers 2 and 4 start first, one download each: claiming at most two each, they leave connections
+                // free for each other, so both are at work for sure (a worker that starts when busy ones hold every
+                // connection may get none before the queue is done). Workers 1 and 3 take over from them.
+                let (second, fourth) = (try worker(2, width: 1), try worker(4, width: 1))
                 try await SharedQueue.withQueue(try DatabaseURL(postgres.url)) { queue in
                     // Once worker 2 and worker 4 have each published a few files, kill one and partition the other.
                     try await eventually("workers 2 and 4 at work", within: .seconds(60)) {
-                        workers[1].stdoutSoFarCount("\"finish\"") >= 5 && workers[3].stdoutSoFarCount("\"finish\"") >= 5
+                        second.stdoutSoFarCount("\"finish\"") >= 5 && fourth.stdoutSoFarCount("\"finish\"") >= 5
                     }
-                    kill(workers[1].pid, SIGKILL)
+                    kill(second.pid, SIGKILL)
                     relay.silence()
-                    let outputs = [await workers[0].finish(), await workers[2].finish()]
+                    let (first, third) = (try worker(1, width: 4), try worker(3, width: 4))
+                    let outputs = [await first.finish(), await third.finish()]
                     for output in outputs { #expect(output.status == 0, "\(output)") }
-                    let killed = await workers[1].finish()
+                    let killed = await second.finish()
                     #expect(killed.status == 128 + SIGKILL)
                     // The partitioned worker stopped its downloads by itself; it keeps trying to reach the database.
                     try await eventually("worker 4 stops its downloads", within: .seconds(30)) {
-                        workers[3].stdoutSoFarCount("\"lease-lost\"") > 0
+                        fourth.stdoutSoFarCount("\"lease-lost\"") > 0
                     }
-                    workers[3].send(SIGKILL)
-                    _ = await workers[3].finish()
+                    fourth.send(SIGKILL)
+                    _ = await fourth.finish()
 
                     let status = try await queue.status()
                     #expect(status.done == 1_000 && status.waiting == 0 && status.running == 0 && status.failed == 0)
