@@ -27,8 +27,13 @@ public struct HostSettings: Sendable, Hashable {
 public struct EnqueueReport: Sendable, Hashable {
     /// Downloads added to the queue.
     public var added = 0
-    /// Downloads that were in the queue already (the same URL at the same path), left as they were.
+    /// Downloads that were in the queue already (the same URL at the same path, or the same resource still running
+    /// or done), left as they were.
     public var alreadyQueued = 0
+    /// Downloads queued already for the same resource under another query (a signed or expiring URL's new token),
+    /// waiting, failed or cancelled: they take the new URL, and the failed or cancelled ones wait again. A worker
+    /// resumes what its journal has of the file, whatever URL left it.
+    public var renewed = 0
 }
 
 extension SharedQueue {
@@ -36,9 +41,10 @@ extension SharedQueue {
     static let enqueueChunk = 5_000
 
     /// Adds `downloads` to the queue, all or none, in one transaction. A download whose path is queued already for
-    /// the same URL is left as it is (enqueueing a list twice adds nothing the second time); for another URL, nothing
-    /// is added and the error names both, also when another enqueue running at the same time gave that URL. Wakes the
-    /// workers once.
+    /// the same URL is left as it is (enqueueing a list twice adds nothing the second time); for a URL that differs
+    /// only in its query (a new token) it is renewed (``EnqueueReport/renewed``) unless it is running or done; for
+    /// another URL, nothing is added and the error names both, also when another enqueue running at the same time
+    /// gave that URL. Wakes the workers once.
     /// - Parameters:
     ///   - downloads: The downloads, read once, as the transaction goes (a list of any length).
     ///   - hostSettings: Settings for the queue's hosts from now on (those of ``setHostSettings(_:)``).
@@ -78,11 +84,12 @@ extension SharedQueue {
                 try await connection.query(
                     "SELECT 1 FROM haul_queue WHERE name = \(queueName) FOR NO KEY UPDATE", logger: logger)
                 try await Self.checkConflicts(queueName, on: connection, logger: logger)
+                let renewed = try await Self.renew(queueName, on: connection, logger: logger)
                 // Last: the host rows stay locked until the commit, which follows at once (claims skip them meanwhile).
                 if let hostSettings {
                     try await Self.apply(hostSettings, to: queueName, on: connection, logger: logger)
                 }
-                var report = EnqueueReport()
+                var report = EnqueueReport(renewed: renewed)
                 let rows = try await connection.query(
                     """
                     WITH settings AS (
@@ -107,13 +114,17 @@ extension SharedQueue {
                     """, logger: logger)
                 for try await (added, total) in rows.decode((Int64, Int64).self) {
                     report.added = Int(added)
-                    report.alreadyQueued = Int(total - added)
+                    report.alreadyQueued = Int(total - added) - renewed
                 }
                 return report
             }
         }
-        if report.added > 0 { await notifyWorkers() }
-        logger.info("enqueued", metadata: ["added": "\(report.added)", "queued before": "\(report.alreadyQueued)"])
+        if report.added > 0 || report.renewed > 0 { await notifyWorkers() }
+        logger.info(
+            "enqueued",
+            metadata: [
+                "added": "\(report.added)", "renewed": "\(report.renewed)", "queued before": "\(report.alreadyQueued)",
+            ])
         return report
     }
 
@@ -164,7 +175,45 @@ extension SharedQueue {
             """, logger: logger)
     }
 
-    /// Refuses a list in which one path would be written from two URLs, or which gives a queued path another URL.
+    /// Gives the downloads queued for the same resource under another query (the URL up to its `?` is the same) the
+    /// new URL: a waiting one keeps its place and attempts, a failed or cancelled one waits again from its first
+    /// attempt (its host counts it as ready again). A running or done one is left as it is. Returns how many.
+    private static func renew(_ queue: String, on connection: PostgresConnection, logger: Logger) async throws -> Int {
+        let rows = try await connection.query(
+            """
+            WITH incoming AS (
+                SELECT DISTINCT ON (path) path, url, request FROM haul_incoming ORDER BY path, ordinal
+            ), chosen AS (
+                SELECT d.id, d.state AS was, i.url, i.request FROM haul_download d
+                JOIN incoming i ON d.queue = \(queue) AND d.path = i.path
+                WHERE d.url <> i.url AND split_part(d.url, '?', 1) = split_part(i.url, '?', 1)
+                    AND d.state IN ('waiting', 'failed', 'cancelled')
+                ORDER BY d.id FOR UPDATE OF d
+            ), renewed AS (
+                UPDATE haul_download d SET url = c.url, request = c.request::jsonb, state = 'waiting',
+                    attempt = CASE WHEN c.was = 'waiting' THEN d.attempt ELSE 0 END,
+                    run_after = CASE WHEN c.was = 'waiting' THEN d.run_after ELSE now() END,
+                    error = NULL, finished_at = NULL, worker_id = NULL
+                FROM chosen c WHERE d.id = c.id
+                RETURNING d.host, c.was
+            ), counts AS (
+                SELECT host, count(*)::integer AS n FROM renewed WHERE was <> 'waiting' GROUP BY host
+            ), locked AS (
+                SELECT h.host FROM haul_host h JOIN counts c ON h.queue = \(queue) AND h.host = c.host
+                ORDER BY h.host FOR UPDATE OF h
+            ), hosts AS (
+                UPDATE haul_host h SET ready = h.ready + c.n
+                FROM counts c JOIN locked l ON l.host = c.host WHERE h.queue = \(queue) AND h.host = c.host
+            )
+            SELECT count(*)::integer FROM renewed
+            """, logger: logger)
+        var count = 0
+        for try await renewed in rows.decode(Int32.self) { count = Int(renewed) }
+        return count
+    }
+
+    /// Refuses a list in which one path would be written from two URLs, or which gives a queued path the URL of
+    /// another resource (a URL that differs only in its query is the same resource: ``renew(_:on:logger:)``).
     private static func checkConflicts(_ queue: String, on connection: PostgresConnection, logger: Logger) async throws
     {
         var problems: [String] = []
@@ -180,7 +229,7 @@ extension SharedQueue {
             """
             SELECT i.path, i.url, d.url FROM haul_incoming i
             JOIN haul_download d ON d.queue = \(queue) AND d.path = i.path
-            WHERE d.url <> i.url ORDER BY i.ordinal LIMIT 20
+            WHERE split_part(d.url, '?', 1) <> split_part(i.url, '?', 1) ORDER BY i.ordinal LIMIT 20
             """, logger: logger)
         for try await (path, url, queued) in inQueue.decode((String, String, String).self) {
             problems.append("path '\(path)' is queued already for '\(queued)', not '\(url)'")

@@ -82,6 +82,8 @@ public final class SQLiteJournal: Journal {
         var unfolded: [(log: IntentLog, generation: Int)] = []
         /// Whether the journal was finished (its log folded).
         var finished = false
+        /// How many logs were folded into the database (and left memory).
+        var folds = 0
         /// A log made ahead on the folding thread (``prepareSpare()``), which the next rotation starts.
         var spare: IntentLog?
         /// Whether a spare is being made, or cannot be (then rotations make their logs themselves).
@@ -299,6 +301,11 @@ public final class SQLiteJournal: Journal {
         migrator.registerMigration("v4: missingRanges") { db in
             try db.execute(sql: "ALTER TABLE record ADD COLUMN missingRanges TEXT")
         }
+        // The files' records by path (`records(forFileAt:)`): a download to a path its own key does not know takes over
+        // what another URL left there. Partial, so that the records of requests and failures cost it nothing.
+        migrator.registerMigration("v5: records of files by path") { db in
+            try db.execute(sql: "CREATE INDEX record_file ON record(path) WHERE state IN ('partial', 'completed')")
+        }
         return migrator
     }
 
@@ -347,6 +354,41 @@ public final class SQLiteJournal: Journal {
         } catch {
             onError(error)
             return nil
+        }
+    }
+
+    /// The records of the partial and completed files at `path`, under any key: this journal's own changes not
+    /// folded yet, then what other journals open at open had changed, then the database's rows (one search of an
+    /// index by path). Like ``record(for:)``, an instance that does not remember its writes may answer without them.
+    public func records(forFileAt path: String) -> [JournalRecord] {
+        while true {
+            // A fold between reading the database and looking at memory would leave neither with its changes: then
+            // the database is read again.
+            let folds = state.withLock { $0.folds }
+            // Decoded before the lock (a partial's request is JSON).
+            let rows: [(key: CacheKey, record: JournalRecord)]
+            do {
+                rows = try (queriesDatabase ? query.fileRows(at: path) : []).compactMap { row in
+                    Self.record(from: row).map { (CacheKey($0.key), $0) }
+                }
+            } catch {
+                onError(error)
+                rows = []
+            }
+            let found = state.withLock { state -> [JournalRecord]? in
+                guard state.folds == folds else { return nil }
+                var records: [JournalKey: JournalRecord] = [:]
+                // A key changed in memory has its newer record there, or none.
+                for (key, record) in rows where state.writes.change(for: key) == nil && state.others[key] == nil {
+                    records[key.key] = record
+                }
+                for (key, record) in state.others where state.writes.change(for: key) == nil {
+                    if let record, record.path == path, record.state.isFile { records[key.key] = record }
+                }
+                for record in state.writes.fileRecords(at: path) { records[record.key] = record }
+                return Array(records.values)
+            }
+            if let found { return found }
         }
     }
 
@@ -553,7 +595,10 @@ public final class SQLiteJournal: Journal {
         }
         // Only once committed: a look-up that no longer finds a change here must find it in the database. What is
         // forgotten is freed when the lock has been let go.
-        _ = state.withLock { $0.writes.folded(generation) }
+        _ = state.withLock { state in
+            state.folds += 1
+            return state.writes.folded(generation)
+        }
     }
 
     private static func apply(

@@ -223,6 +223,52 @@ struct QueueWorkerTests {
         #expect(bad.status == 2 && bad.stderr.contains("unsupported scheme 'mysql'"), "\(bad)")
     }
 
+    @Test("enqueued again with a new token: a failed download is renewed and its partial resumed; a done one is left")
+    func newToken() async throws {
+        try await PostgresServer.withRunning { postgres in
+            try await TestServer.withRunning { server in
+                let root = try TemporaryDirectory()
+                let db = ["--db", postgres.url]
+                let size = 4 << 20
+                let cut = server.url(
+                    path: "/bytes/f", query: ["size": "\(size)", "token": "a", "cutAfter": "\(3 << 20)"]
+                ).absoluteString
+                let small = server.url(path: "/bytes/g", query: ["size": "1000", "token": "a"]).absoluteString
+                #expect(try await HaulProcess.run(["enqueue", "--retries", "0"] + db + [cut, small]).status == 0)
+                let first = try await HaulProcess.run(["worker", "-d", root.path, "--until-empty"] + db)
+                #expect(first.status == 1, "\(first)")
+                server.resetStats()
+
+                let renewed = [
+                    server.url(path: "/bytes/f", query: ["size": "\(size)", "token": "b"]).absoluteString,
+                    server.url(path: "/bytes/g", query: ["size": "1000", "token": "b"]).absoluteString,
+                ]
+                let again = try await HaulProcess.run(["enqueue"] + db + renewed)
+                #expect(again.status == 0, "\(again)")
+                #expect(
+                    again.stdout.contains("enqueued 0 downloads (1 renewed with a new URL, 1 queued already)"),
+                    "\(again)")
+                let second = try await HaulProcess.run(["worker", "-d", root.path, "--until-empty"] + db)
+                #expect(second.status == 0, "\(second)")
+                #expect({ contentsOf(root.file("f")) == TestServer.expectedBytes(name: "f", size: size) }())
+                let sent = server.stats.requests
+                #expect(sent.count == 1 && sent.first?.target.contains("token=b") == true, "\(sent)")
+                #expect(sent.first?.range == "bytes=\(3 << 20)-")
+                #expect(sent.first?.ifRange == TestServer.entityTag(name: "f", size: size))
+                #expect(server.stats.bodyBytesSent == 1 << 20)
+
+                let other = server.url(path: "/bytes/h", query: ["size": "1000"]).absoluteString
+                let list = root.file("other.txt")
+                try Data("\(other)\n  out=g\n".utf8).write(to: list)
+                let refused = try await HaulProcess.run(["enqueue"] + db + ["-i", list.path])
+                #expect(refused.status == 1 && refused.stderr.contains("path 'g' is queued already for"), "\(refused)")
+                let status = try await HaulProcess.run(["status", "--json"] + db)
+                let object = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+                #expect(object?["done"] as? Int == 2 && object?["failed"] as? Int == 0, "\(status)")
+            }
+        }
+    }
+
     @Test("queue retry-failed, cancel, set and purge")
     func queueCommands() async throws {
         try await PostgresServer.withRunning { postgres in

@@ -69,6 +69,30 @@ struct SharedQueueTests {
         }
     }
 
+    @Test("a new token renews a waiting or cancelled download (the new URL is claimed); host counters stay right")
+    func renewals() async throws {
+        try await withFixtures { server, database, directory in
+            try await SharedQueue.withQueue(database) { queue in
+                let old = try ["a", "b"].map { try download($0, from: server, query: ["token": "old"]) }
+                #expect(try await queue.enqueue(old) == EnqueueReport(added: 2, alreadyQueued: 0))
+                #expect(try await queue.cancel(.url(old[1].request.url.absoluteString)) == 1)
+                let fresh = try ["a", "b"].map { try download($0, from: server, query: ["token": "new"]) }
+                #expect(try await queue.enqueue(fresh) == EnqueueReport(added: 0, alreadyQueued: 0, renewed: 2))
+                // The same again: nothing to renew.
+                #expect(try await queue.enqueue(fresh) == EnqueueReport(added: 0, alreadyQueued: 2, renewed: 0))
+                let status = try await queue.status()
+                #expect(status.waiting == 2 && status.cancelled == 0, "\(status)")
+                let worker = SharedQueueWorker(
+                    queue: queue, transport: NIOTransport(),
+                    configuration: .init(directory: directory.url, maxConcurrent: 2, exitsWhenEmpty: true))
+                #expect(await worker.run() == WorkerReport(done: 2))
+                #expect(
+                    server.stats.requests.allSatisfy { $0.target.contains("token=new") }, "\(server.stats.requests)")
+                #expect(server.stats.requestCount == 2)
+            }
+        }
+    }
+
     @Test("enqueues at once: lists sharing paths in opposite orders both land; a path given two URLs is refused")
     func concurrentEnqueues() async throws {
         try await withFixtures { server, database, _ in

@@ -136,3 +136,78 @@ struct SQLiteJournalLookupTests {
         withExtendedLifetime(other) {}
     }
 }
+
+/// Look-ups by file (`records(forFileAt:)`): every partial or completed record at a path, whatever its key, from this
+/// journal's changes not folded yet, other open journals' logs and the database; never a record a newer change
+/// replaced.
+@Suite("SQLite journal's look-ups by file", .timeLimit(.minutes(1)))
+struct SQLiteJournalFileLookupTests {
+    func record(_ url: String, path: String = "/d/f", _ state: JournalRecord.State) -> JournalRecord {
+        JournalRecord(key: JournalKey(url: url, destination: path), path: path, state: state)
+    }
+
+    let partial = JournalRecord.State.partial(validator: "\"v\"", totalBytes: 10)
+    let completed = JournalRecord.State.completed(
+        size: 10, sha256: nil, stamp: FileStamp(size: 10, modifiedNanoseconds: 1, inode: 2), validator: "\"v\"")
+
+    func urls(_ records: [JournalRecord]) -> Set<String> { Set(records.map(\.key.url)) }
+
+    @Test("this journal's own changes, before and after their log is folded; a removal or a failure hides the file's")
+    func ownChanges() throws {
+        let dir = try TemporaryDirectory()
+        let journal = try SQLiteJournal(path: dir.file("j.sqlite").path, foldThreshold: 2)
+        journal.store(record("http://h/f?t=a", partial))
+        journal.store(record("http://h/other", path: "/d/g", completed))
+        #expect(urls(journal.records(forFileAt: "/d/f")) == ["http://h/f?t=a"])
+        journal.store(record("http://h/f?t=b", completed))
+        journal.store(record("http://h/requested", .requested))
+        #expect(urls(journal.records(forFileAt: "/d/f")) == ["http://h/f?t=a", "http://h/f?t=b"])
+        // Folded (every second change) and changed again: the database's rows give way to the newer changes.
+        journal.store(record("http://h/f?t=a", .failed(message: "gone")))
+        journal.remove(JournalKey(url: "http://h/f?t=b", destination: "/d/f"))
+        #expect(journal.records(forFileAt: "/d/f").isEmpty)
+        journal.finish()
+        let reopened = try SQLiteJournal(path: dir.file("j.sqlite").path)
+        #expect(reopened.records(forFileAt: "/d/f").isEmpty)
+        #expect(reopened.records(forFileAt: "/d/g").map(\.state) == [completed])
+    }
+
+    @Test("the database's rows by the path index; a journal that does not remember its writes never answers older")
+    func fromTheDatabase() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        do {
+            let before = try SQLiteJournal(path: path)
+            before.store([record("http://h/f?t=a", partial), record("http://h/g", path: "/d/g", completed)])
+            before.finish()
+        }
+        let plan = try DatabaseQueue(path: path).read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    EXPLAIN QUERY PLAN SELECT url FROM record
+                    WHERE path = '/d/f' AND state IN ('partial', 'completed')
+                    """
+            ).map { $0["detail"] as String? ?? "" }
+        }
+        #expect(plan.contains { $0.contains("record_file") }, "\(plan)")
+        let journal = try SQLiteJournal(path: path, remembersWrites: false)
+        #expect(journal.records(forFileAt: "/d/f").map(\.state) == [partial])
+        journal.store(record("http://h/f?t=a", .failed(message: "cut")))
+        #expect(journal.records(forFileAt: "/d/f").isEmpty, "an older record came back")
+    }
+
+    @Test("another journal open on the database: its changes not folded yet are found")
+    func otherJournals() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        let first = try SQLiteJournal(path: path)
+        first.store(record("http://h/f?t=a", partial))
+        let second = try SQLiteJournal(path: path)
+        #expect(second.records(forFileAt: "/d/f").map(\.key.url) == ["http://h/f?t=a"])
+        second.store(record("http://h/f?t=a", .failed(message: "x")))
+        #expect(second.records(forFileAt: "/d/f").isEmpty)
+        first.finish()
+        second.finish()
+    }
+}

@@ -80,6 +80,14 @@ public final class Downloader: Sendable {
         /// Where downloads are remembered across runs: with one, a download finds the partial an earlier run
         /// left and resumes it, and one the journal shows was completed and is unchanged on disk is reported as
         /// skipped without a request. `nil` (the default): every run starts from nothing.
+        ///
+        /// A partial and a finished file belong to their destination, not to the exact URL (signed and expiring
+        /// URLs change their query on every visit): a download to a file whose own URL the journal does not know
+        /// resumes the partial another URL left there (with `If-Range`: a server that has another file sends it
+        /// whole, and it is fetched from zero), and counts a completed, unchanged file there as done when its URL
+        /// differs from that file's only in its query. A file completed for another path or host is another
+        /// resource: the ``DownloadRequest/conflictPolicy`` decides. (A file named by `Content-Disposition` has its
+        /// name only from the response: there the URL finds the record.)
         public var journal: (any Journal)?
         /// The clock backoff waits on; inject one in tests.
         public var backoffClock: any BackoffClock = ContinuousBackoffClock()

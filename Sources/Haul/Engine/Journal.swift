@@ -32,6 +32,11 @@ public protocol Journal: Sendable {
     func remove(_ keys: [JournalKey])
     /// Every record, in the order their keys were first stored (what a queue re-admits keeps its order).
     func allRecords() -> [JournalRecord]
+    /// The records of a partial or completed file at `path` (``JournalRecord/path``), under any key: a download is
+    /// about its file, and one to `path` whose own key the journal does not know takes over what another URL left
+    /// there (a token in the query that changed, a mirror). An implementation may answer without the records written
+    /// since it was opened, like ``record(for:)``. The default searches ``allRecords()``.
+    func records(forFileAt path: String) -> [JournalRecord]
 }
 
 extension Journal {
@@ -48,6 +53,11 @@ extension Journal {
     /// Forgets `keys` one by one.
     public func remove(_ keys: [JournalKey]) {
         for key in keys { remove(key) }
+    }
+
+    /// The partial and completed records at `path` among ``allRecords()``.
+    public func records(forFileAt path: String) -> [JournalRecord] {
+        allRecords().filter { $0.path == path && $0.state.isFile }
     }
 }
 
@@ -102,6 +112,14 @@ public struct JournalRecord: Sendable, Hashable, Codable {
         /// Whether the download failed for good.
         public var isFailure: Bool {
             if case .failed = self { true } else { false }
+        }
+
+        /// Whether the record is about a file on disk: a partial or a completed one.
+        public var isFile: Bool {
+            switch self {
+            case .partial, .completed: true
+            case .requested, .failed: false
+            }
         }
 
         /// Whether a queue should run the download again after a restart: it was requested and not finished,

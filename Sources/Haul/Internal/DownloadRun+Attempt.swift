@@ -13,7 +13,7 @@ extension DownloadRun {
     /// the transport cannot interrupt) the attempt goes on in a task of its own.
     func attemptWithWatchdog() async throws(AttemptFailure) {
         lastActivity.touch()
-        var hops = Hops(url: request.url, fields: request.headerFields)
+        var hops = Hops(url: sources.url, fields: fields(for: sources.url))
         if interruptibleTransport != nil {
             let interruption = TransferInterruption()
             var needsOwnTask = false
@@ -196,7 +196,7 @@ extension DownloadRun {
         }
 
         if HTTPRules.redirectStatuses.contains(status) {
-            if hops.visited.isEmpty { hops.visited.insert(request.url.absoluteString) }
+            if hops.visited.isEmpty { hops.visited.insert(url.absoluteString) }
             let target = try followRedirect(
                 response.head, from: url, visited: &hops.visited, count: &hops.count)
             if HTTPRules.origin(of: target) != HTTPRules.origin(of: url) {
@@ -653,6 +653,16 @@ extension DownloadRun {
         return options
     }
 
+    /// The request's own header fields for a request to `source`: without its credential fields (`Authorization`,
+    /// `Cookie`, `Proxy-Authorization`) for a mirror at another origin than the request's URL.
+    func fields(for source: URL) -> HTTPFields {
+        var fields = request.headerFields
+        if HTTPRules.origin(of: source) != HTTPRules.origin(of: request.url) {
+            for name in HTTPRules.credentialFields { fields[name] = nil }
+        }
+        return fields
+    }
+
     /// `fields` with the credentials and cookies for a request to `url` added: `Authorization: Basic` with the
     /// request's own credentials on the origin of its URL (on no other), else those of the credential provider;
     /// the cookie jar's cookies for `url` after any `Cookie` of the request's own. Fields the caller set win.
@@ -753,6 +763,7 @@ extension DownloadRun {
     func finishSegments() throws {
         guard let segmented else { return }
         bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+        servedBy = segmented.state.withLock { $0.sources.max { $0.bytes < $1.bytes }?.given }
         if configuration.usesRemoteModificationTime, lastModified == nil {
             lastModified = segmented.state.withLock { $0.lastModified }
         }

@@ -28,6 +28,10 @@ final class SegmentedTransfer: @unchecked Sendable {
         var dropped: String?
         var connections = 0
         var isPrimary: Bool
+        /// Body bytes written from it.
+        var bytes: Int64 = 0
+        /// Failed requests in a row, over all its connections.
+        var failures = 0
     }
 
     /// What one connection is doing, for telling a slow source from a fast one.
@@ -212,8 +216,10 @@ extension DownloadRun {
         // that nobody else may take; between 1 and 16 MiB.
         let share = total / Int64(plannedConnections(total: total, from: 0) * 4)
         let pieceSize = min(16 << 20, max(1 << 20, share))
-        var sources = [SegmentedTransfer.Source(url: primaryURL, given: request.url, isPrimary: true)]
-        for mirror in request.mirrors where mirror != request.url {
+        // The source the file is fetched from now is the primary; the sources not dropped yet follow it.
+        let live = self.sources.live
+        var sources = [SegmentedTransfer.Source(url: primaryURL, given: live[0], isPrimary: true)]
+        for mirror in live.dropFirst() {
             sources.append(SegmentedTransfer.Source(url: mirror, given: mirror, isPrimary: false))
         }
         return SegmentedTransfer(
@@ -396,7 +402,6 @@ extension DownloadRun {
     ) async throws {
         var first = first
         var minimum = request.minimumSegmentSize
-        var failures = 0
         var current: (segment: Int, source: Int, url: URL, start: Int64)?
         while true {
             try Task.checkCancellation()
@@ -433,7 +438,7 @@ extension DownloadRun {
                 let response = first
                 first = nil
                 try await watchedRound(index, transfer, segment: segment, source: source, first: response, sink: sink)
-                failures = 0
+                transfer.state.withLock { $0.sources[source].failures = 0 }
                 let finished = transfer.state.withLock { state -> Range<Int64>? in
                     let segmentState = state.table.segments[segment]
                     guard segmentState.isFinished else { return nil }  // its next piece, on the same connection
@@ -466,12 +471,18 @@ extension DownloadRun {
                 if failure.error.code == .timedOut || failure.error.code == .fileSystem {
                     throw failure
                 }
-                // Another source takes over from one that failed; the last one left is retried as a download is.
-                if drop(source, of: transfer, because: failure.error.message, sink: sink, connection: index) {
+                // Each source has retries of its own (failures in a row, over all its connections): asked again after
+                // a backoff while they last; then, or after a failure another attempt would meet again, dropped and
+                // left to the other sources. The last one left fails the download.
+                let failures = transfer.state.withLock { state in
+                    state.sources[source].failures += 1
+                    return state.sources[source].failures
+                }
+                let retries = failure.isTransient && failures <= configuration.retryPolicy.maxRetries
+                if !retries, drop(source, of: transfer, because: failure.error.message, sink: sink, connection: index) {
                     continue
                 }
-                failures += 1
-                guard failure.isTransient, failures <= configuration.retryPolicy.maxRetries else { throw failure }
+                guard retries else { throw failure }
                 let delay = configuration.retryPolicy.delay(
                     beforeRetry: failures, retryAfter: failure.retryAfter, random: configuration.random)
                 if let deadline, .now + delay >= deadline {
@@ -678,11 +689,7 @@ extension DownloadRun {
             if pacer.isActive {
                 try await waitForTurn(url: url, clock: clock) { event in sink.yield(.event(event)) }
             }
-            var fields = request.headerFields
-            if HTTPRules.origin(of: url) != HTTPRules.origin(of: request.url) {
-                for name in HTTPRules.credentialFields { fields[name] = nil }
-            }
-            fields = withCredentialsAndCookies(fields, for: url)
+            var fields = withCredentialsAndCookies(self.fields(for: url), for: url)
             fields[.acceptEncoding] = "identity"
             if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
             fields[.range] = "bytes=\(offset)-\(piece.upperBound - 1)"
@@ -746,7 +753,7 @@ extension DownloadRun {
             range.first == offset
         {
             if let complete = range.complete, complete != transfer.total {
-                let primary = request.url.redactedString
+                let primary = transfer.state.withLock { $0.sources[0].given.redactedString }
                 throw SourcesDisagree(
                     error: DownloadError(
                         .invalidResponse,
@@ -810,6 +817,7 @@ extension DownloadRun {
                 state -> (DownloadProgress?, Bool, Bool) in
                 state.table.wrote(segment, count: count)
                 state.connections[index]?.bytes += Int64(count)
+                if let source = state.connections[index]?.source { state.sources[source].bytes += Int64(count) }
                 state.unrecorded += Int64(count)
                 let checkpoint = state.unrecorded >= threshold
                 if checkpoint { state.unrecorded = 0 }

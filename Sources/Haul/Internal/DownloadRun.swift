@@ -37,6 +37,10 @@ final class DownloadRun: @unchecked Sendable {
     var totalBytes: Int64?
     var bytesTransferred: Int64 = 0
     var finalURL: URL
+    /// The request's URL and its mirrors: which one the next request goes to, and how each has failed.
+    var sources: SourceList
+    /// The source most of a segmented file's bytes came from, once its segments are in.
+    var servedBy: URL?
     var attempts = 0
     /// Whether the journal holds a partial record for the bytes in `writer` (so a later run can resume them).
     var recordedPartial = false
@@ -111,6 +115,7 @@ final class DownloadRun: @unchecked Sendable {
         logger = downloader.configuration.logger
         logger[metadataKey: "url"] = .stringConvertible(request.url)  // rendered only if something is logged
         finalURL = request.url
+        sources = SourceList(request)
         meter = ProgressMeter(interval: downloader.configuration.progressInterval)
     }
 
@@ -147,30 +152,43 @@ final class DownloadRun: @unchecked Sendable {
         return try await verifyAndPublish()
     }
 
-    /// Decides whether `error` is worth another attempt; waits the backoff if so, rethrows if not.
+    /// Decides what follows a failed attempt: the same source again after a backoff, the next source at once, or the
+    /// end of the download (the error is thrown).
     private func prepareRetry(after failure: AttemptFailure) async throws(DownloadError) {
         if Task.isCancelled { throw cancelledError() }
-        guard failure.isTransient, attempts <= configuration.retryPolicy.maxRetries else {
-            var error = failure.error
+        var next = sources.next(after: failure, maxRetries: configuration.retryPolicy.maxRetries)
+        // A file fetched in segments spreads its connections over the sources itself, dropping those that fail; the
+        // run only tries the whole again.
+        if segmented != nil, case .next = next { next = .giveUp(failure.error) }
+        switch next {
+        case .giveUp(var error):
             error.isTransient = failure.isTransient
             error.retryAfter = failure.retryAfter
             throw error
-        }
-        let delay = configuration.retryPolicy.delay(
-            beforeRetry: attempts, retryAfter: failure.retryAfter, random: configuration.random)
-        if let deadline, .now + delay >= deadline {
-            throw timedOutError(after: "the next attempt would start after it (\(failure.error.message))")
-        }
-        logger.info(
-            "retrying",
-            metadata: [
-                "attempt": "\(attempts + 1)", "delay": "\(delay)", "reason": "\(failure.error.message)",
-            ])
-        emit(.retrying(attempt: attempts + 1, after: delay, error: failure.error))
-        do {
-            try await configuration.backoffClock.sleep(for: delay)
-        } catch {
-            throw cancelledError()
+        case .next(let dropped, let reason, let url):
+            logger.info(
+                "source dropped",
+                metadata: ["url": "\(dropped.redactedString)", "reason": "\(reason)", "next": "\(url.redactedString)"])
+            emit(.sourceDropped(url: dropped, reason: reason, next: url))
+            // Under a queue the download counts against the origin it fetches from.
+            if let connections, !(await connections.move(to: url)) { throw cancelledError() }
+        case .retry(let failures):
+            let delay = configuration.retryPolicy.delay(
+                beforeRetry: failures, retryAfter: failure.retryAfter, random: configuration.random)
+            if let deadline, .now + delay >= deadline {
+                throw timedOutError(after: "the next attempt would start after it (\(failure.error.message))")
+            }
+            logger.info(
+                "retrying",
+                metadata: [
+                    "attempt": "\(attempts + 1)", "delay": "\(delay)", "reason": "\(failure.error.message)",
+                ])
+            emit(.retrying(attempt: attempts + 1, after: delay, error: failure.error))
+            do {
+                try await configuration.backoffClock.sleep(for: delay)
+            } catch {
+                throw cancelledError()
+            }
         }
         if Task.isCancelled { throw cancelledError() }
     }
@@ -228,6 +246,7 @@ final class DownloadRun: @unchecked Sendable {
         var result = DownloadResult(
             path: path, size: size, sha256: digest, finalURL: finalURL, attempts: attempts, bytesTransferred: 0,
             skipped: true)
+        result.source = sources.url
         result.notModified = notModified
         return result
     }
@@ -274,10 +293,11 @@ final class DownloadRun: @unchecked Sendable {
             return skipped
         }
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
-        return DownloadResult(
-            path: published, size: size, sha256: sha256,
-            finalURL: finalURL,
-            attempts: attempts, bytesTransferred: bytesTransferred)
+        var result = DownloadResult(
+            path: published, size: size, sha256: sha256, finalURL: finalURL, attempts: attempts,
+            bytesTransferred: bytesTransferred)
+        result.source = servedBy ?? sources.url
+        return result
     }
 
     /// Publishes `partial`, recording it in the journal first: rename and link keep the inode and modification
@@ -386,11 +406,10 @@ final class DownloadRun: @unchecked Sendable {
     /// Applies what the journal knows: returns a result when an earlier run completed this download and the file
     /// is unchanged; otherwise continues a partial an earlier run left, if its validator is known.
     private func resume(from journal: any Journal) throws(DownloadError) -> DownloadResult? {
-        guard let record = journal.record(for: journalKey) else { return nil }
-        switch record.state {
-        case .requested, .failed: return nil  // nothing of it on disk to resume or skip
-        case .partial, .completed: break
-        }
+        let own = journal.record(for: journalKey)
+        // Nothing of its own on disk: what another URL left for the same file may be.
+        guard let record = own?.state.isFile == true ? own : destinationPath.flatMap({ takeOver(at: $0, in: journal) })
+        else { return nil }
         // A name chosen from Content-Disposition in the earlier run is the name to look at now.
         if destinationPath == nil { destinationPath = record.path }
         // Under the rename policy the earlier run may have published under a numbered name: that file, if it is
@@ -432,7 +451,7 @@ final class DownloadRun: @unchecked Sendable {
                 file.remove()
                 return nil
             }
-            segmented = makeTransfer(file: file, total: total, missing: missing, primaryURL: request.url)
+            segmented = makeTransfer(file: file, total: total, missing: missing, primaryURL: sources.url)
             segmented?.state.withLock { $0.sources[0].validator = validator }
             self.validator = validator
             totalBytes = total
@@ -453,6 +472,39 @@ final class DownloadRun: @unchecked Sendable {
             logger.debug("resuming a partial from an earlier run", metadata: ["bytes": "\(file.size)"])
         }
         return nil
+    }
+
+    /// The record of the file at `path` that a download of another URL left, which this download takes over (the
+    /// record moves to its key, so a file has one record): a partial, whatever its URL, since the validator it is
+    /// resumed with (`If-Range`) makes a server that has another file send it whole; a completed file that is still as
+    /// it was published, when this request's URL differs from that download's only in its query (a signed or expiring
+    /// URL's new token). A completed file of another resource is not this download's: the conflict policy decides.
+    private func takeOver(at path: String, in journal: any Journal) -> JournalRecord? {
+        let records = journal.records(forFileAt: path).filter { $0.key != journalKey }
+        guard !records.isEmpty else { return nil }
+        let stamp = FileStamp(ofFileAt: path)
+        let completed = records.first { record in
+            if case .completed(_, _, let recorded, _) = record.state { recorded == stamp } else { false }
+        }
+        let taken: JournalRecord
+        if let completed {
+            guard let url = URL(string: completed.key.url), Self.sameResource(url, request.url) else { return nil }
+            taken = JournalRecord(key: journalKey, path: path, state: completed.state)
+        } else if let partial = records.first(where: { if case .partial = $0.state { true } else { false } }) {
+            taken = JournalRecord(key: journalKey, path: path, state: partial.state, request: request)
+        } else {
+            return nil
+        }
+        journal.store(taken)
+        journal.remove(records.map(\.key))
+        logger.debug("taking over the journal's record of the file", metadata: ["path": "\(path)"])
+        return taken
+    }
+
+    /// Whether `a` and `b` name the same resource: the same origin and path, whatever their queries say.
+    static func sameResource(_ a: URL, _ b: URL) -> Bool {
+        HTTPRules.origin(of: a) == HTTPRules.origin(of: b)
+            && a.path(percentEncoded: true) == b.path(percentEncoded: true)
     }
 
     func cancelledError() -> DownloadError {

@@ -19,6 +19,10 @@ public enum DownloadEvent: Sendable {
     /// One of the connections of a download fetched over several (``DownloadRequest/maxConnections``,
     /// ``DownloadRequest/mirrors``) started or finished a segment, failed, or dropped a source.
     case segment(SegmentEvent)
+    /// A source of the file (the request's URL or one of its ``DownloadRequest/mirrors``) failed for good, for
+    /// `reason`: it is not asked again, and the next attempt goes to `next`, at once. A download fetched in segments
+    /// reports the sources its connections drop with ``segment(_:)`` instead.
+    case sourceDropped(url: URL, reason: String, next: URL)
     /// A transient failure; the next attempt starts after `delay`.
     case retrying(attempt: Int, after: Duration, error: DownloadError)
     /// The file is at its destination, verified.

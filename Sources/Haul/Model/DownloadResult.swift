@@ -27,6 +27,10 @@ public struct DownloadResult: Sendable, Equatable {
     public var sha256: String?
     /// The URL the bytes finally came from, after redirects.
     public var finalURL: URL
+    /// The source that served the file, before redirects: the request's URL, or the mirror
+    /// (``DownloadRequest/mirrors``) it went on from when the sources before failed; for a file fetched in segments
+    /// over several sources, the one most of its bytes came from. For a skipped file, the request's URL.
+    public var source: URL
     /// How many attempts it took (1 when nothing had to be retried).
     public var attempts: Int
     /// Body bytes received over all attempts (more than `size` when an attempt had to start over).
@@ -67,6 +71,7 @@ public struct DownloadResult: Sendable, Equatable {
         self.size = size
         self.sha256 = sha256
         self.finalURL = finalURL
+        source = finalURL
         self.attempts = attempts
         self.bytesTransferred = bytesTransferred
         self.skipped = skipped
@@ -75,7 +80,7 @@ public struct DownloadResult: Sendable, Equatable {
     /// Equal when every property is (a result made from a path equals one made from that path's file URL).
     public static func == (lhs: Self, rhs: Self) -> Bool {
         lhs.size == rhs.size && lhs.sha256 == rhs.sha256 && lhs.finalURL == rhs.finalURL
-            && lhs.attempts == rhs.attempts && lhs.bytesTransferred == rhs.bytesTransferred
+            && lhs.source == rhs.source && lhs.attempts == rhs.attempts && lhs.bytesTransferred == rhs.bytesTransferred
             && lhs.skipped == rhs.skipped && lhs.notModified == rhs.notModified && lhs.fileURL == rhs.fileURL
     }
 }

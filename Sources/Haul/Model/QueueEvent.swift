@@ -4,8 +4,8 @@ import Foundation
 public enum QueueEvent: Sendable {
     /// A download was added; it waits for a slot.
     case queued(DownloadID, DownloadRequest)
-    /// Something happened to one download: started, progress, redirected, revalidated, throttled, a segment, retrying, finished
-    /// or failed.
+    /// Something happened to one download: started, progress, redirected, revalidated, throttled, a segment, a source
+    /// dropped, retrying, finished or failed.
     /// A cancellation is `.failed` with ``DownloadError/Code/cancelled``.
     case download(DownloadID, DownloadEvent)
     /// The batch's counters (throttled to ``DownloadQueue/Configuration/progressInterval``; a last one
@@ -30,6 +30,8 @@ public enum QueueEvent: Sendable {
         case throttled
         /// A download's ``DownloadEvent/segment(_:)``.
         case segment
+        /// A download's ``DownloadEvent/sourceDropped(url:reason:next:)``.
+        case sourceDropped
         /// A download's ``DownloadEvent/finished(_:)`` (skipped ones included).
         case finished
         /// A download's ``DownloadEvent/failed(_:)``, cancellations included.
@@ -47,6 +49,7 @@ public enum QueueEvent: Sendable {
             case .revalidated: self = .revalidated
             case .throttled: self = .throttled
             case .segment: self = .segment
+            case .sourceDropped: self = .sourceDropped
             case .finished: self = .finished
             case .failed: self = .failed
             }
@@ -66,6 +69,7 @@ public enum QueueEvent: Sendable {
             case .revalidated: 1 << 8
             case .throttled: 1 << 9
             case .segment: 1 << 10
+            case .sourceDropped: 1 << 11
             }
         }
 

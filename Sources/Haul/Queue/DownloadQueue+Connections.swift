@@ -8,6 +8,12 @@ protocol ConnectionBroker: Sendable {
     /// once the connection is closed or back in the transport's pool), or `nil` when the calling task was cancelled
     /// first.
     func acquire(for url: URL) async -> (@Sendable () -> Void)?
+
+    /// Moves the download's own slot to the origin of `url`, the source it goes on from: at once when that origin has
+    /// a free slot, else the download gives its slot back and waits for one there, before every waiting download of
+    /// its priority (it never holds one slot while it waits for another). Returns `false` when the calling task was
+    /// cancelled first.
+    func move(to url: URL) async -> Bool
 }
 
 extension DownloadQueue {
@@ -15,6 +21,8 @@ extension DownloadQueue {
     /// download of its priority (it finishes a file already begun), and counts like one once admitted.
     struct Connections: ConnectionBroker {
         let queue: DownloadQueue
+        /// The download's own number in the queue.
+        let id: UInt64
         let priority: Int
 
         func acquire(for url: URL) async -> (@Sendable () -> Void)? {
@@ -42,6 +50,52 @@ extension DownloadQueue {
             }
             return release
         }
+
+        func move(to url: URL) async -> Bool {
+            let queue = self.queue
+            let download = id
+            let host = DownloadQueue.hostKey(for: url)
+            let waiting = queue.mutate { state -> (UInt64, ResultBox<Bool>)? in
+                guard state.entries[download] != nil else { return nil }
+                let slot = state.slots[download] ?? download
+                if state.scheduler.host(of: slot) == host || state.scheduler.move(slot, to: host) {
+                    queue.startAdmitted(in: &state)
+                    return nil
+                }
+                // No free slot there: the one held goes back (what it lets start, starts), and the download waits for one
+                // at the new origin under a number of its own, ahead of the downloads waiting there.
+                state.scheduler.finish(slot)
+                if slot != download { state.movedSlots[slot] = nil }
+                state.nextConnectionID += 1
+                let next = State.connectionIDs | state.nextConnectionID
+                let box = ResultBox<Bool>()
+                state.slots[download] = next
+                state.movedSlots[next] = download
+                state.moves[next] = box
+                state.scheduler.enqueue(next, host: host, priority: priority, ahead: true)
+                queue.startAdmitted(in: &state)
+                return (next, box)
+            }
+            guard let (slot, box) = waiting else { return !Task.isCancelled }
+            let granted = await withTaskCancellationHandler {
+                await box.wait()
+            } onCancel: {
+                queue.withdrawMove(slot)
+            }
+            return granted && !Task.isCancelled
+        }
+    }
+}
+
+extension DownloadQueue {
+    /// Takes a moving download's slot that is still waiting out of the scheduler and tells its waiter (after the
+    /// lock); the download then holds no slot, and ends.
+    func withdrawMove(_ slot: UInt64) {
+        let box = mutate { state -> ResultBox<Bool>? in
+            guard state.scheduler.remove(slot) else { return nil }
+            return state.moves.removeValue(forKey: slot)
+        }
+        box?.resolve(false)
     }
 
     /// Takes a connection that is still waiting out of the scheduler and tells its waiter (after the lock).

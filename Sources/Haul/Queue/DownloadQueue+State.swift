@@ -145,6 +145,12 @@ extension DownloadQueue {
         var connections: [UInt64: ResultBox<Bool>] = [:]
         /// How many of them are admitted: the scheduler counts them as running, the batch does not count them as files.
         var runningConnections = 0
+        /// The scheduler numbers of downloads that moved to another origin's slot (``Connections/move(to:)``), by the
+        /// download's number, and the downloads by those numbers (a running slot's progress is its download's).
+        var slots: [UInt64: UInt64] = [:]
+        var movedSlots: [UInt64: UInt64] = [:]
+        /// Moving downloads waiting for their new slot, by its number; each box tells its waiter whether it got it.
+        var moves: [UInt64: ResultBox<Bool>] = [:]
 
         init(scheduler: AdmissionScheduler, failurePolicy: FailurePolicy) {
             self.scheduler = scheduler
@@ -201,7 +207,7 @@ extension DownloadQueue {
             var unknownFiles = batch.waitingWithoutSize
             var speed = 0.0
             for id in scheduler.runningIDs {
-                guard let entry = entries[id] else { continue }
+                guard let entry = entries[id] ?? movedSlots[id].flatMap({ entries[$0] }) else { continue }
                 let current = entry.progress?.withLock { $0 }
                 let total = current?.totalBytes ?? entry.request.expectedSize
                 written += current?.bytesWritten ?? 0
@@ -315,6 +321,10 @@ extension DownloadQueue {
     /// Starts a task for every download the scheduler admits now.
     func startAdmitted(in state: inout State) {
         for id in state.scheduler.admit() {
+            if let move = state.moves.removeValue(forKey: id) {
+                Task { move.resolve(true) }
+                continue
+            }
             if let connection = state.connections[id] {
                 state.runningConnections += 1
                 // Its waiter is woken after the lock: a task of its own, as this runs inside many locked sections.
@@ -356,7 +366,7 @@ extension DownloadQueue {
     ) async {
         let outcome: Outcome
         do {
-            let connections = Connections(queue: self, priority: request.priority)
+            let connections = Connections(queue: self, id: id, priority: request.priority)
             outcome = .success(
                 try await downloader.download(request, absentPath: absentPath, connections: connections) {
                     [self] event in
@@ -405,7 +415,12 @@ extension DownloadQueue {
             let terminal = outcome.terminalEvent
             if state.wants(QueueEvent.Kind(terminal)) { state.publish(.download(DownloadID(rawValue: id), terminal)) }
             Self.leaveJoin(entry, id: id, in: &state)
-            state.scheduler.finish(id)
+            if let slot = state.slots.removeValue(forKey: id) {
+                state.movedSlots[slot] = nil
+                state.scheduler.finish(slot)
+            } else {
+                state.scheduler.finish(id)
+            }
             switch outcome {
             case .success(let result):
                 state.batch.finishedFiles += 1

@@ -174,7 +174,9 @@ public final class DownloadQueue: Sendable {
     /// they were first added. Completed downloads are not fetched again; failed ones only with
     /// `includingFailed`, unless they kept a partial (``Downloader/Configuration/keepsPartialOnFailure``), which
     /// counts as unfinished; ones cancelled through the queue were forgotten (unless they kept a partial, see
-    /// ``Downloader/Configuration/keepsPartialOnCancel``). Returns their handles; none without a journal.
+    /// ``Downloader/Configuration/keepsPartialOnCancel``). Of several requests for one file (a link added again with a
+    /// new token), only the last added is re-admitted: it resumes the partial an earlier one left there, whatever its
+    /// URL (see ``Downloader/Configuration/journal``). Returns their handles; none without a journal.
     ///
     /// ```swift
     /// var configuration = Downloader.Configuration()
@@ -194,10 +196,26 @@ public final class DownloadQueue: Sendable {
                 if state.resumeScans == 0 { state.endedDuringScan = [] }
             }
         }
-        let requests = journal.allRecords().compactMap { record -> DownloadRequest? in
-            guard record.state.isUnfinished || (includingFailed && record.state.isFailure) else { return nil }
-            return record.request
+        let records = journal.allRecords().filter { record in
+            record.request != nil && (record.state.isUnfinished || (includingFailed && record.state.isFailure))
         }
+        // A download belongs to its file: of the requests for one file (a link renewed with a new token, say), the
+        // last added runs, and takes over what an earlier one left there; the others' records go.
+        var last: [String: Int] = [:]
+        for (index, record) in records.enumerated() {
+            if let path = record.path.isEmpty ? record.request?.plannedPath : record.path { last[path] = index }
+        }
+        var requests: [DownloadRequest] = []
+        var superseded: [JournalKey] = []
+        for (index, record) in records.enumerated() {
+            guard let request = record.request else { continue }
+            if let path = record.path.isEmpty ? request.plannedPath : record.path, last[path] != index {
+                if !record.state.isFile { superseded.append(record.key) }
+                continue
+            }
+            requests.append(request)
+        }
+        if !superseded.isEmpty { journal.remove(superseded) }
         return add(requests, unlessEndedDuringScan: true)
     }
 

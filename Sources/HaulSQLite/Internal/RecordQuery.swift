@@ -9,7 +9,8 @@ import HaulOperations
 /// the statement found by its SQL) is several times SQLite's (bench/journal/lookup.sh, "look-up").
 final class RecordQuery: Sendable {
     /// The connection and its statement; `nil` once closed.
-    private let handles: Locked<(connection: OpaquePointer, lookup: OpaquePointer, last: OpaquePointer)?>
+    private let handles:
+        Locked<(connection: OpaquePointer, lookup: OpaquePointer, last: OpaquePointer, files: OpaquePointer)?>
 
     /// The columns in the order ``row(for:)`` reads them.
     private static let lookup = """
@@ -18,6 +19,12 @@ final class RecordQuery: Sendable {
         FROM record WHERE url = ? AND destination = ?
         """
     private static let last = "SELECT max(sequence) FROM record"
+    /// The partial and completed records of one path (the index `record_file`), their keys after the same columns.
+    private static let files = """
+        SELECT path, state, sequence, validator, totalBytes, size, sha256, modifiedNanoseconds, inode, request,
+               failure, changedAt, missingRanges, url, destination
+        FROM record WHERE path = ? AND state IN ('partial', 'completed')
+        """
 
     /// Opens a connection to the database at `path`, which must exist, migrated (the statements are prepared now).
     init(path: String) throws {
@@ -33,8 +40,10 @@ final class RecordQuery: Sendable {
         sqlite3_busy_timeout(connection, 10_000)
         do {
             handles = Locked(
-                (connection, try Self.prepare(Self.lookup, on: connection), try Self.prepare(Self.last, on: connection))
-            )
+                (
+                    connection, try Self.prepare(Self.lookup, on: connection),
+                    try Self.prepare(Self.last, on: connection), try Self.prepare(Self.files, on: connection)
+                ))
         } catch {
             sqlite3_close_v2(connection)
             throw error
@@ -48,7 +57,7 @@ final class RecordQuery: Sendable {
     /// The row of `key`, if any.
     func row(for key: JournalKey) throws -> WriteStatements.Row? {
         try handles.withLock { handles -> WriteStatements.Row? in
-            guard case let (connection, statement, _)? = handles else { return nil }
+            guard case let (connection, statement, _, _)? = handles else { return nil }
             // Reset at once, so that the statement holds no read lock on the WAL between look-ups (a checkpoint would
             // wait for it), and cleared, so that no string outlives the call.
             defer {
@@ -62,24 +71,49 @@ final class RecordQuery: Sendable {
                 if code == SQLITE_DONE { return nil }
                 throw Self.error(code, on: connection, sql: Self.lookup)
             }
-            func text(_ column: Int32) -> String? {
-                sqlite3_column_text(statement, column).map { String(cString: $0) }
-            }
-            func integer(_ column: Int32) -> Int64? {
-                sqlite3_column_type(statement, column) == SQLITE_NULL ? nil : sqlite3_column_int64(statement, column)
-            }
-            return WriteStatements.Row(
-                url: key.url, destination: key.destination, path: text(0) ?? "", state: text(1) ?? "",
-                sequence: integer(2) ?? 0, validator: text(3), totalBytes: integer(4), size: integer(5),
-                sha256: text(6), modifiedNanoseconds: integer(7), inode: integer(8), request: text(9),
-                failure: text(10), changedAt: integer(11), missingRanges: text(12))
+            return Self.row(statement, url: key.url, destination: key.destination)
         }
+    }
+
+    /// The rows of the partial and completed files at `path`, under any key.
+    func fileRows(at path: String) throws -> [WriteStatements.Row] {
+        try handles.withLock { handles -> [WriteStatements.Row] in
+            guard case let (connection, _, _, statement)? = handles else { return [] }
+            defer {
+                sqlite3_reset(statement)
+                sqlite3_clear_bindings(statement)
+            }
+            path.bind(statement, 1)
+            var rows: [WriteStatements.Row] = []
+            while true {
+                let code = sqlite3_step(statement)
+                if code == SQLITE_DONE { return rows }
+                guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.files) }
+                let text = { (column: Int32) in sqlite3_column_text(statement, column).map { String(cString: $0) } }
+                rows.append(Self.row(statement, url: text(13) ?? "", destination: text(14) ?? ""))
+            }
+        }
+    }
+
+    /// The row a stepped statement holds in the columns of ``lookup``, for the key given.
+    private static func row(_ statement: OpaquePointer, url: String, destination: String) -> WriteStatements.Row {
+        func text(_ column: Int32) -> String? {
+            sqlite3_column_text(statement, column).map { String(cString: $0) }
+        }
+        func integer(_ column: Int32) -> Int64? {
+            sqlite3_column_type(statement, column) == SQLITE_NULL ? nil : sqlite3_column_int64(statement, column)
+        }
+        return WriteStatements.Row(
+            url: url, destination: destination, path: text(0) ?? "", state: text(1) ?? "",
+            sequence: integer(2) ?? 0, validator: text(3), totalBytes: integer(4), size: integer(5),
+            sha256: text(6), modifiedNanoseconds: integer(7), inode: integer(8), request: text(9),
+            failure: text(10), changedAt: integer(11), missingRanges: text(12))
     }
 
     /// The highest `sequence` in the table (0 when it is empty).
     func lastSequence() throws -> Int64 {
         try handles.withLock { handles -> Int64 in
-            guard case let (connection, _, statement)? = handles else { return 0 }
+            guard case let (connection, _, statement, _)? = handles else { return 0 }
             defer { sqlite3_reset(statement) }
             let code = sqlite3_step(statement)
             guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.last) }
@@ -89,9 +123,10 @@ final class RecordQuery: Sendable {
 
     /// Finalizes the statements and closes the connection; look-ups then find nothing. Closing again does nothing.
     func close() {
-        guard case let (connection, lookup, last)? = handles.withLock({ $0.take() }) else { return }
+        guard case let (connection, lookup, last, files)? = handles.withLock({ $0.take() }) else { return }
         sqlite3_finalize(lookup)
         sqlite3_finalize(last)
+        sqlite3_finalize(files)
         sqlite3_close_v2(connection)
     }
 

@@ -11,6 +11,8 @@ struct UnfoldedWrites {
     private struct Generation {
         let number: Int
         var records: [SQLiteJournal.CacheKey: JournalRecord?] = [:]
+        /// The keys that got a partial or completed record in this log, by its path (a key may have changed since).
+        var files: [String: [SQLiteJournal.CacheKey]] = [:]
     }
 
     /// Oldest first; the last is the log being written. Only a log whose fold failed stays ahead of the one folded
@@ -34,6 +36,23 @@ struct UnfoldedWrites {
     /// Notes a change to `key` in the log being written.
     mutating func note(_ record: JournalRecord?, at key: SQLiteJournal.CacheKey) {
         generations[generations.count - 1].records.updateValue(record, forKey: key)
+        if let record, record.state.isFile {
+            generations[generations.count - 1].files[record.path, default: []].append(key)
+        }
+    }
+
+    /// The newest records of partial and completed files at `path` among the changes held.
+    func fileRecords(at path: String) -> [JournalRecord] {
+        var seen = Set<SQLiteJournal.CacheKey>()
+        var records: [JournalRecord] = []
+        for generation in generations {
+            for key in generation.files[path] ?? [] where seen.insert(key).inserted {
+                if case let record?? = change(for: key), record.path == path, record.state.isFile {
+                    records.append(record)
+                }
+            }
+        }
+        return records
     }
 
     /// Starts noting changes for the log numbered `generation`, which the journal now writes.

@@ -57,6 +57,11 @@ enum Format {
         return "connection \(event.connection + 1)\(range) from \(event.url.redactedString): \(what)"
     }
 
+    /// A source a download dropped, and the one it goes on from.
+    static func sourceDropped(url: URL, reason: String, next: URL) -> String {
+        "source \(url.redactedString) dropped: \(reason); next: \(next.redactedString)"
+    }
+
     /// `0.42 s`, `12.3 s`, `2 min 05 s`.
     static func elapsed(_ duration: Duration) -> String {
         let seconds = duration.seconds

@@ -4,8 +4,9 @@ import HaulOperations
 
 /// `--json`: one JSON object per line on standard output — `start`, `progress` (throttled like the
 /// events), `throttle`, `revalidate`, `segment` (a connection of a segmented download: `change` is `start`, `finish`,
-/// `fail` or `drop`, with `connection`, `from`, `to` and `url`), `retry`, `finish`, `fail` and a last `summary` — for
-/// scripts to read line by line.
+/// `fail` or `drop`, with `connection`, `from`, `to` and `url`), `retry`, `drop` (a source failed for good: `url`,
+/// `reason`, and `next`, the source asked next), `finish` (`source`: the request's URL or the mirror that served the
+/// file), `fail` and a last `summary` — for scripts to read line by line.
 final class JSONDisplay: Display {
     private let names: NameBook
     private let encoder: JSONEncoder = {
@@ -20,6 +21,8 @@ final class JSONDisplay: Display {
         var id: UInt64?
         var name: String?
         var url: String?
+        var source: String?
+        var next: String?
         var attempt: Int?
         var resumeFrom: Int64?
         var bytes: Int64?
@@ -107,12 +110,18 @@ final class JSONDisplay: Display {
                     line.change = "drop"
                     line.reason = reason
                 }
+            case .sourceDropped(let url, let reason, let next):
+                line.event = "drop"
+                line.url = url.redactedString
+                line.reason = reason
+                line.next = next.redactedString
             case .revalidated(let modified):
                 line.event = "revalidate"
                 line.modified = modified
             case .finished(let result):
                 line.event = "finish"
                 line.url = result.finalURL.redactedString
+                line.source = result.source.redactedString
                 line.path = result.fileURL.path
                 line.size = result.size
                 line.sha256 = result.sha256

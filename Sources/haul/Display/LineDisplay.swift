@@ -2,10 +2,12 @@ import Foundation
 import Haul
 import HaulOperations
 
-/// Not a terminal (a pipe, a log file, CI): one plain line per start, retry, finish and failure, no escape
-/// codes. Failures go to standard error; with `quiet` nothing else is written.
+/// Not a terminal (a pipe, a log file, CI): one plain line per start, retry, dropped source, finish and failure, no
+/// escape codes. Failures go to standard error; with `quiet` nothing else is written.
 final class LineDisplay: Display {
     private let started = Locked([DownloadID: ContinuousClock.Instant]())
+    /// Downloads that dropped a source: their `done` line names the one that served the file.
+    private let switched = Locked(Set<DownloadID>())
     private let quiet: Bool
     /// With `-v`: a failure's line is followed by the transport library's own error.
     private let verbose: Bool
@@ -22,7 +24,7 @@ final class LineDisplay: Display {
     /// progress: it draws none.
     var interest: Set<QueueEvent.Kind> {
         if quiet { return [.failed] }
-        let kinds: Set<QueueEvent.Kind> = [.started, .retrying, .revalidated, .finished, .failed]
+        let kinds: Set<QueueEvent.Kind> = [.started, .retrying, .sourceDropped, .revalidated, .finished, .failed]
         return verbose ? kinds.union([.throttled, .segment]) : kinds
     }
 
@@ -42,6 +44,12 @@ final class LineDisplay: Display {
         case .retrying(let attempt, let delay, let error):
             guard !quiet else { return }
             Console.out("retry  \(name): \(error.message); attempt \(attempt) in \(Format.elapsed(delay))\n")
+        case .sourceDropped(let url, let reason, let next):
+            guard !quiet else { return }
+            switched.withLock { _ = $0.insert(id) }
+            Console.out(
+                Format.printable("drop   \(name): \(Format.sourceDropped(url: url, reason: reason, next: next))") + "\n"
+            )
         case .revalidated(let modified):
             guard modified, !quiet else { return }
             Console.out("update \(name): the server has a new copy\n")
@@ -52,6 +60,8 @@ final class LineDisplay: Display {
             guard verbose else { return }
             Console.out(Format.printable("segment \(name): \(Format.segment(segment))") + "\n")
         case .finished(let result):
+            // A file that came from a source after another was dropped says which.
+            let switched = switched.withLock { $0.remove(id) } != nil
             guard !quiet else { return }
             if result.notModified {
                 Console.out("skip   \(name): unchanged on the server (304)\n")
@@ -60,10 +70,13 @@ final class LineDisplay: Display {
             } else {
                 let time = started.map { " in \(Format.elapsed(.now - $0))" } ?? ""
                 let digest = result.sha256.map { "  sha256=\($0)" } ?? ""
+                let source = switched ? Format.printable("  from \(result.source.redactedString)") : ""
                 Console.out(
-                    "done   \(result.fileURL.lastPathComponent)  \(Format.bytes(result.size))\(time)\(digest)\n")
+                    "done   \(result.fileURL.lastPathComponent)  \(Format.bytes(result.size))\(time)\(digest)\(source)\n"
+                )
             }
         case .failed(let error):
+            switched.withLock { _ = $0.remove(id) }
             guard !error.isCancellation else { return }
             Console.err("fail   \(name): \(error.message)\n")
             if verbose, let underlying = error.underlying {

@@ -126,6 +126,9 @@ final class TerminalDisplay: Display {
                 state.rows[id]?.note = modified ? "new copy" : "unchanged"
             case .throttled(let reason, let delay):
                 state.rows[id]?.note = "wait \(Format.elapsed(delay)): \(Format.throttleReason(reason))"
+            case .sourceDropped(let url, let reason, let next):
+                state.messages.append(
+                    Format.printable("drop   \(name): \(Format.sourceDropped(url: url, reason: reason, next: next))"))
             case .segment(let segment):
                 if case .sourceDropped = segment.change {
                     state.messages.append(Format.printable("drop   \(name): \(Format.segment(segment))"))

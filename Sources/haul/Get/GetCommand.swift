@@ -22,8 +22,10 @@ struct GetCommand: AsyncParsableCommand {
               speed-limit=BYTES     minimum bytes per second (with speed-time=S, default 30)
               speed-time=S          how long it may stay under speed-limit
               split=N               connections for this URL's file (as -s)
-            Mirrors: more URLs of the same file on the URL's line, separated by tabs (aria2's convention); the \
-            file's segments are spread over them, and one that fails or is much slower is dropped.
+            Mirrors: more URLs of the same file on the URL's line, separated by tabs (aria2's convention). A \
+            source that fails for good (a 4xx, or a 5xx, cut or stall after its own --retries) is dropped and the \
+            next one asked, the bytes received so far resumed from it; a split file's segments are spread over \
+            them, and one much slower than the others is dropped too.
             Lists of any length: the input is checked whole before the first request, then read again as \
             downloads finish, in memory that does not grow with it (standard input and pipes are copied to an \
             unnamed temporary file in $TMPDIR for that).
@@ -37,7 +39,8 @@ struct GetCommand: AsyncParsableCommand {
             Haul remembers what it completed and what it left partial in a journal (DIR/.haul/journal.sqlite \
             unless --journal or --no-journal), so rerunning a command skips files it already wrote (if \
             unchanged; with -N, if the server says so too) and resumes partial ones with Range, including those \
-            of downloads that failed (unless --no-keep-partial).
+            of downloads that failed (unless --no-keep-partial). A partial or a finished file belongs to its \
+            destination: a rerun whose URLs carry new tokens (only the query changed) resumes and skips them too.
             """
     )
 

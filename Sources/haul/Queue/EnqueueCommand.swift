@@ -16,8 +16,10 @@ struct EnqueueCommand: AsyncParsableCommand {
 
             The whole input is checked first: every bad line is reported, and nothing is enqueued (exit 2). The \
             downloads are added in one transaction: all or none. A URL whose path is queued already is left as it \
-            is (enqueueing a list twice adds nothing the second time); a path queued for another URL stops the \
-            enqueue, naming both.
+            is (enqueueing a list twice adds nothing the second time). A URL that differs from the queued one only \
+            in its query (a fresh token) renews a download that waits, failed or was cancelled: it takes the new \
+            URL and waits again, and the worker resumes what it has of the file. A path queued for another \
+            resource stops the enqueue, naming both.
 
             Credentials are not stored in the queue: a URL with a user and password, or an Authorization or \
             Cookie header, is refused. Give the workers their credentials (--netrc-file, --user, --cookie).
@@ -129,7 +131,10 @@ struct EnqueueCommand: AsyncParsableCommand {
                 throw error
             }
         }
-        let already = report.alreadyQueued > 0 ? " (\(report.alreadyQueued) queued already)" : ""
+        var notes: [String] = []
+        if report.renewed > 0 { notes.append("\(report.renewed) renewed with a new URL") }
+        if report.alreadyQueued > 0 { notes.append("\(report.alreadyQueued) queued already") }
+        let already = notes.isEmpty ? "" : " (" + notes.joined(separator: ", ") + ")"
         Console.out(
             "haul: enqueued \(report.added) download\(report.added == 1 ? "" : "s")\(already) in queue "
                 + "'\(database.queue)'\n")

@@ -197,6 +197,30 @@ package struct AdmissionScheduler {
         dropHostIfIdle(host)
     }
 
+    /// Moves a running item to `host` (a download going on from another source) when that host has a free slot: it
+    /// keeps its global slot, and the host it leaves may admit something. Returns `false`, changing nothing, when the
+    /// host has no free slot (the caller then gives the slot back with ``finish(_:)`` and waits for one there).
+    package mutating func move(_ id: ID, to host: String) -> Bool {
+        guard let old = running[id] else { return false }
+        let new = number(of: host)
+        if new == old { return true }
+        guard hasFreeSlot(new) else {
+            dropHostIfIdle(new)
+            return false
+        }
+        running[id] = new
+        counters[old].running -= 1
+        counters[new].running += 1
+        offer(old)
+        dropHostIfIdle(old)
+        return true
+    }
+
+    /// The host a running item counts against, if it is running.
+    package func host(of id: ID) -> String? {
+        running[id].map { names[$0] }
+    }
+
     /// Admits as many waiting items as the limits allow, in admission order.
     package mutating func admit() -> [ID] {
         var admitted: [ID] = []

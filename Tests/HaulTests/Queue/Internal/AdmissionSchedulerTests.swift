@@ -305,3 +305,50 @@ private struct ReferenceScheduler {
         return admitted
     }
 }
+
+/// Moving a running download to another host's slot (a download that goes on from a mirror).
+@Suite("Admission scheduler: moves (no I/O)")
+struct AdmissionSchedulerMoveTests {
+    @Test("a move to a host with a free slot keeps the global slot and frees the old host's")
+    func moveWithFreeSlot() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 2, perHostLimit: 1)
+        scheduler.enqueue(1, host: "a", priority: 0)
+        scheduler.enqueue(2, host: "a", priority: 0)
+        #expect(scheduler.admit() == [1])
+        let moved = scheduler.move(1, to: "b")
+        #expect(moved)
+        #expect(scheduler.host(of: 1) == "b")
+        // Host a's slot is free again: the second download starts.
+        #expect(scheduler.admit() == [2])
+        #expect(scheduler.runningCount == 2)
+    }
+
+    @Test("a move to a host without a free slot changes nothing; finish and a new item ahead wait for it")
+    func moveWithoutFreeSlot() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1, perHostLimit: 1)
+        scheduler.enqueue(1, host: "a", priority: 0)
+        #expect(scheduler.admit() == [1])
+        scheduler.enqueue(2, host: "b", priority: 0)
+        // The global slot is taken: nothing else starts, and host b has none running, so the move succeeds.
+        let moved = scheduler.move(1, to: "b")
+        #expect(moved)
+        #expect(scheduler.host(of: 1) == "b")
+        #expect(scheduler.admit() == [])
+
+        var busy = AdmissionScheduler(maxConcurrent: 4, perHostLimit: 1)
+        busy.enqueue(1, host: "a", priority: 0)
+        busy.enqueue(2, host: "b", priority: 0)
+        #expect(busy.admit() == [1, 2])
+        let movedToBusy = busy.move(1, to: "b")
+        #expect(!movedToBusy)
+        #expect(busy.host(of: 1) == "a")
+        // The caller gives the slot back and waits ahead at host b: it starts when b's download ends, before a
+        // download added to b earlier.
+        busy.enqueue(3, host: "b", priority: 0)
+        busy.finish(1)
+        busy.enqueue(10, host: "b", priority: 0, ahead: true)
+        #expect(busy.admit() == [])
+        busy.finish(2)
+        #expect(busy.admit() == [10])
+    }
+}
