@@ -137,7 +137,7 @@ let package = Package(
         .target(
             name: "HaulPostgres",
             dependencies: [
-                "Haul", "HaulOperations",
+                "Haul", "HaulOperations", "HaulNIOSupport",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),

@@ -8,6 +8,9 @@ import NIOCore
 import NIOPosix
 import NIOHTTP1
 import NIOSSL
+#if canImport(Network)
+import Network
+#endif
 
 /// Haul's default transport on Linux: AsyncHTTPClient (SwiftNIO), streaming `response.body` straight into
 /// the engine's writer.
@@ -173,6 +176,18 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
 
     private func tlsConfiguration(for settings: TLSSettings) throws -> TLSConfiguration {
         if let made = tlsConfigurations.withLock({ $0[settings] }) { return made }
+        #if canImport(Network)
+        // On Apple platforms this transport's own clients run on Network.framework (AsyncHTTPClient's `.singleton`
+        // is NIO Transport Services there), whose TLS takes neither a client certificate (AsyncHTTPClient stops the
+        // process with a preconditionFailure in `getNWProtocolTLSOptions`) nor a CA directory (read as one PEM file):
+        // refused in words. NIOTransport runs on NIO's own sockets everywhere and honours both.
+        if ownsClient, settings.clientCertificateFile != nil || settings.caDirectory != nil {
+            throw TransportError(
+                "AsyncHTTPClientTransport cannot present a client certificate or trust a CA directory on Apple "
+                    + "platforms (its connections there run on Network.framework); use NIOTransport, or a CA file",
+                isTransient: false)
+        }
+        #endif
         var made = try settings.makeClientConfiguration()
         made.shutdownTimeout = Self.tlsShutdownTimeout
         tlsConfigurations.withLock { $0[settings] = made }
@@ -229,6 +244,14 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
             }
             return error
         }
+        #if canImport(Network)
+        // Network.framework's TLS failures (the certificate refused, a handshake alert) are not SwiftNIO's: another
+        // attempt meets them again.
+        if let network = error as? NWError, case .tls(let status) = network {
+            return TransportError(
+                "TLS error with \(destination.described): OSStatus \(status)", isTransient: false, underlying: error)
+        }
+        #endif
         return await ReadableFailure.of(error, at: destination, connectTimeout: connectTimeout) ?? error
     }
 

@@ -67,6 +67,16 @@ package enum ReadableFailure {
         return nil
     }
 
+    /// A failure to connect, in the words of ``of(_:at:connectTimeout:diagnoses:)``, for a client that names no
+    /// destination of its own (the shared queue's PostgreSQL connections): the address comes from the error. `nil`
+    /// for an error that is not a failure to connect.
+    package static func ofConnection(_ error: any Error) -> TransportError? {
+        if let connection = error as? NIOConnectionError {
+            return describe(connection, at: ServerAddress(host: connection.host, port: connection.port))
+        }
+        return nil
+    }
+
     /// A failure to reach or use `proxy`, in words that name it (`cannot use the proxy http://user:***@host:3128:
     /// connection refused (host:3128)`). Never transient: a proxy that cannot be used is a setting to fix, and
     /// retrying it for every download only delays the message (curl gives up at once too).

@@ -32,6 +32,13 @@ extension TLSSettings {
             configuration.certificateChain = chain.map { .certificate($0) }
             let keyFile = clientKeyFile ?? clientCertificateFile
             let keyBlocks = try Self.pemBlocks(keyFile, what: "client key file") { $0.hasSuffix("PRIVATE KEY") }
+            // PKCS #8 `ENCRYPTED PRIVATE KEY`, or a traditional key with `Proc-Type: 4,ENCRYPTED`: a passphrase
+            // would be needed, which is not asked for.
+            if let block = keyBlocks.first, block.contains("ENCRYPTED") {
+                throw TransportError(
+                    "client key file '\(keyFile)' holds an encrypted private key; decrypt it first "
+                        + "(openssl pkey -in '\(keyFile)' -out KEY.pem)", isTransient: false)
+            }
             do {
                 guard let block = keyBlocks.first else { throw NIOSSLError.failedToLoadPrivateKey }
                 configuration.privateKey = .privateKey(try NIOSSLPrivateKey(bytes: Array(block.utf8), format: .pem))
@@ -40,8 +47,28 @@ extension TLSSettings {
                     "client key file '\(keyFile)' holds no usable PEM private key", isTransient: false,
                     underlying: error)
             }
+            try Self.checkKeyMatches(configuration, certificateFile: clientCertificateFile, keyFile: keyFile)
         }
         return configuration
+    }
+
+    /// Fails when the client key is not the key of the client certificate's first certificate: BoringSSL checks the
+    /// pair when a context takes them, so one is made with them alone (no trust store read).
+    private static func checkKeyMatches(
+        _ configuration: TLSConfiguration, certificateFile: String, keyFile: String
+    ) throws {
+        var pair = TLSConfiguration.makeClientConfiguration()
+        pair.trustRoots = .certificates([])
+        pair.certificateChain = configuration.certificateChain
+        pair.privateKey = configuration.privateKey
+        do {
+            _ = try NIOSSLContext(configuration: pair)
+        } catch {
+            let names = certificateFile == keyFile ? "'\(keyFile)'" : "'\(keyFile)' and '\(certificateFile)'"
+            throw TransportError(
+                "the private key does not match the client certificate (\(names))", isTransient: false,
+                underlying: error)
+        }
     }
 
     /// The certificates in a PEM file; other blocks (a private key beside a client certificate, say) are skipped.

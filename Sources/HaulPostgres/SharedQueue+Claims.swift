@@ -313,6 +313,18 @@ extension SharedQueue {
         return rows.first ?? false
     }
 
+    /// How long until a host with work and a free connection, held back only by its minimum interval between
+    /// starts (a per-host rate), may be claimed from again; `nil` when none is.
+    func nextHostTurn() async throws(SharedQueueError) -> Duration? {
+        let rows = try await rows(
+            """
+            SELECT (extract(epoch FROM min(h.not_before) - now()) * 1000)::bigint FROM haul_host h
+            WHERE h.queue = \(name) AND h.ready > 0 AND h.running < h.max_running AND h.not_before > now()
+            """, "looking for the next host's turn", as: (Int64?).self)
+        guard let milliseconds = rows.first ?? nil else { return nil }
+        return .milliseconds(max(0, milliseconds))
+    }
+
     /// Whether anything in the queue is waiting or running (on any worker).
     func hasUnfinishedWork() async throws(SharedQueueError) -> Bool {
         let rows = try await rows(

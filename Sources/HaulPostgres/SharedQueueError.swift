@@ -1,4 +1,6 @@
 public import Foundation
+import Haul
+import HaulNIOSupport
 import PostgresNIO
 
 /// What went wrong with the shared queue: a code, and a message that says what happened and what to do.
@@ -80,7 +82,9 @@ public struct SharedQueueError: Error, Sendable, CustomStringConvertible, Locali
         case .sslUnsupported:
             return "the server does not offer TLS, which sslmode=require (or verify-ca, verify-full) asks for"
         case .connectionError:
-            return "cannot connect: \(psql.underlying.map { "\($0)" } ?? "connection failed")"
+            // In the words `haul get` uses for a server it cannot reach.
+            let reason = psql.underlying.map { ReadableFailure.ofConnection($0)?.message ?? "\($0)" }
+            return "cannot connect: \(reason ?? "connection failed")"
         default:
             if let underlying = psql.underlying { return "\(psql.code): \(underlying)" }
             return "\(psql.code)"

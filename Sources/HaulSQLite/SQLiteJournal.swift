@@ -116,6 +116,8 @@ public final class SQLiteJournal: Journal {
     private let afterRotating: (@Sendable () -> Void)?
     /// Whether look-ups see this instance's writes (see the `remembersWrites` parameter of the package initialiser).
     private let remembersWrites: Bool
+    /// Whether other journals open at open had changed anything (``State/others`` was not empty then).
+    private let othersAtOpen: Bool
     /// ``foldThreshold`` unless a test sets another: 4,096 changes, a log of ~1 MB. Folding in the background while
     /// downloads run fills gaps the network leaves, where one fold of everything at close would run alone at the end
     /// (bench/journal). The fold reads the log back; until it commits, look-ups find the log's changes in memory.
@@ -176,6 +178,14 @@ public final class SQLiteJournal: Journal {
             // that suited one transaction per record.
             try db.execute(sql: "PRAGMA page_size = 4096")
             try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+            #if canImport(Darwin)
+            // fsync(2) on Darwin leaves the data in the drive's cache: F_FULLFSYNC for the database and its checkpoints
+            // (SQLite's own switches for it), as for the downloads' files.
+            if synchronous == "FULL" {
+                try db.execute(sql: "PRAGMA fullfsync = ON")
+                try db.execute(sql: "PRAGMA checkpoint_fullfsync = ON")
+            }
+            #endif
             // Checkpoints (WAL into the database) happen in the folds, in the background, every ~4 MiB of WAL;
             // the one left for closing the journal is small.
             try db.execute(sql: "PRAGMA wal_autocheckpoint = 1000")
@@ -208,6 +218,7 @@ public final class SQLiteJournal: Journal {
         let log = try JournalOpenError.mapping(path) {
             try IntentLog(databasePath: path, reserving: Self.preparedLogSize)
         }
+        othersAtOpen = !otherRecords.isEmpty
         state = Locked(State(others: otherRecords, writes: UnfoldedWrites(generation: 0), log: log))
         // The downloads start writing at once; the pages they will write are made writable meanwhile.
         folding.async { [state] in
@@ -361,6 +372,9 @@ public final class SQLiteJournal: Journal {
     /// folded yet, then what other journals open at open had changed, then the database's rows (one search of an
     /// index by path). Like ``record(for:)``, an instance that does not remember its writes may answer without them.
     public func records(forFileAt path: String) -> [JournalRecord] {
+        // Nothing to look at: the database was empty at open, this instance keeps no records of its writes, and no
+        // other journal was open (`haul get`'s first run).
+        if !queriesDatabase && !remembersWrites && !othersAtOpen { return [] }
         while true {
             // A fold between reading the database and looking at memory would leave neither with its changes: then
             // the database is read again.

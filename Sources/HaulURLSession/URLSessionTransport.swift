@@ -24,9 +24,19 @@ public import Foundation
 public final class URLSessionTransport: HTTPTransport {
     private let session: URLSession
     private let delegate: StreamingDelegate
+    /// The identifier of a background configuration, which this transport refuses (see ``init(configuration:maximumConnectionsPerHost:)``).
+    private let backgroundIdentifier: String?
 
     /// Creates a transport with its own session on `configuration` (ephemeral by default: no cookies, no
     /// cache, nothing shared with other sessions).
+    ///
+    /// A background configuration (`URLSessionConfiguration.background(withIdentifier:)`) is refused: every request
+    /// fails with a permanent error that says so. A background session hands its transfers to the system, which
+    /// delivers a *download* task's file after the app was suspended or relaunched; this transport streams *data*
+    /// tasks through a delegate in this process, which a background session does not run. (A background download on
+    /// iOS needs another transport: download tasks with a delegate set up again at every launch, the app delegate's
+    /// `handleEventsForBackgroundURLSession` completion handler called once the session's events are delivered, and
+    /// each file moved out of the system's temporary location before the delegate method returns.)
     ///
     /// - Parameters:
     ///   - configuration: the session's configuration; its cookie storage and URL cache are turned off.
@@ -35,6 +45,7 @@ public final class URLSessionTransport: HTTPTransport {
     ///     downloads run, so this only needs to be at least the queue's width.
     public init(configuration: URLSessionConfiguration = .ephemeral, maximumConnectionsPerHost: Int = 64) {
         let delegate = StreamingDelegate()
+        backgroundIdentifier = configuration.identifier
         configuration.httpMaximumConnectionsPerHost = max(maximumConnectionsPerHost, 1)
         configuration.httpCookieStorage = nil
         configuration.urlCache = nil
@@ -58,6 +69,7 @@ public final class URLSessionTransport: HTTPTransport {
     /// platforms), not per request; configure it there and give the downloader no proxy.
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         guard let url = request.url else { throw URLError(.badURL) }
+        if let refusal = Self.refusal(ofBackground: backgroundIdentifier) { throw refusal }
         if options.tls != .default || options.httpVersion == .http1_1 {
             throw TransportError(
                 "URLSessionTransport cannot apply TLS settings (a CA, a client certificate, no verification) or pin "
@@ -117,6 +129,99 @@ public final class URLSessionTransport: HTTPTransport {
 
 extension Duration {
     var secondsValue: Double { seconds }
+}
+
+extension URLSessionTransport {
+    /// The error every request on a background configuration fails with (its identifier; `nil` for another
+    /// configuration): a background session does not run this transport's in-process delegate.
+    static func refusal(ofBackground identifier: String?) -> TransportError? {
+        identifier.map { identifier in
+            TransportError(
+                "URLSessionTransport cannot run on the background configuration '\(identifier)': it streams data tasks "
+                    + "in this process, which a background session does not run; give it a default or ephemeral "
+                    + "configuration", isTransient: false)
+        }
+    }
+
+    /// A response's header fields from `allHeaderFields`, a dictionary in which Foundation joined repeated fields
+    /// with ", ": fine for every field but `Set-Cookie`, whose cookies are split apart again (three `Set-Cookie`
+    /// fields stay three cookies).
+    static func fields(_ all: [AnyHashable: Any]) -> HTTPFields {
+        var fields = HTTPFields()
+        for (name, value) in all {
+            guard let name = (name as? String).flatMap({ HTTPField.Name($0) }), let value = value as? String else {
+                continue
+            }
+            if name == .setCookie {
+                for cookie in SetCookieFolding.unfold(value) { fields.append(HTTPField(name: name, value: cookie)) }
+            } else {
+                fields.append(HTTPField(name: name, value: value))
+            }
+        }
+        return fields
+    }
+
+    /// `error` as the engine classifies transport failures, as `NIOTransport`'s are: permanent where another attempt
+    /// would meet it again (App Transport Security, a certificate refused either way, no such host, a URL it cannot
+    /// load), transient otherwise (time-outs, lost and refused connections, no network). A `URLError` of another code
+    /// is transient; anything else is kept as it is.
+    static func readable(_ error: any Error, host: String) -> any Error {
+        guard let urlError = error as? URLError, urlError.code != .cancelled else { return error }
+        // FoundationNetworking (libcurl) reports a refused certificate as an unknown error with curl's words.
+        let words = urlError.userInfo[NSLocalizedDescriptionKey] as? String ?? ""
+        if urlError.code == .unknown, words.hasPrefix("SSL certificate problem") || words.hasPrefix("SSL: ") {
+            return TransportError(
+                "the certificate of \(host) was refused: \(words)", isTransient: false, underlying: urlError)
+        }
+        let (message, isTransient) = describe(urlError.code, host: host)
+        return TransportError(message, isTransient: isTransient, underlying: urlError)
+    }
+
+    /// The words and the classification of a `URLError` code.
+    static func describe(_ code: URLError.Code, host: String) -> (message: String, isTransient: Bool) {
+        switch code {
+        case .appTransportSecurityRequiresSecureConnection:
+            (
+                "App Transport Security refuses plain http to \(host): use https, or allow it in the app's Info.plist "
+                    + "(NSAppTransportSecurity)", false
+            )
+        case .serverCertificateUntrusted, .serverCertificateHasUnknownRoot:
+            ("the certificate of \(host) is not trusted", false)
+        case .serverCertificateHasBadDate:
+            ("the certificate of \(host) has expired", false)
+        case .serverCertificateNotYetValid:
+            ("the certificate of \(host) is not valid yet", false)
+        case .clientCertificateRequired:
+            ("\(host) asks for a client certificate", false)
+        case .clientCertificateRejected:
+            ("\(host) refused the client certificate", false)
+        case .secureConnectionFailed:
+            ("the TLS handshake with \(host) failed", false)
+        case .cannotFindHost:
+            ("no such host: \(host)", false)
+        case .unsupportedURL, .badURL:
+            ("URLSession cannot load this URL (\(host))", false)
+        case .userAuthenticationRequired, .userCancelledAuthentication:
+            ("\(host) asks for credentials URLSession could not give", false)
+        case .dataNotAllowed:
+            (
+                "the system does not allow this app to use the network here (cellular data off, or a restricted "
+                    + "network)", false
+            )
+        case .timedOut:
+            ("timed out waiting for \(host)", true)
+        case .cannotConnectToHost:
+            ("could not connect to \(host)", true)
+        case .networkConnectionLost:
+            ("the connection to \(host) was lost", true)
+        case .notConnectedToInternet:
+            ("not connected to the internet", true)
+        case .dnsLookupFailed:
+            ("the name of \(host) could not be looked up", true)
+        default:
+            ("request to \(host) failed: URLError \(code.rawValue)", true)
+        }
+    }
 }
 
 /// Routes URLSession's delegate calls to the stream of the task they are about.
@@ -197,11 +302,7 @@ private final class TaskStream: Sendable {
             return
         }
         var head = HTTPResponse(status: .init(code: http.statusCode))
-        for (name, value) in http.allHeaderFields {
-            if let name = (name as? String).flatMap({ HTTPField.Name($0) }), let value = value as? String {
-                head.headerFields.append(HTTPField(name: name, value: value))
-            }
-        }
+        head.headerFields = URLSessionTransport.fields(http.allHeaderFields)
         let waiter = state.withLock { state -> CheckedContinuation<HTTPResponse, any Error>? in
             state.head = .success(head)
             defer { state.headWaiter = nil }
@@ -229,6 +330,9 @@ private final class TaskStream: Sendable {
     }
 
     func complete(_ error: (any Error)?) {
+        let error = error.map {
+            URLSessionTransport.readable($0, host: task.originalRequest?.url?.host ?? "the server")
+        }
         let (headWaiter, chunkWaiter, endWaiters) = state.withLock { state in
             let end: Result<Void, any Error> = error.map { .failure($0) } ?? .success(())
             state.end = end

@@ -30,8 +30,11 @@ struct HaulCommand: AsyncParsableCommand {
         sigaddset(&signals, SIGINT)
         sigaddset(&signals, SIGTERM)
         pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+        // Copied for the parser first; then other users' `ps` no longer shows the passwords they hold.
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        ArgumentSecrets.hideInArgumentVector()
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(arguments)
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

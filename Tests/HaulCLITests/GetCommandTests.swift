@@ -638,7 +638,7 @@ struct GetCommandTests {
 struct ConnectTimeoutTests {
     @Test("a connection that cannot be established fails after --connect-timeout, not the default 10 s")
     func connectTimeout() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let listener = socket(AF_INET, streamSocket, 0)
         try #require(listener >= 0)
         defer { close(listener) }
         let (listening, port) = withLoopbackAddress { address, length in
@@ -651,7 +651,7 @@ struct ConnectTimeoutTests {
         var fillers: [Int32] = []
         defer { fillers.forEach { close($0) } }
         for _ in 0..<4 {
-            let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let client = socket(AF_INET, streamSocket, 0)
             _ = fcntl(client, F_SETFL, O_NONBLOCK)
             _ = withLoopbackAddress(port: port) { connect(client, $0, $1) }
             fillers.append(client)

@@ -5,7 +5,9 @@ import Testing
 
 /// `haul get` through a real HTTP proxy (Debian's tinyproxy, with Basic authentication): the environment as curl
 /// reads it, `--proxy`, `--noproxy`, and an unreachable proxy; the proxy's password in no output.
-@Suite("haul get: proxies", .serialized, .timeLimit(.minutes(2)))
+@Suite(
+    "haul get: proxies", .serialized, .timeLimit(.minutes(2)),
+    .enabled(if: TestPlatform.isLinux, "runs Debian's tinyproxy, squid and microsocks, which scripts/test installs"))
 struct GetProxyTests {
     @Test(
         "http_proxy and https_proxy are used (absolute form, CONNECT), --noproxy skips them, the password is never shown"

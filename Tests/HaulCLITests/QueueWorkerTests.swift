@@ -6,11 +6,15 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// `haul worker` processes on one shared queue in a real PostgreSQL 15: kills, partitions, stops and a database
 /// restart, checked against the files, the database and the HTTP server's own counters.
-@Suite("haul worker: many processes, one queue", .timeLimit(.minutes(5)), .serialized)
+@Suite(
+    "haul worker: many processes, one queue", .timeLimit(.minutes(5)), .serialized,
+    .enabled(if: TestPlatform.isLinux, "runs Debian's PostgreSQL 15, which scripts/test installs"))
 struct QueueWorkerTests {
     @Test("4 workers, 1,000 URLs, one SIGKILLed, one partitioned: every URL done, files identical, per-host limit held")
     func killAndPartition() async throws {
@@ -219,8 +223,51 @@ struct QueueWorkerTests {
         #expect(refused.status == 1, "\(refused)")
         #expect(refused.stderr.contains("127.0.0.1:\(port)"), "\(refused)")
         #expect(!refused.stderr.contains("hunter2") && !refused.stdout.contains("hunter2"))
+        // In the words haul get uses for a server it cannot reach, for every command.
+        for command in [["status"], ["worker", "-d", NSTemporaryDirectory(), "--until-empty"]] {
+            let run = try await HaulProcess.run(command + ["--db", url])
+            #expect(run.status == 1, "\(command): \(run)")
+            #expect(run.stderr.contains("connection refused (127.0.0.1:\(port))"), "\(command): \(run)")
+            #expect(!run.stderr.contains("SingleConnectionFailure"), "\(command): \(run)")
+        }
         let bad = try await HaulProcess.run(["status", "--db", "mysql://x@y/z"])
         #expect(bad.status == 2 && bad.stderr.contains("unsupported scheme 'mysql'"), "\(bad)")
+    }
+
+    @Test("a worker frozen past its lease on a shared directory: the other finishes the download; nothing fails")
+    func frozenWorker() async throws {
+        try await PostgresServer.withRunning { postgres in
+            try await TestServer.withRunning { server in
+                let root = try TemporaryDirectory()
+                let db = ["--db", postgres.url]
+                let size = 3 << 20
+                // Slow enough that the first worker is mid-body when it is frozen.
+                let url = server.url(path: "/bytes/z", query: ["size": "\(size)", "rate": "1000000", "rateTimes": "1"])
+                #expect(try await HaulProcess.run(["enqueue"] + db + [url.absoluteString]).status == 0)
+                let worker = ["worker", "-d", root.path, "--lease", "3", "--until-empty", "--json"] + db
+                let frozen = try HaulProcess(worker + ["--name", "frozen"])
+                try await eventually("the first worker is mid-body", within: .seconds(30)) {
+                    server.stats.bodyBytesSent > 500_000
+                }
+                frozen.send(SIGSTOP)
+                // The other finds the partial still locked once it takes the claim over: it goes back to the queue.
+                let other = try HaulProcess(worker + ["--name", "other"])
+                try await eventually("the other worker meets the locked partial", within: .seconds(30)) {
+                    other.stdoutSoFar.contains("another process is writing its partial")
+                }
+                frozen.send(SIGCONT)
+                let finished = await other.finish()
+                #expect(finished.status == 0, "\(finished)")
+                let woke = await frozen.finish()
+                #expect(!woke.stdout.contains("\"return\""), "the frozen worker said it returned a claim: \(woke)")
+                #expect(
+                    { contentsOf(root.file("z")) == TestServer.expectedBytes(name: "z", size: size) }(),
+                    "the file is not the server's")
+                let status = try await HaulProcess.run(["status", "--json"] + db)
+                let object = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+                #expect(object?["done"] as? Int == 1 && object?["failed"] as? Int == 0, "\(status)")
+            }
+        }
     }
 
     @Test("enqueued again with a new token: a failed download is renewed and its partial resumed; a done one is left")

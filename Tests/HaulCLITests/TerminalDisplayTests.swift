@@ -13,7 +13,9 @@ import Darwin
 
 /// `haul get` in a real pseudo-terminal (tmux, with `script` recording the raw bytes): bars render, stay within
 /// the width, redraw at most about 10 times a second, and are cleared at the end and on Ctrl-C.
-@Suite("Terminal display", .timeLimit(.minutes(2)))
+@Suite(
+    "Terminal display", .timeLimit(.minutes(2)),
+    .enabled(if: TestPlatform.isLinux, "drives haul in a terminal with util-linux's script -c and tmux"))
 struct TerminalDisplayTests {
     static let columns = 60
 

@@ -9,7 +9,9 @@ import Testing
 @testable import HaulPostgres
 
 /// The shared queue against a real PostgreSQL 15 and a loopback HTTP server, workers in this process.
-@Suite("SharedQueue: enqueue, claim, complete", .timeLimit(.minutes(3)), .serialized)
+@Suite(
+    "SharedQueue: enqueue, claim, complete", .timeLimit(.minutes(3)), .serialized,
+    .enabled(if: TestPlatform.isLinux, "runs Debian's PostgreSQL 15, which scripts/test installs"))
 struct SharedQueueTests {
     @Test("a list fetched by one worker: every file byte-identical, recorded with its size, SHA-256 and worker")
     func oneWorker() async throws {
@@ -262,6 +264,41 @@ struct SharedQueueTests {
         }
     }
 
+    @Test(
+        "a per-host rate of 10/s reaches 10 starts a second, not one a poll, with one worker or three",
+        arguments: [1, 3])
+    func perHostRateIsReached(workers: Int) async throws {
+        try await withFixtures { server, database, directory in
+            try await SharedQueue.withQueue(database) { queue in
+                let downloads = try (0..<12).map { try download("r\($0)", from: server) }
+                try await queue.enqueue(downloads, hostSettings: HostSettings(minimumInterval: .milliseconds(100)))
+                let reports = await withTaskGroup(of: WorkerReport.self) { group in
+                    for number in 1...workers {
+                        group.addTask {
+                            // The default poll interval (1 s): a host's turn must not wait for it.
+                            await SharedQueueWorker(
+                                queue: queue, transport: NIOTransport(),
+                                configuration: .init(
+                                    directory: directory.url.appendingPathComponent("w\(number)"), maxConcurrent: 4,
+                                    exitsWhenEmpty: true)
+                            ).run()
+                        }
+                    }
+                    return await group.reduce(into: [WorkerReport]()) { $0.append($1) }
+                }
+                #expect(reports.map(\.done).reduce(0, +) == 12)
+                let starts = server.stats.requests.map(\.receivedAt).sorted()
+                // Claims are spaced by the database; what reaches the server carries each request's own latency.
+                // Never faster than the rate over the whole, and not a poll interval apart: 11 turns of 0.1 s take
+                // about 1.1 s (one a poll took 11 s).
+                if let first = starts.first, let last = starts.last {
+                    #expect(last - first >= .milliseconds(11 * 100 - 60), "\(last - first)")
+                    #expect(last - first < .seconds(4), "\(last - first)")
+                }
+            }
+        }
+    }
+
     @Test("cancelling running downloads in the database stops them at the worker's next heartbeat; no file is left")
     func cancelRunning() async throws {
         try await withFixtures { server, database, directory in
@@ -385,7 +422,9 @@ struct SharedQueueTests {
     }
 }
 
-@Suite("SharedQueue: the database over TLS", .timeLimit(.minutes(2)), .serialized)
+@Suite(
+    "SharedQueue: the database over TLS", .timeLimit(.minutes(2)), .serialized,
+    .enabled(if: TestPlatform.isLinux, "runs Debian's PostgreSQL 15, which scripts/test installs"))
 struct SharedQueueTLSTests {
     @Test("sslmode=verify-full with the server's CA connects; another CA, or TLS from a server without it, is refused")
     func verifiedTLS() async throws {

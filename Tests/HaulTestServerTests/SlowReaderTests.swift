@@ -31,7 +31,7 @@ struct SlowReaderTests {
 
     /// A blocking socket with a 4 KiB receive buffer, read 4 KiB at a time: the server outruns it constantly.
     static func slowGet(_ target: String, port: Int, bodySize: Int) throws -> [UInt8] {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let descriptor = socket(AF_INET, streamSocket, 0)
         guard descriptor >= 0 else { throw POSIXError(.EIO) }
         defer { close(descriptor) }
         var bufferSize: Int32 = 4096

@@ -3,6 +3,8 @@ import HaulTestServer
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// Debian's nginx serving HTTPS with HTTP/2 on a free loopback port, started and stopped by a test: a real h2 server

@@ -3,6 +3,8 @@ import HaulOperations
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// Debian's PostgreSQL 15 on a free loopback port, in a temporary directory of its own, started and stopped by a

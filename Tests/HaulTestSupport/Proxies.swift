@@ -7,6 +7,8 @@ import HaulTestServer
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// Debian's tinyproxy as an HTTP forward proxy on a free loopback port, started and stopped by a test: absolute-form

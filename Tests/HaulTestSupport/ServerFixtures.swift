@@ -4,6 +4,8 @@ import Foundation
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// Why a server a test starts (a proxy, nginx) could not be started: it is not installed, or it did not start (with

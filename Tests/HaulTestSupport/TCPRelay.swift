@@ -3,6 +3,8 @@ import HaulOperations
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// A TCP relay on a free loopback port to another loopback port, which a test can cut (every connection through it
@@ -130,9 +132,3 @@ package final class TCPRelay: Sendable {
         close(destination)
     }
 }
-
-#if canImport(Glibc)
-private let streamSocket = Int32(SOCK_STREAM.rawValue)
-#else
-private let streamSocket = SOCK_STREAM
-#endif

@@ -101,11 +101,16 @@ package final class ChildProcess: Sendable {
         stderrPath = scratch.path + ".err"
         try Data(input.utf8).write(to: URL(fileURLWithPath: stdinPath))
         defer { unlink(stdinPath) }
+        // Darwin's spawn types are opaque pointers (`<spawn.h>`), glibc's structures.
+        #if canImport(Darwin)
+        var actions: posix_spawn_file_actions_t? = nil
+        #else
         var actions = posix_spawn_file_actions_t()
+        #endif
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         // glibc ignores EBADF from a close action, so a descriptor closed meanwhile does no harm.
-        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: Self.openDescriptors)) ?? []
         for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
             posix_spawn_file_actions_addclose(&actions, descriptor)
         }
@@ -116,7 +121,11 @@ package final class ChildProcess: Sendable {
         // With `signalsAtDefault` the child starts as from a shell: no signal blocked, every one at its default.
         // Otherwise it inherits the spawning thread's mask, and Dispatch's threads block signals (nginx then never
         // sees SIGTERM).
+        #if canImport(Darwin)
+        var attributes: posix_spawnattr_t? = nil
+        #else
         var attributes = posix_spawnattr_t()
+        #endif
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
         if signalsAtDefault {
@@ -145,9 +154,22 @@ package final class ChildProcess: Sendable {
     /// What the child has written to standard error so far.
     package var stderrSoFar: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
 
-    /// Whether the child has exited: a zombie until ``finish()`` reaps it, or gone (Linux: read from `/proc`).
+    /// The directory that lists this process's open descriptors.
+    #if os(Linux)
+    private static let openDescriptors = "/proc/self/fd"
+    #else
+    private static let openDescriptors = "/dev/fd"
+    #endif
+
+    /// Whether the child has exited: a zombie until ``finish()`` reaps it, or gone (Linux: read from `/proc`;
+    /// elsewhere `waitid` with `WNOWAIT`, which leaves it to ``finish()`` to reap).
     package var hasExited: Bool {
+        #if os(Linux)
         (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?.contains(") Z") ?? true
+        #else
+        var info = siginfo_t()
+        return waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0
+        #endif
     }
 
     /// Waits (on a thread of its own) for the child to exit; returns its exit status (128 + N when killed by signal
@@ -231,8 +253,20 @@ package func waitUntilAccepting(port: Int, process: ChildProcess, within limit: 
     return false
 }
 
+/// `SOCK_STREAM` as `socket(2)` takes it: glibc imports it as an enum, Darwin as a plain `Int32`.
 #if canImport(Glibc)
-private let streamSocket = Int32(SOCK_STREAM.rawValue)
+package let streamSocket = Int32(SOCK_STREAM.rawValue)
 #else
-private let streamSocket = SOCK_STREAM
+package let streamSocket = SOCK_STREAM
 #endif
+
+/// What the machine running the tests is: suites that need Linux (Debian's servers, `/proc`, util-linux's `script`)
+/// say so with `.enabled(if: TestPlatform.isLinux, ...)` and are skipped, with that reason, elsewhere. On Linux
+/// nothing is skipped: a missing component is an error.
+package enum TestPlatform {
+    #if os(Linux)
+    package static let isLinux = true
+    #else
+    package static let isLinux = false
+    #endif
+}

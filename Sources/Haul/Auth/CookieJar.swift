@@ -13,8 +13,9 @@ import Musl
 /// written to a Netscape cookie file (curl's `-b FILE` and `-c FILE`, wget's `--load-cookies`/`--save-cookies`).
 ///
 /// One jar is shared by many downloads at once; every method may be called from any thread. Matching follows
-/// RFC 6265 without a public-suffix list: a `Domain` attribute of a single label (`com`, `localhost`) other than
-/// the host itself is refused, but a cookie for `co.uk` is not.
+/// RFC 6265 with the Public Suffix List compiled in: a `Domain` attribute that is a public suffix (`com`, `co.uk`,
+/// `github.io`) other than the host itself is refused, as curl and wget2 refuse it; one that is the host makes a
+/// cookie for that host only.
 public final class CookieJar: Sendable {
     private struct State {
         var cookies: [Cookie.Key: Cookie] = [:]
@@ -32,6 +33,17 @@ public final class CookieJar: Sendable {
                 nextSequence += 1
             }
             cookies[cookie.key] = cookie
+        }
+
+        /// Whether a Secure cookie is stored with `cookie`'s name, a domain that domain-matches its domain (or the
+        /// other way round), and a path that `cookie`'s path path-matches.
+        func shadowsSecure(_ cookie: Cookie) -> Bool {
+            cookies.values.contains { stored in
+                stored.secure && stored.name == cookie.name
+                    && (Cookie.domain(stored.domain, matches: cookie.domain)
+                        || Cookie.domain(cookie.domain, matches: stored.domain))
+                    && Cookie.path(cookie.path, matches: stored.path)
+            }
         }
 
         mutating func removeExpired(at now: Date) {
@@ -122,8 +134,9 @@ public final class CookieJar: Sendable {
     ///
     /// `Expires` takes the RFC 1123, RFC 850, asctime and `dd-MMM-yyyy` date forms; `Max-Age` wins over it, and
     /// `Max-Age` of 0 or less, like any date in the past, deletes the stored cookie with the same name, domain and
-    /// path. A `Domain` (a leading dot is ignored) must domain-match the host; a single-label one must be the host
-    /// itself, and for an IP address it must equal it. Without a `Path` starting with `/`, the path is the
+    /// path. A `Domain` (a leading dot is ignored) must domain-match the host; a public suffix (`co.uk`, and any
+    /// single label) must be the host itself, and for an IP address it must equal it. A cookie from an `http` URL
+    /// that would replace or shadow a stored Secure cookie of the same name is ignored. Without a `Path` starting with `/`, the path is the
     /// directory of the request path. A Secure cookie from an `http` URL, a cookie without `=`, with an empty
     /// name, with a control character, or whose name and value exceed 4096 bytes, is refused.
     ///
@@ -141,6 +154,9 @@ public final class CookieJar: Sendable {
         state.withLock { state in
             state.removeExpired(at: now)
             for cookie in cookies {
+                // A plain-text response must not replace (or delete) a Secure cookie of the same name that its cookie
+                // would shadow: anyone who can answer plain http could fix an https session (RFC 6265bis 5.7).
+                if !secure, state.shadowsSecure(cookie) { continue }
                 if cookie.isExpired(at: now) {
                     state.cookies[cookie.key] = nil
                 } else {
@@ -184,9 +200,9 @@ public final class CookieJar: Sendable {
         var domain = host
         var hostOnly = true
         if let attribute = parsed.domain {
-            if Cookie.isIPAddress(host) || !attribute.contains(".") {
-                // No subdomains to share with: an IP address has none, and a single label stands in for a public
-                // suffix (`com`), accepted only from that very host and then kept to it.
+            if Cookie.isIPAddress(host) || PublicSuffixes.isPublicSuffix(attribute) {
+                // No subdomains to share with: an IP address has none, and a public suffix (`com`, `co.uk`,
+                // `github.io`) is everybody's: accepted only from that very host and then kept to it.
                 guard attribute == host else { return nil }
             } else {
                 guard Cookie.domain(host, matches: attribute) else { return nil }
@@ -297,7 +313,7 @@ private enum CookieFileIO {
             offset += count
         }
         // Without it, a crash soon after the rename could leave an empty file where the cookies were.
-        guard fsync(descriptor) == 0 else { throw failure(path, "cannot write the cookie file", errno) }
+        guard DiskSync.toDisk(descriptor) == 0 else { throw failure(path, "cannot write the cookie file", errno) }
     }
 
     private static func failure(_ path: String, _ what: String, _ code: Int32) -> CookieFileError {

@@ -35,7 +35,8 @@ public protocol Journal: Sendable {
     /// The records of a partial or completed file at `path` (``JournalRecord/path``), under any key: a download is
     /// about its file, and one to `path` whose own key the journal does not know takes over what another URL left
     /// there (a token in the query that changed, a mirror). An implementation may answer without the records written
-    /// since it was opened, like ``record(for:)``. The default searches ``allRecords()``.
+    /// since it was opened, like ``record(for:)``. Called before a download whose key the journal does not know, so it
+    /// must cost about what ``record(for:)`` costs. The default answers none: such a download then starts afresh.
     func records(forFileAt path: String) -> [JournalRecord]
 }
 
@@ -55,10 +56,9 @@ extension Journal {
         for key in keys { remove(key) }
     }
 
-    /// The partial and completed records at `path` among ``allRecords()``.
-    public func records(forFileAt path: String) -> [JournalRecord] {
-        allRecords().filter { $0.path == path && $0.state.isFile }
-    }
+    /// None: a journal that cannot look its records up by path cheaply has downloads whose key it does not know
+    /// start afresh (reading every record for each download would cost the journal's size per download).
+    public func records(forFileAt path: String) -> [JournalRecord] { [] }
 }
 
 /// Identifies one download across runs: its URL and its destination as requested (a directory destination
@@ -87,6 +87,10 @@ public struct JournalKey: Hashable, Sendable, Codable, CustomStringConvertible {
 
     /// `URL -> destination`.
     public var description: String { "\(url) -> \(destination)" }
+
+    /// The key of the partial of a new copy of this key's completed file, which a revalidation is fetching: it sits
+    /// beside the completed record until the new copy is published. Its URL is no request's (`new-copy:` and the URL).
+    var newCopy: JournalKey { JournalKey(url: "new-copy:" + url, destination: destination) }
 }
 
 /// What a ``Journal`` knows about one download.

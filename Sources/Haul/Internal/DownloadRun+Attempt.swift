@@ -13,7 +13,7 @@ extension DownloadRun {
     /// the transport cannot interrupt) the attempt goes on in a task of its own.
     func attemptWithWatchdog() async throws(AttemptFailure) {
         lastActivity.touch()
-        var hops = Hops(url: sources.url, fields: fields(for: sources.url))
+        var hops = Hops(url: sources.url, fields: sources.isFirst ? request.headerFields : fields(for: sources.url))
         if interruptibleTransport != nil {
             let interruption = TransferInterruption()
             var needsOwnTask = false
@@ -64,10 +64,13 @@ extension DownloadRun {
     private func attemptFailure(_ error: any Error, stoppedFor reason: StallWatch.Reason?) -> AttemptFailure {
         switch reason {
         case .stalled?:
+            // A proxy in between may be what went silent: it is named.
+            let between = options(for: finalURL).proxy.map { ", the proxy \($0)" } ?? ""
             return .transient(
                 DownloadError(
                     .stalled,
-                    message: "no data for \(stallWatch.timeout) (stall timeout); the server or network stopped",
+                    message:
+                        "no data for \(stallWatch.timeout) (stall timeout); the server\(between) or network stopped",
                     url: finalURL))
         case .tooSlow?:
             return .transient(
@@ -94,6 +97,9 @@ extension DownloadRun {
         var visited: Set<String> = []
         var count = 0
         var mayResume = true
+        /// Whether a hop before the current one was `https`: a credential provider's credentials never go over plain
+        /// `http` after it (a downgrade would send them in clear).
+        var wasSecure = false
     }
 
     /// Thrown before sending a request that the interruptible transport cannot interrupt.
@@ -128,14 +134,16 @@ extension DownloadRun {
             // A download that may go on in segments asks for a first piece, never for the whole rest: a segment's
             // connection then never has to end a response early (which would leave the server counting a connection
             // that is gone while the next one starts).
+            // (Bytes without a validator are a first piece only when they are a file another tool left: its rest has
+            // none to ask with.)
             let pieceEnd =
-                asksForFirstPiece && (resumeFrom == 0 || validator != nil)
+                asksForFirstPiece && (resumeFrom == 0 || validator != nil || (writer == nil && continuation != nil))
                 ? firstPiece(from: resumeFrom).upperBound : nil
             // Most downloaders pace nothing, and no host asked them for time.
             if pacer.isActive { try await waitForTurn(url: url, emit: emit) }
             let head = makeRequest(
-                url: url, fields: withCredentialsAndCookies(hops.fields, for: url), resumeFrom: resumeFrom,
-                pieceEnd: pieceEnd)
+                url: url, fields: withCredentialsAndCookies(hops.fields, for: url, afterHTTPS: hops.wasSecure),
+                resumeFrom: resumeFrom, pieceEnd: pieceEnd)
             let options = options(for: url)
             logger.debug("request", metadata: ["url": "\(url.redactedString)", "range-from": "\(resumeFrom)"])
             // A cancelled task sends nothing: some transports would still put the request on the wire.
@@ -204,12 +212,14 @@ extension DownloadRun {
             }
             logger.info("redirect", metadata: ["from": "\(url.redactedString)", "to": "\(target.redactedString)"])
             emit(.redirected(from: url, to: target, status: status))
+            if HTTPRules.isSecure(url) { hops.wasSecure = true }
             hops.url = target
             return .sendAgain
         }
         finalURL = url
 
         if status == 304, let revalidation, !revalidation.answered {
+            keepAfterNotModified(revalidation, head: response.head)
             emit(.revalidated(modified: false))
             skippedResult = try endingForGood { () throws(DownloadError) in
                 try existingFileResult(
@@ -310,7 +320,7 @@ extension DownloadRun {
         {
             await journal.commit(
                 JournalRecord(
-                    key: journalKey, path: destinationPath,
+                    key: partialKey, path: destinationPath,
                     state: .partial(validator: validator, totalBytes: totalBytes), request: request))
             recordedPartial = true
         }
@@ -492,7 +502,10 @@ extension DownloadRun {
             fields[.range] = "bytes=\(resumeFrom)-"
             // Without a validator (a file another tool left), nothing can make the server check the prefix.
             if let validator { fields[.ifRange] = validator }
-        } else if let condition {
+        }
+        // A revalidation's condition goes with any range: the server evaluates it first (RFC 9110 13.2.2), so a
+        // current file is a 304 whether the rest of a new copy or a first piece was asked for.
+        if let condition {
             // A strong ETag is the exact test; a date the next best (RFC 9110 13.1.3).
             if condition.hasPrefix("\"") {
                 fields[.ifNoneMatch] = condition
@@ -664,17 +677,20 @@ extension DownloadRun {
     }
 
     /// `fields` with the credentials and cookies for a request to `url` added: `Authorization: Basic` with the
-    /// request's own credentials on the origin of its URL (on no other), else those of the credential provider;
-    /// the cookie jar's cookies for `url` after any `Cookie` of the request's own. Fields the caller set win.
-    func withCredentialsAndCookies(_ fields: HTTPFields, for url: URL) -> HTTPFields {
+    /// request's own credentials on the origin of its URL (on no other), else those of the credential provider (not
+    /// over plain `http` when an earlier hop was `https`, `afterHTTPS`); the cookie jar's cookies for `url` after any
+    /// `Cookie` of the request's own. Fields the caller set win.
+    func withCredentialsAndCookies(_ fields: HTTPFields, for url: URL, afterHTTPS: Bool = false) -> HTTPFields {
         if request.credentials == nil && configuration.credentials == nil && configuration.cookies == nil {
             return fields
         }
         var fields = fields
         if fields[.authorization] == nil {
-            let credentials =
+            let credentials: Credentials? =
                 if let own = request.credentials, HTTPRules.origin(of: url) == HTTPRules.origin(of: request.url) {
                     own
+                } else if afterHTTPS && !HTTPRules.isSecure(url) {
+                    nil
                 } else {
                     configuration.credentials?.credentials(for: url)
                 }
@@ -788,6 +804,6 @@ extension DownloadRun {
         segmentsAbandoned = true
         validator = nil
         recordedPartial = false
-        configuration.journal?.remove(journalKey)
+        configuration.journal?.remove(partialKey)
     }
 }

@@ -129,14 +129,10 @@ extension DownloadRun {
     }
 
     /// Whether the next request asks for a first piece (a closed range) instead of the rest of the file: the request
-    /// wants segments or mirrors, none are running or were given up, and nothing else about the request needs the
-    /// one stream (a revalidation's conditional request, a file another tool left).
+    /// wants segments or mirrors, and none are running or were given up. A revalidation's condition goes with the
+    /// piece (a current file is a `304` all the same), and so does the rest of a file another tool left.
     var asksForFirstPiece: Bool {
-        guard request.maxConnections > 1 || !request.mirrors.isEmpty, segmented == nil, !segmentsAbandoned,
-            !request.continuesExistingFile
-        else { return false }
-        if let revalidation, !revalidation.answered { return false }
-        return true
+        (request.maxConnections > 1 || !request.mirrors.isEmpty) && segmented == nil && !segmentsAbandoned
     }
 
     /// The first piece asked for from `offset`: the smallest segment, so a file too small to split comes whole in it.
@@ -188,7 +184,7 @@ extension DownloadRun {
         if let journal = configuration.journal {
             await journal.commit(
                 JournalRecord(
-                    key: journalKey, path: destinationPath,
+                    key: partialKey, path: destinationPath,
                     state: .partial(validator: validator, totalBytes: total, missingRanges: [resumeFrom..<total]),
                     request: request))
             recordedPartial = true
@@ -270,7 +266,7 @@ extension DownloadRun {
         let missing = transfer.missing
         await journal.commit(
             JournalRecord(
-                key: journalKey, path: destinationPath,
+                key: partialKey, path: destinationPath,
                 state: .partial(validator: validator, totalBytes: transfer.total, missingRanges: missing),
                 request: request))
     }
@@ -280,7 +276,7 @@ extension DownloadRun {
         guard let journal = configuration.journal, let destinationPath, let validator else { return }
         journal.store(
             JournalRecord(
-                key: journalKey, path: destinationPath,
+                key: partialKey, path: destinationPath,
                 state: .partial(validator: validator, totalBytes: transfer.total, missingRanges: transfer.missing),
                 request: request))
     }
@@ -685,11 +681,12 @@ extension DownloadRun {
             return (source.url, source.validator, source.isPrimary, source.given)
         }
         var hops = 0
+        var wasSecure = false
         while true {
             if pacer.isActive {
                 try await waitForTurn(url: url, clock: clock) { event in sink.yield(.event(event)) }
             }
-            var fields = withCredentialsAndCookies(self.fields(for: url), for: url)
+            var fields = withCredentialsAndCookies(self.fields(for: url), for: url, afterHTTPS: wasSecure)
             fields[.acceptEncoding] = "identity"
             if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
             fields[.range] = "bytes=\(offset)-\(piece.upperBound - 1)"
@@ -722,6 +719,7 @@ extension DownloadRun {
                                 .tooManyRedirects, message: "more than \(configuration.maxRedirects) redirects",
                                 url: url))
                     }
+                    if HTTPRules.isSecure(url) { wasSecure = true }
                     switch HTTPRules.redirectTarget(location: response.head.headerFields[.location], from: url) {
                     case .success(let target): url = target
                     case .failure(let error): throw AttemptFailure.permanent(error)

@@ -50,6 +50,12 @@ final class DownloadRun: @unchecked Sendable {
     let lastActivity = ActivityClock()
     /// The request's key in the journal, made once.
     lazy var journalKey = JournalKey(request)
+    /// Whether this run may replace a file an earlier run completed and the journal records as Haul's (a
+    /// revalidation): the completed record stays as it is until the new copy is published, and the new copy's partial
+    /// is recorded beside it (``partialKey``), so a failure leaves the file Haul's and the new copy resumable.
+    var replacesCompleted = false
+    /// The key the partial of this run's file is recorded under.
+    var partialKey: JournalKey { replacesCompleted ? journalKey.newCopy : journalKey }
     /// The request's time limit, else the downloader's.
     let timeLimit: Duration?
     /// The request's minimum speed, else the downloader's.
@@ -86,6 +92,7 @@ final class DownloadRun: @unchecked Sendable {
         var validator: String
         var size: Int64
         var sha256: String?
+        var stamp: FileStamp
         /// Whether the server has answered with a new copy (later attempts resume it, unconditionally).
         var answered = false
     }
@@ -233,22 +240,52 @@ final class DownloadRun: @unchecked Sendable {
     func existingFileResult(
         path: String, size: Int64, sha256: String?, finalURL: URL, notModified: Bool = false
     ) throws(DownloadError) -> DownloadResult {
-        var digest = sha256
-        if digest == nil, configuration.computesSHA256 {
-            do {
-                digest = try RunningDigest.sha256(ofFileAt: path).hexString
-            } catch {
-                throw DownloadError(
-                    .fileSystem, message: "cannot read '\(path)': \(error)", url: request.url, path: path,
-                    underlying: error)
-            }
-        }
+        let digest = try checkExisting(path: path, knownSHA256: sha256)
         var result = DownloadResult(
             path: path, size: size, sha256: digest, finalURL: finalURL, attempts: attempts, bytesTransferred: 0,
             skipped: true)
         result.source = sources.url
         result.notModified = notModified
         return result
+    }
+
+    /// The SHA-256 of a file left as it is (a skip), when the downloader reports one (`knownSHA256`, the digest the
+    /// journal recorded, else read from the file); and a check of the digest the request asks for, which a file left
+    /// as it is must have as much as a fetched one: from the recorded SHA-256 when that is the algorithm, else read.
+    /// - Throws: ``DownloadError/Code/checksumMismatch`` naming the file when it does not have the digest asked for.
+    func checkExisting(path: String, knownSHA256: String?) throws(DownloadError) -> String? {
+        let expected = request.expectedDigest
+        var sha256 = knownSHA256
+        var requested: [UInt8]?
+        if let expected, expected.algorithm == .sha256, let sha256 {
+            requested = try? Digest(algorithm: .sha256, hex: sha256).bytes
+        }
+        if (configuration.computesSHA256 && sha256 == nil) || (expected != nil && requested == nil) {
+            var digest = RunningDigest(sha256: configuration.computesSHA256, also: expected?.algorithm)
+            do {
+                try digest.update(fileAt: path)
+            } catch {
+                throw DownloadError(
+                    .fileSystem, message: "cannot read '\(path)': \(error)", url: request.url, path: path,
+                    underlying: error)
+            }
+            let (fileSHA256, fileRequested) = digest.finalize(for: expected?.algorithm)
+            if sha256 == nil { sha256 = fileSHA256?.hexString }
+            requested = fileRequested
+        }
+        if let expected, requested != expected.bytes {
+            throw Self.existingMismatch(path: path, expected: expected, found: requested ?? [], url: request.url)
+        }
+        return sha256
+    }
+
+    /// A file already at the destination that does not have the digest asked for.
+    static func existingMismatch(path: String, expected: Digest, found: [UInt8], url: URL) -> DownloadError {
+        DownloadError(
+            .checksumMismatch,
+            message: "'\(path)' is there already, but its \(expected.algorithm.rawValue) is \(found.hexString), "
+                + "expected \(expected.hex); left untouched (the overwrite policy fetches it again)",
+            url: url, path: path)
     }
 
     func timedOutError(after detail: String) -> DownloadError {
@@ -318,6 +355,8 @@ final class DownloadRun: @unchecked Sendable {
                     state: .completed(size: size, sha256: sha256, stamp: stamp, validator: validator)))
         }
         let published = try publish(partial, to: path)
+        // The new copy is the file now: its partial's record goes.
+        if replacesCompleted { journal.remove(partialKey) }
         if published != path || stamp == nil, let stamp = FileStamp(ofFileAt: published) {
             await journal.commit(
                 JournalRecord(
@@ -372,6 +411,8 @@ final class DownloadRun: @unchecked Sendable {
         // file there as its own, completed: a failure written over that would make the next run refuse it).
         if error.code == .destinationBusy { return }
         if error.code == .destinationExists, writer == nil { return }
+        // A file left as it is that lacks the digest asked for: its record, if it has one, still describes it.
+        if error.code == .checksumMismatch, writer == nil, segmented == nil { return }
         let cancelled = error.isCancellation
         let keeps =
             cancelled
@@ -393,6 +434,12 @@ final class DownloadRun: @unchecked Sendable {
         segmented?.file.remove()
         segmented = nil
         guard let journal = configuration.journal else { return }
+        if replacesCompleted {
+            // The file at the destination is untouched and still the one the completed record describes: only the
+            // new copy's record goes.
+            journal.remove(partialKey)
+            return
+        }
         if cancelled {
             journal.remove(journalKey)
         } else {
@@ -425,15 +472,25 @@ final class DownloadRun: @unchecked Sendable {
                 // to ask with, it is fetched again.
                 destinationPath = record.path
                 replacesDestination = true
+                replacesCompleted = true
                 if let validator {
-                    revalidation = Revalidation(path: record.path, validator: validator, size: size, sha256: sha256)
+                    revalidation = Revalidation(
+                        path: record.path, validator: validator, size: size, sha256: sha256, stamp: stamp)
                 }
+                try resumeNewCopy(from: journal, at: record.path)
                 return nil
             }
-            // A record of a run that computed no digest, for a downloader that reports one: hashed from the file.
-            var digest = sha256
-            if digest == nil, configuration.computesSHA256 {
-                digest = (try? RunningDigest.sha256(ofFileAt: record.path))?.hexString
+            // A record of a run that computed no digest, for a downloader that reports one: hashed from the file; and
+            // a digest asked for is checked, against the one recorded or the file's.
+            let digest: String?
+            do {
+                digest = try checkExisting(path: record.path, knownSHA256: sha256)
+            } catch  where error.code == .checksumMismatch && request.conflictPolicy == .overwrite {
+                // The file is Haul's but not the one asked for: fetched again, and replaced once verified.
+                destinationPath = record.path
+                replacesDestination = true
+                replacesCompleted = true
+                return nil
             }
             return DownloadResult(
                 path: record.path, size: size, sha256: digest, finalURL: request.url, attempts: 0, bytesTransferred: 0,
@@ -458,20 +515,54 @@ final class DownloadRun: @unchecked Sendable {
             recordedPartial = true
             logger.debug("resuming segments from an earlier run", metadata: ["missing": "\(missing.count)"])
         case .partial(let validator, let total, _):
-            guard
-                let file = try PartialFile(
-                    resumingAt: PartialFile.partialPath(forDestination: record.path), url: request.url),
-                file.size > 0
-            else { return nil }
-            writer = try BackgroundWriter(
-                resuming: file, algorithm: request.expectedDigest?.algorithm,
-                computesSHA256: configuration.computesSHA256, url: request.url)
-            self.validator = validator
-            totalBytes = total
-            recordedPartial = true
-            logger.debug("resuming a partial from an earlier run", metadata: ["bytes": "\(file.size)"])
+            guard try reopenPartial(of: record.path, validator: validator, total: total) else { return nil }
+            logger.debug("resuming a partial from an earlier run", metadata: ["bytes": "\(writer?.size ?? 0)"])
         }
         return nil
+    }
+
+    /// Reopens the partial written in order beside `path` that an earlier run left, to go on from its size with
+    /// `validator` (`If-Range`); `false` when there is none, or it is empty.
+    private func reopenPartial(of path: String, validator: String, total: Int64?) throws(DownloadError) -> Bool {
+        guard let file = try PartialFile(resumingAt: PartialFile.partialPath(forDestination: path), url: request.url),
+            file.size > 0
+        else { return false }
+        writer = try BackgroundWriter(
+            resuming: file, algorithm: request.expectedDigest?.algorithm,
+            computesSHA256: configuration.computesSHA256, url: request.url)
+        self.validator = validator
+        totalBytes = total
+        recordedPartial = true
+        return true
+    }
+
+    /// Reopens the partial of a new copy an earlier revalidation of the file at `path` left (it failed, or was
+    /// stopped), to be resumed with `Range` and `If-Range` after the revalidation's condition: the server answers
+    /// `304` if the file is still current, the rest if the new copy is, the whole if there is yet another. A new copy
+    /// that was being fetched in segments is fetched again.
+    private func resumeNewCopy(from journal: any Journal, at path: String) throws(DownloadError) {
+        guard case .partial(let validator, let total, nil)? = journal.record(for: partialKey)?.state,
+            try reopenPartial(of: path, validator: validator, total: total)
+        else { return }
+        logger.debug("resuming the new copy an earlier revalidation left", metadata: ["bytes": "\(writer?.size ?? 0)"])
+    }
+
+    /// A `304` to a revalidation: the file stays, its record takes the validator the `304` carries if it is another
+    /// (RFC 9111 4.3.4), and the partial of a new copy an earlier revalidation left goes (the server says the file is
+    /// current).
+    func keepAfterNotModified(_ revalidation: Revalidation, head: HTTPResponse) {
+        writer?.file.remove()
+        writer = nil
+        guard let journal = configuration.journal else { return }
+        if recordedPartial { journal.remove(partialKey) }
+        if let fresh = HTTPRules.validator(of: head), fresh != revalidation.validator {
+            journal.store(
+                JournalRecord(
+                    key: journalKey, path: revalidation.path,
+                    state: .completed(
+                        size: revalidation.size, sha256: revalidation.sha256, stamp: revalidation.stamp,
+                        validator: fresh)))
+        }
     }
 
     /// The record of the file at `path` that a download of another URL left, which this download takes over (the
@@ -490,6 +581,11 @@ final class DownloadRun: @unchecked Sendable {
         if let completed {
             guard let url = URL(string: completed.key.url), Self.sameResource(url, request.url) else { return nil }
             taken = JournalRecord(key: journalKey, path: path, state: completed.state)
+            // The partial of a new copy of that file goes with it.
+            if let newCopy = records.first(where: { $0.key == completed.key.newCopy }) {
+                journal.store(
+                    JournalRecord(key: journalKey.newCopy, path: path, state: newCopy.state, request: request))
+            }
         } else if let partial = records.first(where: { if case .partial = $0.state { true } else { false } }) {
             taken = JournalRecord(key: journalKey, path: path, state: partial.state, request: request)
         } else {

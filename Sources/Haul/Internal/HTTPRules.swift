@@ -15,6 +15,11 @@ enum HTTPRules {
         let port: Int
     }
 
+    /// Whether `url` is `https`.
+    static func isSecure(_ url: URL) -> Bool {
+        url.scheme?.utf8.equalsIgnoringCase("https") == true
+    }
+
     static func origin(of url: URL) -> Origin {
         let scheme = url.scheme?.lowercased() ?? ""
         let defaultPort = scheme == "https" ? 443 : 80
@@ -53,6 +58,9 @@ enum HTTPRules {
     static func retryAfter(_ value: String?, now: Date = Date()) -> Duration? {
         guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
         if let seconds = Int(value) { return .seconds(max(0, seconds)) }
+        // Delay-seconds beyond Int64 are still delay-seconds (RFC 9110 10.2.3): as long as the longest wait there is
+        // (the retry policy caps it).
+        if value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) { return .seconds(Int64.max) }
         guard let date = httpDate(value) else { return nil }
         return .milliseconds(max(0, Int((date.timeIntervalSince(now) * 1000).rounded(.up))))
     }

@@ -288,7 +288,7 @@ final class PartialFile {
     /// file it is its only handle, for a named one it holds the writer's lock. Idempotent.
     func seal(durable: Bool, url: URL) throws(DownloadError) {
         guard descriptor >= 0, !sealed else { return }
-        if durable, fsync(descriptor) != 0 { throw Self.fileSystemError(errno, "syncing", path, url) }
+        if durable, DiskSync.toDisk(descriptor) != 0 { throw Self.fileSystemError(errno, "syncing", path, url) }
         if !isUnnamed, fchmod(descriptor, Self.publishedMode) != 0 {
             throw Self.fileSystemError(errno, "setting permissions of", path, url)
         }
@@ -298,21 +298,40 @@ final class PartialFile {
     private var sealed = false
 
     /// The mode of a published file: 0644 less the process's umask, what `open(2)` gives a new file (and what curl
-    /// and wget leave): readable by others unless the umask says otherwise. The umask is read from /proc on Linux,
-    /// since `umask(2)` reads it only by setting it, which other threads creating files meanwhile would see;
-    /// elsewhere 0644.
-    static let publishedMode: mode_t = {
-        let requested: mode_t = 0o644
+    /// and wget leave): readable by others unless the umask says otherwise.
+    static let publishedMode: mode_t = 0o644 & ~processUmask
+
+    /// The process's umask, read without changing it: `umask(2)` reads it only by setting it, and another thread
+    /// creating a file meanwhile would get the temporary mask. Linux shows it in `/proc/self/status`; elsewhere (and
+    /// on a Linux without it) a file is made with mode 0777 and its mode says what the umask took away. 022 if
+    /// neither can be done.
+    static let processUmask: mode_t = {
         #if os(Linux)
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+        if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
             let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Umask:") }),
             let umask = mode_t(line.dropFirst("Umask:".count).trimmingCharacters(in: .whitespaces), radix: 8)
-        else { return requested }
-        return requested & ~umask
-        #else
-        return requested
+        {
+            return umask
+        }
         #endif
+        return probedUmask(in: NSTemporaryDirectory()) ?? 0o022
     }()
+
+    /// The umask as `open(2)` applies it to a file created in `directory` (with mode 0777, then removed), or `nil`
+    /// when no file can be made there.
+    static func probedUmask(in directory: String) -> mode_t? {
+        let path = (directory as NSString).appendingPathComponent(
+            ".haul-umask-\(getpid())-\(UInt64.random(in: 0...UInt64.max))")
+        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0o777)
+        guard descriptor >= 0 else { return nil }
+        defer {
+            close(descriptor)
+            unlink(path)
+        }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return nil }
+        return ~info.st_mode & 0o777
+    }
 
     /// The stamp of the sealed file, which publishing keeps (a link or rename changes neither inode nor times).
     func stamp() -> FileStamp? {
@@ -410,7 +429,7 @@ final class PartialFile {
         let directory = (file as NSString).deletingLastPathComponent
         let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if fd >= 0 {
-            fsync(fd)
+            _ = DiskSync.toDisk(fd)
             close(fd)
         }
     }

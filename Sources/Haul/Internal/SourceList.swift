@@ -22,8 +22,9 @@ struct SourceList {
     private(set) var current = 0
 
     init(_ request: DownloadRequest) {
-        var seen: Set<URL> = [request.url]
         sources = [Source(url: request.url)]
+        guard !request.mirrors.isEmpty else { return }
+        var seen: Set<URL> = [request.url]
         for mirror in request.mirrors where seen.insert(mirror).inserted {
             sources.append(Source(url: mirror))
         }
@@ -31,6 +32,8 @@ struct SourceList {
 
     /// The URL of the source the next request goes to.
     var url: URL { sources[current].url }
+    /// Whether the next request goes to the request's own URL.
+    var isFirst: Bool { current == 0 }
 
     /// The sources not dropped, the current one first: what a download fetched in segments spreads its connections
     /// over.

@@ -10,10 +10,12 @@ import Darwin
 
 /// The hosts reached without a proxy, written as curl's `--noproxy` and `no_proxy` take them: a comma-separated list
 /// of host names (each matching itself and its subdomains; a leading dot is allowed), IP addresses, networks in CIDR
-/// notation (`10.0.0.0/8`, `fd00::/8`), any of them with `:PORT` to match that port only, or `*` for every host.
+/// notation (`10.0.0.0/8`, `fd00::/8`), any of them with `:PORT` to match that port only, `:PORT` alone for every host
+/// on that port, or `*` for every host.
 public struct NoProxyList: Sendable, Hashable, CustomStringConvertible {
     private enum Pattern: Hashable {
         case everything
+        case port(Int)
         case domain(String, port: Int?)
         case network([UInt8], prefixLength: Int, port: Int?)
     }
@@ -38,6 +40,8 @@ public struct NoProxyList: Sendable, Hashable, CustomStringConvertible {
             switch pattern {
             case .everything:
                 return true
+            case .port(let only):
+                if only == port { return true }
             case .domain(let domain, let only):
                 guard only == nil || only == port else { continue }
                 if host == domain || host.hasSuffix("." + domain) { return true }
@@ -62,6 +66,8 @@ public struct NoProxyList: Sendable, Hashable, CustomStringConvertible {
         } else if text.filter({ $0 == ":" }).count == 1, let colon = text.firstIndex(of: ":") {
             port = Int(text[text.index(after: colon)...])
             text = String(text[..<colon])
+            // `:PORT` alone: every host on that port.
+            if text.isEmpty { return port.map { .port($0) } }
         }
         var prefixLength: Int?
         if let slash = text.firstIndex(of: "/") {

@@ -64,6 +64,13 @@ struct ClaimFeed: AsyncSequence, Sendable {
                             try? await Task.sleep(for: .milliseconds(Int.random(in: 2...20)))
                             continue
                         }
+                        // A host that waits only for its turn (a per-host rate) is claimed from at that turn, not at
+                        // the next poll: N starts a second reach N, whatever the poll interval.
+                        crowded = 0
+                        let turn = try await run.queue.nextHostTurn()
+                        await run.feedWake.wait(
+                            upTo: Swift.min(turn ?? configuration.pollInterval, configuration.pollInterval))
+                        continue
                     } catch {
                         run.unreachable(error)
                     }

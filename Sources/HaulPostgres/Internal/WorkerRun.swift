@@ -133,7 +133,21 @@ final class WorkerRun: Sendable {
                     skipped: result.skipped))
         case .failure(let error) where error.isCancellation:
             completion = Completion(id: claim.id, kind: .returned, path: claim.path)
-            countReturned(1)
+            // A fenced worker's claims are the rescuer's now: nothing goes back from here (the database refuses it).
+            if !state.withLock({ $0.fenced }) { countReturned(1) }
+        case .failure(let error) where error.code == .destinationBusy:
+            // Another process holds the partial: a worker frozen past its lease (a paused machine) that has not
+            // noticed yet, and lets go once it does. Not this download's failure: back to the queue a while later,
+            // its attempt not counted, for whichever worker then gets the partial.
+            var back = Completion(id: claim.id, kind: .returned, path: claim.path, error: Self.reason(error))
+            back.delay = configuration.lease / 3
+            completion = back
+            report.withLock { $0.retried += 1 }
+            worker.emit(
+                .failed(
+                    path: claim.path, url: request.url.absoluteString,
+                    reason: "another process is writing its partial (a worker past its lease?); back to the queue",
+                    willRetry: true))
         case .failure(let error):
             let retries = error.isTransient && claim.attempt < claim.maxAttempts
             var failure = Completion(

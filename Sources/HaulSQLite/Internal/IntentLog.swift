@@ -214,7 +214,7 @@ final class IntentLog: @unchecked Sendable {  // the descriptor is set once; app
 
     /// Forces what was appended to the disk.
     func sync() throws {
-        if fsync(descriptor) != 0 { throw Self.error("cannot sync the journal's log '\(path)'") }
+        if DiskSync.toDisk(descriptor) != 0 { throw Self.error("cannot sync the journal's log '\(path)'") }
     }
 
     /// Hands every change in this log to `body` as it lies in the log's bytes, in the order appended (for a fold,

@@ -56,9 +56,19 @@ struct FileResolver: Sendable {
             ServedFile(
                 descriptor: descriptor,
                 size: Int(info.st_size),
-                modifiedSecondsSince1970: Int(info.st_mtim.tv_sec),
+                modifiedSecondsSince1970: Self.modifiedSeconds(info),
                 inode: UInt64(info.st_ino)
             )
         )
+    }
+
+    /// The modification time in whole seconds: Linux's `stat` names it `st_mtim`, Darwin's `st_mtimespec`
+    /// (`<sys/stat.h>`, without `_POSIX_C_SOURCE`).
+    private static func modifiedSeconds(_ info: stat) -> Int {
+        #if canImport(Darwin)
+        Int(info.st_mtimespec.tv_sec)
+        #else
+        Int(info.st_mtim.tv_sec)
+        #endif
     }
 }

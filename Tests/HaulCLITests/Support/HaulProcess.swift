@@ -48,13 +48,8 @@ final class HaulProcess: Sendable {
     /// Sends `signal` (SIGINT by default), as Ctrl-C would.
     func send(_ signal: Int32 = SIGINT) { child.send(signal) }
 
-    /// Whether the process has exited (it stays a zombie, which `/proc` shows as state `Z`, until ``finish()``).
-    var hasExited: Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(child.pid)/stat", encoding: .utf8),
-            let end = stat.lastIndex(of: ")")
-        else { return true }
-        return stat[stat.index(after: end)...].split(separator: " ").first == "Z"
-    }
+    /// Whether the process has exited (it stays a zombie until ``finish()``).
+    var hasExited: Bool { child.hasExited }
 
     /// Waits for the process to exit and returns what it wrote.
     func finish() async -> HaulOutput {

@@ -314,6 +314,50 @@ struct CookieJarTests {
         #expect(header.contains("t7_9=199"))
     }
 
+    // MARK: - Attacks
+
+    @Test(
+        "a Domain that is a public suffix (co.uk, github.io, a wildcard's) is refused unless it is the host itself",
+        arguments: [
+            // site, Domain, stored, sent to another host under the domain
+            ("https://www.example.co.uk/", "co.uk", false, false), ("https://me.github.io/", "github.io", false, false),
+            ("https://a.b.ck/", "b.ck", false, false), ("https://www.example.co.uk/", "example.co.uk", true, true),
+            ("https://github.io/", "github.io", true, false), ("https://www.ck/", "www.ck", true, true),
+        ])
+    func publicSuffixes(site: String, domain: String, stored: Bool, sentToOther: Bool) throws {
+        let jar = CookieJar()
+        jar.store(setCookie: ["sid=1; Domain=\(domain)"], from: try url(site), now: Self.now)
+        #expect((jar.count == 1) == stored, "\(domain) from \(site)")
+        let other = try url("https://other." + domain + "/")
+        #expect((jar.cookieHeader(for: other, now: Self.now) != nil) == sentToOther, "\(domain) from \(site)")
+    }
+
+    @Test("the compiled-in list: rules, wildcards, exceptions, Unicode rules in their ASCII form")
+    func publicSuffixList() {
+        for suffix in ["com", "co.uk", "github.io", "anything.ck", "xn--55qx5d.cn", "test", "localhost"] {
+            #expect(PublicSuffixes.isPublicSuffix(suffix), "\(suffix)")
+        }
+        for domain in ["example.com", "example.co.uk", "www.ck", "me.github.io", "a.b.ck"] {
+            #expect(!PublicSuffixes.isPublicSuffix(domain), "\(domain)")
+        }
+    }
+
+    @Test("a plain-http response neither replaces nor deletes a Secure cookie of the same name (session fixation)")
+    func secureCookiesStay() throws {
+        let jar = CookieJar()
+        jar.store(setCookie: ["sid=GOOD; Secure; Path=/"], from: try url("https://a.test/"), now: Self.now)
+        jar.store(setCookie: ["sid=EVIL; Path=/"], from: try url("http://a.test/"), now: Self.now)
+        jar.store(
+            setCookie: ["sid=EVIL; Domain=a.test; Path=/app"], from: try url("http://www.a.test/app"), now: Self.now)
+        jar.store(setCookie: ["sid=; Max-Age=0; Path=/"], from: try url("http://a.test/"), now: Self.now)
+        #expect(jar.cookieHeader(for: try url("https://a.test/"), now: Self.now) == "sid=GOOD")
+        #expect(jar.cookieHeader(for: try url("https://a.test/app"), now: Self.now) == "sid=GOOD")
+        // Another name is fine, and https may replace it.
+        jar.store(setCookie: ["theme=dark"], from: try url("http://a.test/"), now: Self.now)
+        jar.store(setCookie: ["sid=NEW; Secure; Path=/"], from: try url("https://a.test/"), now: Self.now)
+        #expect(jar.cookieHeader(for: try url("https://a.test/"), now: Self.now) == "sid=NEW; theme=dark")
+    }
+
     // MARK: - Helpers
 
     private func url(_ text: String) throws -> URL {

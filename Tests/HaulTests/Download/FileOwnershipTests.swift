@@ -27,6 +27,13 @@ struct FileOwnershipTests {
         DownloadRequest(url: url, destination: .file(file))
     }
 
+    /// Downloads 1,000 bytes of `/bytes/g` with `token=a` to `dir/g`, then forgets what the server was asked.
+    func completeG(_ server: TestServer, _ journal: MemoryJournal, in dir: TemporaryDirectory) async throws {
+        let first = server.url(path: "/bytes/g", query: ["size": "1000", "token": "a"])
+        _ = try await downloader(journal).download(request(first, dir.file("g")))
+        server.resetStats()
+    }
+
     /// Leaves a partial of `name` (cut at 3 MiB of 4 MiB) fetched with `token=a`.
     func leavePartial(_ server: TestServer, _ journal: some Journal, name: String, file: URL) async throws {
         let first = server.url(
@@ -92,9 +99,7 @@ struct FileOwnershipTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
-            let first = server.url(path: "/bytes/g", query: ["size": "1000", "token": "a"])
-            _ = try await downloader(journal).download(request(first, dir.file("g")))
-            server.resetStats()
+            try await completeG(server, journal, in: dir)
 
             let renewed = server.url(path: "/bytes/g", query: ["size": "1000", "token": "b"])
             let again = try await downloader(journal).download(request(renewed, dir.file("g")))
@@ -113,9 +118,7 @@ struct FileOwnershipTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
-            let first = server.url(path: "/bytes/g", query: ["size": "1000", "token": "a"])
-            _ = try await downloader(journal).download(request(first, dir.file("g")))
-            server.resetStats()
+            try await completeG(server, journal, in: dir)
 
             let otherPath = server.url(path: "/bytes/h", query: ["size": "1000", "token": "a"])
             let otherHost = server.url(path: "/bytes/g", query: ["size": "1000", "token": "b"], host: "localhost")
@@ -141,9 +144,7 @@ struct FileOwnershipTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
-            let first = server.url(path: "/bytes/g", query: ["size": "1000", "token": "a"])
-            _ = try await downloader(journal).download(request(first, dir.file("g")))
-            server.resetStats()
+            try await completeG(server, journal, in: dir)
 
             let renewed = server.url(path: "/bytes/g", query: ["size": "1000", "token": "b"])
             let result = try await downloader(journal, revalidates: true).download(request(renewed, dir.file("g")))

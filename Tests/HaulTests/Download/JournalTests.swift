@@ -24,6 +24,9 @@ final class MemoryJournal: Journal {
     func allRecords() -> [JournalRecord] {
         records.withLock { records in records.order.compactMap { records.byKey[$0] } }
     }
+    func records(forFileAt path: String) -> [JournalRecord] {
+        allRecords().filter { $0.path == path && $0.state.isFile }
+    }
 
     init() {}
 

@@ -6,6 +6,8 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// The named partial's creation, and the unnamed partial (Linux `O_TMPFILE`) and the two ways it gets its name.

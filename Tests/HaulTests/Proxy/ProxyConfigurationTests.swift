@@ -87,6 +87,9 @@ import Testing
         #expect(!list.matches(host: "fe80::1", port: 443))
         #expect(list.matches(host: "127.0.0.1", port: 1) && !list.matches(host: "127.0.0.2", port: 1))
         #expect(list.matches(host: "www.example.org", port: 8080) && !list.matches(host: "example.org", port: 80))
+        // `:PORT` alone: every host on that port.
+        #expect(NoProxyList(":8080").matches(host: "anything.example", port: 8080))
+        #expect(!NoProxyList(":8080").matches(host: "anything.example", port: 80))
         #expect(!NoProxyList("").matches(host: "anything", port: 80))
     }
 

@@ -7,7 +7,9 @@ import Testing
 /// Downloads over HTTP/2 from a real h2 server (nginx, started by the test), on each transport that speaks it when
 /// asked (`NIOTransport` through its fallback): many files over one connection, a stream reset mid-body, GOAWAY in
 /// the middle of a batch; HTTP/1.1 when asked, and by default on `NIOTransport`.
-@Suite("HTTP/2", .timeLimit(.minutes(2)))
+@Suite(
+    "HTTP/2", .timeLimit(.minutes(2)),
+    .enabled(if: TestPlatform.isLinux, "runs Debian's nginx as the HTTP/2 server, which scripts/test installs"))
 struct HTTP2Tests {
     static let kinds: [TransportKind] = [.asyncHTTPClientOverTLS, .nioOverTLS]
 

@@ -10,7 +10,9 @@ import Testing
 /// Downloads through real proxies on loopback (Debian's tinyproxy and squid, microsocks; `scripts/test` installs
 /// them): every scheme through every kind of proxy on the transports that speak it, proxy authentication, `no_proxy`,
 /// a proxy that cannot be reached or cuts the tunnel, and per-host limits that count origins, not the proxy.
-@Suite(.serialized, .timeLimit(.minutes(3)))
+@Suite(
+    .serialized, .timeLimit(.minutes(3)),
+    .enabled(if: TestPlatform.isLinux, "runs Debian's tinyproxy, squid and microsocks, which scripts/test installs"))
 struct ProxyTests {
     /// The transports a proxy setting reaches.
     enum Kind: String, CaseIterable, CustomTestStringConvertible {

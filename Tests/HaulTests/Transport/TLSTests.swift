@@ -9,6 +9,8 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// HTTPS on every transport that speaks it: each bad certificate fails at once with a message that names the host
@@ -190,7 +192,9 @@ struct TLSTests {
         }
     }
 
-    @Test("a connection that is never accepted times out with the connect timeout, on each NIO-based transport")
+    @Test(
+        "a connection that is never accepted times out with the connect timeout, on each NIO-based transport",
+        .enabled(if: TestPlatform.isLinux, "relies on Linux dropping the SYNs of a full accept queue (backlog 0)"))
     func connectTimeout() async throws {
         try await withUnacceptingListener { port in
             let client = AsyncHTTPClientTransport(connectTimeout: .seconds(1))
@@ -275,7 +279,7 @@ struct TLSTests {
 /// Runs `body` with the port of a loopback listener whose accept queue is full, so that a new connection is never
 /// accepted: the kernel drops its SYN and the client waits out its connect timeout.
 private func withUnacceptingListener(_ body: (Int) async throws -> Void) async throws {
-    let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    let listener = socket(AF_INET, streamSocket, 0)
     defer { close(listener) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
@@ -291,7 +295,8 @@ private func withUnacceptingListener(_ body: (Int) async throws -> Void) async t
     var fillers: [Int32] = []
     defer { fillers.forEach { close($0) } }
     for _ in 0..<2 {
-        let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        let filler = socket(AF_INET, streamSocket, 0)
+        _ = fcntl(filler, F_SETFL, O_NONBLOCK)  // Darwin has no SOCK_NONBLOCK flag for socket(2)
         fillers.append(filler)
         _ = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, length) }
