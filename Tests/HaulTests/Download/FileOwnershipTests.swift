@@ -167,8 +167,9 @@ struct FileOwnershipTests {
             first.maxConnections = 4
             first.minimumSegmentSize = 256 << 10
             let sawBytes = Signal()
+            let (cancelled, engine) = (first, downloader(journal))
             let task = Task {
-                try await downloader(journal).download(first) { event in
+                try await engine.download(cancelled) { event in
                     if case .progress(let progress) = event, progress.bytesWritten >= 2 << 20 { sawBytes.fire() }
                 }
             }
