@@ -24,7 +24,8 @@ public import Foundation
 public final class URLSessionTransport: HTTPTransport {
     private let session: URLSession
     private let delegate: StreamingDelegate
-    /// The identifier of a background configuration, which this transport refuses (see ``init(configuration:maximumConnectionsPerHost:)``).
+    /// The identifier of a background configuration, which this transport refuses
+    /// (see ``init(configuration:maximumConnectionsPerHost:)``).
     private let backgroundIdentifier: String?
 
     /// Creates a transport with its own session on `configuration` (ephemeral by default: no cookies, no

@@ -113,7 +113,7 @@ public final class CookieJar: Sendable {
     public func cookieHeader(for url: URL, now: Date = Date()) -> String? {
         guard let host = Cookie.host(of: url) else { return nil }
         let path = Cookie.requestPath(of: url)
-        let secure = url.scheme?.lowercased() == "https"
+        let secure = HTTPRules.isSecure(url)
         let matching = state.withLock { state in
             state.removeExpired(at: now)
             return state.cookies.values.filter { $0.applies(toHost: host, path: path, secure: secure) }
@@ -136,9 +136,9 @@ public final class CookieJar: Sendable {
     /// `Max-Age` of 0 or less, like any date in the past, deletes the stored cookie with the same name, domain and
     /// path. A `Domain` (a leading dot is ignored) must domain-match the host; a public suffix (`co.uk`, and any
     /// single label) must be the host itself, and for an IP address it must equal it. A cookie from an `http` URL
-    /// that would replace or shadow a stored Secure cookie of the same name is ignored. Without a `Path` starting with `/`, the path is the
-    /// directory of the request path. A Secure cookie from an `http` URL, a cookie without `=`, with an empty
-    /// name, with a control character, or whose name and value exceed 4096 bytes, is refused.
+    /// that would replace or shadow a stored Secure cookie of the same name is ignored. Without a `Path` starting with
+    /// `/`, the path is the directory of the request path. A Secure cookie from an `http` URL, a cookie without `=`,
+    /// with an empty name, with a control character, or whose name and value exceed 4096 bytes, is refused.
     ///
     /// - Parameters:
     ///   - values: The `Set-Cookie` field values of the response, one cookie each.
@@ -147,7 +147,7 @@ public final class CookieJar: Sendable {
     public func store(setCookie values: [String], from url: URL, now: Date = Date()) {
         guard let host = Cookie.host(of: url) else { return }
         let requestPath = Cookie.requestPath(of: url)
-        let secure = url.scheme?.lowercased() == "https"
+        let secure = HTTPRules.isSecure(url)
         let cookies = values.compactMap { value in
             Self.cookie(fromSetCookie: value, host: host, requestPath: requestPath, secure: secure, now: now)
         }

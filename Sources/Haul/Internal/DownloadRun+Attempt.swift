@@ -630,7 +630,7 @@ extension DownloadRun {
         // In absolute form to an HTTP proxy with credentials: a proxy that refuses them with a 401 (tinyproxy) cannot
         // be told from the server.
         let forwardingProxy = proxy.flatMap { proxy in
-            proxy.credentials != nil && proxy.takesRequestsInAbsoluteForm(secure: url.scheme?.lowercased() == "https")
+            proxy.credentials != nil && proxy.takesRequestsInAbsoluteForm(secure: HTTPRules.isSecure(url))
                 ? proxy : nil
         }
         let message =

@@ -274,18 +274,14 @@ final class DownloadRun: @unchecked Sendable {
             requested = fileRequested
         }
         if let expected, requested != expected.bytes {
-            throw Self.existingMismatch(path: path, expected: expected, found: requested ?? [], url: request.url)
+            throw DownloadError(
+                .checksumMismatch,
+                message: "'\(path)' is there already, but its \(expected.algorithm.rawValue) is "
+                    + "\((requested ?? []).hexString), expected \(expected.hex); left untouched (the overwrite policy "
+                    + "fetches it again)",
+                url: request.url, path: path)
         }
         return sha256
-    }
-
-    /// A file already at the destination that does not have the digest asked for.
-    static func existingMismatch(path: String, expected: Digest, found: [UInt8], url: URL) -> DownloadError {
-        DownloadError(
-            .checksumMismatch,
-            message: "'\(path)' is there already, but its \(expected.algorithm.rawValue) is \(found.hexString), "
-                + "expected \(expected.hex); left untouched (the overwrite policy fetches it again)",
-            url: url, path: path)
     }
 
     func timedOutError(after detail: String) -> DownloadError {
@@ -480,11 +476,10 @@ final class DownloadRun: @unchecked Sendable {
                 try resumeNewCopy(from: journal, at: record.path)
                 return nil
             }
-            // A record of a run that computed no digest, for a downloader that reports one: hashed from the file; and
-            // a digest asked for is checked, against the one recorded or the file's.
-            let digest: String?
+            // Skipped, with its digest (the one recorded, else the file's, for a downloader that reports one) and the
+            // digest asked for checked.
             do {
-                digest = try checkExisting(path: record.path, knownSHA256: sha256)
+                return try existingFileResult(path: record.path, size: size, sha256: sha256, finalURL: request.url)
             } catch  where error.code == .checksumMismatch && request.conflictPolicy == .overwrite {
                 // The file is Haul's but not the one asked for: fetched again, and replaced once verified.
                 destinationPath = record.path
@@ -492,9 +487,6 @@ final class DownloadRun: @unchecked Sendable {
                 replacesCompleted = true
                 return nil
             }
-            return DownloadResult(
-                path: record.path, size: size, sha256: digest, finalURL: request.url, attempts: 0, bytesTransferred: 0,
-                skipped: true)
         case .requested, .failed:
             break  // handled above
         case .partial(let validator, let total?, let missing?):

@@ -62,11 +62,4 @@ struct RunningDigest {
         default: return (sha, nil)
         }
     }
-
-    /// The SHA-256 of a file already on disk (the `skip` conflict policy reports it).
-    static func sha256(ofFileAt path: String) throws -> [UInt8] {
-        var digest = RunningDigest(sha256: true, also: nil)
-        try digest.update(fileAt: path)
-        return digest.finalize(for: nil).sha256 ?? []
-    }
 }

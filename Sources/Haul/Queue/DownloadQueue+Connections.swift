@@ -58,14 +58,14 @@ extension DownloadQueue {
             let waiting = queue.mutate { state -> (UInt64, ResultBox<Bool>)? in
                 guard state.entries[download] != nil else { return nil }
                 let slot = state.slots[download] ?? download
-                if state.scheduler.host(of: slot) == host || state.scheduler.move(slot, to: host) {
+                if state.scheduler.move(slot, to: host) {
                     queue.startAdmitted(in: &state)
                     return nil
                 }
                 // No free slot there: the one held goes back (what it lets start, starts), and the download waits for one
                 // at the new origin under a number of its own, ahead of the downloads waiting there.
                 state.scheduler.finish(slot)
-                if slot != download { state.movedSlots[slot] = nil }
+                state.movedSlots[slot] = nil
                 state.nextConnectionID += 1
                 let next = State.connectionIDs | state.nextConnectionID
                 let box = ResultBox<Bool>()

@@ -196,20 +196,22 @@ public final class DownloadQueue: Sendable {
                 if state.resumeScans == 0 { state.endedDuringScan = [] }
             }
         }
-        let records = journal.allRecords().filter { record in
-            record.request != nil && (record.state.isUnfinished || (includingFailed && record.state.isFailure))
+        let records = journal.allRecords().compactMap { record -> (JournalRecord, DownloadRequest, String?)? in
+            guard let request = record.request,
+                record.state.isUnfinished || (includingFailed && record.state.isFailure)
+            else { return nil }
+            return (record, request, record.path.isEmpty ? request.plannedPath : record.path)
         }
         // A download belongs to its file: of the requests for one file (a link renewed with a new token, say), the
         // last added runs, and takes over what an earlier one left there; the others' records go.
         var last: [String: Int] = [:]
-        for (index, record) in records.enumerated() {
-            if let path = record.path.isEmpty ? record.request?.plannedPath : record.path { last[path] = index }
+        for (index, (_, _, path)) in records.enumerated() {
+            if let path { last[path] = index }
         }
         var requests: [DownloadRequest] = []
         var superseded: [JournalKey] = []
-        for (index, record) in records.enumerated() {
-            guard let request = record.request else { continue }
-            if let path = record.path.isEmpty ? request.plannedPath : record.path, last[path] != index {
+        for (index, (record, request, path)) in records.enumerated() {
+            if let path, last[path] != index {
                 if !record.state.isFile { superseded.append(record.key) }
                 continue
             }
