@@ -260,6 +260,11 @@ struct ProxyTests {
                     try await downloader.download(DownloadRequest(url: url, destination: .file(dir.file("big"))))
                 }
                 try await eventually("the body held after 500 kB") { server.heldCount(at: "g") == 1 }
+                // Killed once bytes have reached the client's partial, not while the proxy still holds them all.
+                try await eventually("bytes in the partial") {
+                    let partial = dir.url.appendingPathComponent(".big.haul-partial").path
+                    return ((try? FileManager.default.attributesOfItem(atPath: partial))?[.size] as? Int ?? 0) > 0
+                }
                 tinyproxy.kill()
                 await clock.entered.wait()
                 try await tinyproxy.restart()

@@ -44,8 +44,6 @@ final class DownloadRun: @unchecked Sendable {
     var attempts = 0
     /// Whether the journal holds a partial record for the bytes in `writer` (so a later run can resume them).
     var recordedPartial = false
-    /// Set when the destination named by `Content-Disposition` exists and the policy is `skip`.
-    var skippedResult: DownloadResult?
     var meter: ProgressMeter
     let lastActivity = ActivityClock()
     /// The request's key in the journal, made once.
@@ -145,17 +143,19 @@ final class DownloadRun: @unchecked Sendable {
             }
         }
 
+        var skipped: DownloadResult?
         while true {
             attempts += 1
             emit(.started(attempt: attempts, resumingAt: segmented?.written ?? writer?.size ?? 0))
             do {
-                try await attemptWithWatchdog()
+                skipped = try await attemptWithWatchdog()
                 break
             } catch {
                 try await prepareRetry(after: error)
             }
         }
-        if let skippedResult { return skippedResult }
+        // Skipped, or unchanged: nothing was written to publish.
+        if let skipped { return skipped }
         return try await verifyAndPublish()
     }
 
@@ -500,7 +500,9 @@ final class DownloadRun: @unchecked Sendable {
                 file.remove()
                 return nil
             }
-            segmented = makeTransfer(file: file, total: total, missing: missing, primaryURL: sources.url)
+            segmented = makeTransfer(
+                file: file, total: total, missing: missing,
+                primary: Hops(url: sources.url, fields: request.headerFields))
             segmented?.state.withLock { $0.sources[0].validator = validator }
             self.validator = validator
             totalBytes = total

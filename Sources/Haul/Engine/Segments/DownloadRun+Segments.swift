@@ -17,8 +17,10 @@ final class SegmentedTransfer: @unchecked Sendable {
 
     /// A URL the file is fetched from.
     struct Source {
-        /// Where requests go: the URL given, or where it redirected to.
-        var url: URL
+        /// Where requests go (the URL given, or where it redirected to), with the fields and credential rules the
+        /// hops that led there left (``Hops``).
+        var hops: Hops
+        var url: URL { hops.url }
         /// The URL given (the request's URL or a mirror), for messages.
         let given: URL
         /// The validator this source gave for the file (the request's URL: the first response's), sent with
@@ -167,7 +169,7 @@ extension DownloadRun {
     /// Turns this download into a segmented one at `resumeFrom` (the bytes before it are in the partial, if any), the
     /// first response bringing the bytes up to `firstEnd` (none more when it is `resumeFrom`), and records it in the
     /// journal before a byte is written.
-    func startSegments(resumeFrom: Int64, firstEnd: Int64, url: URL) async throws {
+    func startSegments(resumeFrom: Int64, firstEnd: Int64, primary: Hops) async throws {
         guard let destinationPath, let total = totalBytes, let validator else { return }
         let file: PartialFile
         if let writer {
@@ -189,7 +191,7 @@ extension DownloadRun {
                     request: request))
             recordedPartial = true
         }
-        let transfer = makeTransfer(file: file, total: total, missing: [resumeFrom..<total], primaryURL: url)
+        let transfer = makeTransfer(file: file, total: total, missing: [resumeFrom..<total], primary: primary)
         let count = plannedConnections(total: total, from: resumeFrom)
         transfer.state.withLock { state in
             state.sources[0].validator = validator
@@ -203,20 +205,26 @@ extension DownloadRun {
             state.worthMore = true
         }
         segmented = transfer
-        try endingForGood { () throws(DownloadError) in try file.prepareForPositionalWrites(length: total, url: url) }
+        try endingForGood { () throws(DownloadError) in
+            try file.prepareForPositionalWrites(length: total, url: primary.url)
+        }
         logger.debug("fetching in segments", metadata: ["size": "\(total)", "from": "\(resumeFrom)"])
     }
 
-    func makeTransfer(file: PartialFile, total: Int64, missing: [Range<Int64>], primaryURL: URL) -> SegmentedTransfer {
+    /// The transfer of a file of `total` bytes whose `missing` ranges are fetched into `file`, from the source the
+    /// file is fetched from now (`primary`, where its hops led) and the mirrors not dropped yet.
+    func makeTransfer(file: PartialFile, total: Int64, missing: [Range<Int64>], primary: Hops) -> SegmentedTransfer {
         // Pieces of a quarter of a connection's share: few requests, and a slow connection holds at most that much
         // that nobody else may take; between 1 and 16 MiB.
         let share = total / Int64(plannedConnections(total: total, from: 0) * 4)
         let pieceSize = min(16 << 20, max(1 << 20, share))
         // The source the file is fetched from now is the primary; the sources not dropped yet follow it.
         let live = self.sources.live
-        var sources = [SegmentedTransfer.Source(url: primaryURL, given: live[0], isPrimary: true)]
+        var sources = [SegmentedTransfer.Source(hops: primary, given: live[0], isPrimary: true)]
         for mirror in live.dropFirst() {
-            sources.append(SegmentedTransfer.Source(url: mirror, given: mirror, isPrimary: false))
+            sources.append(
+                SegmentedTransfer.Source(
+                    hops: Hops(url: mirror, fields: fields(for: mirror)), given: mirror, isPrimary: false))
         }
         return SegmentedTransfer(
             file: file, total: total, missing: missing, sources: sources, pieceSize: pieceSize,
@@ -666,6 +674,9 @@ extension DownloadRun {
         await rest.body.close()
     }
 
+    /// Sends the next piece's range request of `segment` to `source` through the hop path (following redirects,
+    /// which the source's URL then points past), and judges the answer (``SegmentDecision``). Returns the response
+    /// to read, where it came from and where the piece ends.
     private func requestRange(
         _ transfer: SegmentedTransfer, segment: Int, source: Int, clock: ActivityClock,
         sink: AsyncStream<SegmentNote>.Continuation
@@ -675,119 +686,51 @@ extension DownloadRun {
             // the pieces are there for others to take what is not asked for yet.
             state.table.requestPiece(segment, size: state.connections.count == 1 ? .max : transfer.pieceSize)
         }
-        let offset = piece.lowerBound
-        var (url, validator, isPrimary, given) = transfer.state.withLock { state in
-            let source = state.sources[source]
-            return (source.url, source.validator, source.isPrimary, source.given)
+        // A new chain of redirects from where the source's last one led, with what its hops left of the fields.
+        var (hops, validator) = transfer.state.withLock { ($0.sources[source].hops, $0.sources[source].validator) }
+        hops.visited = []
+        hops.count = 0
+        let ask = RangeAsk(from: piece.lowerBound, end: piece.upperBound, ifRange: validator)
+        let outcome = try await send(&hops, asking: ask, clock: clock, interruption: nil) { sink.yield(.event($0)) }
+        guard case .response(let hop) = outcome else { throw CancellationError() }  // not asked to interrupt
+        if hops.count > 0 { transfer.state.withLock { $0.sources[source].hops = hops } }
+        do {
+            try checkSegmentResponse(
+                hop, transfer, offset: piece.lowerBound, source: source, sentIfRange: validator != nil)
+        } catch {
+            await hop.response.body.close()
+            throw error
         }
-        var hops = 0
-        var wasSecure = false
-        while true {
-            if pacer.isActive {
-                try await waitForTurn(url: url, clock: clock) { event in sink.yield(.event(event)) }
-            }
-            var fields = withCredentialsAndCookies(self.fields(for: url), for: url, afterHTTPS: wasSecure)
-            fields[.acceptEncoding] = "identity"
-            if fields[.userAgent] == nil { fields[.userAgent] = configuration.userAgent }
-            fields[.range] = "bytes=\(offset)-\(piece.upperBound - 1)"
-            fields[.ifRange] = validator
-            var head = HTTPRequest(method: .get, url: url)
-            head.headerFields = fields
-            let options = options(for: url)
-            logger.debug(
-                "segment request",
-                metadata: ["url": "\(url.redactedString)", "range": "\(offset)-\(piece.upperBound - 1)"])
-            let response: TransportResponse
-            do {
-                response = try await transport.send(head, options: options)
-            } catch {
-                if Task.isCancelled { throw CancellationError() }
-                throw transportFailure(error, url: url)
-            }
-            clock.touch()
-            lastActivity.touch()
-            let status = response.head.status.code
-            if let jar = configuration.cookies {
-                let values = response.head.headerFields[values: .setCookie]
-                if !values.isEmpty { jar.store(setCookie: values, from: url) }
-            }
-            do {
-                if HTTPRules.redirectStatuses.contains(status) {
-                    guard hops < configuration.maxRedirects else {
-                        throw AttemptFailure.permanent(
-                            DownloadError(
-                                .tooManyRedirects, message: "more than \(configuration.maxRedirects) redirects",
-                                url: url))
-                    }
-                    if HTTPRules.isSecure(url) { wasSecure = true }
-                    switch HTTPRules.redirectTarget(location: response.head.headerFields[.location], from: url) {
-                    case .success(let target): url = target
-                    case .failure(let error): throw AttemptFailure.permanent(error)
-                    }
-                    hops += 1
-                    await response.body.close()
-                    transfer.state.withLock { $0.sources[source].url = url }
-                    continue
-                }
-                try checkSegmentResponse(
-                    response.head, transfer, offset: offset, source: source, given: given, isPrimary: isPrimary,
-                    sentValidator: validator, sentCredentials: head.headerFields[.authorization] != nil, url: url)
-            } catch {
-                await response.body.close()
-                throw error
-            }
-            return (response, url, piece.upperBound)
-        }
+        return (hop.response, hop.url, piece.upperBound)
     }
 
     /// A range response must continue the segment at its offset and state the file's total; a source that sends the
-    /// whole file (it changed, or ignores `Range`) or another total is refused.
+    /// whole file (it changed, or ignores `Range`) or another total is refused (``SegmentDecision``).
     private func checkSegmentResponse(
-        _ head: HTTPResponse, _ transfer: SegmentedTransfer, offset: Int64, source: Int, given: URL, isPrimary: Bool,
-        sentValidator: String?, sentCredentials: Bool, url: URL
+        _ hop: HopResponse, _ transfer: SegmentedTransfer, offset: Int64, source: Int, sentIfRange: Bool
     ) throws {
-        let status = head.status.code
-        if status == 206, let range = HTTPRules.contentRange(head.headerFields.first(.contentRange)),
-            range.first == offset
+        let asked = transfer.state.withLock { state in
+            SegmentDecision.Asked(
+                offset: offset, total: transfer.total, given: state.sources[source].given,
+                primary: state.sources[0].given, isPrimary: state.sources[source].isPrimary,
+                validator: state.sources[source].validator, sentIfRange: sentIfRange)
+        }
+        let sent = ResponseDecision.Sent(proxy: hop.proxy, credentials: hop.sentCredentials)
+        switch SegmentDecision(policy: configuration.retryPolicy).decide(
+            hop.response.head, from: hop.url, asked: asked, sent: sent)
         {
-            if let complete = range.complete, complete != transfer.total {
-                let primary = transfer.state.withLock { $0.sources[0].given.redactedString }
-                throw SourcesDisagree(
-                    error: DownloadError(
-                        .invalidResponse,
-                        message: isPrimary
-                            ? "the server now says the file is \(complete) bytes, not \(transfer.total)"
-                            : "the sources disagree on the size: \(primary) has \(transfer.total) bytes, "
-                                + "\(given.redactedString) has \(complete)", url: url, status: status))
-            }
-            let received = HTTPRules.validator(of: head)
-            let lastModified = isPrimary ? head.headerFields.first(.lastModified) : nil
-            let changed = transfer.state.withLock { state -> Bool in
+        case .write(let validator, let lastModified):
+            transfer.state.withLock { state in
                 if let lastModified { state.lastModified = lastModified }
-                guard let known = state.sources[source].validator else {
-                    state.sources[source].validator = received
-                    return false
-                }
-                return received != nil && received != known
+                if state.sources[source].validator == nil { state.sources[source].validator = validator }
             }
-            // Mirrors make their own validators (an ETag is often a server's own): only the primary's change counts.
-            if changed, isPrimary { throw SegmentsAbandoned(reason: "the file changed on the server") }
-            return
+        case .abandonSegments(let reason):
+            throw SegmentsAbandoned(reason: reason)
+        case .disagree(let error):
+            throw SourcesDisagree(error: error)
+        case .fail(let failure):
+            throw failure
         }
-        if (200..<300).contains(status) || status == 416 {
-            // The whole file (or no range at all): it changed since the first response, or the source ignores Range.
-            let reason =
-                status == 416
-                ? "it refused the range (416)"
-                : sentValidator != nil
-                    ? "it sent the whole file to a range request with If-Range: the file changed or it ignores Range"
-                    : "it ignores Range"
-            if isPrimary { throw SegmentsAbandoned(reason: reason) }
-            throw AttemptFailure.permanent(
-                DownloadError(.invalidResponse, message: "\(given.redactedString): \(reason)", url: url, status: status)
-            )
-        }
-        throw statusFailure(head, url: url, proxy: options(for: url).proxy, sentCredentials: sentCredentials)
     }
 
     /// Writes `body` in place from the segment's offset, until its end (which a steal may move down) or the body's.

@@ -273,6 +273,68 @@ struct SegmentTests {
             }
         }
     }
+
+    @Test("a redirected segment request emits .redirected; past another origin it carries no credentials, even home")
+    func redirectedSegments() async throws {
+        try await TestServer.withRunning { primary in
+            try await TestServer.withRunning { mirror in
+                let dir = try TemporaryDirectory()
+                let size = 4 << 20
+                let query = ["size": "\(size)", "rate": "2000000"]
+                var targetQuery = query
+                targetQuery["via"] = "mirror"
+                let target = primary.url(path: "/bytes/file.bin", query: targetQuery)
+                // The mirror sends its requests to the request's own origin, at a path and query it chose.
+                let redirecting = mirror.url(path: "/m/file.bin", query: ["redirectTo": target.absoluteString])
+                var wanted = request(
+                    primary.url(path: "/bytes/file.bin", query: query), in: dir, connections: 4, mirrors: [redirecting])
+                wanted.credentials = Credentials(user: "user", password: "secret")
+                let events = EventLog()
+                let result = try await downloader().download(wanted, onEvent: events.record)
+                #expect(
+                    { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "file.bin", size: size) }(),
+                    "not the server's bytes")
+                let redirects = events.all.compactMap { event -> (URL, URL)? in
+                    if case .redirected(let from, let to, 302) = event { (from, to) } else { nil }
+                }
+                #expect(redirects.contains { $0 == (redirecting, target) }, "\(redirects)")
+                let requests = primary.stats.requests
+                let viaMirror = requests.filter { $0.target.contains("via=mirror") }
+                #expect(!viaMirror.isEmpty, "the mirror's connections sent nothing to its target")
+                #expect(viaMirror.allSatisfy { $0.authorization == nil }, "credentials sent where the mirror pointed")
+                #expect(requests.filter { !$0.target.contains("via=mirror") }.allSatisfy { $0.authorization != nil })
+                #expect(mirror.stats.requests.allSatisfy { $0.authorization == nil })
+            }
+        }
+    }
+
+    @Test("a redirect loop on a segment's source is found as on one stream: the source is dropped for it")
+    func segmentRedirectLoop() async throws {
+        try await TestServer.withRunning { primary in
+            try await TestServer.withRunning { mirror in
+                let dir = try TemporaryDirectory()
+                let size = 4 << 20
+                let query = ["size": "\(size)", "rate": "2000000"]
+                let looping = mirror.url(path: "/bytes/file.bin", query: ["redirectLoop": "1"])
+                let events = EventLog()
+                let result = try await downloader().download(
+                    request(
+                        primary.url(path: "/bytes/file.bin", query: query), in: dir, connections: 4, mirrors: [looping]),
+                    onEvent: events.record)
+                #expect(
+                    { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "file.bin", size: size) }(),
+                    "not the server's bytes")
+                let drops = segmentEvents(events).compactMap { event -> String? in
+                    if case .sourceDropped(let reason) = event.change, event.url == looping { reason } else { nil }
+                }
+                #expect(drops.count == 1 && drops[0].hasPrefix("redirect loop"), "\(drops)")
+                // Found at its first return to a URL visited (a loop is no failure another try would get past): one
+                // request of each connection sent there, not the ten redirects of the limit.
+                let sent = mirror.stats.requestCount
+                #expect(sent >= 1 && sent <= 3, "\(sent) requests to the looping mirror")
+            }
+        }
+    }
 }
 
 extension SegmentEvent.Change {

@@ -148,4 +148,38 @@ enum HTTPRules {
         guard let value, value.hasPrefix("bytes */") else { return nil }
         return Int64(value.dropFirst(8))
     }
+
+    /// The failure a status other than 2xx, 304 to a revalidation and 416 to a range means: transient when `policy`
+    /// retries the status (with the `Retry-After` it asked for), else permanent; the message says who refused what.
+    static func statusFailure(
+        _ head: HTTPResponse, url: URL, proxy: Proxy?, sentCredentials: Bool, policy: RetryPolicy
+    ) -> AttemptFailure {
+        let status = head.status.code
+        let answered = "\(status) \(head.status.reasonPhrase)"
+        // In absolute form to an HTTP proxy with credentials: a proxy that refuses them with a 401 (tinyproxy) cannot
+        // be told from the server.
+        let forwardingProxy = proxy.flatMap { proxy in
+            proxy.credentials != nil && proxy.takesRequestsInAbsoluteForm(secure: HTTPRules.isSecure(url))
+                ? proxy : nil
+        }
+        let message =
+            switch (status, forwardingProxy) {
+            case (401, let proxy?):
+                "the server or the proxy \(proxy) answered \(answered): "
+                    + (sentCredentials ? "the credentials sent were refused" : "none were sent to the server")
+                    + ", or the proxy refused the user and password given for it"
+            case (401, nil) where sentCredentials:
+                "server answered \(answered): the credentials sent were refused"
+            case (401, nil):
+                "server answered \(answered): it needs credentials (a user and password in the URL, the request's "
+                    + "credentials or a credential provider such as a netrc file); none were sent"
+            case (407, _):
+                proxy?.authenticationFailure(answered: answered) ?? "server answered \(answered)"
+            default:
+                "server answered \(answered)"
+            }
+        let error = DownloadError(.httpStatus, message: message, url: url, status: status)
+        guard policy.retryableStatuses.contains(status) else { return .permanent(error) }
+        return .transient(error, retryAfter: HTTPRules.retryAfter(head.headerFields[.retryAfter]))
+    }
 }
