@@ -65,20 +65,20 @@ extension DownloadRun {
         switch reason {
         case .stalled?:
             // A proxy in between may be what went silent: it is named.
-            let between = options(for: finalURL).proxy.map { ", the proxy \($0)" } ?? ""
+            let between = options(for: tally.finalURL).proxy.map { ", the proxy \($0)" } ?? ""
             return .transient(
                 DownloadError(
                     .stalled,
                     message:
                         "no data for \(stallWatch.timeout) (stall timeout); the server\(between) or network stopped",
-                    url: finalURL))
+                    url: tally.finalURL))
         case .tooSlow?:
             return .transient(
                 DownloadError(
                     .tooSlow,
                     message: "slower than \(minimumSpeed?.bytesPerSecond ?? 0) bytes/s for "
                         + "\(minimumSpeed?.duration ?? .zero) (minimum speed); the server or network is too slow",
-                    url: finalURL))
+                    url: tally.finalURL))
         case .timedOut?:
             return .permanent(timedOutError(after: "the transfer was still running"))
         case nil:
@@ -86,7 +86,7 @@ extension DownloadRun {
         }
         if let failure = error as? AttemptFailure { return failure }
         if Task.isCancelled { return .permanent(cancelledError()) }
-        return transportFailure(error, url: finalURL)
+        return transportFailure(error, url: tally.finalURL)
     }
 
     /// Where an attempt is: its hops, and whether the next request may continue the bytes held.
@@ -120,9 +120,10 @@ extension DownloadRun {
         }
         while true {
             let asked = nextAsk(mayResume: cursor.mayResume)
-            let condition = revalidation.flatMap { $0.answered ? nil : $0.validator }
+            let condition = target.revalidation.flatMap { $0.answered ? nil : $0.validator }
             let ask = RangeAsk(
-                from: asked.from, end: asked.pieceEnd, ifRange: asked.from > 0 ? validator : nil, condition: condition)
+                from: asked.from, end: asked.pieceEnd, ifRange: asked.from > 0 ? facts.validator : nil,
+                condition: condition)
             guard case .response(let hop) = try await send(&cursor.hops, asking: ask, interruption: interruption) else {
                 return .needsOwnTask
             }
@@ -143,7 +144,7 @@ extension DownloadRun {
     /// What the next one-stream request asks for, from what the run holds.
     private func nextAsk(mayResume: Bool) -> ResponseDecision.Asked {
         let from: Int64 =
-            if mayResume, validator != nil {
+            if mayResume, facts.validator != nil {
                 writer?.size ?? 0
             } else if mayResume, writer == nil, let continuation {
                 continuation
@@ -156,11 +157,11 @@ extension DownloadRun {
         // (Bytes without a validator are a first piece only when they are a file another tool left: its rest has
         // none to ask with.)
         let pieceEnd =
-            asksForFirstPiece && (from == 0 || validator != nil || (writer == nil && continuation != nil))
+            asksForFirstPiece && (from == 0 || facts.validator != nil || (writer == nil && continuation != nil))
             ? firstPiece(from: from).upperBound : nil
         return ResponseDecision.Asked(
-            from: from, pieceEnd: pieceEnd, revalidating: revalidation.map { !$0.answered } ?? false,
-            continuing: continuation != nil, held: writer?.size ?? 0, knownTotal: totalBytes)
+            from: from, pieceEnd: pieceEnd, revalidating: target.revalidation.map { !$0.answered } ?? false,
+            continuing: continuation != nil, held: writer?.size ?? 0, knownTotal: facts.total)
     }
 
     /// Sends `asking` from the current hop, on this attempt's stream (see ``send(_:asking:clock:interruption:emit:)``).
@@ -177,18 +178,18 @@ extension DownloadRun {
     ) async throws -> AfterResponse {
         let head = hop.response.head
         let url = hop.url
-        finalURL = url
+        tally.finalURL = url
         // Any 2xx answers a revalidation: the server has a new copy (whatever becomes of this response).
-        if asked.revalidating, (200..<300).contains(head.status.code), var revalidation {
+        if asked.revalidating, (200..<300).contains(head.status.code), var revalidation = target.revalidation {
             revalidation.answered = true
-            self.revalidation = revalidation
+            target.replaces = .completedFile(revalidation)
             emit(.revalidated(modified: true))
         }
         let rules = ResponseDecision(policy: configuration.retryPolicy, maxSize: request.maxSize)
         let sent = ResponseDecision.Sent(proxy: hop.proxy, credentials: hop.sentCredentials)
         switch rules.decide(head, from: url, asked: asked, sent: sent) {
         case .notModified:
-            guard let revalidation else { return .finished(skipped: nil) }
+            guard let revalidation = target.revalidation else { return .finished(skipped: nil) }
             keepAfterNotModified(revalidation, head: head)
             emit(.revalidated(modified: false))
             return .finished(
@@ -198,16 +199,16 @@ extension DownloadRun {
                         notModified: true)
                 })
         case .askWithoutPiece:
-            segmentsAbandoned = true
+            facts.oneStream = true
             return .sendAgain
         case .complete(let total):
-            totalBytes = total  // every byte is already here
+            facts.total = total  // every byte is already here
             return .finished(skipped: nil)
         case .foreignFileComplete(let size):
             // The file another tool left is complete already: it stays as it is.
             return .finished(
                 skipped: try endingForGood { () throws(DownloadError) in
-                    try existingFileResult(path: destinationPath ?? "", size: size, sha256: nil, finalURL: url)
+                    try existingFileResult(path: target.path ?? "", size: size, sha256: nil, finalURL: url)
                 })
         case .startOver(let reason):
             try await restartFromZero()
@@ -236,7 +237,7 @@ extension DownloadRun {
         _ write: ResponseDecision.Write, asked: ResponseDecision.Asked, url: URL, head: HTTPResponse
     ) async throws -> DownloadResult? {
         // A 200 to a first piece: the server sends no ranges, so no segments either.
-        if write.endsPieces { segmentsAbandoned = true }
+        if write.endsPieces { facts.oneStream = true }
         if write.startsContinuation { try startContinuation(at: asked.from, url: url) }
         // A 200 to a Range request means the whole file again: never append it.
         if write.abandonsContinuation,
@@ -245,11 +246,11 @@ extension DownloadRun {
             return skipped
         }
         if write.discardsHeld { try await restartFromZero() }
-        totalBytes = write.total
-        validator = write.validator
-        if configuration.usesRemoteModificationTime { lastModified = write.lastModified }
+        facts.total = write.total
+        facts.validator = write.validator
+        if configuration.usesRemoteModificationTime { facts.lastModified = write.lastModified }
         if let refusal = write.refusal { throw AttemptFailure.permanent(refusal) }
-        guard destinationPath == nil else { return nil }
+        guard target.path == nil else { return nil }
         return try chooseDestinationName(from: head)
     }
 
@@ -265,14 +266,14 @@ extension DownloadRun {
         let mayHandOver = write.isRange && asked.pieceEnd != nil && canSegment(resumeFrom: from)
         try ensurePartial()
         // Small bodies are not worth a journal write: an interrupted one is fetched again whole, cheaply.
-        if let journal = configuration.journal, let validator, let destinationPath,
-            (totalBytes ?? .max) > Self.restartableLimit
+        if let journal = configuration.journal, let validator = facts.validator, let destinationPath = target.path,
+            (facts.total ?? .max) > Self.restartableLimit
         {
             await journal.commit(
                 JournalRecord(
                     key: partialKey, path: destinationPath,
-                    state: .partial(validator: validator, totalBytes: totalBytes), request: request))
-            recordedPartial = true
+                    state: .partial(validator: validator, totalBytes: facts.total), request: request))
+            facts.recorded = true
         }
         // Timed from the request: a client slow to read the head would otherwise see a backlog come in a burst.
         let start = hop.sentAt
@@ -283,7 +284,7 @@ extension DownloadRun {
         let segmentsNow =
             rest == nil && mayHandOver
             && (writer?.size).map {
-                $0 < (totalBytes ?? 0) && worthSegments(from: from, since: start, received: $0 - from, atEnd: true)
+                $0 < (facts.total ?? 0) && worthSegments(from: from, since: start, received: $0 - from, atEnd: true)
             } == true
         if rest != nil || segmentsNow, let writer {
             try await startSegments(
@@ -296,11 +297,11 @@ extension DownloadRun {
             cursor.mayResume = false
             return .sendAgain
         }
-        if write.isRange, asked.pieceEnd != nil, let totalBytes, let writer, writer.size < totalBytes {
+        if write.isRange, asked.pieceEnd != nil, let totalBytes = facts.total, let writer, writer.size < totalBytes {
             // A first piece of a file that is not fetched in segments (no validator to check the pieces with, or too
             // small to split): the rest as one stream, resumed with If-Range, or from zero without a validator.
-            segmentsAbandoned = true
-            if validator == nil {
+            facts.oneStream = true
+            if facts.validator == nil {
                 try await restartFromZero()
                 cursor.mayResume = false
             }
@@ -314,7 +315,7 @@ extension DownloadRun {
     /// starts the download over from zero (transient), so a server that lies about lengths never gets a file
     /// published.
     private func checkFinalSize(url: URL) async throws {
-        guard let totalBytes, let writer else { return }
+        guard let totalBytes = facts.total, let writer else { return }
         try? await writer.drain()
         let size = writer.size
         guard size != totalBytes else { return }
@@ -359,8 +360,8 @@ extension DownloadRun {
                 }
                 try await writer.write(chunk, url: url)
                 received += count
-                bytesTransferred += count
-                if meter.record(chunk.count, now: .now) { emitProgress(start + received) }
+                tally.bytesTransferred += count
+                if tally.meter.record(chunk.count, now: .now) { emitProgress(start + received) }
                 if bandwidth != nil || ownBandwidth != nil { try await waitForBandwidth(chunk.count) }
                 if let handOver, handOver(received) {
                     try await writer.drain()
@@ -394,7 +395,7 @@ extension DownloadRun {
         emit(
             .progress(
                 DownloadProgress(
-                    bytesWritten: bytesWritten, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond)))
+                    bytesWritten: bytesWritten, totalBytes: facts.total, bytesPerSecond: tally.meter.bytesPerSecond)))
     }
 
     /// Waits for this request's turn under the downloader's pacing and the holds hosts asked for, telling `emit`
@@ -447,8 +448,8 @@ extension DownloadRun {
     /// Gives up continuing the file another tool left (the server will not send its rest): the conflict policy
     /// decides what happens to it now. Returns a result when that leaves the download done (skipped).
     private func abandonContinuation(because reason: String) throws -> DownloadResult? {
-        guard continuation != nil, let destinationPath else { return nil }
-        continuation = nil
+        guard continuation != nil, let destinationPath = target.path else { return nil }
+        phase = .planning
         do {
             return try checkDestination(destinationPath)
         } catch {
@@ -465,8 +466,8 @@ extension DownloadRun {
     /// Starts the partial of a continued file with a copy of the `size` bytes at the destination, which the server's
     /// rest is appended to; the whole replaces the file when it is published.
     private func startContinuation(at size: Int64, url: URL) throws {
-        guard let destinationPath else { return }
-        writer = try endingForGood { () throws(DownloadError) in
+        guard let destinationPath = target.path else { return }
+        let writer = try endingForGood { () throws(DownloadError) in
             let file = try PartialFile(
                 creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
             try file.append(copyOf: destinationPath, count: size, url: request.url)
@@ -474,8 +475,8 @@ extension DownloadRun {
                 resuming: file, algorithm: request.expectedDigest?.algorithm,
                 computesSHA256: configuration.computesSHA256, url: request.url)
         }
-        continuation = nil
-        replacesDestination = true
+        phase = .streaming(writer)
+        target.replaces = .foreignFile
         logger.debug("continuing a file another tool left", metadata: ["bytes": "\(size)"])
     }
 
@@ -546,12 +547,12 @@ extension DownloadRun {
 
     private func restartFromZero() async throws {
         do {
-            try await writer?.restart(url: finalURL)
+            try await writer?.restart(url: tally.finalURL)
         } catch {
             throw AttemptFailure.permanent(error)
         }
-        validator = nil
-        recordedPartial = false
+        facts.validator = nil
+        facts.recorded = false
     }
 
     /// Names the destination of a `.directory` request from the response's `Content-Disposition`, else the URL.
@@ -567,7 +568,7 @@ extension DownloadRun {
         }
         let path = (directory.path as NSString).appendingPathComponent(name)
         let skipped = try endingForGood { () throws(DownloadError) in try checkDestination(path) }
-        destinationPath = path
+        target.path = path
         return skipped
     }
 
@@ -581,12 +582,12 @@ extension DownloadRun {
     }
 
     private func ensurePartial() throws {
-        guard writer == nil, let destinationPath else { return }
+        guard writer == nil, let destinationPath = target.path else { return }
         // A small body that nobody would resume (see the journal write above) and that must not replace a file
         // goes to an unnamed file where the system has them: one directory change to publish, not three.
         let small =
-            (totalBytes ?? .max) <= Self.restartableLimit && request.conflictPolicy != .overwrite
-            && !replacesDestination
+            (facts.total ?? .max) <= Self.restartableLimit && request.conflictPolicy != .overwrite
+            && !target.replacesFile
         let file: PartialFile
         if small, let unnamed = PartialFile(unnamedFor: destinationPath) {
             file = unnamed
@@ -595,8 +596,9 @@ extension DownloadRun {
                 try PartialFile(creatingAt: PartialFile.partialPath(forDestination: destinationPath), url: request.url)
             }
         }
-        writer = BackgroundWriter(
-            file: file, algorithm: request.expectedDigest?.algorithm, computesSHA256: configuration.computesSHA256)
+        phase = .streaming(
+            BackgroundWriter(
+                file: file, algorithm: request.expectedDigest?.algorithm, computesSHA256: configuration.computesSHA256))
     }
 }
 
@@ -605,17 +607,17 @@ extension DownloadRun {
     /// published as one (its digest read from the file, in order).
     func finishSegments() throws {
         guard let segmented else { return }
-        bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
-        servedBy = segmented.state.withLock { $0.sources.max { $0.bytes < $1.bytes }?.given }
-        if configuration.usesRemoteModificationTime, lastModified == nil {
-            lastModified = segmented.state.withLock { $0.lastModified }
+        tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+        tally.servedBy = segmented.state.withLock { $0.sources.max { $0.bytes < $1.bytes }?.given }
+        if configuration.usesRemoteModificationTime, facts.lastModified == nil {
+            facts.lastModified = segmented.state.withLock { $0.lastModified }
         }
-        writer = try endingForGood { () throws(DownloadError) in
-            try BackgroundWriter(
-                resuming: segmented.file, algorithm: request.expectedDigest?.algorithm,
-                computesSHA256: configuration.computesSHA256, url: request.url)
-        }
-        self.segmented = nil
+        phase = .streaming(
+            try endingForGood { () throws(DownloadError) in
+                try BackgroundWriter(
+                    resuming: segmented.file, algorithm: request.expectedDigest?.algorithm,
+                    computesSHA256: configuration.computesSHA256, url: request.url)
+            })
     }
 
     /// How a segmented transfer ended: the file is whole, or the segments were given up for one stream from zero.
@@ -626,32 +628,39 @@ extension DownloadRun {
     func segmentsToEnd(
         _ segmented: SegmentedTransfer, first: BodyRest?, interruption: TransferInterruption?
     ) async throws -> SegmentsEnd {
+        let stop: SegmentsStop?
         do {
-            try await runSegments(segmented, first: first, interruption: interruption)
+            stop = try await runSegments(segmented, first: first, interruption: interruption)
+        } catch {
+            tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+            throw error
+        }
+        switch stop {
+        case nil:
             try finishSegments()
             return .complete
-        } catch let abandoned as SegmentsAbandoned {
-            try await abandonSegments(because: abandoned.reason)
+        case .abandon(let reason)?:
+            try await abandonSegments(because: reason)
             return .abandoned
-        } catch {
-            bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
-            throw error
+        case .disagree(let error)?:
+            tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+            throw AttemptFailure.permanent(error)
         }
     }
 
     /// Gives segments up for one stream from zero: the partial is emptied, so no byte of another version stays.
     private func abandonSegments(because reason: String) async throws {
         guard let segmented else { return }
-        bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+        tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
         logger.info("segments given up; one stream from zero", metadata: ["reason": "\(reason)"])
         try endingForGood { () throws(DownloadError) in try segmented.file.truncate(url: request.url) }
-        writer = BackgroundWriter(
-            file: segmented.file, algorithm: request.expectedDigest?.algorithm,
-            computesSHA256: configuration.computesSHA256)
-        self.segmented = nil
-        segmentsAbandoned = true
-        validator = nil
-        recordedPartial = false
+        phase = .streaming(
+            BackgroundWriter(
+                file: segmented.file, algorithm: request.expectedDigest?.algorithm,
+                computesSHA256: configuration.computesSHA256))
+        facts.oneStream = true
+        facts.validator = nil
+        facts.recorded = false
         configuration.journal?.remove(partialKey)
     }
 }

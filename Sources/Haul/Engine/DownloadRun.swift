@@ -25,64 +25,99 @@ final class DownloadRun: @unchecked Sendable {
     let transportOptions: TransportOptions
     let stallWatch: StallWatch
     let emit: @Sendable (DownloadEvent) -> Void
-    var logger: Logger
-
-    /// The destination path once known (for `.directory(useContentDisposition: true)`, after the first head).
-    var destinationPath: String?
-    /// Writes the partial file; created at the first response that has a body to keep.
-    var writer: BackgroundWriter?
-    /// Validator of the bytes in `partial` (strong ETag or Last-Modified), needed to resume them.
-    var validator: String?
-    /// The full size of the file, once a response said it.
-    var totalBytes: Int64?
-    var bytesTransferred: Int64 = 0
-    var finalURL: URL
-    /// The request's URL and its mirrors: which one the next request goes to, and how each has failed.
-    var sources: SourceList
-    /// The source most of a segmented file's bytes came from, once its segments are in.
-    var servedBy: URL?
-    var attempts = 0
-    /// Whether the journal holds a partial record for the bytes in `writer` (so a later run can resume them).
-    var recordedPartial = false
-    var meter: ProgressMeter
-    let lastActivity = ActivityClock()
-    /// The request's key in the journal, made once.
-    lazy var journalKey = JournalKey(request)
-    /// Whether this run may replace a file an earlier run completed and the journal records as Haul's (a
-    /// revalidation): the completed record stays as it is until the new copy is published, and the new copy's partial
-    /// is recorded beside it (``partialKey``), so a failure leaves the file Haul's and the new copy resumable.
-    var replacesCompleted = false
-    /// The key the partial of this run's file is recorded under.
-    var partialKey: JournalKey { replacesCompleted ? journalKey.newCopy : journalKey }
+    let logger: Logger
     /// The request's time limit, else the downloader's.
     let timeLimit: Duration?
+    /// When the download's time limit runs out, if it has one: set when the run is made, once for all attempts.
+    let deadline: ContinuousClock.Instant?
     /// The request's minimum speed, else the downloader's.
     let minimumSpeed: MinimumSpeed?
-    /// When the download's time limit runs out, if it has one.
-    var deadline: ContinuousClock.Instant?
-    /// The `Last-Modified` of the response whose body is in the partial, kept when the file is to get the server's time.
-    var lastModified: String?
-    /// The file an earlier run completed, being revalidated with a conditional request.
-    var revalidation: Revalidation?
-    /// The size of a file another tool left at the destination, to be continued with `Range`
-    /// (``DownloadRequest/continuesExistingFile``) until the server answers.
-    var continuation: Int64?
-    /// Whether publishing replaces the file at the destination whatever the conflict policy: the file is the one
-    /// being revalidated or continued.
-    var replacesDestination = false
     /// The request's own bandwidth limit.
     let ownBandwidth: TokenBucket?
     let bandwidth: TokenBucket?
     let pacer: RequestPacer
     /// Grants the extra connections of a segmented download; `nil`: they open at once.
     let connections: (any ConnectionBroker)?
-    /// The file being fetched in segments over several connections, once it is.
-    var segmented: SegmentedTransfer?
-    /// Set when segments were given up (the file changed, or the server sends no ranges after all): one stream from
-    /// then on.
-    var segmentsAbandoned = false
-    /// Body bytes the connections of a segmented transfer received, added to ``bytesTransferred`` when it ends.
+    /// Body bytes the connections of a segmented transfer received, added to the tally when it ends.
     let segmentBytes = Atomic<Int64>(0)
+    let lastActivity = ActivityClock()
+    /// The destination path, known to have been absent shortly before this run (not looked up again).
+    let absentPath: String?
+
+    // The run's state: what it holds of the file, what the responses said of it, where it goes, and what the result
+    // reports; and the sources it is fetched from.
+
+    /// What the run holds of the file.
+    var phase = Phase.planning
+    /// What the responses said of the file, and what the journal knows of the bytes held.
+    var facts = FileFacts()
+    /// Where the file goes, and what may be replaced there.
+    var target = Target()
+    /// What the result reports.
+    var tally: Tally
+    /// The request's URL and its mirrors: which one the next request goes to, and how each has failed.
+    var sources: SourceList
+    /// The request's key in the journal, made once (most downloads have no journal, or never ask).
+    lazy var journalKey = JournalKey(request)
+
+    /// What a run holds of the file: one of these at a time, so that a partial written in order and one written in
+    /// segments can never both be there.
+    enum Phase {
+        /// Nothing held: the next response decides where its body goes.
+        case planning
+        /// The file another tool left at the destination, of `size` bytes, to be continued with `Range`
+        /// (``DownloadRequest/continuesExistingFile``) until the server answers.
+        case continuing(size: Int64)
+        /// A partial written in order.
+        case streaming(BackgroundWriter)
+        /// A partial written in place over several connections.
+        case segmented(SegmentedTransfer)
+    }
+
+    /// What the responses said of the file, and what the journal knows of the bytes held.
+    struct FileFacts {
+        /// Validator of the bytes held (strong ETag or Last-Modified), needed to resume them.
+        var validator: String?
+        /// The full size of the file, once a response said it.
+        var total: Int64?
+        /// The `Last-Modified` of the response whose body is held, kept when the file is to get the server's time.
+        var lastModified: String?
+        /// Whether the journal holds a partial record for the bytes held (so a later run can resume them).
+        var recorded = false
+        /// Set when segments were given up (the file changed, or the server sends no ranges after all), or never
+        /// start: one stream from then on.
+        var oneStream = false
+    }
+
+    /// Where the file goes, and what may be replaced there.
+    struct Target {
+        /// The destination path once known (for `.directory(useContentDisposition: true)`, after the first head).
+        var path: String?
+        var replaces = Replacement.nothing
+
+        /// Whether publishing replaces the file at the destination whatever the conflict policy: the file is the one
+        /// being revalidated or continued.
+        var replacesFile: Bool { if case .nothing = replaces { false } else { true } }
+        /// Whether this run may replace a file an earlier run completed and the journal records as Haul's: the
+        /// completed record stays as it is until the new copy is published, and the new copy's partial is recorded
+        /// beside it (``partialKey``), so a failure leaves the file Haul's and the new copy resumable.
+        var replacesCompleted: Bool { if case .completedFile = replaces { true } else { false } }
+        /// The revalidation of the completed file, if one is asked for.
+        var revalidation: Revalidation? {
+            if case .completedFile(let revalidation) = replaces { revalidation } else { nil }
+        }
+    }
+
+    /// What may be replaced at the destination, whatever the conflict policy.
+    enum Replacement {
+        /// Nothing: the conflict policy decides about a file there.
+        case nothing
+        /// The file another tool left, continued by this download (or fetched again when it cannot be).
+        case foreignFile
+        /// Haul's own completed file, with the revalidation that asks whether it is current (none: it is fetched
+        /// again).
+        case completedFile(Revalidation?)
+    }
 
     /// What a revalidation needs of the completed file.
     struct Revalidation {
@@ -95,8 +130,24 @@ final class DownloadRun: @unchecked Sendable {
         var answered = false
     }
 
-    /// The destination path, known to have been absent shortly before this run (not looked up again).
-    let absentPath: String?
+    /// What the result reports.
+    struct Tally {
+        var attempts = 0
+        var bytesTransferred: Int64 = 0
+        var finalURL: URL
+        /// The source most of a segmented file's bytes came from, once its segments are in.
+        var servedBy: URL?
+        var meter: ProgressMeter
+    }
+
+    /// The partial written in order, if that is what the run holds.
+    var writer: BackgroundWriter? { if case .streaming(let writer) = phase { writer } else { nil } }
+    /// The file being fetched in segments over several connections, if it is.
+    var segmented: SegmentedTransfer? { if case .segmented(let transfer) = phase { transfer } else { nil } }
+    /// The size of the file another tool left, while it is to be continued.
+    var continuation: Int64? { if case .continuing(let size) = phase { size } else { nil } }
+    /// The key the partial of this run's file is recorded under.
+    var partialKey: JournalKey { target.replacesCompleted ? journalKey.newCopy : journalKey }
 
     init(
         request: DownloadRequest, downloader: Downloader, absentPath: String? = nil,
@@ -115,29 +166,29 @@ final class DownloadRun: @unchecked Sendable {
         pacer = downloader.pacer
         ownBandwidth = request.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) }
         timeLimit = request.timeLimit ?? downloader.configuration.timeLimit
+        deadline = timeLimit.map { .now + $0 }
         minimumSpeed = request.minimumSpeed ?? downloader.configuration.minimumSpeed
         self.emit = emit
-        logger = downloader.configuration.logger
+        var logger = downloader.configuration.logger
         logger[metadataKey: "url"] = .stringConvertible(request.url)  // rendered only if something is logged
-        finalURL = request.url
+        self.logger = logger
+        tally = Tally(finalURL: request.url, meter: ProgressMeter(interval: downloader.configuration.progressInterval))
         sources = SourceList(request)
-        meter = ProgressMeter(interval: downloader.configuration.progressInterval)
     }
 
     func execute() async throws(DownloadError) -> DownloadResult {
         try validateRequest()
-        if let timeLimit { deadline = .now + timeLimit }
-        destinationPath = absentPath ?? request.plannedPath
-        if destinationPath == nil, case .directory(_, false) = request.destination {
+        target.path = absentPath ?? request.plannedPath
+        if target.path == nil, case .directory(_, false) = request.destination {
             throw DownloadError(
                 .unsafeName, message: "no safe file name in the URL; give one explicitly", url: request.url)
         }
         if let journal = configuration.journal, let done = try resume(from: journal) { return done }
-        if absentPath == nil, revalidation == nil, let destinationPath {
+        if absentPath == nil, target.revalidation == nil, let destinationPath = target.path {
             if request.continuesExistingFile, case .regularFile(let size) = PathKind(at: destinationPath) {
                 // A partial from the journal is this continuation's own, begun in an earlier run; an empty file has
                 // nothing to continue.
-                if writer == nil && size > 0 { continuation = size } else { replacesDestination = true }
+                if writer == nil && size > 0 { phase = .continuing(size: size) } else { target.replaces = .foreignFile }
             } else if let skipped = try checkDestination(destinationPath) {
                 return skipped
             }
@@ -145,8 +196,8 @@ final class DownloadRun: @unchecked Sendable {
 
         var skipped: DownloadResult?
         while true {
-            attempts += 1
-            emit(.started(attempt: attempts, resumingAt: segmented?.written ?? writer?.size ?? 0))
+            tally.attempts += 1
+            emit(.started(attempt: tally.attempts, resumingAt: segmented?.written ?? writer?.size ?? 0))
             do {
                 skipped = try await attemptWithWatchdog()
                 break
@@ -188,9 +239,9 @@ final class DownloadRun: @unchecked Sendable {
             logger.info(
                 "retrying",
                 metadata: [
-                    "attempt": "\(attempts + 1)", "delay": "\(delay)", "reason": "\(failure.error.message)",
+                    "attempt": "\(tally.attempts + 1)", "delay": "\(delay)", "reason": "\(failure.error.message)",
                 ])
-            emit(.retrying(attempt: attempts + 1, after: delay, error: failure.error))
+            emit(.retrying(attempt: tally.attempts + 1, after: delay, error: failure.error))
             do {
                 try await configuration.backoffClock.sleep(for: delay)
             } catch {
@@ -242,7 +293,7 @@ final class DownloadRun: @unchecked Sendable {
     ) throws(DownloadError) -> DownloadResult {
         let digest = try checkExisting(path: path, knownSHA256: sha256)
         var result = DownloadResult(
-            path: path, size: size, sha256: digest, finalURL: finalURL, attempts: attempts, bytesTransferred: 0,
+            path: path, size: size, sha256: digest, finalURL: finalURL, attempts: tally.attempts, bytesTransferred: 0,
             skipped: true)
         result.source = sources.url
         result.notModified = notModified
@@ -291,7 +342,7 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     private func verifyAndPublish() async throws(DownloadError) -> DownloadResult {
-        guard let writer, let destinationPath else {
+        guard let writer, let destinationPath = target.path else {
             throw DownloadError(.fileSystem, message: "internal error: no file was written", url: request.url)
         }
         try await writer.drain()
@@ -299,7 +350,8 @@ final class DownloadRun: @unchecked Sendable {
         let size = writer.size
         if let expected = request.expectedSize, expected != size {
             throw DownloadError(
-                .sizeMismatch, message: "got \(size) bytes, expected \(expected)", url: finalURL, bytesReceived: size)
+                .sizeMismatch, message: "got \(size) bytes, expected \(expected)", url: tally.finalURL,
+                bytesReceived: size)
         }
         let (digest, requested) = writer.finalizeDigest()
         let sha256 = digest?.hexString
@@ -307,9 +359,9 @@ final class DownloadRun: @unchecked Sendable {
             throw DownloadError(
                 .checksumMismatch,
                 message: "\(expected.algorithm.rawValue) is \((requested ?? []).hexString), expected \(expected.hex)",
-                url: finalURL, bytesReceived: size)
+                url: tally.finalURL, bytesReceived: size)
         }
-        if let lastModified, let seconds = HTTPRules.secondsSince1970(httpDate: lastModified) {
+        if let lastModified = facts.lastModified, let seconds = HTTPRules.secondsSince1970(httpDate: lastModified) {
             partial.setModificationTime(secondsSince1970: seconds)
         }
         await configuration.hooks.beforePublish?()
@@ -321,15 +373,15 @@ final class DownloadRun: @unchecked Sendable {
             // A file appeared at the destination after it was found absent: skipped, as if it had been there then.
             guard let skipped = try checkDestination(destinationPath) else { throw error }
             partial.remove()
-            self.writer = nil
+            phase = .planning
             configuration.journal?.remove(journalKey)  // the record written before publishing is not this file's
             return skipped
         }
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
         var result = DownloadResult(
-            path: published, size: size, sha256: sha256, finalURL: finalURL, attempts: attempts,
-            bytesTransferred: bytesTransferred)
-        result.source = servedBy ?? sources.url
+            path: published, size: size, sha256: sha256, finalURL: tally.finalURL, attempts: tally.attempts,
+            bytesTransferred: tally.bytesTransferred)
+        result.source = tally.servedBy ?? sources.url
         return result
     }
 
@@ -342,37 +394,37 @@ final class DownloadRun: @unchecked Sendable {
     ) async throws(DownloadError) -> String {
         guard let journal = configuration.journal else { return try publish(partial, to: path) }
         let key = journalKey
-        try partial.seal(durable: configuration.durability == .powerLoss, url: finalURL)
+        try partial.seal(durable: configuration.durability == .powerLoss, url: tally.finalURL)
         let stamp = partial.stamp()
         if let stamp {
             await journal.commit(
                 JournalRecord(
                     key: key, path: path,
-                    state: .completed(size: size, sha256: sha256, stamp: stamp, validator: validator)))
+                    state: .completed(size: size, sha256: sha256, stamp: stamp, validator: facts.validator)))
         }
         let published = try publish(partial, to: path)
         // The new copy is the file now: its partial's record goes.
-        if replacesCompleted { journal.remove(partialKey) }
+        if target.replacesCompleted { journal.remove(partialKey) }
         if published != path || stamp == nil, let stamp = FileStamp(ofFileAt: published) {
             await journal.commit(
                 JournalRecord(
                     key: key, path: published,
-                    state: .completed(size: size, sha256: sha256, stamp: stamp, validator: validator)))
+                    state: .completed(size: size, sha256: sha256, stamp: stamp, validator: facts.validator)))
         }
         return published
     }
 
     private func publish(_ partial: PartialFile, to path: String) throws(DownloadError) -> String {
         let durable = configuration.durability == .powerLoss
-        try partial.seal(durable: durable, url: finalURL)
-        switch replacesDestination ? .overwrite : request.conflictPolicy {
+        try partial.seal(durable: durable, url: tally.finalURL)
+        switch target.replacesFile ? .overwrite : request.conflictPolicy {
         case .overwrite:
             if case .other = PathKind(at: path) {
                 throw DownloadError(
                     .unsafePath, message: "refusing to replace a symbolic link or special file at '\(path)'",
                     url: request.url, path: path)
             }
-            try partial.move(to: path, replace: true, durable: durable, url: finalURL)
+            try partial.move(to: path, replace: true, durable: durable, url: tally.finalURL)
             return path
         case .rename:
             let directory = (path as NSString).deletingLastPathComponent
@@ -382,7 +434,7 @@ final class DownloadRun: @unchecked Sendable {
                     number == 0
                     ? path : (directory as NSString).appendingPathComponent(FileNaming.numbered(name, number))
                 do {
-                    try partial.move(to: candidate, replace: false, durable: durable, url: finalURL)
+                    try partial.move(to: candidate, replace: false, durable: durable, url: tally.finalURL)
                     return candidate
                 } catch  where error.code == .destinationExists {
                     continue
@@ -392,7 +444,7 @@ final class DownloadRun: @unchecked Sendable {
                 .destinationExists, message: "no free name like '\(name) (n)'", url: request.url,
                 path: path)
         case .fail, .skip:
-            try partial.move(to: path, replace: false, durable: durable, url: finalURL)
+            try partial.move(to: path, replace: false, durable: durable, url: tally.finalURL)
             return path
         }
     }
@@ -414,7 +466,7 @@ final class DownloadRun: @unchecked Sendable {
             cancelled
             ? configuration.keepsPartialOnCancel
             : configuration.keepsPartialOnFailure && error.leavesResumableBytes
-        if keeps, recordedPartial, writer != nil || segmented != nil {
+        if keeps, facts.recorded, writer != nil || segmented != nil {
             // The journal's partial record (with its request) stays: the next run resumes it; a segmented one with
             // the ranges still missing now.
             if let segmented { storeSegments(segmented) }
@@ -426,11 +478,10 @@ final class DownloadRun: @unchecked Sendable {
             return
         }
         writer?.file.remove()
-        writer = nil
         segmented?.file.remove()
-        segmented = nil
+        phase = .planning
         guard let journal = configuration.journal else { return }
-        if replacesCompleted {
+        if target.replacesCompleted {
             // The file at the destination is untouched and still the one the completed record describes: only the
             // new copy's record goes.
             journal.remove(partialKey)
@@ -441,7 +492,7 @@ final class DownloadRun: @unchecked Sendable {
         } else {
             journal.store(
                 JournalRecord(
-                    key: journalKey, path: destinationPath ?? "", state: .failed(message: error.message),
+                    key: journalKey, path: target.path ?? "", state: .failed(message: error.message),
                     request: request))
         }
     }
@@ -451,13 +502,13 @@ final class DownloadRun: @unchecked Sendable {
     private func resume(from journal: any Journal) throws(DownloadError) -> DownloadResult? {
         let own = journal.record(for: journalKey)
         // Nothing of its own on disk: what another URL left for the same file may be.
-        guard let record = own?.state.isFile == true ? own : destinationPath.flatMap({ takeOver(at: $0, in: journal) })
+        guard let record = own?.state.isFile == true ? own : target.path.flatMap({ takeOver(at: $0, in: journal) })
         else { return nil }
         // A name chosen from Content-Disposition in the earlier run is the name to look at now.
-        if destinationPath == nil { destinationPath = record.path }
+        if target.path == nil { target.path = record.path }
         // Under the rename policy the earlier run may have published under a numbered name: that file, if it is
         // unchanged, is this download done.
-        if record.path != destinationPath {
+        if record.path != target.path {
             guard request.conflictPolicy == .rename, case .completed = record.state else { return nil }
         }
         switch record.state {
@@ -466,13 +517,11 @@ final class DownloadRun: @unchecked Sendable {
             if configuration.revalidatesCompletedFiles {
                 // Haul's own file, unchanged: the server's answer decides whether it is replaced; without a validator
                 // to ask with, it is fetched again.
-                destinationPath = record.path
-                replacesDestination = true
-                replacesCompleted = true
-                if let validator {
-                    revalidation = Revalidation(
-                        path: record.path, validator: validator, size: size, sha256: sha256, stamp: stamp)
-                }
+                target.path = record.path
+                target.replaces = .completedFile(
+                    validator.map {
+                        Revalidation(path: record.path, validator: $0, size: size, sha256: sha256, stamp: stamp)
+                    })
                 try resumeNewCopy(from: journal, at: record.path)
                 return nil
             }
@@ -482,9 +531,8 @@ final class DownloadRun: @unchecked Sendable {
                 return try existingFileResult(path: record.path, size: size, sha256: sha256, finalURL: request.url)
             } catch  where error.code == .checksumMismatch && request.conflictPolicy == .overwrite {
                 // The file is Haul's but not the one asked for: fetched again, and replaced once verified.
-                destinationPath = record.path
-                replacesDestination = true
-                replacesCompleted = true
+                target.path = record.path
+                target.replaces = .completedFile(nil)
                 return nil
             }
         case .requested, .failed:
@@ -500,13 +548,14 @@ final class DownloadRun: @unchecked Sendable {
                 file.remove()
                 return nil
             }
-            segmented = makeTransfer(
+            let transfer = makeTransfer(
                 file: file, total: total, missing: missing,
                 primary: Hops(url: sources.url, fields: request.headerFields))
-            segmented?.state.withLock { $0.sources[0].validator = validator }
-            self.validator = validator
-            totalBytes = total
-            recordedPartial = true
+            transfer.state.withLock { $0.sources[0].validator = validator }
+            phase = .segmented(transfer)
+            facts.validator = validator
+            facts.total = total
+            facts.recorded = true
             logger.debug("resuming segments from an earlier run", metadata: ["missing": "\(missing.count)"])
         case .partial(let validator, let total, _):
             guard try reopenPartial(of: record.path, validator: validator, total: total) else { return nil }
@@ -521,12 +570,13 @@ final class DownloadRun: @unchecked Sendable {
         guard let file = try PartialFile(resumingAt: PartialFile.partialPath(forDestination: path), url: request.url),
             file.size > 0
         else { return false }
-        writer = try BackgroundWriter(
-            resuming: file, algorithm: request.expectedDigest?.algorithm,
-            computesSHA256: configuration.computesSHA256, url: request.url)
-        self.validator = validator
-        totalBytes = total
-        recordedPartial = true
+        phase = .streaming(
+            try BackgroundWriter(
+                resuming: file, algorithm: request.expectedDigest?.algorithm,
+                computesSHA256: configuration.computesSHA256, url: request.url))
+        facts.validator = validator
+        facts.total = total
+        facts.recorded = true
         return true
     }
 
@@ -546,9 +596,9 @@ final class DownloadRun: @unchecked Sendable {
     /// current).
     func keepAfterNotModified(_ revalidation: Revalidation, head: HTTPResponse) {
         writer?.file.remove()
-        writer = nil
+        phase = .planning
         guard let journal = configuration.journal else { return }
-        if recordedPartial { journal.remove(partialKey) }
+        if facts.recorded { journal.remove(partialKey) }
         if let fresh = HTTPRules.validator(of: head), fresh != revalidation.validator {
             journal.store(
                 JournalRecord(
