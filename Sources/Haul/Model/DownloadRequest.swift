@@ -23,7 +23,7 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
     }
     private var storedURL: URL
     /// The user and password sent (HTTP Basic, before any `401`) to the origin of ``url``, and to no other: a
-    /// redirect to another scheme, host or port drops them. Never encoded: a journal keeps no credentials, and a
+    /// redirect to another scheme, host or port drops them for the rest of its hops. Never encoded: a journal keeps no credentials, and a
     /// download resumed from one gets them from the downloader's ``Downloader/Configuration/credentials``.
     public var credentials: Credentials?
     /// Where the file goes.
