@@ -59,16 +59,13 @@ enum ArgumentSecrets {
 
     /// The secret in `value`, an argument of `option` (a credential or a header option), shifted by `offset`.
     private static func secret(ofValue value: [UInt8], offset: Int, for option: String) -> [Range<Int>] {
-        let shift = { (range: Range<Int>) in (range.lowerBound + offset)..<(range.upperBound + offset) }
-        if credentialOptions.contains(option) {
-            guard let colon = value.firstIndex(of: UInt8(ascii: ":")), colon + 1 < value.count else { return [] }
-            return [shift((colon + 1)..<value.count)]
+        // After the first colon: the password of `USER:PASSWORD`, or a header's value (of one that carries a secret).
+        guard let colon = value.firstIndex(of: UInt8(ascii: ":")), colon + 1 < value.count else { return [] }
+        if !credentialOptions.contains(option) {
+            let name = String(decoding: value[..<colon], as: UTF8.self).trimmingCharacters(in: .whitespaces)
+            guard secretFields.contains(name.lowercased()) else { return [] }
         }
-        // A header: the value of one that carries a secret.
-        guard let colon = value.firstIndex(of: UInt8(ascii: ":")) else { return [] }
-        let name = String(decoding: value[..<colon], as: UTF8.self).trimmingCharacters(in: .whitespaces)
-        guard secretFields.contains(name.lowercased()), colon + 1 < value.count else { return [] }
-        return [shift((colon + 1)..<value.count)]
+        return [(colon + 1 + offset)..<(value.count + offset)]
     }
 
     /// The password of a URL's user info (`scheme://user:password@host`), if `bytes` holds one.

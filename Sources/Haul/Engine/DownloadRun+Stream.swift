@@ -15,7 +15,7 @@ extension DownloadRun {
     func attemptWithWatchdog() async throws(AttemptFailure) -> DownloadResult? {
         lastActivity.touch()
         var cursor = StreamCursor(
-            hops: Hops(url: sources.url, fields: sources.isFirst ? request.headerFields : fields(for: sources.url)))
+            hops: firstHop(to: sources.url))
         if interruptibleTransport != nil {
             let interruption = TransferInterruption()
             let end = try await watched(onStall: interruption.interrupt) {
@@ -124,9 +124,8 @@ extension DownloadRun {
             let ask = RangeAsk(
                 from: asked.from, end: asked.pieceEnd, ifRange: asked.from > 0 ? facts.validator : nil,
                 condition: condition)
-            guard case .response(let hop) = try await send(&cursor.hops, asking: ask, interruption: interruption) else {
-                return .needsOwnTask
-            }
+            let outcome = try await send(&cursor.hops, asking: ask, clock: nil, interruption: interruption, emit: emit)
+            guard case .response(let hop) = outcome else { return .needsOwnTask }
             // The response is closed on every way out, before the attempt ends: a queue frees the download's slot
             // after that, and the transport has by then let go of a connection it will not reuse.
             let next: AfterResponse
@@ -146,7 +145,7 @@ extension DownloadRun {
         let from: Int64 =
             if mayResume, facts.validator != nil {
                 writer?.size ?? 0
-            } else if mayResume, writer == nil, let continuation {
+            } else if mayResume, let continuation {
                 continuation
             } else {
                 0
@@ -157,18 +156,11 @@ extension DownloadRun {
         // (Bytes without a validator are a first piece only when they are a file another tool left: its rest has
         // none to ask with.)
         let pieceEnd =
-            asksForFirstPiece && (from == 0 || facts.validator != nil || (writer == nil && continuation != nil))
+            asksForFirstPiece && (from == 0 || facts.validator != nil || continuation != nil)
             ? firstPiece(from: from).upperBound : nil
         return ResponseDecision.Asked(
             from: from, pieceEnd: pieceEnd, revalidating: target.revalidation.map { !$0.answered } ?? false,
             continuing: continuation != nil, held: writer?.size ?? 0, knownTotal: facts.total)
-    }
-
-    /// Sends `asking` from the current hop, on this attempt's stream (see ``send(_:asking:clock:interruption:emit:)``).
-    private func send(
-        _ hops: inout Hops, asking: RangeAsk, interruption: TransferInterruption?
-    ) async throws -> HopOutcome {
-        try await send(&hops, asking: asking, clock: nil, interruption: interruption, emit: emit)
     }
 
     /// Carries out what ``ResponseDecision`` says of one response.
@@ -186,8 +178,7 @@ extension DownloadRun {
             emit(.revalidated(modified: true))
         }
         let rules = ResponseDecision(policy: configuration.retryPolicy, maxSize: request.maxSize)
-        let sent = ResponseDecision.Sent(proxy: hop.proxy, credentials: hop.sentCredentials)
-        switch rules.decide(head, from: url, asked: asked, sent: sent) {
+        switch rules.decide(head, from: url, asked: asked, sent: hop.sent) {
         case .notModified:
             guard let revalidation = target.revalidation else { return .finished(skipped: nil) }
             keepAfterNotModified(revalidation, head: head)
@@ -492,9 +483,16 @@ extension DownloadRun {
         return options
     }
 
-    /// The request's own header fields for a request to `source`: without its credential fields (`Authorization`,
-    /// `Cookie`, `Proxy-Authorization`) for a mirror at another origin than the request's URL.
-    func fields(for source: URL) -> HTTPFields {
+    /// The first hop of a request to `source` (the request's URL or a mirror): its fields are the request's own,
+    /// without its credential fields (`Authorization`, `Cookie`, `Proxy-Authorization`) for a mirror at another origin
+    /// than the request's URL.
+    func firstHop(to source: URL) -> Hops {
+        Hops(url: source, fields: fields(for: source))
+    }
+
+    private func fields(for source: URL) -> HTTPFields {
+        // Most requests have no mirror: their URL is their origin, with nothing to compare.
+        guard source != request.url else { return request.headerFields }
         var fields = request.headerFields
         if HTTPRules.origin(of: source) != HTTPRules.origin(of: request.url) {
             for name in HTTPRules.credentialFields { fields[name] = nil }
@@ -607,7 +605,6 @@ extension DownloadRun {
     /// published as one (its digest read from the file, in order).
     func finishSegments() throws {
         guard let segmented else { return }
-        tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
         tally.servedBy = segmented.state.withLock { $0.sources.max { $0.bytes < $1.bytes }?.given }
         if configuration.usesRemoteModificationTime, facts.lastModified == nil {
             facts.lastModified = segmented.state.withLock { $0.lastModified }
@@ -628,14 +625,7 @@ extension DownloadRun {
     func segmentsToEnd(
         _ segmented: SegmentedTransfer, first: BodyRest?, interruption: TransferInterruption?
     ) async throws -> SegmentsEnd {
-        let stop: SegmentsStop?
-        do {
-            stop = try await runSegments(segmented, first: first, interruption: interruption)
-        } catch {
-            tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
-            throw error
-        }
-        switch stop {
+        switch try await runSegments(segmented, first: first, interruption: interruption) {
         case nil:
             try finishSegments()
             return .complete
@@ -643,7 +633,6 @@ extension DownloadRun {
             try await abandonSegments(because: reason)
             return .abandoned
         case .disagree(let error)?:
-            tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
             throw AttemptFailure.permanent(error)
         }
     }
@@ -651,7 +640,6 @@ extension DownloadRun {
     /// Gives segments up for one stream from zero: the partial is emptied, so no byte of another version stays.
     private func abandonSegments(because reason: String) async throws {
         guard let segmented else { return }
-        tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
         logger.info("segments given up; one stream from zero", metadata: ["reason": "\(reason)"])
         try endingForGood { () throws(DownloadError) in try segmented.file.truncate(url: request.url) }
         phase = .streaming(

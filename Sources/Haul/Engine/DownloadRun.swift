@@ -550,7 +550,7 @@ final class DownloadRun: @unchecked Sendable {
             }
             let transfer = makeTransfer(
                 file: file, total: total, missing: missing,
-                primary: Hops(url: sources.url, fields: request.headerFields))
+                primary: firstHop(to: sources.url))
             transfer.state.withLock { $0.sources[0].validator = validator }
             phase = .segmented(transfer)
             facts.validator = validator

@@ -21,6 +21,12 @@ struct Hops: Sendable {
     /// are not sent for the rest of the hops, even back at its URL's origin (whose path another server chose).
     var leftOrigin = false
 
+    /// A new chain of redirects from the current hop (for the next request to where an earlier chain led): what the
+    /// hops so far left of the fields and credential rules stays; the count and the URLs visited start again.
+    func newChain() -> Hops {
+        Hops(url: url, fields: fields, wasSecure: wasSecure, leftOrigin: leftOrigin)
+    }
+
     /// Follows the redirect `head` from the current hop: the next hop's URL, or the error that ends the download (no
     /// usable `Location`, a scheme other than `http` and `https`, more than `limit` redirects, a URL already visited).
     mutating func follow(_ head: HTTPResponse, limit: Int) throws(DownloadError) -> URL {
@@ -93,8 +99,8 @@ struct RangeAsk: Equatable {
 struct HopResponse {
     var response: TransportResponse
     var url: URL
-    var proxy: Proxy?
-    var sentCredentials: Bool
+    /// The proxy it went through and whether it carried credentials, for naming who refused what.
+    var sent: ResponseDecision.Sent
     var sentAt: ContinuousClock.Instant
 }
 
@@ -156,8 +162,9 @@ extension DownloadRun {
             guard HTTPRules.redirectStatuses.contains(status) else {
                 return .response(
                     HopResponse(
-                        response: response, url: url, proxy: options.proxy,
-                        sentCredentials: head.headerFields[.authorization] != nil, sentAt: sentAt))
+                        response: response, url: url,
+                        sent: .init(proxy: options.proxy, credentials: head.headerFields[.authorization] != nil),
+                        sentAt: sentAt))
             }
             await response.body.close()
             let target: URL

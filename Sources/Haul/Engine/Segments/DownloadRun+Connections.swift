@@ -430,10 +430,9 @@ extension DownloadRun {
             // the pieces are there for others to take what is not asked for yet.
             state.table.requestPiece(segment, size: state.connections.count == 1 ? .max : transfer.pieceSize)
         }
-        // A new chain of redirects from where the source's last one led, with what its hops left of the fields.
-        var (hops, validator) = transfer.state.withLock { ($0.sources[source].hops, $0.sources[source].validator) }
-        hops.visited = []
-        hops.count = 0
+        var (hops, validator) = transfer.state.withLock {
+            ($0.sources[source].hops.newChain(), $0.sources[source].validator)
+        }
         let ask = RangeAsk(from: piece.lowerBound, end: piece.upperBound, ifRange: validator)
         let outcome = try await send(&hops, asking: ask, clock: clock, interruption: nil, emit: context.tell)
         guard case .response(let hop) = outcome else { throw CancellationError() }  // not asked to interrupt
@@ -463,9 +462,8 @@ extension DownloadRun {
                 primary: state.sources[0].given, isPrimary: state.sources[source].isPrimary,
                 validator: state.sources[source].validator, sentIfRange: sentIfRange)
         }
-        let sent = ResponseDecision.Sent(proxy: hop.proxy, credentials: hop.sentCredentials)
         switch SegmentDecision(policy: configuration.retryPolicy).decide(
-            hop.response.head, from: hop.url, asked: asked, sent: sent)
+            hop.response.head, from: hop.url, asked: asked, sent: hop.sent)
         {
         case .write(let validator, let lastModified):
             transfer.state.withLock { state in

@@ -109,7 +109,7 @@ extension DownloadRun {
         for mirror in live.dropFirst() {
             sources.append(
                 SegmentedTransfer.Source(
-                    hops: Hops(url: mirror, fields: fields(for: mirror)), given: mirror, isPrimary: false))
+                    hops: firstHop(to: mirror), given: mirror, isPrimary: false))
         }
         return SegmentedTransfer(
             file: file, table: SegmentTable(total: total, missing: missing), sources: sources, pieceSize: pieceSize,
@@ -140,16 +140,13 @@ extension DownloadRun {
         } onCancel: {
             work.cancel()
         }
-        let stop: SegmentsStop?
-        do {
-            stop = try await work.value
-        } catch {
+        let ended = await work.result
+        // The connections have ended: what they received counts, and a transfer that ends early has its ranges
+        // recorded.
+        tally.bytesTransferred += segmentBytes.exchange(0, ordering: .relaxed)
+        guard case .success(nil) = ended else {
             if transfer.written > 0 { await recordSegments(transfer) }
-            throw error
-        }
-        if let stop {
-            if transfer.written > 0 { await recordSegments(transfer) }
-            return stop
+            return try ended.get()
         }
         emit(
             .progress(
