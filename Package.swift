@@ -41,6 +41,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        // Ordered stores into the journal's mapped log (HaulSQLite); already in the graph through swift-nio.
+        .package(url: "https://github.com/apple/swift-atomics", from: "1.2.0"),
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
         // SQLite: the journal (HaulSQLite) and the quotes example.
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
@@ -123,6 +125,7 @@ let package = Package(
                 "Haul", .product(name: "GRDB", package: "GRDB.swift"),
                 // SQLite's C interface for the write path (see SQLiteJournal's WriteStatements).
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "Atomics", package: "swift-atomics"),
             ]
         ),
         .testTarget(

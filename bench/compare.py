@@ -2,8 +2,10 @@
 """Haul against curl, wget2, aria2c and wget in one run (run it through `bench/compare`, which installs the tools
 and builds `haul`).
 
-Scenarios (destination on the real disk, RUNS repetitions after a warm-up, tools alternating; then each once more
-on tmpfs, where the file system costs least, to separate network from file-system cost):
+Scenarios (RUNS repetitions after a warm-up, tools alternating, each into two places on the real disk: a newly made
+ext4 per run, where every tool starts alike, and one directory reused from run to run and emptied before each, as a
+user's download directory is; then each once more on tmpfs, where the file system costs least, to separate network
+from file-system cost):
   s1  one 1 GiB file from nginx
   s2  200 x 1 MiB from nginx at width 1 (s2w1) and width 8 (s2w8)
   s3  10,000 x 4 KiB from nginx at width 8
@@ -20,8 +22,9 @@ on tmpfs, where the file system costs least, to separate network from file-syste
   list100k, list1m  100,000 and 1,000,000 URLs of 64-byte generated files from `haul serve`, width 8 (issue 30: a
         million URLs in bounded memory): haul against curl and aria2c (`--deferred-input=true`), then the same `haul
         get` again into the same destination, which its journal makes skip every file. An ext4 with 2,500,000
-        inodes, then once on tmpfs (a page of memory per file: 4 GiB for list1m), one short warm-up list;
-        HAUL_BENCH_LIST_SCALE (default 1) multiplies both counts, e.g. 0.02 for 2,000 and 20,000 while developing
+        inodes (not the reused directory), then once on tmpfs (a page of memory per file: 4 GiB for list1m), one
+        short warm-up list; HAUL_BENCH_LIST_SCALE (default 1) multiplies both counts, e.g. 0.02 for 2,000 and
+        20,000 while developing
 
 Every run starts from an empty destination and is checked byte for byte against the reference files (the list rows:
 every file's name and size, and the bytes of a sample); a run that fails or leaves a wrong or missing file counts as
@@ -102,6 +105,7 @@ class Scenario:
     listed: bool = False  # list100k/list1m: `files` generated URLs, lists written once (see url_list)
     inodes: int = 0  # real-disk runs: mkfs.ext4 -N (0: its default)
     tmpfs: bool = True  # also once on tmpfs
+    reused: bool = True  # also into the reused directory (ReusedDirectory)
     rerun: bool = False  # `haul get` again into the same destination after its run, timed as RERUN_TOOL
     inputs: object = None  # listed scenarios: the UrlList, once written
     total_bytes: int = 0
@@ -202,6 +206,10 @@ PARALLEL_TOOLS = ["haul (NIO)", "haul (AsyncHTTPClient)", "curl", "wget2", "aria
 ALL_TOOLS = PARALLEL_TOOLS + ["wget"]  # wget -i is sequential only
 HAUL_DEFAULT = "haul (NIO)"  # the ratios are to this one: `haul get`'s default transport
 LIST_TOOLS = [HAUL_DEFAULT, "curl", "aria2c"]  # issue 30 names these; the rerun row comes with HAUL_DEFAULT's runs
+
+
+# The real disk's places, as the results name them (the tmpfs pass is "tmpfs").
+PLACE_NAMES = {"disk": "a fresh ext4", "reused": "the reused directory"}
 
 
 def label(tool, scenario):
@@ -553,12 +561,14 @@ def scenarios(nginx, www, reference):
     # ~60 to ~500 files/s from one run to the next on a virtual disk), so it may take half an hour on list100k and
     # stop at list1m's limit, a run stopped there reporting how far it got and its peak RSS (measured's `interrupt`).
     # HAUL_BENCH_LIST_LIMIT (seconds, default 3600) shortens every list run's limit, for a run that must fit a budget.
+    # Not into the reused directory: they need a file system with inodes for a million files (mkfs.ext4 -N), and
+    # emptying a million files between runs would take minutes a run.
     limit = int(os.environ.get("HAUL_BENCH_LIST_LIMIT", "3600"))
     for key, count, timeout in [("list100k", 100_000, limit), ("list1m", 1_000_000, limit)]:
         count = max(1, round(count * LIST_SCALE))
         result.append(Scenario(key, f"{count:,} x {LIST_SIZE} B from `haul serve`, width 8", 8, LIST_TOOLS,
                                "files/s", "haul-serve", timeout, files=count, total_bytes=count * LIST_SIZE,
-                               listed=True, inodes=LIST_INODES, rerun=True))
+                               listed=True, inodes=LIST_INODES, rerun=True, reused=False))
     for s in result:
         if s.items:
             s.files = len(s.items)
@@ -571,12 +581,13 @@ def scenarios(nginx, www, reference):
 class FreshDisk:
     """Where a real-disk run writes: a newly made ext4 (a loop file on the real disk) for every run.
 
-    Why not one directory emptied between runs: ext4 does not reuse an inode for a minute or more after it was freed
-    (fs/ext4/ialloc.c, recently_deleted()), and while the freed inodes' table blocks are cached it checks each one it
-    passes over. Right after deleting the previous run's 10,000 files, creating 10,000 more cost 5-20 times the
-    system time (perf: recently_deleted and find_get_block_common), at random for whichever tool ran next: in one
-    series curl took 1.1, 2.3 and 5.3 s for the same work. A fresh file system per run gives every tool the same
-    start. Without root, loop devices or mkfs.ext4 it falls back to a new directory per run, deleted at the end."""
+    Why a new file system rather than one directory emptied between runs: ext4 does not reuse an inode for a minute
+    or more after it was freed (fs/ext4/ialloc.c, recently_deleted()), and while the freed inodes' table blocks are
+    cached it checks each one it passes over. Right after deleting the previous run's 10,000 files, creating 10,000
+    more cost 5-20 times the system time (perf: recently_deleted and find_get_block_common), at random for whichever
+    tool ran next: in one series curl took 1.1, 2.3 and 5.3 s for the same work. A fresh file system per run gives
+    every tool the same start; ReusedDirectory measures the other case, the one a user's download directory is in.
+    Without root, loop devices or mkfs.ext4 it falls back to a new directory per run, deleted at the end."""
 
     def __init__(self, root):
         self.root = root
@@ -619,6 +630,30 @@ class FreshDisk:
             self._unmount()
 
 
+class ReusedDirectory:
+    """Where a reused-directory run writes: one directory on the real disk's own file system, kept from run to run
+    and emptied before each (its contents deleted, .haul included; the directory itself kept), as a user's download
+    directory is.
+
+    Here ext4's delay in reusing freed inodes (see FreshDisk) falls on every run, as it falls on a user's: whoever
+    creates files right after the last run's were deleted pays for passing over them. That makes these figures
+    noisier than the fresh ext4's, and the medians of the rounds, every tool taking every place in a round, are what
+    to compare."""
+
+    def __init__(self, root):
+        self.dest = os.path.join(root, "reused", "out")
+        os.makedirs(self.dest)
+
+    def next(self, inodes=0):
+        with os.scandir(self.dest) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+        return self.dest
+
+
 class Scratch:
     """Where a tmpfs run writes: the directory emptied before each run (tmpfs has no inode-reuse delay)."""
 
@@ -635,7 +670,7 @@ def run_once(scenario, tool, place, work, reference, warmup=False):
     if scenario.listed:
         return run_list_once(scenario, tool, place, work, warmup)
     dest = place.next()
-    os.makedirs(dest)
+    os.makedirs(dest, exist_ok=True)  # the reused directory is there already
     os.sync()  # the previous run's dirty pages are written back before the clock starts, not during this run
     servers = []
     try:
@@ -663,7 +698,8 @@ def run_once(scenario, tool, place, work, reference, warmup=False):
             tail = f.read()[-300:].strip().replace("\n", " | ")
         log(f"  {scenario.key} {tool}: FAILED ({why}) {tail}")
     extra = (sum(served) - scenario.total_bytes) if served else math.nan
-    if isinstance(place, Scratch) or scenario.files < 1000:
+    # The reused directory keeps its files until it is emptied before its next run, as a user's would.
+    if isinstance(place, Scratch) or (scenario.files < 1000 and not isinstance(place, ReusedDirectory)):
         shutil.rmtree(dest, ignore_errors=True)  # a few inodes: no reuse delay worth the disk space
     return Run(wall, cpu, rss, not why, extra, why, served)
 
@@ -804,10 +840,12 @@ def ideal_seconds(scenario, tool=HAUL_DEFAULT):
     return math.ceil(scenario.files / scenario.width) * THROTTLED_SIZE / THROTTLED_RATE
 
 
-def targets(by_key, results):
-    """(target, met, detail) for each of the issue's targets, on the real disk."""
+def targets(by_key, results, fs="disk"):
+    """(target, met, detail) for each of the issue's targets, on one of the real disk's places: "disk" (a fresh ext4
+    per run) or "reused" (the reused directory, where the list rows do not run). `met` is None for a row reported
+    without a target (s3s)."""
     def get(key, tool):
-        runs = results.get((key, "disk", tool))
+        runs = results.get((key, fs, tool))
         return summarize(by_key[key], runs) if runs and key in by_key else None
 
     verdicts = []
@@ -826,7 +864,9 @@ def targets(by_key, results):
         if wget2:
             detail += f", wget2 {wget2['rate']:.0f}" + (f" ({haul['rate'] / wget2['rate']:.2f}x)" if haul else "")
         verdicts.append((name, met, detail))
-    for key in ["s2w1", "s2w8", "s3", "s2w1s", "s2w8s"]:
+    # s3s has no target; its ratio is reported beside s3's, the other row of many small files.
+    for key, judged in [("s2w1", True), ("s2w8", True), ("s3", True), ("s2w1s", True), ("s2w8s", True),
+                        ("s3s", False)]:
         if key not in by_key:
             continue
         haul = get(key, HAUL_DEFAULT)
@@ -838,7 +878,8 @@ def targets(by_key, results):
         detail = f"Haul {fmt_rate(haul['rate'])} {unit}" if haul else "Haul failed"
         if best_tool:
             detail += f", best other {best_tool} {fmt_rate(others[best_tool]['rate'])} ({haul['rate'] / others[best_tool]['rate']:.2f}x)" if haul else ""
-        verdicts.append((f"{by_key[key].title}: Haul >= the best of curl, wget2, aria2c", met, detail))
+        name = f"{by_key[key].title}: Haul " + (">=" if judged else "against") + " the best of curl, wget2, aria2c"
+        verdicts.append((name, met if judged else None, detail))
     if "s4" in by_key:
         haul = get("s4", HAUL_DEFAULT)
         ideal = ideal_seconds(by_key["s4"])
@@ -847,7 +888,7 @@ def targets(by_key, results):
             if haul else "Haul failed"
         verdicts.append(("throttled: within 5% of the throttle limit", met, detail))
     if "s5" in by_key:
-        runs = results.get(("s5", "disk", HAUL_DEFAULT), [])
+        runs = results.get(("s5", fs, HAUL_DEFAULT), [])
         haul = get("s5", HAUL_DEFAULT)
         all_ok = bool(runs) and all(r.ok for r in runs)
         extra = max((r.extra_bytes for r in runs if r.ok), default=math.nan)
@@ -880,7 +921,8 @@ def targets(by_key, results):
         if single:
             detail += f", -s 1 {single['rate']:.0f}" + (f" ({haul['rate'] / single['rate']:.2f}x)" if haul else "")
         verdicts.append((f"seg-nginx: Haul -s {split} no more than 5% slower than -s 1", met, detail))
-    verdicts += list_targets(by_key, results, get)
+    if fs == "disk":
+        verdicts += list_targets(by_key, results, get)
     # The list rows have their own memory target (128 MiB for a million URLs, issue 30).
     peaks = {key: get(key, HAUL_DEFAULT)["rss"] for key in by_key
              if get(key, HAUL_DEFAULT) and not by_key[key].listed}
@@ -981,12 +1023,13 @@ def machine_line(disk):
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
     fs = subprocess.run(["df", "-T", disk], capture_output=True, text=True).stdout.splitlines()[-1].split()[1]
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.system()} {platform.release()}; " \
-           f"destination {fs}, tmpfs pass in /dev/shm"
+           f"real disk {fs} (the reused directory, and the fresh ext4s' loop files), tmpfs pass in /dev/shm"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="?", type=int, default=3, help="repetitions per tool on the real disk (3)")
+    parser.add_argument("runs", nargs="?", type=int, default=3,
+                        help="repetitions per tool in each place on the real disk (3)")
     parser.add_argument("--only", help="comma-separated scenario keys: s1,s2w1,s2w8,s3,s4,s5, the HTTPS rows "
                         "s1s,s2w1s,s2w8s,s3s, the segmented rows seg8,seg-nginx,seg-mirrors and the list rows "
                         "list100k,list1m (real disk only; HAUL_BENCH_LIST_SCALE=0.02 makes them 2,000 and 20,000 "
@@ -994,6 +1037,11 @@ def main():
     parser.add_argument("--no-tmpfs", action="store_true", help="skip the tmpfs pass")
     parser.add_argument("--tmpfs-only", action="store_true",
                         help="only the tmpfs pass (after the warm-up), e.g. to add it to an earlier real-disk run")
+    parser.add_argument("--no-reused", action="store_true",
+                        help="skip the reused directory: real-disk runs into a fresh ext4 only")
+    parser.add_argument("--reused-only", action="store_true",
+                        help="only the reused directory (one directory on the real disk, emptied before each run): "
+                        "no fresh ext4, no tmpfs pass, no list rows")
     parser.add_argument("--haul", help="the haul binary to measure (default: .build-static/release/haul)")
     parser.add_argument("--baseline", help="a second haul binary (e.g. the previous commit's), measured in the same "
                         "runs as 'haul baseline (NIO)', next to 'haul (NIO)'")
@@ -1001,6 +1049,8 @@ def main():
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "RESULTS.md"),
                         help="where the Markdown goes (bench/RESULTS.md)")
     args = parser.parse_args()
+    if args.reused_only and (args.no_reused or args.tmpfs_only):
+        sys.exit("error: --reused-only goes with neither --no-reused nor --tmpfs-only")
     global HAUL
     if args.haul:
         HAUL = os.path.abspath(args.haul)
@@ -1038,6 +1088,10 @@ def main():
         if unknown:
             sys.exit(f"error: unknown scenario in --only: {', '.join(sorted(unknown))}")
         chosen = [s for s in all_scenarios if s.key in keys]
+        if args.reused_only:
+            if args.only and any(not s.reused for s in chosen):
+                sys.exit("error: --reused-only: the list rows run on a fresh ext4 only")
+            chosen = [s for s in chosen if s.reused]
         for scenario in chosen:
             tools = [t for t in scenario.tools if t != BASELINE_TOOL]
             if BASELINE:
@@ -1045,25 +1099,37 @@ def main():
             scenario.tools = [t for t in tools if wanted is None or t in wanted or t == BASELINE_TOOL]
             if HAUL_DEFAULT not in scenario.tools:
                 sys.exit(f"error: --tools must include '{HAUL_DEFAULT}' (the ratios are to it)")
-        disk, shm = FreshDisk(disk_root), Scratch(shm_root)
+        shm = Scratch(shm_root)
+        places = []  # the real disk's: (name in the results, place)
+        if not args.reused_only:
+            disk = FreshDisk(disk_root)
+            places.append(("disk", disk))
+        if not (args.no_reused or args.tmpfs_only):
+            places.append(("reused", ReusedDirectory(disk_root)))
         results = {}
         for scenario in chosen:
-            log(f"{scenario.key}: {scenario.title} — warm-up, then {args.runs} runs per tool, alternating")
+            here = [(fs, place) for fs, place in places if fs != "reused" or scenario.reused]
+            log(f"{scenario.key}: {scenario.title} — warm-up, then {args.runs} runs per tool into "
+                f"{' and '.join(PLACE_NAMES[fs] for fs, _ in here)}, alternating")
             for tool in scenario.tools:
-                run_once(scenario, tool, disk, disk_root, reference, warmup=True)
+                run_once(scenario, tool, here[0][1], disk_root, reference, warmup=True)
             for round_number in range(0 if args.tmpfs_only else args.runs):
                 # Each round starts with the next tool: a tool's place in the round shows in its time on the real
                 # disk (the first of a round ran up to twice as long in s2w8), so every tool takes every place.
+                # A tool's runs into the two places come one after the other, so a slow stretch of the machine
+                # falls on both.
                 shift = round_number % len(scenario.tools)
                 for tool in scenario.tools[shift:] + scenario.tools[:shift]:
-                    record(results, scenario.key, "disk", tool, run_once(scenario, tool, disk, disk_root, reference))
-            if not args.no_tmpfs and scenario.tmpfs:
+                    for fs, place in here:
+                        record(results, scenario.key, fs, tool, run_once(scenario, tool, place, disk_root, reference))
+            if not (args.no_tmpfs or args.reused_only) and scenario.tmpfs:
                 log(f"{scenario.key}: once more on tmpfs")
                 for tool in scenario.tools:
                     record(results, scenario.key, "tmpfs", tool, run_once(scenario, tool, shm, disk_root, reference))
         elapsed = time.time() - started
-        verdicts = targets({s.key: s for s in chosen}, results)
-        report = render(chosen, results, verdicts, args, disk_root, elapsed)
+        by_key = {s.key: s for s in chosen}
+        verdicts = [(fs, *verdict) for fs, _ in places for verdict in targets(by_key, results, fs)]
+        report = render(chosen, results, verdicts, args, disk_root, elapsed, not disk or disk.fresh)
     finally:
         if nginx:
             nginx.stop()
@@ -1075,7 +1141,7 @@ def main():
     with open(args.output, "w") as f:
         f.write(report)
     log(f"written to {os.path.relpath(args.output, ROOT)}")
-    sys.exit(0 if all(met for _, met, _ in verdicts) else 1)
+    sys.exit(0 if all(met is not False for _, _, met, _ in verdicts) else 1)
 
 
 def record(results, key, fs, tool, run):
@@ -1085,8 +1151,15 @@ def record(results, key, fs, tool, run):
         results.setdefault((key, fs, RERUN_TOOL), []).append(run.rerun)
 
 
-def render(chosen, results, verdicts, args, disk_root, elapsed):
+def ran(results, key, fs):
+    """Whether the scenario ran in that place (a failed run is recorded too)."""
+    return any(k[0] == key and k[1] == fs for k in results)
+
+
+def render(chosen, results, verdicts, args, disk_root, elapsed, fresh):
     haul_version = tool_version([HAUL, "--version"])
+    places = {"disk": "a fresh ext4 per run" if fresh else "a new directory per run (no ext4 loop here)",
+              "reused": "the reused directory (one directory kept from run to run, emptied before each)"}
     lines = [
         "# bench/compare: Haul against curl, wget2, aria2c and wget",
         "",
@@ -1099,9 +1172,12 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         "",
         f"Method: each scenario after a warm-up run of every tool, {args.runs} runs per tool with the tools "
         "alternating, each round starting with the next tool (a tool's place in a round shows in its time), "
-        "medians; every real-disk run into a newly made ext4 (a loop file on the real disk: ext4 delays "
-        "reusing freed inodes, which made creating files right after deleting the previous run's up to 20 times "
-        "dearer, at random), every tmpfs run into an empty directory, `sync` before the clock starts, files checked "
+        "medians; on the real disk each tool runs into a newly made ext4 (a loop file on the real disk: ext4 "
+        "delays reusing freed inodes, which made creating files right after deleting the previous run's up to 20 "
+        "times dearer, at random; there every tool starts alike) and, right after, into the reused directory, one "
+        "directory on the real disk's own file system kept from run to run and emptied before each, as a user's "
+        "download directory is (there that delay falls on every run, as it does for a user); every tmpfs run into "
+        "an empty directory, `sync` before the clock starts, files checked "
         "byte for byte afterwards (a failed or wrong run is never a time). Before the clock starts, nginx's files for "
         "the scenario are read and the tool is started once (`--version`): memory left untouched for a few seconds "
         "may be reclaimed, and otherwise a run could begin with both on disk, depending on how long the tools before "
@@ -1125,27 +1201,36 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         "",
         "## Targets (real disk)",
         "",
-        "| target | verdict | figures |",
-        "|---|---|---|",
+        "Judged in each place on the real disk that ran: "
+        + " and ".join(places[fs] for fs in dict.fromkeys(v[0] for v in verdicts)) + ". \"—\": reported, no target.",
+        "",
+        "| where | target | verdict | figures |",
+        "|---|---|---|---|",
     ]
-    for name, met, detail in verdicts:
-        lines.append(f"| {name} | {'met' if met else '**MISSED**'} | {detail} |")
+    where = {"disk": "fresh ext4" if fresh else "new directory", "reused": "reused directory"}
+    for fs, name, met, detail in verdicts:
+        verdict = "—" if met is None else "met" if met else "**MISSED**"
+        lines.append(f"| {where[fs]} | {name} | {verdict} | {detail} |")
     for scenario in chosen:
-        lines += ["", f"## {scenario.key}: {scenario.title}", "",
-                  f"Real disk, medians of {args.runs}:", ""]
-        lines += table(scenario, results, "disk", args.runs)
+        lines += ["", f"## {scenario.key}: {scenario.title}"]
+        for fs in ("disk", "reused"):
+            if not ran(results, scenario.key, fs):
+                continue
+            lines += ["", f"Real disk, {places[fs]}, medians of {args.runs}:", ""]
+            lines += table(scenario, results, fs, args.runs)
+            if scenario.mirrors > 1:
+                lines += ["", "First mirror's share of the body bytes sent (median): " + ", ".join(
+                    f"{label(tool, scenario)} {share}" for tool in scenario.tools
+                    if (share := mirror_share(results.get((scenario.key, fs, tool), [])))) + "."]
         if scenario.server == "haul-serve" and scenario.split:
             lines += ["", f"Throttle limit: {ideal_seconds(scenario):.2f} s ({SEGMENTED_SIZE // MIB} MiB over "
                       f"{scenario.split} connections at {SEGMENTED_RATE // MIB} MiB/s each), "
                       f"{ideal_seconds(scenario, SINGLE_TOOL):.2f} s on one."]
-            if scenario.mirrors > 1:
-                lines += ["", "First mirror's share of the body bytes sent (median): " + ", ".join(
-                    f"{label(tool, scenario)} {share}" for tool in scenario.tools
-                    if (share := mirror_share(results.get((scenario.key, "disk", tool), [])))) + "."]
         elif scenario.listed:
             scale = f" (HAUL_BENCH_LIST_SCALE={LIST_SCALE:g})" if LIST_SCALE != 1 else ""
             lines += ["", f"`/bytes/f0000000?size={LIST_SIZE}` and on{scale}, one fresh `haul serve` per run, on an "
-                      f"ext4 with {LIST_INODES:,} inodes; haul and aria2c read the same list and name each file "
+                      f"ext4 with {LIST_INODES:,} inodes (not the reused directory, where emptying a million "
+                      "files would take minutes a run); haul and aria2c read the same list and name each file "
                       "after the URL path's last component, curl's config names every output. Checked after each "
                       f"run: every file's name and size, and the bytes of {LIST_SAMPLES:,} of them. "
                       f"`{RERUN_TOOL}`: the same `haul get` again into the destination it just filled, after "
@@ -1157,7 +1242,7 @@ def render(chosen, results, verdicts, args, disk_root, elapsed):
         elif scenario.server == "haul-serve":
             lines += ["", f"Throttle limit: {ideal_seconds(scenario):.2f} s (ceil({scenario.files} / "
                       f"{scenario.width}) rounds of {THROTTLED_SIZE // MIB} MiB at {THROTTLED_RATE // MIB} MiB/s)."]
-        if not args.no_tmpfs and scenario.tmpfs:
+        if ran(results, scenario.key, "tmpfs"):
             lines += ["", "tmpfs, one run:", ""]
             lines += table(scenario, results, "tmpfs", 1)
     return "\n".join(lines) + "\n"

@@ -6,8 +6,7 @@ import Testing
 
 @testable import HaulSQLite
 
-/// Look-ups: by key in the database, over the changes of this journal not folded yet and those of the other journals
-/// open on it; memory bounded whatever the number of records.
+/// Look-ups: by key in the database, which every write has reached when it returns, this journal's or another's.
 @Suite("SQLite journal's look-ups", .timeLimit(.minutes(1)))
 struct SQLiteJournalLookupTests {
     func key(_ index: Int) -> JournalKey {
@@ -26,8 +25,7 @@ struct SQLiteJournalLookupTests {
             ))
     }
 
-    @Test(
-        "a database of 200,000 records is looked up by key, none of it held; a journal's writes are held until folded")
+    @Test("a database of 200,000 records is looked up by key; writes are found at once; a new key goes last")
     func largeDatabase() throws {
         let dir = try TemporaryDirectory()
         let path = dir.file("j.sqlite").path
@@ -38,28 +36,21 @@ struct SQLiteJournalLookupTests {
                 sql: """
                     WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 199999)
                     INSERT INTO record (url, destination, sequence, path, state, size, modifiedNanoseconds, inode,
-                                        changedAt, updatedAt)
-                    SELECT 'http://h/' || i, '/d/', i + 1, '/d/' || i, 'completed', i, 7, 9, 1, '2026-01-01 00:00:00'
+                                        updatedAt)
+                    SELECT 'http://h/' || i, '/d/', i + 1, '/d/' || i, 'completed', i, 7, 9, '2026-01-01 00:00:00'
                     FROM n
                     """)
         }
-        let journal = try SQLiteJournal(path: path, foldThreshold: 64)
-        #expect(journal.recordsInMemory == 0)
+        let journal = try SQLiteJournal(path: path)
         for index in [0, 1, 99_999, 199_999] { #expect(journal.record(for: key(index)) == completed(index)) }
         #expect(journal.record(for: key(200_000)) == nil)
 
         for index in 0..<1000 { journal.store(record(index, .failed(message: "x"))) }
         journal.store(record(300_000))
-        #expect(journal.record(for: key(999)) == record(999, .failed(message: "x")))
-        // The folds run in the background; once they catch up only the log being written is held.
-        let deadline = ContinuousClock.now + .seconds(20)
-        while journal.recordsInMemory > 64, ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
-        #expect(journal.recordsInMemory <= 64)
         for index in [0, 500, 999] { #expect(journal.record(for: key(index)) == record(index, .failed(message: "x"))) }
         #expect(journal.record(for: key(1000)) == completed(1000))
-        journal.finish()
-        #expect(journal.recordsInMemory == 0)
         #expect(journal.record(for: key(300_000)) == record(300_000))
+        journal.finish()
         // A new key goes after every key already there.
         let order = try DatabaseQueue(path: path).read { db in
             try String.fetchAll(db, sql: "SELECT url FROM record ORDER BY sequence DESC LIMIT 2")
@@ -68,9 +59,9 @@ struct SQLiteJournalLookupTests {
     }
 
     @Test(
-        "a look-up never sees a change older than this journal's newest to a key, before or after its log is folded",
+        "a look-up sees the newest change to a key, this journal's or another open journal's, in either mode",
         arguments: [true, false])
-    func ownChangesAcrossFolds(remembersWrites: Bool) throws {
+    func newestChangeWins(remembersWrites: Bool) throws {
         let dir = try TemporaryDirectory()
         let path = dir.file("j.sqlite").path
         var expected: [JournalKey: JournalRecord] = [:]
@@ -81,25 +72,18 @@ struct SQLiteJournalLookupTests {
             before.finish()
             for index in 0..<8 { expected[key(index)] = record(index) }
         }
-        // In the live log of another journal, still open: 4..<12 failed, 0 removed.
+        // Written by another journal, still open: 4..<12 failed, 0 removed.
         let other = try SQLiteJournal(path: path)
         other.store((4..<12).map { record($0, .failed(message: "other")) })
         other.remove(key(0))
         for index in 4..<12 { expected[key(index)] = record(index, .failed(message: "other")) }
         expected[key(0)] = nil
 
-        // A log every 3 changes: folds run in the background while the look-ups go on.
-        let journal = try SQLiteJournal(path: path, foldThreshold: 3, remembersWrites: remembersWrites)
-        var written = Set<JournalKey>()
+        // The database was not empty at open: a journal that does not remember its writes asks it too.
+        let journal = try SQLiteJournal(path: path, remembersWrites: remembersWrites)
         func check(_ step: Int) {
             for index in 0..<16 {
-                let seen = journal.record(for: key(index))
-                if remembersWrites || !written.contains(key(index)) {
-                    #expect(seen == expected[key(index)], "step \(step), key \(index)")
-                } else {
-                    // Unknown, or the newest write; never an older record.
-                    #expect(seen == nil || seen == expected[key(index)], "step \(step), key \(index)")
-                }
+                #expect(journal.record(for: key(index)) == expected[key(index)], "step \(step), key \(index)")
             }
         }
         check(-1)
@@ -110,36 +94,40 @@ struct SQLiteJournalLookupTests {
         }
         for step in 0..<300 {
             let index = random(16)
+            // Either journal writes: this one's look-ups see its own writes at once, the other's once committed.
+            // The order of changes is the order of their commits: the other journal's change comes after this one's
+            // when this one's are committed before it is made.
+            let writer = random(3) == 0 ? other : journal
+            if writer === other { _ = journal.allRecords() }
             switch random(4) {
             case 0:
-                journal.remove(key(index))
+                writer.remove(key(index))
                 expected[key(index)] = nil
             case 1:
                 let batch = [completed(index), record((index + 1) % 16, .failed(message: "\(step)"))]
-                journal.store(batch)
+                writer.store(batch)
                 for record in batch { expected[record.key] = record }
-                written.insert(batch[1].key)
             default:
                 let state: JournalRecord.State =
                     step.isMultiple(of: 2)
                     ? .failed(message: "\(step)") : .partial(validator: "\"\(step)\"", totalBytes: 9)
-                journal.store(record(index, state))
+                writer.store(record(index, state))
                 expected[key(index)] = record(index, state)
             }
-            written.insert(key(index))
+            if writer === other { _ = other.allRecords() }  // committed
             check(step)
         }
         journal.finish()
-        // Everything folded: the database answers for what this journal wrote, in either mode.
-        written = []
-        check(300)
-        withExtendedLifetime(other) {}
+        other.finish()
+        let reopened = try SQLiteJournal(path: path)
+        for index in 0..<16 {
+            #expect(reopened.record(for: key(index)) == expected[key(index)], "reopened, key \(index)")
+        }
     }
 }
 
-/// Look-ups by file (`records(forFileAt:)`): every partial or completed record at a path, whatever its key, from this
-/// journal's changes not folded yet, other open journals' logs and the database; never a record a newer change
-/// replaced.
+/// Look-ups by file (`records(forFileAt:)`): every partial or completed record at a path, whatever its key, as the
+/// database has it; never a record a newer change replaced.
 @Suite("SQLite journal's look-ups by file", .timeLimit(.minutes(1)))
 struct SQLiteJournalFileLookupTests {
     func record(_ url: String, path: String = "/d/f", _ state: JournalRecord.State) -> JournalRecord {
@@ -152,17 +140,17 @@ struct SQLiteJournalFileLookupTests {
 
     func urls(_ records: [JournalRecord]) -> Set<String> { Set(records.map(\.key.url)) }
 
-    @Test("this journal's own changes, before and after their log is folded; a removal or a failure hides the file's")
+    @Test("this journal's own changes at once; a removal or a failure hides the file's")
     func ownChanges() throws {
         let dir = try TemporaryDirectory()
-        let journal = try SQLiteJournal(path: dir.file("j.sqlite").path, foldThreshold: 2)
+        let journal = try SQLiteJournal(path: dir.file("j.sqlite").path)
         journal.store(record("http://h/f?t=a", partial))
         journal.store(record("http://h/other", path: "/d/g", completed))
         #expect(urls(journal.records(forFileAt: "/d/f")) == ["http://h/f?t=a"])
         journal.store(record("http://h/f?t=b", completed))
         journal.store(record("http://h/requested", .requested))
         #expect(urls(journal.records(forFileAt: "/d/f")) == ["http://h/f?t=a", "http://h/f?t=b"])
-        // Folded (every second change) and changed again: the database's rows give way to the newer changes.
+        // Changed again: the newer changes win.
         journal.store(record("http://h/f?t=a", .failed(message: "gone")))
         journal.remove(JournalKey(url: "http://h/f?t=b", destination: "/d/f"))
         #expect(journal.records(forFileAt: "/d/f").isEmpty)
@@ -195,9 +183,15 @@ struct SQLiteJournalFileLookupTests {
         #expect(journal.records(forFileAt: "/d/f").map(\.state) == [partial])
         journal.store(record("http://h/f?t=a", .failed(message: "cut")))
         #expect(journal.records(forFileAt: "/d/f").isEmpty, "an older record came back")
+        // On an empty database, a journal that does not remember its writes asks nothing: it answers none.
+        let empty = try SQLiteJournal(path: dir.file("empty.sqlite").path, remembersWrites: false)
+        empty.store(record("http://h/f?t=a", partial))
+        #expect(empty.records(forFileAt: "/d/f").isEmpty)
+        #expect(empty.record(for: JournalKey(url: "http://h/f?t=a", destination: "/d/f")) == nil)
+        #expect(empty.allRecords().map(\.state) == [partial])
     }
 
-    @Test("another journal open on the database: its changes not folded yet are found")
+    @Test("a journal opened after another's writes finds them; one open before finds them once committed")
     func otherJournals() throws {
         let dir = try TemporaryDirectory()
         let path = dir.file("j.sqlite").path
@@ -205,8 +199,14 @@ struct SQLiteJournalFileLookupTests {
         first.store(record("http://h/f?t=a", partial))
         let second = try SQLiteJournal(path: path)
         #expect(second.records(forFileAt: "/d/f").map(\.key.url) == ["http://h/f?t=a"])
+        _ = first.allRecords()  // committed: the second's change comes after it
         second.store(record("http://h/f?t=a", .failed(message: "x")))
         #expect(second.records(forFileAt: "/d/f").isEmpty)
+        _ = second.allRecords()
+        #expect(first.records(forFileAt: "/d/f").isEmpty)
+        first.store(record("http://h/f?t=b", completed))
+        _ = first.allRecords()
+        #expect(second.records(forFileAt: "/d/f").map(\.key.url) == ["http://h/f?t=b"])
         first.finish()
         second.finish()
     }

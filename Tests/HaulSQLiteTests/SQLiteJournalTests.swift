@@ -58,7 +58,7 @@ struct SQLiteJournalTests {
         #expect(mode == 0o600)
     }
 
-    @Test("a journal that does not remember its writes answers from what it opened with, never a stale record")
+    @Test("a journal that does not remember its writes, on a database with records, answers with the newest write")
     func withoutRememberingWrites() throws {
         let dir = try TemporaryDirectory()
         let path = dir.url.appendingPathComponent("journal.sqlite").path
@@ -76,8 +76,8 @@ struct SQLiteJournalTests {
         #expect(journal.record(for: old)?.state == .requested)  // known at open
         journal.store(JournalRecord(key: old, path: "/d/old", state: .failed(message: "x")))
         journal.store(JournalRecord(key: new, path: "/d/new", state: .requested))
-        #expect(journal.record(for: old) == nil)  // written since: unknown here, not the stale .requested
-        #expect(journal.record(for: new) == nil)
+        #expect(journal.record(for: old)?.state == .failed(message: "x"))  // never the stale .requested
+        #expect(journal.record(for: new)?.state == .requested)
         #expect(journal.record(for: kept)?.state == .requested)
         journal.finish()
         let reopened = try SQLiteJournal(path: path)
@@ -152,7 +152,7 @@ struct SQLiteJournalTests {
         journal.store(partial("cleared", nil))
         let expected = records + [partial("cleared", nil)]
         #expect(journal.record(for: records[0].key) == records[0])
-        // Another journal opened meanwhile reads them from this one's log.
+        // Another journal opened meanwhile reads them, committed or not.
         #expect(try SQLiteJournal(path: path).allRecords() == expected)
         journal.finish()
 
@@ -226,7 +226,7 @@ struct SQLiteJournalTests {
         #expect(journal.allRecords().count == 200)
     }
 
-    @Test("commits from many tasks at once are each in the database when they return")
+    @Test("commits from many tasks at once are each found when they return, by this journal and by one opened after")
     func concurrentCommits() async throws {
         let dir = try TemporaryDirectory()
         let path = dir.url.appendingPathComponent("j.sqlite").path
@@ -236,20 +236,23 @@ struct SQLiteJournalTests {
                 group.addTask {
                     let key = JournalKey(url: "http://h/\(index)", destination: "/d/")
                     await journal.commit(JournalRecord(key: key, path: "/d/\(index)", state: .requested))
-                    // Another instance reads the file: the record is there, not only in this one's memory.
+                    #expect(journal.record(for: key) != nil, "record \(index) not found when commit returned")
+                    // Another instance opened now reads the file: the record is there, not only in this one's memory.
                     let seen = try? SQLiteJournal(path: path).record(for: key)
                     #expect(seen != nil, "record \(index) not written when commit returned")
                 }
             }
         }
         #expect(journal.allRecords().count == 300)
+        // Another instance reads the file: every record is there, not only in this one's memory.
+        #expect(try SQLiteJournal(path: path).allRecords().count == 300)
     }
 
-    @Test("commits, stores and reads of everything at once, folding every few changes: each key's last change wins")
-    func groupCommitsWithFolds() async throws {
+    @Test("commits, stores, removals and reads of everything at once: each key's last change wins")
+    func everythingAtOnce() async throws {
         let dir = try TemporaryDirectory()
         let path = dir.url.appendingPathComponent("j.sqlite").path
-        let journal = try SQLiteJournal(path: path, foldThreshold: 7)
+        let journal = try SQLiteJournal(path: path)
         let stamp = FileStamp(size: 1, modifiedNanoseconds: 2, inode: 3)
         await withTaskGroup(of: Void.self) { group in
             for index in 0..<200 {
@@ -261,10 +264,12 @@ struct SQLiteJournalTests {
                             key: key, path: "/d/\(index)",
                             state: .completed(
                                 size: 1, sha256: "x", stamp: FileStamp(size: 1, modifiedNanoseconds: 7, inode: 9))))
+                    if index % 3 == 0 { journal.remove(key) }
                     await journal.commit(
                         JournalRecord(
                             key: key, path: "/d/\(index)", state: .completed(size: 1, sha256: "x", stamp: stamp)))
-                    if index % 50 == 0 { _ = journal.allRecords() }  // folds what is written meanwhile
+                    #expect(journal.record(for: key)?.state == .completed(size: 1, sha256: "x", stamp: stamp))
+                    if index % 50 == 0 { _ = journal.allRecords() }
                 }
             }
         }
@@ -273,44 +278,77 @@ struct SQLiteJournalTests {
         #expect(reopened.allSatisfy { $0.state == .completed(size: 1, sha256: "x", stamp: stamp) })
     }
 
-    @Test("full logs reach the database in the order they were written, whichever writer queues its fold first")
-    func foldsInWrittenOrder() async throws {
-        // The waits block a thread of its own, not one of the few that run every test's tasks.
-        let (key, reopened) = try await onOwnThread {
-            let dir = try TemporaryDirectory()
-            let path = dir.url.appendingPathComponent("j.sqlite").path
-            let (entered, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
-            let rotations = Locked(0)
-            // Every change fills a log. The first writer to start a new log is held after letting go of the lock,
-            // before it queues the fold of its full log; meanwhile a later change fills and queues the next log.
-            let journal = try SQLiteJournal(
-                path: path, foldThreshold: 1,
-                afterRotating: {
-                    let first = rotations.withLock { count in
-                        defer { count += 1 }
-                        return count == 0
-                    }
-                    if first {
-                        entered.signal()
-                        release.wait()
-                    }
-                })
-            let key = JournalKey(url: "http://h/1", destination: "/d/")
-            let done = DispatchSemaphore(value: 0)
-            let held = Thread {
-                journal.store(JournalRecord(key: key, path: "/d/1", state: .requested))
-                done.signal()
-            }
-            held.start()
-            entered.wait()
-            journal.store(JournalRecord(key: key, path: "/d/1", state: .failed(message: "later")))
-            _ = journal.allRecords()  // folds what is queued, now
-            release.signal()
-            done.wait()
-            journal.finish()
-            return (key, try SQLiteJournal(path: path).allRecords())
+    @Test("the last change committed wins, whatever the wall clock said when earlier ones were written")
+    func lastCommitWins() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        let key = JournalKey(url: "http://h/a", destination: "/d/")
+        let gone = JournalKey(url: "http://h/b", destination: "/d/")
+        // An earlier version ordered changes by the wall clock: rows it wrote while the clock ran a year ahead carry
+        // that time. Its schema, as it left the database.
+        do {
+            let old = try SQLiteJournal(path: path)
+            old.store([
+                JournalRecord(key: key, path: "/d/a", state: .failed(message: "ahead")),
+                JournalRecord(key: gone, path: "/d/b", state: .requested),
+            ])
+            old.finish()
         }
-        #expect(reopened == [JournalRecord(key: key, path: "/d/1", state: .failed(message: "later"))])
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = 'v6: without changedAt'")
+            try db.execute(sql: "ALTER TABLE record ADD COLUMN changedAt INTEGER")
+            let ahead = (Int64(Date().timeIntervalSince1970) + 365 * 86_400) * 1_000_000_000
+            try db.execute(sql: "UPDATE record SET changedAt = ?", arguments: [ahead])
+        }
+        let journal = try SQLiteJournal(path: path)
+        journal.store(JournalRecord(key: key, path: "/d/a", state: .requested))
+        journal.remove(gone)
+        #expect(journal.record(for: key)?.state == .requested)
+        #expect(journal.record(for: gone) == nil)
+        let columns = try DatabaseQueue(path: path).read { db in try db.columns(in: "record").map(\.name) }
+        #expect(!columns.contains("changedAt"))
+
+        // Two journals (two connections, as two processes have) writing one key in turn: each write, once committed,
+        // is seen by the other and replaces the one before, whoever wrote it.
+        let second = try SQLiteJournal(path: path)
+        for turn in 0..<20 {
+            let (writer, reader) = turn.isMultiple(of: 2) ? (journal, second) : (second, journal)
+            let record = JournalRecord(key: key, path: "/d/a", state: .failed(message: "turn \(turn)"))
+            writer.store(record)
+            #expect(writer.record(for: key) == record, "turn \(turn)")  // its own write, at once
+            _ = writer.allRecords()  // committed
+            #expect(reader.record(for: key) == record, "turn \(turn)")
+        }
+        #expect(try SQLiteJournal(path: path).record(for: key)?.state == .failed(message: "turn 19"))
+    }
+
+    @Test("a log an earlier version left beside the database is named in an error; empty ones are cleared away")
+    func olderLogs() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        try SQLiteJournal(path: path).store(
+            JournalRecord(key: JournalKey(url: "http://h/a", destination: "/d/"), path: "/d/a", state: .requested))
+        // Empty, reserved (zeros) and made-ahead logs hold no change.
+        #expect(FileManager.default.createFile(atPath: path + "-log.1.0", contents: Data()))
+        #expect(FileManager.default.createFile(atPath: path + "-log.1.1", contents: Data(count: 65_536)))
+        #expect(FileManager.default.createFile(atPath: path + "-newlog.1.2", contents: Data(count: 65_536)))
+        #expect(try SQLiteJournal(path: path).allRecords().count == 1)
+        #expect(!FileManager.default.fileExists(atPath: path + "-log.1.0"))
+        #expect(!FileManager.default.fileExists(atPath: path + "-log.1.1"))
+        #expect(!FileManager.default.fileExists(atPath: path + "-newlog.1.2"))
+        // One with a frame: its changes are reached only by the version that wrote it.
+        var frame = Data([40, 0, 0, 0])
+        frame.append(Data(count: 60))
+        #expect(FileManager.default.createFile(atPath: path + "-log.7.0", contents: frame))
+        do {
+            _ = try SQLiteJournal(path: path)
+            Issue.record("opened over an older version's log")
+        } catch let error as JournalOpenError {
+            #expect(error.reason == .olderLog)
+            #expect(error.description.contains("'\(path)-log.7.0'"), "\(error)")
+            #expect(error.description.contains("delete the log"), "\(error)")
+        }
+        #expect(FileManager.default.fileExists(atPath: path + "-log.7.0"), "its changes are not ours to drop")
     }
 
     @Test("a database that cannot be opened is an error naming it, not a crash")

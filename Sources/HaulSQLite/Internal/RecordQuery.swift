@@ -10,19 +10,25 @@ import HaulOperations
 final class RecordQuery: Sendable {
     /// The connection and its statement; `nil` once closed.
     private let handles:
-        Locked<(connection: OpaquePointer, lookup: OpaquePointer, last: OpaquePointer, files: OpaquePointer)?>
+        Locked<
+            (
+                connection: OpaquePointer, lookup: OpaquePointer, exists: OpaquePointer, files: OpaquePointer,
+                committed: OpaquePointer
+            )?
+        >
 
     /// The columns in the order ``row(for:)`` reads them.
     private static let lookup = """
         SELECT path, state, sequence, validator, totalBytes, size, sha256, modifiedNanoseconds, inode, request,
-               failure, changedAt, missingRanges
+               failure, missingRanges
         FROM record WHERE url = ? AND destination = ?
         """
-    private static let last = "SELECT max(sequence) FROM record"
+    private static let exists = "SELECT EXISTS (SELECT 1 FROM record)"
+    private static let committed = "SELECT coalesce(max(batch), 0) FROM committedBatch WHERE instance = ?"
     /// The partial and completed records of one path (the index `record_file`), their keys after the same columns.
     private static let files = """
         SELECT path, state, sequence, validator, totalBytes, size, sha256, modifiedNanoseconds, inode, request,
-               failure, changedAt, missingRanges, url, destination
+               failure, missingRanges, url, destination
         FROM record WHERE path = ? AND state IN ('partial', 'completed')
         """
 
@@ -42,7 +48,8 @@ final class RecordQuery: Sendable {
             handles = Locked(
                 (
                     connection, try Self.prepare(Self.lookup, on: connection),
-                    try Self.prepare(Self.last, on: connection), try Self.prepare(Self.files, on: connection)
+                    try Self.prepare(Self.exists, on: connection), try Self.prepare(Self.files, on: connection),
+                    try Self.prepare(Self.committed, on: connection)
                 ))
         } catch {
             sqlite3_close_v2(connection)
@@ -57,7 +64,7 @@ final class RecordQuery: Sendable {
     /// The row of `key`, if any.
     func row(for key: JournalKey) throws -> WriteStatements.Row? {
         try handles.withLock { handles -> WriteStatements.Row? in
-            guard case let (connection, statement, _, _)? = handles else { return nil }
+            guard case let (connection, statement, _, _, _)? = handles else { return nil }
             // Reset at once, so that the statement holds no read lock on the WAL between look-ups (a checkpoint would
             // wait for it), and cleared, so that no string outlives the call.
             defer {
@@ -78,7 +85,7 @@ final class RecordQuery: Sendable {
     /// The rows of the partial and completed files at `path`, under any key.
     func fileRows(at path: String) throws -> [WriteStatements.Row] {
         try handles.withLock { handles -> [WriteStatements.Row] in
-            guard case let (connection, _, _, statement)? = handles else { return [] }
+            guard case let (connection, _, _, statement, _)? = handles else { return [] }
             defer {
                 sqlite3_reset(statement)
                 sqlite3_clear_bindings(statement)
@@ -90,7 +97,7 @@ final class RecordQuery: Sendable {
                 if code == SQLITE_DONE { return rows }
                 guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.files) }
                 let text = { (column: Int32) in sqlite3_column_text(statement, column).map { String(cString: $0) } }
-                rows.append(Self.row(statement, url: text(13) ?? "", destination: text(14) ?? ""))
+                rows.append(Self.row(statement, url: text(12) ?? "", destination: text(13) ?? ""))
             }
         }
     }
@@ -107,25 +114,43 @@ final class RecordQuery: Sendable {
             url: url, destination: destination, path: text(0) ?? "", state: text(1) ?? "",
             sequence: integer(2) ?? 0, validator: text(3), totalBytes: integer(4), size: integer(5),
             sha256: text(6), modifiedNanoseconds: integer(7), inode: integer(8), request: text(9),
-            failure: text(10), changedAt: integer(11), missingRanges: text(12))
+            failure: text(10), missingRanges: text(11))
     }
 
-    /// The highest `sequence` in the table (0 when it is empty).
-    func lastSequence() throws -> Int64 {
-        try handles.withLock { handles -> Int64 in
-            guard case let (connection, _, statement, _)? = handles else { return 0 }
+    /// Whether the table has a row.
+    func hasRecords() throws -> Bool {
+        try handles.withLock { handles -> Bool in
+            guard case let (connection, _, statement, _, _)? = handles else { return false }
             defer { sqlite3_reset(statement) }
             let code = sqlite3_step(statement)
-            guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.last) }
-            return sqlite3_column_int64(statement, 0)
+            guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.exists) }
+            return sqlite3_column_int64(statement, 0) != 0
+        }
+    }
+
+    /// The last batch of its pending log that journal `instance` noted as committed (0 for none).
+    func committedBatch(of instance: String) throws -> UInt64 {
+        try handles.withLock { handles -> UInt64 in
+            guard case let (connection, _, _, _, statement)? = handles else { return 0 }
+            defer {
+                sqlite3_reset(statement)
+                sqlite3_clear_bindings(statement)
+            }
+            instance.bind(statement, 1)
+            let code = sqlite3_step(statement)
+            guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.committed) }
+            return UInt64(bitPattern: sqlite3_column_int64(statement, 0))
         }
     }
 
     /// Finalizes the statements and closes the connection; look-ups then find nothing. Closing again does nothing.
     func close() {
-        guard case let (connection, lookup, last, files)? = handles.withLock({ $0.take() }) else { return }
+        guard case let (connection, lookup, exists, files, committed)? = handles.withLock({ $0.take() }) else {
+            return
+        }
+        sqlite3_finalize(committed)
         sqlite3_finalize(lookup)
-        sqlite3_finalize(last)
+        sqlite3_finalize(exists)
         sqlite3_finalize(files)
         sqlite3_close_v2(connection)
     }

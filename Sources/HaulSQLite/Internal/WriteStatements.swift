@@ -21,8 +21,6 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         var inode: Int64?
         var request: String?
         var failure: String?
-        /// When the change was written (wall clock, nanoseconds since 1970); `nil` in rows from before it was kept.
-        var changedAt: Int64?
         /// A segmented partial's missing byte ranges in ``rangesText(_:)``'s form; `nil` for any other record (and in
         /// rows from before the column was added).
         var missingRanges: String?
@@ -35,9 +33,13 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
     private var insert: OpaquePointer?
     private var remove: OpaquePointer?
     private var clock: OpaquePointer?
-    /// SQLite's clock when the transaction began: every row of a fold gets it as `updatedAt`, formatted once
-    /// rather than once per row (a tenth of a fold's time).
+    private var noteBatch: OpaquePointer?
+    private var forgetBatches: OpaquePointer?
+    /// SQLite's clock when the transaction began: every row of a transaction gets it as `updatedAt`, formatted once.
     private var now = ""
+    /// The sequence the last new key got: the highest in the table when the statements were prepared, then counted
+    /// here (a query of the highest per write would read the whole table).
+    private var nextSequence: Int64 = 0
 
     /// Runs `body` between `BEGIN IMMEDIATE` and `COMMIT` (rolled back if it throws).
     func transaction(on db: Database, _ body: (WriteStatements) throws -> Void) throws {
@@ -56,74 +58,56 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
     }
 
     /// Inserts `row`, or updates the record with its key leaving `sequence` alone (so that allRecords() keeps the
-    /// order in which keys were first stored). `updatedAt` is SQLite's clock at the start of the transaction.
-    ///
-    /// A change older than the record it would replace is dropped, and so is a removal older than the record:
-    /// logs reach the database in the order journals fold them (a killed process's log only when the next journal
-    /// opens), not in the order their changes happened, and the newest change to a key must win.
+    /// order in which keys were first stored): a new key gets the next sequence of this connection's. `updatedAt` is
+    /// SQLite's clock at the start of the transaction. The last change committed wins: the database orders them.
     func upsert(_ row: Row) throws {
-        try upsert(
-            row.url, row.destination, row.path, row.state, row.validator, row.sha256, row.request, row.failure,
-            totalBytes: row.totalBytes, size: row.size, modified: row.modifiedNanoseconds, inode: row.inode,
-            sequence: row.sequence, changedAt: row.changedAt, missingRanges: row.missingRanges)
-    }
-
-    /// ``upsert(_:)-(Row)`` of a change straight from a log's bytes (valid until this returns: the statement is
-    /// reset and its bindings cleared before it does).
-    func upsert(_ change: RawChange) throws {
-        try upsert(
-            change.url, change.destination, change.path, change.state, change.validator, change.sha256,
-            change.request, change.failure, totalBytes: change.totalBytes, size: change.size,
-            modified: change.modifiedNanoseconds, inode: change.inode, sequence: change.sequence,
-            changedAt: change.time, missingRanges: change.missingRanges)
-    }
-
-    /// The insert's columns, bound in its order, whether the text is strings or a log's bytes.
-    private func upsert(
-        _ url: some BindableText, _ destination: some BindableText, _ path: some BindableText,
-        _ state: some BindableText, _ validator: some BindableText, _ sha256: some BindableText,
-        _ request: some BindableText, _ failure: some BindableText, totalBytes: Int64?, size: Int64?,
-        modified: Int64?, inode: Int64?, sequence: Int64, changedAt: Int64?, missingRanges: some BindableText
-    ) throws {
         let statement = insert
-        url.bind(statement, 1)
-        destination.bind(statement, 2)
-        path.bind(statement, 3)
-        state.bind(statement, 4)
-        validator.bind(statement, 5)
-        bind(statement, 6, totalBytes)
-        bind(statement, 7, size)
-        sha256.bind(statement, 8)
-        bind(statement, 9, modified)
-        bind(statement, 10, inode)
-        request.bind(statement, 11)
-        failure.bind(statement, 12)
-        bind(statement, 13, sequence)
-        bind(statement, 14, changedAt)
-        now.bind(statement, 15)
-        missingRanges.bind(statement, 16)
+        row.url.bind(statement, 1)
+        row.destination.bind(statement, 2)
+        row.path.bind(statement, 3)
+        row.state.bind(statement, 4)
+        row.validator.bind(statement, 5)
+        bind(statement, 6, row.totalBytes)
+        bind(statement, 7, row.size)
+        row.sha256.bind(statement, 8)
+        bind(statement, 9, row.modifiedNanoseconds)
+        bind(statement, 10, row.inode)
+        row.request.bind(statement, 11)
+        row.failure.bind(statement, 12)
+        nextSequence += 1
+        bind(statement, 13, nextSequence)
+        now.bind(statement, 14)
+        row.missingRanges.bind(statement, 15)
         try run(statement)
     }
 
-    /// ``delete(_:time:)`` of a removal straight from a log's bytes.
-    func delete(_ change: RawChange) throws {
-        try delete(change.url, change.destination, time: change.time)
+    /// Notes in the transaction that journal `instance` committed its pending log's batch `batch` (see
+    /// `PendingWrites`): that log is never committed again, even if its journal is killed before restarting it.
+    func noteCommitted(instance: String, batch: UInt64) throws {
+        instance.bind(noteBatch, 1)
+        bind(noteBatch, 2, Int64(bitPattern: batch))
+        try run(noteBatch)
     }
 
-    func delete(_ key: JournalKey, time: Int64?) throws {
-        try delete(key.url, key.destination, time: time)
+    /// Forgets what ``noteCommitted(instance:batch:)`` noted for `instance` (its logs are gone).
+    func forget(instance: String) throws {
+        instance.bind(forgetBatches, 1)
+        try run(forgetBatches)
     }
 
-    private func delete(_ url: some BindableText, _ destination: some BindableText, time: Int64?) throws {
-        url.bind(remove, 1)
-        destination.bind(remove, 2)
-        bind(remove, 3, time)
+    /// Deletes the record of `key`, if any.
+    func delete(_ key: JournalKey) throws {
+        key.url.bind(remove, 1)
+        key.destination.bind(remove, 2)
         try run(remove)
     }
 
     func finalize() {
-        for statement in [begin, commit, rollback, insert, remove, clock] { sqlite3_finalize(statement) }
+        for statement in [begin, commit, rollback, insert, remove, clock, noteBatch, forgetBatches] {
+            sqlite3_finalize(statement)
+        }
         (begin, commit, rollback, insert, remove, clock, connection) = (nil, nil, nil, nil, nil, nil, nil)
+        (noteBatch, forgetBatches) = (nil, nil)
     }
 
     private func prepare(_ handle: OpaquePointer) throws {
@@ -145,20 +129,26 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             """
             INSERT INTO record
             (url, destination, path, state, validator, totalBytes, size, sha256, modifiedNanoseconds, inode,
-             request, failure, sequence, changedAt, updatedAt, missingRanges)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             request, failure, sequence, updatedAt, missingRanges)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (url, destination) DO UPDATE SET
             path = excluded.path, state = excluded.state, validator = excluded.validator,
             totalBytes = excluded.totalBytes, size = excluded.size, sha256 = excluded.sha256,
             modifiedNanoseconds = excluded.modifiedNanoseconds, inode = excluded.inode,
-            request = excluded.request, failure = excluded.failure, changedAt = excluded.changedAt,
-            updatedAt = excluded.updatedAt, missingRanges = excluded.missingRanges
-            WHERE excluded.changedAt IS NULL OR record.changedAt IS NULL OR excluded.changedAt >= record.changedAt
+            request = excluded.request, failure = excluded.failure, updatedAt = excluded.updatedAt,
+            missingRanges = excluded.missingRanges
             """)
-        remove = try make(
-            "DELETE FROM record WHERE url = ?1 AND destination = ?2 AND (?3 IS NULL OR changedAt IS NULL OR changedAt <= ?3)"
-        )
+        remove = try make("DELETE FROM record WHERE url = ? AND destination = ?")
         clock = try make("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
+        noteBatch = try make(
+            """
+            INSERT INTO committedBatch (instance, batch) VALUES (?, ?)
+            ON CONFLICT (instance) DO UPDATE SET batch = excluded.batch
+            """)
+        forgetBatches = try make("DELETE FROM committedBatch WHERE instance = ?")
+        let last = try make("SELECT coalesce(max(sequence), 0) FROM record")
+        defer { sqlite3_finalize(last) }
+        nextSequence = sqlite3_step(last) == SQLITE_ROW ? sqlite3_column_int64(last, 0) : 0
     }
 
     /// Steps `statement` to its end and resets it (bindings are cleared, so no string outlives the call).
@@ -219,8 +209,7 @@ extension WriteStatements.Row {
 
 private let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
-/// Text the journal's statements bind: a Swift string (SQLite copies it), or bytes of a log that stay where they are
-/// until the statement is reset (not copied), or nothing (NULL).
+/// Text the journal's statements bind: a Swift string (SQLite copies it), or nothing (NULL).
 protocol BindableText {
     func bind(_ statement: OpaquePointer?, _ index: Int32)
 }
@@ -240,18 +229,6 @@ extension String: BindableText {
                 sqlite3_bind_text(statement, index, $0.baseAddress, Int32($0.count), transient)
             }
         }
-    }
-}
-
-extension UnsafeRawBufferPointer: BindableText {
-    func bind(_ statement: OpaquePointer?, _ index: Int32) {
-        // SQLITE_STATIC (a nil destructor): SQLite reads the bytes where they are. An empty buffer may have no
-        // address, which SQLite would bind as NULL.
-        guard let start = baseAddress, !isEmpty else {
-            sqlite3_bind_text(statement, index, "", 0, transient)
-            return
-        }
-        sqlite3_bind_text(statement, index, start.assumingMemoryBound(to: CChar.self), Int32(count), nil)
     }
 }
 

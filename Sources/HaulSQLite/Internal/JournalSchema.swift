@@ -1,0 +1,108 @@
+import Foundation
+import GRDB
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The journal's tables, and what earlier versions left beside them.
+enum JournalSchema {
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.create(table: "download") { table in
+                table.column("url", .text).notNull()
+                table.column("destination", .text).notNull()
+                table.column("path", .text).notNull()
+                table.column("state", .text).notNull()  // requested | partial | completed | failed
+                table.column("validator", .text)
+                table.column("totalBytes", .integer)
+                table.column("size", .integer)
+                table.column("sha256", .text)
+                table.column("modifiedNanoseconds", .integer)
+                table.column("inode", .integer)
+                table.column("updatedAt", .datetime).notNull()
+                table.primaryKey(["url", "destination"])
+            }
+        }
+        // One b-tree keyed by (url, destination) instead of a rowid table plus its key's index: each commit
+        // rewrites half the pages. `sequence` keeps the order records were first stored in.
+        migrator.registerMigration("v2: without rowid, with requests and failures") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE record (
+                        url TEXT NOT NULL, destination TEXT NOT NULL, sequence INTEGER NOT NULL,
+                        path TEXT NOT NULL, state TEXT NOT NULL, validator TEXT, totalBytes INTEGER, size INTEGER,
+                        sha256 TEXT, modifiedNanoseconds INTEGER, inode INTEGER, request TEXT, failure TEXT,
+                        updatedAt TEXT NOT NULL,
+                        PRIMARY KEY (url, destination)
+                    ) WITHOUT ROWID;
+                    INSERT INTO record
+                    SELECT url, destination, rowid, path, state, validator, totalBytes, size, sha256,
+                           modifiedNanoseconds, inode, NULL, NULL, updatedAt
+                    FROM download;
+                    DROP TABLE download;
+                    """)
+        }
+        // When each change was written: the order of changes in logs beside the database, which v6 leaves behind.
+        migrator.registerMigration("v3: changedAt") { db in
+            try db.execute(sql: "ALTER TABLE record ADD COLUMN changedAt INTEGER")
+        }
+        // A segmented partial's missing byte ranges, as text (`WriteStatements.Row.rangesText(_:)`); NULL for every
+        // other record, which is what rows from before it read as.
+        migrator.registerMigration("v4: missingRanges") { db in
+            try db.execute(sql: "ALTER TABLE record ADD COLUMN missingRanges TEXT")
+        }
+        // The files' records by path (`records(forFileAt:)`): a download to a path its own key does not know takes over
+        // what another URL left there. Partial, so that the records of requests and failures cost it nothing.
+        migrator.registerMigration("v5: records of files by path") { db in
+            try db.execute(sql: "CREATE INDEX record_file ON record(path) WHERE state IN ('partial', 'completed')")
+        }
+        // The database orders changes (a later commit wins), so the wall clock's time of each change goes.
+        migrator.registerMigration("v6: without changedAt") { db in
+            try db.execute(sql: "ALTER TABLE record DROP COLUMN changedAt")
+        }
+        // The last batch of its pending log each open journal committed, by the journal's instance name: the log of a
+        // journal killed after a commit and before restarting its log holds a committed batch, which must not be
+        // committed again over what others committed since.
+        migrator.registerMigration("v7: committed batches") { db in
+            try db.execute(
+                sql: "CREATE TABLE committedBatch (instance TEXT PRIMARY KEY, batch INTEGER NOT NULL) WITHOUT ROWID")
+        }
+        return migrator
+    }
+
+    /// The first log of changes beside the database at `path` that an earlier version of Haul wrote (it kept changes
+    /// in `NAME-log.*` files and folded them into the database later), if one holds any change; empty ones, and the
+    /// logs it made ahead of their use (`NAME-newlog.*`, never written to before being named), are deleted.
+    ///
+    /// Such a log is in use by that version's process, or was left by one that was killed: its changes are reached
+    /// only by that version, so the journal does not open over them (see ``JournalOpenError/Reason/olderLog``).
+    static func olderLog(besides path: String) -> String? {
+        let directory = (path as NSString).deletingLastPathComponent
+        let name = (path as NSString).lastPathComponent
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory.isEmpty ? "." : directory)) ?? []
+        for entry in entries.sorted() where entry.hasPrefix(name + "-log.") || entry.hasPrefix(name + "-newlog.") {
+            let logPath = (directory as NSString).appendingPathComponent(entry)
+            if entry.hasPrefix(name + "-newlog.") || !holdsChanges(logPath) {
+                unlink(logPath)
+            } else {
+                return logPath
+            }
+        }
+        return nil
+    }
+
+    /// Whether the log at `path` has a first frame: its first four bytes, the frame's length, are not zero (the
+    /// space such a log reserved ahead reads as zeros).
+    private static func holdsChanges(_ path: String) -> Bool {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var length: UInt32 = 0
+        let read = pread(descriptor, &length, 4, 0)
+        return read != 0 && (read != 4 || length != 0)
+    }
+}
