@@ -141,11 +141,12 @@ public final class SQLiteJournal: Journal {
         self.onError = onError
         let statements = WriteStatements()
         self.statements = statements
-        try JournalOpenError.mapping(path) { try Self.commitLeftBatches(besides: path, into: pool, with: statements) }
+        let otherLogs = PendingLog.others(besides: path)
+        try JournalOpenError.mapping(path) { try Self.commit(otherLogs.left, into: pool, with: statements) }
         let query = try JournalOpenError.mapping(path) { try RecordQuery(path: path) }
         self.query = query
         var others: [JournalKey: OtherChange] = [:]
-        for log in PendingLog.held(besides: path) {
+        for log in otherLogs.held {
             for payload in log.payloads {
                 guard let change = JournalChange(payload: payload) else { break }
                 let position = others[change.key]?.position ?? others.count
@@ -173,12 +174,11 @@ public final class SQLiteJournal: Journal {
         }
     }
 
-    /// Commits the batches of pending logs that killed journals left (those not committed yet, in the order each
+    /// Commits the batches of the pending logs `left` by killed journals (those not committed yet, in the order each
     /// journal wrote them), then deletes the logs and what was noted of their journals.
-    private static func commitLeftBatches(
-        besides path: String, into pool: DatabasePool, with statements: WriteStatements
+    private static func commit(
+        _ left: [PendingLog.Left], into pool: DatabasePool, with statements: WriteStatements
     ) throws {
-        let left = PendingLog.left(besides: path)
         guard !left.isEmpty else { return }
         defer { for log in left { close(log.descriptor) } }
         try pool.writeWithoutTransaction { db in
@@ -360,11 +360,10 @@ public final class SQLiteJournal: Journal {
     /// Stores `record` like ``store(_:)-(JournalRecord)``; with `powerLoss` durability, suspending instead of
     /// blocking while the commit before it runs.
     public func commit(_ record: JournalRecord) async {
-        if othersAtOpen { _ = others.withLock { $0.removeValue(forKey: record.key) } }
-        switch writes {
-        case .logged(let pending): pending.write([.upsert(Self.row(record))])
-        case .grouped(let group): await group.commit([.upsert(Self.row(record))])
-        }
+        let changes: [JournalChange] = [.upsert(Self.row(record))]
+        guard case .grouped(let group) = writes else { return write(changes) }
+        forgetOthers(changes)
+        await group.commit(changes)
     }
 
     /// Forgets `key`.
@@ -380,11 +379,16 @@ public final class SQLiteJournal: Journal {
 
     /// Writes `changes` as one (all or none survive a kill).
     private func write(_ changes: [JournalChange]) {
-        if othersAtOpen { others.withLock { others in for change in changes { others[change.key] = nil } } }
+        forgetOthers(changes)
         switch writes {
         case .logged(let pending): pending.write(changes)
         case .grouped(let group): group.write(changes)
         }
+    }
+
+    /// Drops what ``others`` holds for the keys `changes` change: this journal's change is the newer.
+    private func forgetOthers(_ changes: [JournalChange]) {
+        if othersAtOpen { others.withLock { others in for change in changes { others[change.key] = nil } } }
     }
 
     /// SQLite's `synchronous` setting of the writing connection (0 OFF, 1 NORMAL, 2 FULL): for tests.

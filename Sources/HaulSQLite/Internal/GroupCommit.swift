@@ -24,19 +24,11 @@ final class GroupCommit<Change: Sendable>: Sendable {
 
     /// Queues `changes` and returns once they are written, suspending while another caller writes.
     func commit(_ changes: [Change]) async {
-
         let batch = machine.withLock { $0.queue(changes) }
-        while true {
-            switch machine.withLock({ $0.next(for: batch) }) {
-            case .done:
-                return
-            case .write(let taken, let number):
-                run(taken, number)
-            case .wait:
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    let waiting = machine.withLock { $0.wait(batch, .task(continuation), blocksThread: false) }
-                    if !waiting { continuation.resume() }
-                }
+        while !writeOrDone(batch) {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let waiting = machine.withLock { $0.wait(batch, .task(continuation), blocksThread: false) }
+                if !waiting { continuation.resume() }
             }
         }
     }
@@ -44,15 +36,20 @@ final class GroupCommit<Change: Sendable>: Sendable {
     /// Queues `changes` and returns once they are written, blocking the calling thread while another caller writes.
     func write(_ changes: [Change]) {
         let batch = machine.withLock { $0.queue(changes) }
+        while !writeOrDone(batch) {
+            let signal = ThreadSignal()
+            if machine.withLock({ $0.wait(batch, .thread(signal), blocksThread: true) }) { signal.wait() }
+        }
+    }
+
+    /// Whether `batch` is written, writing what is queued first when no write is under way; `false` when the caller
+    /// waits for another caller's write.
+    private func writeOrDone(_ batch: UInt64) -> Bool {
         while true {
             switch machine.withLock({ $0.next(for: batch) }) {
-            case .done:
-                return
-            case .write(let taken, let number):
-                run(taken, number)
-            case .wait:
-                let signal = ThreadSignal()
-                if machine.withLock({ $0.wait(batch, .thread(signal), blocksThread: true) }) { signal.wait() }
+            case .done: return true
+            case .write(let taken, let number): run(taken, number)
+            case .wait: return false
             }
         }
     }

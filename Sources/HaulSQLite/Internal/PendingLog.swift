@@ -172,7 +172,7 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
 
     // MARK: Reading a dead log
 
-    /// A log left by a killed process: its batch number and payloads.
+    /// Another journal's log: its batch number and payloads.
     struct Left {
         let path: String
         let instance: String
@@ -182,22 +182,35 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
         let descriptor: Int32
     }
 
-    /// The logs beside `databasePath` that nobody holds, each locked for the caller, which commits their batches and
-    /// deletes them (closing the descriptors). Unnamed logs of journals killed while making them go.
-    static func left(besides databasePath: String) -> [Left] {
+    /// The logs of other journals beside `databasePath`, each list in the order written. `left`: those nobody holds
+    /// (their journals were killed), each locked for the caller, which commits their batches and deletes them (closing
+    /// the descriptors); unnamed logs of journals killed while making them go. `held`: those live journals hold, read
+    /// as they are now (never locked or deleted).
+    static func others(besides databasePath: String) -> (left: [Left], held: [Left]) {
         let directory = (databasePath as NSString).deletingLastPathComponent
         let name = (databasePath as NSString).lastPathComponent
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory.isEmpty ? "." : directory)) ?? []
-        var left: [Left] = []
+        var (left, held): ([Left], [Left]) = ([], [])
         for entry in entries {
             let path = (directory as NSString).appendingPathComponent(entry)
             let named = entry.hasPrefix(name + "-pending.")
             guard named || entry.hasPrefix(name + "-newpending.") else { continue }
             let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else { continue }  // its journal closed meanwhile
-            // Locked by a live journal; or deleted by another journal that committed it while this one was opening it.
             var info = stat()
-            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, fstat(descriptor, &info) == 0, info.st_nlink > 0 else {
+            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+                // A live journal's.
+                if named, let (batch, payloads) = read(descriptor) {
+                    held.append(
+                        Left(
+                            path: path, instance: instance(of: entry, name), batch: batch, payloads: payloads,
+                            descriptor: -1))
+                }
+                close(descriptor)
+                continue
+            }
+            // Deleted by another journal that committed it while this one was opening it.
+            guard fstat(descriptor, &info) == 0, info.st_nlink > 0 else {
                 close(descriptor)
                 continue
             }
@@ -218,25 +231,8 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
                     path: path, instance: instance(of: entry, name), batch: batch, payloads: payloads,
                     descriptor: descriptor))
         }
-        return left.sorted { ($0.instance, $0.batch) < ($1.instance, $1.batch) }
-    }
-
-    /// The logs beside `databasePath` that live journals hold, read as they are now (never locked or deleted).
-    static func held(besides databasePath: String) -> [Left] {
-        let directory = (databasePath as NSString).deletingLastPathComponent
-        let name = (databasePath as NSString).lastPathComponent
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory.isEmpty ? "." : directory)) ?? []
-        var held: [Left] = []
-        for entry in entries where entry.hasPrefix(name + "-pending.") {
-            let path = (directory as NSString).appendingPathComponent(entry)
-            let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-            guard descriptor >= 0 else { continue }
-            defer { close(descriptor) }
-            guard flock(descriptor, LOCK_SH | LOCK_NB) != 0, let (batch, payloads) = read(descriptor) else { continue }
-            held.append(
-                Left(path: path, instance: instance(of: entry, name), batch: batch, payloads: payloads, descriptor: -1))
-        }
-        return held.sorted { ($0.instance, $0.batch) < ($1.instance, $1.batch) }
+        let written = { (a: Left, b: Left) in (a.instance, a.batch) < (b.instance, b.batch) }
+        return (left.sorted(by: written), held.sorted(by: written))
     }
 
     /// The journal's instance name in a log's file name (`NAME-pending.<instance>.<side>`).

@@ -11,63 +11,65 @@ import Testing
 struct GroupCommitTests {
     typealias Machine = GroupCommit<String>.Machine<String>
 
-    @Test("the first caller writes at once; callers during a write wait for the next one, which takes them all")
-    func machine() {
-        var machine = Machine()
-        func next(_ batch: UInt64) -> Machine.Next { machine.next(for: batch) }
-        func wait(_ batch: UInt64, _ name: String, thread: Bool = false) -> Bool {
-            machine.wait(batch, name, blocksThread: thread)
+    /// The machine behind a reference, so that its mutating steps can be asserted on in place.
+    final class MachineBox {
+        private var machine = Machine()
+        func queue(_ changes: [String]) -> UInt64 { machine.queue(changes) }
+        func next(for batch: UInt64) -> Machine.Next { machine.next(for: batch) }
+        func wait(_ batch: UInt64, _ waker: String, blocksThread: Bool) -> Bool {
+            machine.wait(batch, waker, blocksThread: blocksThread)
         }
         func written(_ number: UInt64) -> [String] { machine.written(number) }
+        var waiting: Int { machine.waiting }
+    }
+
+    @Test("the first caller writes at once; callers during a write wait for the next one, which takes them all")
+    func machine() {
+        let machine = MachineBox()
         let first = machine.queue(["a"])
-        #expect(next(first) == .write(["a"], number: 1))
+        #expect(machine.next(for: first) == .write(["a"], number: 1))
         let second = machine.queue(["b"])
         let third = machine.queue(["c", "d"])
         #expect(second == 2 && third == 2)
-        #expect(next(second) == .wait)
-        #expect(wait(second, "second"))
-        #expect(wait(third, "third"))
+        #expect(machine.next(for: second) == .wait)
+        #expect(machine.wait(second, "second", blocksThread: false))
+        #expect(machine.wait(third, "third", blocksThread: false))
         // The write ends: nobody waited for batch 1; one waiter of batch 2 is woken to write it.
-        #expect(written(1) == ["second"])
+        #expect(machine.written(1) == ["second"])
         #expect(machine.waiting == 1)
-        #expect(next(first) == .done)
-        #expect(next(second) == .write(["b", "c", "d"], number: 2))
+        #expect(machine.next(for: first) == .done)
+        #expect(machine.next(for: second) == .write(["b", "c", "d"], number: 2))
         // Batch 2 being written: a new caller's changes are batch 3.
         let fourth = machine.queue(["e"])
         #expect(fourth == 3)
-        #expect(wait(fourth, "fourth"))
+        #expect(machine.wait(fourth, "fourth", blocksThread: false))
         // Batch 2 written: its waiter is woken as served, and the fourth to write batch 3.
-        #expect(written(2) == ["third", "fourth"])
-        #expect(next(third) == .done)
-        #expect(next(fourth) == .write(["e"], number: 3))
-        #expect(written(3) == [])
+        #expect(machine.written(2) == ["third", "fourth"])
+        #expect(machine.next(for: third) == .done)
+        #expect(machine.next(for: fourth) == .write(["e"], number: 3))
+        #expect(machine.written(3) == [])
     }
 
     @Test("the next writer is a blocked thread when there is one; a caller arriving with no write under way writes")
     func whoWritesNext() {
-        var machine = Machine()
-        func next(_ batch: UInt64) -> Machine.Next { machine.next(for: batch) }
-        func wait(_ batch: UInt64, _ name: String, thread: Bool = false) -> Bool {
-            machine.wait(batch, name, blocksThread: thread)
-        }
-        func written(_ number: UInt64) -> [String] { machine.written(number) }
+        let machine = MachineBox()
         let first = machine.queue(["a"])
-        _ = next(first)
+        _ = machine.next(for: first)
         let task = machine.queue(["b"])
-        #expect(wait(task, "task"))
+        #expect(machine.wait(task, "task", blocksThread: false))
         let thread = machine.queue(["c"])
-        #expect(wait(thread, "thread", thread: true))
-        #expect(written(1) == ["thread"])
+        #expect(machine.wait(thread, "thread", blocksThread: true))
+        #expect(machine.written(1) == ["thread"])
         // Before the woken thread asks, a new caller finds no write under way: it writes everything queued.
         let newcomer = machine.queue(["d"])
-        #expect(next(newcomer) == .write(["b", "c", "d"], number: 2))
-        #expect(next(thread) == .wait)
-        #expect(wait(thread, "thread", thread: true))
-        #expect(Set(written(2)) == ["task", "thread"])
-        #expect(next(task) == .done)
+        #expect(machine.next(for: newcomer) == .write(["b", "c", "d"], number: 2))
+        #expect(machine.next(for: thread) == .wait)
+        #expect(machine.wait(thread, "thread", blocksThread: true))
+        #expect(Set(machine.written(2)) == ["task", "thread"])
+        #expect(machine.next(for: task) == .done)
         // A waiter that registers after the write it waited for ended asks again at once.
         let late = machine.queue(["e"])
-        #expect(!wait(late, "late", thread: true))
+        #expect(!machine.wait(late, "late", blocksThread: true))
     }
 
     @Test("changes queued during a held write go into the next write together, in order; each caller returns after")
