@@ -313,6 +313,8 @@ public final class SQLiteJournal: Journal {
         guard queriesDatabase else { return [] }
         while true {
             let commits = if case .logged(let pending) = writes { pending.committed } else { 0 }
+            // Before the rows: a batch another journal commits between the two is then in the rows, never in neither.
+            let others = othersAtOpen ? uncommittedOthers() : [:]
             let rows: [RecordRow]
             do {
                 rows = try query.fileRows(at: path)
@@ -329,7 +331,7 @@ public final class SQLiteJournal: Journal {
             var byKey = Dictionary(rows.map { (JournalKey(url: $0.url, destination: $0.destination), $0) }) { $1 }
             let ownKeys = Set(newer.changes.map(\.key))
             if othersAtOpen {
-                for (key, entry) in uncommittedOthers() where !ownKeys.contains(key) {
+                for (key, entry) in others where !ownKeys.contains(key) {
                     switch entry.change {
                     case .upsert(let row) where row.path == path: byKey[key] = row
                     case .upsert, .remove: if byKey[key] != nil { byKey[key] = nil }
@@ -401,9 +403,10 @@ public final class SQLiteJournal: Journal {
     public func allRecords() -> [JournalRecord] {
         if case .logged(let pending) = writes { pending.drain() }
         do {
+            // Before the rows: a batch committed between the two is then in the rows, never in neither.
+            let changes = othersAtOpen ? uncommittedOthers() : [:]
             var rows = try pool.read(Self.fetchRows)
             if othersAtOpen {
-                let changes = uncommittedOthers()
                 rows = rows.compactMap { row in
                     let key = JournalKey(url: row.url, destination: row.destination)
                     guard let change = changes[key]?.change else { return row }
