@@ -76,13 +76,15 @@ public final class SharedQueueWorker: Sendable {
     private let eventStream: AsyncStream<WorkerEvent>
     private let eventSink: AsyncStream<WorkerEvent>.Continuation
 
-    /// Creates a worker that fetches with `transport` and the engine's `downloaderConfiguration` (its retry policy's
-    /// `maxRetries` is set to 0: retries go through the database).
+    /// Creates a worker that fetches with `transport` and the engine's `downloaderConfiguration`, whose retry policy
+    /// is replaced by the worker's (``Configuration/retryPolicy``, one rule for waits and host holds) with `maxRetries`
+    /// 0: retries go through the database.
     public convenience init(
         queue: SharedQueue, transport: any HTTPTransport,
         downloaderConfiguration: Downloader.Configuration = Downloader.Configuration(), configuration: Configuration
     ) {
         var engine = downloaderConfiguration
+        engine.retryPolicy = configuration.retryPolicy
         engine.retryPolicy.maxRetries = 0
         // A cancelled download (a stop, a lease lost) keeps its partial: the next worker on this directory resumes it.
         engine.keepsPartialOnCancel = true

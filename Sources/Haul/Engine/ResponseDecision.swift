@@ -96,12 +96,8 @@ struct ResponseDecision {
         guard (200..<300).contains(status) else {
             let failure = HTTPRules.statusFailure(
                 head, url: url, proxy: sent.proxy, sentCredentials: sent.credentials, policy: policy)
-            // The host asked for time: every download to it waits, not only this one (for as long as the retry
-            // policy would wait itself: a server cannot hold a host for days).
-            let hold =
-                (status == 429 || status == 503) && policy.honoursRetryAfter
-                ? failure.retryAfter.map { min($0, policy.maxRetryAfter) } : nil
-            return .fail(failure, holdHost: hold)
+            // The host asked for time: every download to it waits, not only this one.
+            return .fail(failure, holdHost: policy.hostHold(status: status, retryAfter: failure.retryAfter))
         }
         let bodyLength = head.headerFields.first(.contentLength).flatMap { Int64($0) }
         var write = Write(

@@ -58,6 +58,28 @@ public struct RetryPolicy: Sendable, Hashable {
         self.retryableStatuses = retryableStatuses
     }
 
+    /// What follows failure number `failures` of a download (1 for the first), as the engine and the shared queue's
+    /// workers both decide it: a retry after a backoff when the failure is `transient` and `failures` is within
+    /// `maxRetries` (the policy's own unless a queue counts attempts itself), and a hold of the failure's host when the
+    /// server asked for time (``hostHold(status:retryAfter:)``), whether or not this download is tried again.
+    package func decision(
+        afterFailure failures: Int, transient: Bool, status: Int?, retryAfter: Duration?, maxRetries: Int? = nil,
+        random: () -> Double
+    ) -> RetryDecision {
+        let retries = transient && failures <= (maxRetries ?? self.maxRetries)
+        return RetryDecision(
+            retryDelay: retries ? delay(beforeRetry: failures, retryAfter: retryAfter, random: random) : nil,
+            hostHold: hostHold(status: status, retryAfter: retryAfter))
+    }
+
+    /// How long every download from a host waits after it answered `status` with `Retry-After`: a `429` or `503`
+    /// asks for time for the host, not for one download; honoured only as far as the policy honours `Retry-After`
+    /// (a server cannot hold a host for days). `nil` for no hold.
+    package func hostHold(status: Int?, retryAfter: Duration?) -> Duration? {
+        guard honoursRetryAfter, status == 429 || status == 503, let retryAfter else { return nil }
+        return min(max(retryAfter, .zero), maxRetryAfter)
+    }
+
     /// The wait before retry number `retry` (1 for the first retry), given the server's `Retry-After`.
     package func delay(beforeRetry retry: Int, retryAfter: Duration?, random: () -> Double) -> Duration {
         if honoursRetryAfter, let retryAfter {
@@ -70,6 +92,14 @@ public struct RetryPolicy: Sendable, Hashable {
         case .full: return .seconds(backoffSeconds * random())
         }
     }
+}
+
+/// What follows a failed attempt (``RetryPolicy/decision(afterFailure:transient:status:retryAfter:maxRetries:random:)``).
+package struct RetryDecision: Sendable, Hashable {
+    /// The wait before the next attempt; `nil` when the download is not tried again.
+    package var retryDelay: Duration?
+    /// How long no download from the failure's host starts; `nil` for no hold.
+    package var hostHold: Duration?
 }
 
 /// The clock the engine waits on between attempts. Inject one in tests so that backoff never sleeps for

@@ -28,7 +28,7 @@ struct ClaimFeed: AsyncSequence, Sendable {
                     case claim(Int)
                 }
                 let step = run.state.withLock { state -> Step in
-                    if state.fenced || Task.isCancelled { return .stop }
+                    if state.phase != .running || Task.isCancelled { return .stop }
                     if !state.buffered.isEmpty {
                         let claim = state.buffered.removeFirst()
                         state.held[claim.path(in: configuration.directory)] = claim

@@ -5,47 +5,66 @@ import PostgresNIO
 
 /// One registration of a worker: from its claim of a lease to its stop, the loss of its lease, or an empty queue.
 ///
-/// The feed (``ClaimFeed``) claims downloads when the download queue has room and hands them out one by one; each
-/// download's end becomes a ``Completion`` gathered by the batcher and recorded with others in one statement. Beside
-/// them run the heartbeat (renews the lease, stops downloads cancelled in the database, stops everything when the
-/// lease is lost), the rescuer (takes back the claims of silent workers) and the listener (wakes the feed when work
-/// is added).
+/// Its life is one task group (``run()``): the feeding (``ClaimFeed`` claims downloads when the download queue has
+/// room and hands them out one by one), the recording (each download's end becomes a ``Completion``, recorded with
+/// others in one statement), the heartbeat (renews the lease, stops downloads cancelled in the database), the fence
+/// watch (stops everything when the lease may be lost), the rescue (takes back the claims of silent workers) and the
+/// listener (wakes the feeding when work is added). The run ends when the feeding and the recording have; the others
+/// are cancelled then.
 final class WorkerRun: Sendable {
     enum Ending {
         case interrupted, leaseLost, empty
+    }
+
+    /// Where the run stands.
+    enum Phase: Equatable {
+        /// Claiming, downloading and recording.
+        case running
+        /// The run was cancelled (the worker is stopping): nothing more is claimed, the downloads stop, and their
+        /// claims go back.
+        case stopping
+        /// The lease is lost (or may be soon): nothing more is claimed, the downloads stop, and nothing is handed
+        /// back (the rescuer decides for the claims).
+        case fenced
+        /// The feeding and every download have ended; what is left is being recorded. `fenced` when the lease was
+        /// lost before or since.
+        case drained(fenced: Bool)
+
+        var isFenced: Bool { self == .fenced || self == .drained(fenced: true) }
+        var isDrained: Bool { if case .drained = self { true } else { false } }
+
+        /// The phase once the lease is lost.
+        var fencing: Phase { isDrained ? .drained(fenced: true) : .fenced }
     }
 
     let worker: SharedQueueWorker
     let id: Int64
     let report: Locked<WorkerReport>
     let state = Locked(State())
-    /// Wakes the feed: a notification, a recorded batch.
+    /// Wakes the feed: a notification, a recorded batch, the fence.
     let feedWake = Wake()
-    /// Wakes the batcher: a full batch, the run's end.
+    /// Wakes the recording: a full batch, the end of the feeding.
     let batchWake = Wake()
+    /// Wakes the feeding's race against the fence and the interruption.
+    let stopWake = Wake()
     /// The directories downloads write into.
     let directories: ParentDirectories
 
     struct State {
+        var phase = Phase.running
         /// Claims not handed out yet.
         var buffered: [Claim] = []
         /// Claims handed out and not ended, by destination path.
         var held: [String: Claim] = [:]
         /// Ends not recorded yet.
         var completions: [Completion] = []
-        /// Set once the lease is lost: nothing more is claimed, and the downloads stop.
-        var fenced = false
-        /// Set once the feed has ended and every download with it.
-        var finished = false
         var lastRenewal = ContinuousClock.now
-        /// Whether the last statement failed (to report the database's return once).
+        /// Whether the last statement failed (so that the database's return is reported once).
         var unreachable = false
         /// Ends being recorded now.
         var sending: Set<Int64> = []
         /// Downloads the database said this worker holds and the worker did not know of, at the last heartbeat.
         var strangers: Set<Int64> = []
-        /// The task running the downloads, cancelled when the lease is lost.
-        var streaming: Task<Void, Never>?
     }
 
     init(worker: SharedQueueWorker, id: Int64, report: Locked<WorkerReport>) {
@@ -58,60 +77,117 @@ final class WorkerRun: Sendable {
     var queue: SharedQueue { worker.queue }
     var configuration: SharedQueueWorker.Configuration { worker.configuration }
 
+    /// What a child of the run's task group was.
+    private enum Child {
+        case feeding(interrupted: Bool)
+        case recording
+        case background
+    }
+
+    /// Runs the worker's registration to its end (see the type's description). Cancelling the task stops the run in
+    /// order: the downloads stop and their claims go back, while the recording, the heartbeat and the fence watch go
+    /// on until the last end is recorded (a database that stays silent fences the worker after half its lease, so a
+    /// stop never waits longer for it).
     func run() async -> Ending {
-        let background = [
-            Task { await heartbeatLoop() },
-            Task { await fenceWatch() },
-            Task { await rescueLoop() },
-            Task { await listenLoop() },
-        ]
-        let batcher = Task { await batchLoop() }
-        let feed = ClaimFeed(run: self)
-        // The downloads run in a task of their own, which a lost lease cancels: the stream then cancels every download
-        // it holds, one being added at that moment included.
-        let streaming = Task { [self] in
-            switch worker.runner {
-            case .engine(let downloads):
-                // Thrown only when the task is cancelled, once every download held has ended.
-                try? await downloads.download(feed, window: configuration.maxConcurrent) { [self] finished in
-                    ended(finished.request, finished.result)
-                }
-            case .noOp:
-                for await request in feed {
-                    ended(request, .success(Self.noOpResult(request)))
+        // The group runs apart from the caller's task, whose cancellation would reach every child at once: it
+        // becomes the feeding's interruption instead.
+        let group = Task.detached { await self.runChildren() }
+        return await withTaskCancellationHandler {
+            await group.value
+        } onCancel: {
+            interrupt()
+        }
+    }
+
+    private func runChildren() async -> Ending {
+        await withTaskGroup(of: Child.self) { group in
+            group.addTask {
+                await self.heartbeatLoop(); return .background
+            }
+            group.addTask {
+                await self.fenceWatch(); return .background
+            }
+            group.addTask {
+                await self.rescueLoop(); return .background
+            }
+            group.addTask {
+                await self.listenLoop(); return .background
+            }
+            group.addTask {
+                await self.batchLoop(); return .recording
+            }
+            group.addTask { .feeding(interrupted: await self.feed()) }
+            var interrupted = false
+            var running = 2  // the feeding and the recording
+            while running > 0, let child = await group.next() {
+                switch child {
+                case .feeding(let wasInterrupted):
+                    interrupted = wasInterrupted
+                    running -= 1
+                case .recording:
+                    running -= 1
+                case .background:
+                    break
                 }
             }
+            group.cancelAll()
+            let fenced = state.withLock { $0.phase.isFenced }
+            if fenced { return .leaseLost }
+            try? await queue.stopWorker(id)
+            return interrupted ? .interrupted : .empty
         }
-        let fencedBeforeStart = state.withLock { state in
-            state.streaming = streaming
-            return state.fenced
+    }
+
+    /// Stops claiming and stops every download; their claims go back.
+    private func interrupt() {
+        let first = state.withLock { state in
+            defer { if state.phase == .running { state.phase = .stopping } }
+            return state.phase == .running
         }
-        if fencedBeforeStart { streaming.cancel() }
-        await withTaskCancellationHandler {
-            await streaming.value
-        } onCancel: {
-            streaming.cancel()
+        guard first else { return }
+        feedWake.signal()
+        stopWake.signal()
+    }
+
+    /// Runs the downloads of the feed until it ends, the lease is lost or the run is interrupted (either cancels every
+    /// download held, one being added at that moment included); hands back what was claimed and not handed out, and
+    /// lets the recording finish. Returns whether the run was interrupted.
+    private func feed() async -> Bool {
+        let feed = ClaimFeed(run: self)
+        await withTaskGroup(of: Void.self) { race in
+            race.addTask { [self] in
+                switch worker.runner {
+                case .engine(let downloads):
+                    // Thrown only when the task is cancelled, once every download held has ended.
+                    try? await downloads.download(feed, window: configuration.maxConcurrent) { [self] finished in
+                        ended(finished.request, finished.result)
+                    }
+                case .noOp:
+                    for await request in feed {
+                        ended(request, .success(Self.noOpResult(request)))
+                    }
+                }
+            }
+            race.addTask { [self] in
+                while !Task.isCancelled, state.withLock({ $0.phase == .running }) {
+                    await stopWake.wait(upTo: .seconds(3600))
+                }
+            }
+            await race.next()
+            race.cancelAll()
         }
-        let interrupted = Task.isCancelled
         // What was claimed and not handed out goes back now (a lost lease's claims are taken back by the rescuer).
-        let (leftover, fenced) = state.withLock { state in
-            defer { state.buffered = [] }
-            return (state.fenced ? [] : state.buffered, state.fenced)
+        let (leftover, interrupted) = state.withLock { state in
+            defer {
+                state.buffered = []
+                state.phase = .drained(fenced: state.phase.isFenced)
+            }
+            return (state.phase.isFenced ? [] : state.buffered, state.phase == .stopping)
         }
         for claim in leftover { add(Completion(id: claim.id, kind: .returned)) }
         if !leftover.isEmpty { countReturned(leftover.count) }
-        state.withLock { $0.finished = true }
         batchWake.signal()
-        // The last batch is recorded whatever the run's task is: a stop must hand its claims back.
-        await batcher.value
-        for task in background { task.cancel() }
-        if !fenced {
-            let queue = queue
-            let id = id
-            try? await Task.detached { try await queue.stopWorker(id) }.value
-        }
-        if fenced { return .leaseLost }
-        return interrupted ? .interrupted : .empty
+        return interrupted
     }
 
     // MARK: - Ends of downloads
@@ -134,7 +210,7 @@ final class WorkerRun: Sendable {
         case .failure(let error) where error.isCancellation:
             completion = Completion(id: claim.id, kind: .returned, path: claim.path)
             // A fenced worker's claims are the rescuer's now: nothing goes back from here (the database refuses it).
-            if !state.withLock({ $0.fenced }) { countReturned(1) }
+            if !state.withLock({ $0.phase.isFenced }) { countReturned(1) }
         case .failure(let error) where error.code == .destinationBusy:
             // Another process holds the partial: a worker frozen past its lease (a paused machine) that has not
             // noticed yet, and lets go once it does. Not this download's failure: back to the queue a while later,
@@ -149,16 +225,15 @@ final class WorkerRun: Sendable {
                     reason: "another process is writing its partial (a worker past its lease?); back to the queue",
                     willRetry: true))
         case .failure(let error):
-            let retries = error.isTransient && claim.attempt < claim.maxAttempts
+            // The engine's rule, with the attempts the database counts.
+            let decision = configuration.retryPolicy.decision(
+                afterFailure: claim.attempt, transient: error.isTransient, status: error.status,
+                retryAfter: error.retryAfter, maxRetries: claim.maxAttempts - 1, random: { Double.random(in: 0...1) })
+            let retries = decision.retryDelay != nil
             var failure = Completion(
                 id: claim.id, kind: retries ? .retry : .failed, path: claim.path, error: Self.reason(error))
-            if retries {
-                failure.delay = configuration.retryPolicy.delay(
-                    beforeRetry: claim.attempt, retryAfter: error.retryAfter, random: { Double.random(in: 0...1) })
-                if let retryAfter = error.retryAfter, error.status == 429 || error.status == 503 {
-                    failure.hostHold = min(retryAfter, configuration.retryPolicy.maxRetryAfter)
-                }
-            }
+            failure.delay = decision.retryDelay ?? .zero
+            failure.hostHold = decision.hostHold ?? .zero
             completion = failure
             report.withLock { if retries { $0.retried += 1 } else { $0.failed += 1 } }
             worker.emit(
@@ -219,14 +294,11 @@ final class WorkerRun: Sendable {
             let (batch, finished) = state.withLock { state in
                 defer { state.completions = [] }
                 state.sending = Set(state.completions.map(\.id))
-                return (state.completions, state.finished)
+                return (state.completions, state.phase.isDrained)
             }
             if !batch.isEmpty {
                 do {
-                    let queue = queue
-                    let id = id
-                    // Detached: a stop cancels the run's task, and the stop's own returns must still be recorded.
-                    let accepted = try await Task.detached { try await queue.complete(worker: id, batch) }.value
+                    let accepted = try await queue.complete(worker: id, batch)
                     state.withLock { $0.sending = [] }
                     reachable()
                     refuse(batch.filter { !accepted.contains($0.id) })
@@ -235,7 +307,7 @@ final class WorkerRun: Sendable {
                     unreachable(error)
                     let fenced = state.withLock { state in
                         state.completions.insert(contentsOf: batch, at: 0)
-                        return state.fenced
+                        return state.phase.isFenced
                     }
                     // A lost lease's completions would be refused: the rescuer decides for them. (A database that
                     // stays silent fences the worker after half its lease, so a stop never waits longer for it.)
@@ -329,13 +401,13 @@ final class WorkerRun: Sendable {
     /// Stops claiming and stops every download: the lease is (or may soon be) someone else's.
     private func fence() {
         let first = state.withLock { state in
-            defer { state.fenced = true }
-            return !state.fenced
+            defer { state.phase = state.phase.fencing }
+            return !state.phase.isFenced
         }
         guard first else { return }
         worker.emit(.leaseLost)
         feedWake.signal()
-        state.withLock { $0.streaming }?.cancel()
+        stopWake.signal()
     }
 
     /// Stops the downloads cancelled in the database.
