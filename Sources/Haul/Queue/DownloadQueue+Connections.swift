@@ -35,7 +35,7 @@ extension DownloadQueue {
                 let box = ResultBox<Bool>()
                 state.connections[id] = box
                 state.scheduler.enqueue(id, host: DownloadQueue.hostKey(for: url), priority: priority, ahead: true)
-                queue.startAdmitted(in: &state)
+                queue.admit(in: &state)
                 return (id, box)
             }
             let granted = await withTaskCancellationHandler {
@@ -59,7 +59,7 @@ extension DownloadQueue {
                 guard state.entries[download] != nil else { return nil }
                 let slot = state.slots[download] ?? download
                 if state.scheduler.move(slot, to: host) {
-                    queue.startAdmitted(in: &state)
+                    queue.admit(in: &state)
                     return nil
                 }
                 // No free slot there: the one held goes back (what it lets start, starts), and the download waits for one
@@ -73,7 +73,7 @@ extension DownloadQueue {
                 state.movedSlots[next] = download
                 state.moves[next] = box
                 state.scheduler.enqueue(next, host: host, priority: priority, ahead: true)
-                queue.startAdmitted(in: &state)
+                queue.admit(in: &state)
                 return (next, box)
             }
             guard let (slot, box) = waiting else { return !Task.isCancelled }
@@ -114,7 +114,7 @@ extension DownloadQueue {
             guard state.connections.removeValue(forKey: id) != nil else { return effects }
             state.runningConnections -= 1
             state.scheduler.finish(id)
-            startAdmitted(in: &state)
+            admit(in: &state)
             effects.idleWaiters = takeIdleWaiters(in: &state)
             return effects
         }

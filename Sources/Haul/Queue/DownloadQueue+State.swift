@@ -30,14 +30,16 @@ extension DownloadQueue {
         let absentPath: String?
         /// Handles that still want the download; cancelling through the last one cancels it.
         var handles = 1
-        /// The task running it, once admitted.
+        /// The task running it, once admitted and started (after the lock that admitted it).
         var task: Task<Void, Never>?
+        /// Cancelled after it was admitted and before its task was made: the task is cancelled as it is stored.
+        var cancelledBeforeStart = false
         /// The latest progress of a running download (set when it is admitted): its own lock, so that the
         /// download's events need not take the queue's.
         var progress: Locked<DownloadProgress?>?
-        /// A cancelled download of the same URL and destination that was still ending when this one was added: this
-        /// one starts once it has let go of the destination (its partial's lock).
-        var predecessor: Task<Void, Never>?
+        /// The outcome of a cancelled download of the same URL and destination that was still ending when this one
+        /// was added: this one starts once it has ended (and let go of the destination, its partial's lock).
+        var predecessor: ResultBox<Outcome>?
 
         init(request: DownloadRequest, joinKey: JoinKey, box: ResultBox<Outcome>, absentPath: String?) {
             self.request = request
@@ -101,6 +103,24 @@ extension DownloadQueue {
         case finish([Subscriber])
     }
 
+    /// What an admission by the scheduler leads to, once the lock is released.
+    enum Admission {
+        /// A waiter of an extra connection or of a moved download got its slot.
+        case wake(ResultBox<Bool>)
+        /// A download starts: its task is made and stored in `entry`.
+        case start(Start)
+    }
+
+    /// A download admitted to run, with what its task needs.
+    struct Start {
+        let id: UInt64
+        let entry: Entry
+        let request: DownloadRequest
+        let absentPath: String?
+        let predecessor: ResultBox<Outcome>?
+        let progress: Locked<DownloadProgress?>
+    }
+
     /// All of the queue's bookkeeping, behind one lock.
     ///
     /// The lock-order rule: while the lock is held nothing is yielded into a stream, no continuation is resumed, no
@@ -119,7 +139,7 @@ extension DownloadQueue {
         var endedDuringScan: Set<JoinKey> = []
         /// Running downloads cancelled and not yet ended, by key: a new add of the same key is a fresh download,
         /// which waits for the old one to end (``Entry/predecessor``).
-        var ending: [JoinKey: (id: UInt64, task: Task<Void, Never>)] = [:]
+        var ending: [JoinKey: (id: UInt64, outcome: ResultBox<Outcome>)] = [:]
         var nextID: UInt64 = 0
         /// Extra connections' numbers in the scheduler, above every download's: ``connectionIDs`` and a count.
         var nextConnectionID: UInt64 = 0
@@ -134,8 +154,8 @@ extension DownloadQueue {
         /// Whether a thread is sending the outbox's events: the others leave theirs to it, so that every subscriber
         /// gets every event in the one order they were published in, and nothing is sent under the lock.
         var delivering = false
-        /// The kinds some subscriber takes: an event of another kind is not even made (10,000 small downloads
-        /// spent a third of their CPU making, sending and waking for events nobody read).
+        /// The kinds some subscriber takes: an event of another kind is not even made (making, sending and waking for
+        /// events nobody reads would cost 10,000 small downloads a third of their CPU).
         var interest: Set<QueueEvent.Kind> = []
         var batch = BatchCounters()
         var lastBatchEvent: ContinuousClock.Instant?
@@ -151,6 +171,9 @@ extension DownloadQueue {
         var movedSlots: [UInt64: UInt64] = [:]
         /// Moving downloads waiting for their new slot, by its number; each box tells its waiter whether it got it.
         var moves: [UInt64: ResultBox<Bool>] = [:]
+        /// What ``DownloadQueue/admit(in:)`` admitted, carried out by ``DownloadQueue/locked(_:)`` once the lock is
+        /// released: no task is made and no waiter woken under the lock.
+        var admitted: [Admission] = []
 
         init(scheduler: AdmissionScheduler, failurePolicy: FailurePolicy) {
             self.scheduler = scheduler
@@ -238,14 +261,20 @@ extension DownloadQueue {
 
     /// Runs `body` under the queue's lock. Every locked section goes through here (or ``mutate(_:)``), so that debug
     /// builds can check the lock-order rule (``assertLockNotHeld(_:)``).
+    /// What the section admitted (``admit(in:)``) is carried out after the lock.
     func locked<Result>(_ body: (inout State) -> Result) -> Result {
-        state.withLock { state in
+        var admitted: [Admission] = []
+        let result = state.withLock { state in
             #if DEBUG
             QueueLockCheck.setHeld(true)
             defer { QueueLockCheck.setHeld(false) }
             #endif
-            return body(&state)
+            let result = body(&state)
+            if !state.admitted.isEmpty { swap(&admitted, &state.admitted) }
+            return result
         }
+        if !admitted.isEmpty { carryOut(admitted) }
+        return result
     }
 
     /// Debug builds: stops the program if this thread holds a queue's lock, where `what` (yielding events, resuming
@@ -288,7 +317,7 @@ extension DownloadQueue {
 
     // MARK: - Admission
 
-    /// Adds an entry (or joins an identical one) and announces it. Call ``startAdmitted(in:)`` after.
+    /// Adds an entry (or joins an identical one) and announces it. Call ``admit(in:)`` after.
     func enqueue(
         _ request: DownloadRequest, absentPath: String?, in state: inout State
     ) -> (DownloadID, ResultBox<Outcome>) {
@@ -303,7 +332,7 @@ extension DownloadQueue {
         state.nextID += 1
         let id = state.nextID
         let entry = Entry(request: request, joinKey: key, box: ResultBox(), absentPath: absentPath)
-        entry.predecessor = state.ending[key]?.task
+        entry.predecessor = state.ending[key]?.outcome
         state.entries[id] = entry
         state.joined[key] = id
         state.batch.totalFiles += 1
@@ -318,29 +347,50 @@ extension DownloadQueue {
         return (DownloadID(rawValue: id), entry.box)
     }
 
-    /// Starts a task for every download the scheduler admits now.
-    func startAdmitted(in state: inout State) {
+    /// Takes what the scheduler admits now into ``State/admitted``, which ``locked(_:)`` carries out after the lock.
+    func admit(in state: inout State) {
         for id in state.scheduler.admit() {
             if let move = state.moves.removeValue(forKey: id) {
-                Task { move.resolve(true) }
+                state.admitted.append(.wake(move))
                 continue
             }
             if let connection = state.connections[id] {
                 state.runningConnections += 1
-                // Its waiter is woken after the lock: a task of its own, as this runs inside many locked sections.
-                Task { connection.resolve(true) }
+                state.admitted.append(.wake(connection))
                 continue
             }
             guard let entry = state.entries[id] else { continue }
             leaveWaiting(entry.request, in: &state)
-            let request = entry.request
-            let absentPath = entry.absentPath
-            let predecessor = entry.predecessor
             let progress = Locked<DownloadProgress?>(nil)
             entry.progress = progress
-            entry.task = Task(executorPreference: downloader.preferredExecutor(for: request)) { [self] in
-                await predecessor?.value
-                await run(id, request, absentPath: absentPath, progress: progress)
+            state.admitted.append(
+                .start(
+                    Start(
+                        id: id, entry: entry, request: entry.request, absentPath: entry.absentPath,
+                        predecessor: entry.predecessor, progress: progress)))
+        }
+    }
+
+    /// Wakes the admitted waiters and starts the admitted downloads' tasks, storing each in its entry (a download
+    /// cancelled meanwhile has its task cancelled at once).
+    func carryOut(_ admitted: [Admission]) {
+        Self.assertLockNotHeld("making tasks or waking waiters")
+        for admission in admitted {
+            switch admission {
+            case .wake(let box):
+                box.resolve(true)
+            case .start(let start):
+                let (id, request, absentPath) = (start.id, start.request, start.absentPath)
+                let (predecessor, progress) = (start.predecessor, start.progress)
+                let task = Task(executorPreference: downloader.preferredExecutor(for: request)) { [self] in
+                    _ = await predecessor?.wait()
+                    await run(id, request, absentPath: absentPath, progress: progress)
+                }
+                let cancelled = state.withLock { _ in
+                    start.entry.task = task
+                    return start.entry.cancelledBeforeStart
+                }
+                if cancelled { task.cancel() }
             }
         }
     }
@@ -433,7 +483,7 @@ extension DownloadQueue {
                     for other in state.entries.keys.sorted() { cancelEntry(other, in: &state, effects: &effects) }
                 }
             }
-            startAdmitted(in: &state)
+            admit(in: &state)
             effects.idleWaiters = takeIdleWaiters(in: &state)
             return effects
         }
@@ -446,12 +496,16 @@ extension DownloadQueue {
     func cancelEntry(_ id: UInt64, in state: inout State, effects: inout SideEffects) {
         guard let entry = state.entries[id] else { return }
         guard state.scheduler.remove(id) else {
+            // Running: its task is cancelled after the lock, or as it is stored (admitted under this lock or one just
+            // before, its task is made after it).
             if let task = entry.task {
                 effects.cancellations.append(task)
-                // Whoever adds the same request from now on wants a fresh download, not this ending one.
-                Self.leaveJoin(entry, id: id, in: &state)
-                state.ending[entry.joinKey] = (id, task)
+            } else {
+                entry.cancelledBeforeStart = true
             }
+            // Whoever adds the same request from now on wants a fresh download, not this ending one.
+            Self.leaveJoin(entry, id: id, in: &state)
+            state.ending[entry.joinKey] = (id, entry.box)
             return
         }
         state.entries[id] = nil
@@ -490,7 +544,7 @@ extension DownloadQueue {
     func setPriority(_ priority: Int, of id: DownloadID) -> Bool {
         locked { state in
             let changed = state.scheduler.setPriority(priority, of: id.rawValue)
-            startAdmitted(in: &state)
+            admit(in: &state)
             return changed
         }
     }

@@ -149,7 +149,7 @@ public final class DownloadQueue: Sendable {
                     }
                     added.append(enqueue(request, absentPath: absent?[index], in: &state))
                 }
-                startAdmitted(in: &state)
+                admit(in: &state)
             }
             if sliced && start == 0 { absent = DestinationSnapshot.absentPaths(of: requests) }
             start += sliceSize
@@ -244,7 +244,7 @@ public final class DownloadQueue: Sendable {
             precondition(newValue >= 1, "maxConcurrentDownloads must be at least 1, not \(newValue)")
             locked { state in
                 state.scheduler.maxConcurrent = newValue
-                startAdmitted(in: &state)
+                admit(in: &state)
             }
         }
     }
@@ -256,7 +256,7 @@ public final class DownloadQueue: Sendable {
             precondition((newValue ?? 1) >= 1, "perHostLimit must be at least 1 or nil, not \(newValue ?? 0)")
             locked { state in
                 state.scheduler.perHostLimit = newValue
-                startAdmitted(in: &state)
+                admit(in: &state)
             }
         }
     }
@@ -276,7 +276,7 @@ public final class DownloadQueue: Sendable {
     public func resume() {
         locked { state in
             state.scheduler.isPaused = false
-            startAdmitted(in: &state)
+            admit(in: &state)
         }
     }
 
