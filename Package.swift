@@ -189,8 +189,9 @@ let package = Package(
             ]
         ),
 
-        .executableTarget(
-            name: "haul",
+        // `haul`'s commands, option groups and displays; a library so that tests parse arguments in process.
+        .target(
+            name: "HaulCommandLine",
             dependencies: [
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -203,6 +204,8 @@ let package = Package(
                     condition: .when(platforms: [.macOS, .iOS, .tvOS, .watchOS, .visionOS])),
             ]
         ),
+        // The command: HaulCommandLine's entry point and nothing else.
+        .executableTarget(name: "haul", dependencies: ["HaulCommandLine"]),
 
         .testTarget(
             name: "HaulTestServerTests",
