@@ -206,6 +206,15 @@ let package = Package(
         ),
         // The command: HaulCommandLine's entry point and nothing else.
         .executableTarget(name: "haul", dependencies: ["HaulCommandLine"]),
+        // Every command's arguments parsed in process into the library's configuration, and every usage error.
+        .testTarget(
+            name: "HaulCommandLineTests",
+            dependencies: [
+                "HaulCommandLine", "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulPostgres", "HaulSQLite",
+                "HaulTestServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
 
         .testTarget(
             name: "HaulTestServerTests",
