@@ -189,8 +189,9 @@ let package = Package(
             ]
         ),
 
-        .executableTarget(
-            name: "haul",
+        // `haul`'s commands, option groups and displays; a library so that tests parse arguments in process.
+        .target(
+            name: "HaulCommandLine",
             dependencies: [
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -201,6 +202,17 @@ let package = Package(
                 .target(
                     name: "HaulURLSession",
                     condition: .when(platforms: [.macOS, .iOS, .tvOS, .watchOS, .visionOS])),
+            ]
+        ),
+        // The command: HaulCommandLine's entry point and nothing else.
+        .executableTarget(name: "haul", dependencies: ["HaulCommandLine"]),
+        // Every command's arguments parsed in process into the library's configuration, and every usage error.
+        .testTarget(
+            name: "HaulCommandLineTests",
+            dependencies: [
+                "HaulCommandLine", "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulPostgres", "HaulSQLite",
+                "HaulTestServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
 

@@ -1,4 +1,4 @@
-import ArgumentParser
+public import ArgumentParser
 import Foundation
 
 #if canImport(Glibc)
@@ -8,9 +8,11 @@ import Darwin
 #endif
 
 /// The `haul` command: download queues with controlled concurrency, and the tools around them.
-@main
-struct HaulCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+///
+/// The `haul` executable calls ``main()``; tests parse arguments with `HaulCommand.parseAsRoot(_:)`.
+public struct HaulCommand: AsyncParsableCommand {
+    /// The command's name, version and subcommands.
+    public static let configuration = CommandConfiguration(
         commandName: "haul",
         abstract: "Run downloads through a queue with controlled concurrency.",
         version: "0.1.0",
@@ -20,9 +22,12 @@ struct HaulCommand: AsyncParsableCommand {
         ]
     )
 
+    /// A command with nothing parsed yet (ArgumentParser fills it in).
+    public init() {}
+
     /// Runs the command with `haul get`'s exit-status contract: 2 for every usage error (ArgumentParser's own
     /// would be 64), the command's status otherwise.
-    static func main() async {
+    public static func main() async {
         // The signal mask is inherited across exec: a parent may start us with SIGINT/SIGTERM blocked. Threads
         // inherit it too, so unblock before any is created, or Ctrl-C and SIGTERM would never arrive.
         var signals = sigset_t()

@@ -28,13 +28,8 @@ struct EnqueueCommand: AsyncParsableCommand {
             error or invalid input (nothing enqueued).
             """)
 
-    @Argument(help: "URLs to enqueue (http or https).")
-    var urls: [String] = []
-
-    @Option(
-        name: [.customShort("i"), .customLong("input-file")],
-        help: ArgumentHelp("Read URLs from FILE ('-' = stdin).", valueName: "FILE"))
-    var inputFile: String?
+    @OptionGroup
+    var input: InputOptions
 
     @OptionGroup
     var database: DatabaseOptions
@@ -61,10 +56,8 @@ struct EnqueueCommand: AsyncParsableCommand {
         help: ArgumentHelp("Connections per file, for the lines without split= (as 'haul get -s').", valueName: "N"))
     var split: Int = 1
 
-    @Option(
-        name: .customLong("max-size"),
-        help: ArgumentHelp("Refuse larger bodies (K, M, G suffixes: powers of 1024).", valueName: "BYTES"))
-    var maxSize: String?
+    @OptionGroup
+    var sizeLimit: MaxSizeOptions
 
     @Option(
         name: .customLong("header"),
@@ -81,36 +74,14 @@ struct EnqueueCommand: AsyncParsableCommand {
     func validate() throws {
         if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
         if !(1...64).contains(split) { throw ValidationError("-s/--split must be from 1 to 64, not \(split)") }
-        if let maxSize, parseByteCount(maxSize) == nil {
-            throw ValidationError("--max-size '\(maxSize)' is not a size (e.g. 500000, 64K, 10M, 2G)")
-        }
         _ = try HostOptions(perHost: perHost, perHostRate: perHostRate)
     }
 
     func run() async throws {
         Interruption.install()
         try database.checkURL()
-        var source = InputSource(arguments: urls)
-        if let inputFile {
-            do {
-                source.file = (
-                    try InputSpool(path: inputFile == "-" ? nil : inputFile), inputFile == "-" ? "<stdin>" : inputFile
-                )
-            } catch {
-                throw UsageFailure(
-                    [
-                        InputProblem(
-                            origin: "-i/--input-file",
-                            message: "cannot read '\(inputFile)': \(GetCommand.reason(error))")
-                    ], summary: Self.nothingEnqueued)
-            }
-        }
-        var settings = PlanSettings(directory: Self.root)
-        settings.headers = headers
-        settings.maxSize = maxSize.flatMap(parseByteCount)
-        settings.split = split
-        settings.conflictPolicy = onConflict
-        let planner = Planner(settings: settings)
+        let source = try input.open(summary: Self.nothingEnqueued)
+        let planner = Planner(settings: planSettings)
         let attempts = retries + 1
         do {
             _ = try InputCheck.run(source, planner: planner, directories: nil) { planned in
@@ -138,6 +109,16 @@ struct EnqueueCommand: AsyncParsableCommand {
         Console.out(
             "haul: enqueued \(report.added) download\(report.added == 1 ? "" : "s")\(already) in queue "
                 + "'\(database.queue)'\n")
+    }
+
+    /// What every entry's plan takes from the options; the directory is the root, see ``root``.
+    var planSettings: PlanSettings {
+        var settings = PlanSettings(directory: Self.root)
+        settings.headers = headers
+        sizeLimit.apply(to: &settings)
+        settings.split = split
+        settings.conflictPolicy = onConflict
+        return settings
     }
 
     static let nothingEnqueued = "nothing was enqueued (see 'haul enqueue --help')"

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import Haul
 
-/// `haul get`'s options for the network in between: proxies, credentials and cookies, as curl spells them.
+/// The network in between: proxies, credentials and cookies, as curl spells them, for `haul get` and `haul worker`.
 struct NetworkOptions: ParsableArguments {
     @Option(
         name: [.customShort("x"), .customLong("proxy")],
@@ -60,6 +60,21 @@ struct NetworkOptions: ParsableArguments {
 
     func validate() throws {
         if netrc && netrcOptional { throw ValidationError("--netrc and --netrc-optional cannot be combined") }
+    }
+
+    /// Sets the proxies (none with `transport`'s system stack, which takes the system's), the netrc file's
+    /// credentials and the cookie jar of `configuration`, reading the files the options name.
+    ///
+    /// - Returns: The netrc file read, for ``credentialRule(netrc:)``.
+    @discardableResult
+    func apply(to configuration: inout Downloader.Configuration, transport: TransportChoice) throws(UsageFailure)
+        -> Netrc?
+    {
+        configuration.proxy = transport.isSystemStack ? .none : try proxyConfiguration()
+        let netrc = try readNetrc()
+        configuration.credentials = netrc
+        configuration.cookies = try loadCookies()
+        return netrc
     }
 
     /// The proxies of the options, else of the environment.

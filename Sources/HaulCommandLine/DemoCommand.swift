@@ -73,11 +73,16 @@ struct DemoCommand: AsyncParsableCommand {
             return DownloadRequest(
                 url: server.url(path: "/bytes/\(item.name)", query: query), destination: .directory(target))
         }
-        // Demo runs always start fresh, so nothing is remembered between them.
-        let settings = RunSettings(directory: target)
+        // `haul get`'s defaults, but demo runs always start fresh, so nothing is remembered between them.
+        let connection = try ConnectionOptions.parse([])
+        var configuration = Downloader.Configuration.commandLine
+        connection.apply(to: &configuration)
+        let queue = DownloadQueue.Configuration(recordsRequests: false)
+        let engine = connection.makeEngine(configuration: configuration, maxConcurrent: queue.maxConcurrentDownloads)
         let names = NameBook()
         let report = await GetRun.run(
-            ListedRequests(requests: requests, names: names), count: requests.count, names: names, settings: settings)
+            ListedRequests(requests: requests, names: names), count: requests.count, names: names, engine: engine,
+            queue: queue, output: try OutputOptions.parse([]))
         try await server.shutdown()
 
         let problems = Self.verify(report, in: target)

@@ -3,13 +3,7 @@ import Synchronization
 import Foundation
 import Haul
 import HaulAsyncHTTPClient
-import HaulNIO
 import HaulOperations
-import Logging
-
-#if canImport(Darwin)
-import HaulURLSession
-#endif
 
 #if canImport(Glibc)
 import Glibc
@@ -17,90 +11,21 @@ import Glibc
 import Darwin
 #endif
 
-/// Which transport moves the bytes.
-enum TransportChoice: String, CaseIterable, ExpressibleByArgument {
-    /// Haul's own HTTP/1.1 client (HaulNIO) for http and https, AsyncHTTPClient for HTTP/2: the default.
-    case nio
-    case asyncHTTPClient = "async-http-client"
-    #if canImport(Darwin)
-    /// The system's URLSession (Apple platforms: on Linux it would bring libcurl and its libraries into every start).
-    case urlSession = "urlsession"
-    #endif
-
-    /// Whether the transport trusts the system's store only and chooses the HTTP version itself.
-    var isSystemStack: Bool {
-        #if canImport(Darwin)
-        self == .urlSession
-        #else
-        false
-        #endif
-    }
-
-    /// The choices as `--help` lists them.
-    static let names = allCases.map(\.rawValue).joined(separator: "|")
-}
-
-/// How `haul get` (and `haul demo`) run a plan.
-struct RunSettings {
-    var directory: URL
-    var maxConcurrent = 4
-    var perHost: Int?
-    var retries = 3
-    var connectTimeout: Duration = .seconds(10)
-    var stallTimeout: Duration = .seconds(30)
-    var transport = TransportChoice.nio
-    /// How `https` is verified; `--insecure` prints a warning when the run starts.
-    var tls = TLSSettings.default
-    var httpVersion = HTTPVersionPreference.automatic
-    var output = OutputMode.automatic
-    var quiet = false
-    var verbose = false
-    /// `--sha256`: every file's digest computed and shown.
-    var computesSHA256 = false
-    /// Where completed and partial downloads are remembered between runs; `nil` for nowhere.
-    var journal: (any Journal)?
-    /// The proxies (`--proxy`, `--noproxy`, the environment).
-    var proxy = ProxyConfiguration.none
-    /// The netrc file's credentials, for requests without their own (a redirect to another host included).
-    var credentials: (any CredentialProvider)?
-    /// The cookies sent and kept (`-b`, `--cookie-jar`).
-    var cookies: CookieJar?
-    /// `-N`: files the journal shows completed are revalidated.
-    var revalidates = false
-    /// `--remote-time` (on) / `--no-remote-time`.
-    var usesRemoteTime = true
-    /// Off with `--no-keep-partial`.
-    var keepsPartialOnFailure = true
-    /// `--limit-rate`, for the whole run.
-    var maxBytesPerSecond: Int64?
-    /// `--rate`, `--per-host-rate`, `--wait`, `--random-wait`.
-    var pacing = RequestPacing()
-    /// `--max-time`.
-    var timeLimit: Duration?
-    /// `--speed-limit`, `--speed-time`.
-    var minimumSpeed: MinimumSpeed?
-
-    enum OutputMode {
-        case automatic, json
-    }
-}
-
 /// Runs planned downloads through one `DownloadQueue`, renders its events, handles SIGINT/SIGTERM, and
 /// reports. Holds no download logic: everything about one download is the engine's.
 enum GetRun {
-    /// Runs the `count` downloads of `requests`, read as the queue has room for them; `names` is filled as they
-    /// are read.
+    /// Runs the `count` downloads of `requests`, read as the queue has room for them, on `engine` through a queue
+    /// of `configuration`, drawn as `output` asks; `names` is filled as they are read.
     static func run<Requests: AsyncSequence & Sendable>(
-        _ requests: Requests, count: Int, names: NameBook, settings: RunSettings
+        _ requests: Requests, count: Int, names: NameBook, engine: Engine,
+        queue configuration: DownloadQueue.Configuration,
+        output: OutputOptions
     ) async -> RunReport where Requests.Element == DownloadRequest {
-        let display = makeDisplay(settings, names: names, plannedFiles: count)
-        let engine = makeEngine(settings)
+        let display = makeDisplay(output, names: names, plannedFiles: count)
         let ownedTransport = engine.ownedTransport
         let queue = DownloadQueue(
             downloader: Downloader(transport: engine.transport, configuration: engine.configuration),
-            // Rerunning the command is how `haul get` resumes, so the queue need not record the requests.
-            configuration: .init(
-                maxConcurrentDownloads: settings.maxConcurrent, perHostLimit: settings.perHost, recordsRequests: false))
+            configuration: configuration)
 
         let started = ContinuousClock.now
         // Subscribed before adding, so no event is missed; only the kinds the display draws (events nobody reads
@@ -122,7 +47,8 @@ enum GetRun {
         let results = Task {
             // Thrown only when a signal cancelled the run: every download read has ended (partials kept) by then.
             // The window keeps every slot busy at any -j, and lets other hosts go ahead of one held to --per-host.
-            try? await queue.download(requests, window: max(1024, 4 * settings.maxConcurrent)) { finished in
+            try? await queue.download(requests, window: max(1024, 4 * configuration.maxConcurrentDownloads)) {
+                finished in
                 switch finished.result {
                 case .success(let result):
                     counted.withLock { $0.add(result) }
@@ -153,70 +79,12 @@ enum GetRun {
         return report
     }
 
-    /// How a run of `settings` moves bytes: its transport, the engine's configuration, and the AsyncHTTPClient the
-    /// transport started (shut down once the run is over), if any. Warns on standard error about `--insecure`.
-    static func makeEngine(_ settings: RunSettings) -> Engine {
-        let transport: any HTTPTransport
-        let ownedTransport: AsyncHTTPClientTransport?
-        switch settings.transport {
-        case .nio where settings.httpVersion != .http2:
-            // http and https are NIOTransport's own, and the plan holds nothing else: no fallback to start and stop.
-            transport = NIOTransport()
-            ownedTransport = nil
-        case .nio, .asyncHTTPClient:
-            let client = AsyncHTTPClientTransport(
-                maximumConnectionsPerHost: max(settings.maxConcurrent, 1), connectTimeout: settings.connectTimeout)
-            transport = settings.transport == .nio ? NIOTransport(fallback: client) : client
-            ownedTransport = client
-        #if canImport(Darwin)
-        case .urlSession:
-            transport = URLSessionTransport(maximumConnectionsPerHost: max(settings.maxConcurrent, 1))
-            ownedTransport = nil
-        #endif
-        }
-        var configuration = Downloader.Configuration()
-        configuration.retryPolicy.maxRetries = settings.retries
-        configuration.connectTimeout = settings.connectTimeout
-        configuration.stallTimeout = settings.stallTimeout
-        configuration.tls = settings.tls
-        configuration.httpVersion = settings.httpVersion
-        configuration.computesSHA256 = settings.computesSHA256
-        if !settings.tls.verifiesPeer {
-            Console.err(
-                "haul: warning: --insecure: server certificates are not verified; anyone on the path can "
-                    + "read and change what is downloaded\n")
-        }
-        configuration.keepsPartialOnCancel = true
-        configuration.journal = settings.journal
-        configuration.proxy = settings.proxy
-        configuration.credentials = settings.credentials
-        configuration.cookies = settings.cookies
-        configuration.revalidatesCompletedFiles = settings.revalidates
-        configuration.usesRemoteModificationTime = settings.usesRemoteTime
-        configuration.keepsPartialOnFailure = settings.keepsPartialOnFailure
-        configuration.maxBytesPerSecond = settings.maxBytesPerSecond
-        configuration.pacing = settings.pacing
-        configuration.timeLimit = settings.timeLimit
-        configuration.minimumSpeed = settings.minimumSpeed
-        if settings.verbose {
-            var logger = Logger(label: "haul", factory: { StreamLogHandler.standardError(label: $0) })
-            logger.logLevel = .debug
-            configuration.logger = logger
-        }
-        return Engine(transport: transport, configuration: configuration, ownedTransport: ownedTransport)
-    }
-
-    struct Engine {
-        var transport: any HTTPTransport
-        var configuration: Downloader.Configuration
-        var ownedTransport: AsyncHTTPClientTransport?
-    }
-
-    static func makeDisplay(_ settings: RunSettings, names: NameBook, plannedFiles: Int) -> any Display {
-        if settings.output == .json { return JSONDisplay(names: names) }
+    /// The display `output` asks for: NDJSON, plain lines, or bars on an interactive terminal.
+    static func makeDisplay(_ output: OutputOptions, names: NameBook, plannedFiles: Int) -> any Display {
+        if output.json { return JSONDisplay(names: names) }
         // Verbose logs go to standard error line by line; bars redrawn over them would garble both.
-        if settings.quiet || settings.verbose || !Console.isInteractiveTerminal {
-            return LineDisplay(quiet: settings.quiet, verbose: settings.verbose, names: names)
+        if output.quiet || output.verbose || !Console.isInteractiveTerminal {
+            return LineDisplay(quiet: output.quiet, verbose: output.verbose, names: names)
         }
         return TerminalDisplay(names: names, plannedFiles: plannedFiles)
     }

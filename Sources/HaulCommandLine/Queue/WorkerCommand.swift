@@ -35,15 +35,11 @@ struct WorkerCommand: AsyncParsableCommand {
     @OptionGroup
     var database: DatabaseOptions
 
-    @Option(
-        name: [.customShort("d"), .customLong("dir")],
-        help: ArgumentHelp("Directory the files are written under (created if missing).", valueName: "DIR"))
-    var directory: String = "."
+    @OptionGroup
+    var destination: DirectoryOptions
 
-    @Option(
-        name: [.customShort("j"), .customLong("max-concurrent")], parsing: .unconditional,
-        help: ArgumentHelp("Connections at once on this worker (default 4).", valueName: "N"))
-    var maxConcurrent: Int = 4
+    @OptionGroup
+    var concurrency: ConcurrencyOptions
 
     @Option(
         help: ArgumentHelp(
@@ -58,25 +54,11 @@ struct WorkerCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("This worker's name in 'haul status' (default HOST:PID).", valueName: "NAME"))
     var name: String?
 
-    @Flag(help: "NDJSON on stdout: one object per finished, failed or refused download, and a last summary.")
-    var json = false
+    @OptionGroup
+    var output: OutputOptions
 
-    @Flag(name: [.customShort("q"), .long], help: "Errors only.")
-    var quiet = false
-
-    @Flag(
-        name: [.customShort("v"), .long],
-        help: "Log requests, responses, retry and redirect decisions to stderr.")
-    var verbose = false
-
-    @Option(
-        help: ArgumentHelp(
-            "Where completed and partial downloads are remembered (default: DIR/.haul/journal.sqlite).",
-            valueName: "PATH"))
-    var journal: String?
-
-    @Flag(name: .customLong("no-journal"), help: "Remember nothing: a download taken again starts over.")
-    var noJournal = false
+    @OptionGroup
+    var journal: JournalOptions
 
     /// For benchmarks: every claimed download succeeds at once without a request, so that what is measured is the
     /// queue's own cost.
@@ -84,37 +66,25 @@ struct WorkerCommand: AsyncParsableCommand {
     var noOpDownloads = false
 
     @OptionGroup
-    var connection: TransportOptions
+    var connection: ConnectionOptions
 
     @OptionGroup(title: "Proxies, credentials and cookies")
     var network: NetworkOptions
 
     func validate() throws {
-        if maxConcurrent < 1 { throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)") }
         if !(lease >= 1 && lease <= 86_400) {
             throw ValidationError("--lease must be a number of seconds from 1 to 86400, not \(lease)")
         }
-        if json && quiet { throw ValidationError("--json and --quiet cannot be combined") }
-        if journal != nil && noJournal { throw ValidationError("--journal and --no-journal cannot be combined") }
-        if connection.transport.isSystemStack, network.proxy?.isEmpty == false {
-            throw ValidationError("--transport urlsession takes the system's proxy settings: --proxy needs another")
-        }
+        try connection.validate(with: network)
     }
 
     func run() async throws {
         Interruption.install()
         try database.checkURL()
-        let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
-        let proxy = connection.transport.isSystemStack ? ProxyConfiguration.none : try network.proxyConfiguration()
-        var settings = RunSettings(directory: directory)
-        settings.maxConcurrent = maxConcurrent
-        settings.tls = try connection.tlsSettings(checkingFiles: true)
-        connection.apply(to: &settings)
-        settings.proxy = proxy
-        settings.credentials = try network.readNetrc()
-        settings.cookies = try network.loadCookies()
-        settings.verbose = verbose
-        settings.computesSHA256 = true
+        let directory = destination.url
+        var configuration = Downloader.Configuration.commandLine
+        configuration.tls = try connection.tlsSettings(checkingFiles: true)
+        try network.apply(to: &configuration, transport: connection.transport)
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         } catch {
@@ -125,15 +95,12 @@ struct WorkerCommand: AsyncParsableCommand {
                 ],
                 summary: "nothing was done")
         }
-        let journal = try GetCommand.journalPath(self.journal, disabled: noJournal, directory: directory).map {
-            try GetCommand.openJournal(at: $0, summary: "nothing was done")
-        }
-        settings.journal = journal
-        let engine = GetRun.makeEngine(settings)
-        let workerConfiguration = SharedQueueWorker.Configuration(
-            directory: directory, maxConcurrent: maxConcurrent, lease: .milliseconds(Int64(lease * 1000)), name: name,
-            exitsWhenEmpty: untilEmpty)
-        let output = WorkerOutput(json: json, quiet: quiet)
+        let journal = try self.journal.apply(to: &configuration, directory: directory, summary: "nothing was done")
+        apply(to: &configuration)
+        let workerConfiguration = self.workerConfiguration(directory: directory)
+        let engine = connection.makeEngine(
+            configuration: configuration, maxConcurrent: workerConfiguration.maxConcurrent)
+        let output = WorkerOutput(json: self.output.json, quiet: self.output.quiet)
         let noOp = noOpDownloads
         let report = try await database.withQueue(maximumConnections: 6) { queue in
             let worker =
@@ -171,6 +138,21 @@ struct WorkerCommand: AsyncParsableCommand {
         try? await engine.ownedTransport?.shutdown()
         output.summarize(report)
         Foundation.exit(report.interrupted ? 130 : report.failed > 0 ? 1 : 0)
+    }
+
+    /// Sets what the options ask of the engine: timeouts and HTTP version, and logging. Every file gets its SHA-256,
+    /// which the database records. Files the options name (TLS, journal, netrc, cookies) are read by ``run()``.
+    func apply(to configuration: inout Downloader.Configuration) {
+        connection.apply(to: &configuration)
+        output.apply(to: &configuration)
+        configuration.computesSHA256 = true
+    }
+
+    /// How this worker claims and runs downloads into `directory`.
+    func workerConfiguration(directory: URL) -> SharedQueueWorker.Configuration {
+        SharedQueueWorker.Configuration(
+            directory: directory, maxConcurrent: concurrency.connections(),
+            lease: .milliseconds(Int64(lease * 1000)), name: name, exitsWhenEmpty: untilEmpty)
     }
 }
 

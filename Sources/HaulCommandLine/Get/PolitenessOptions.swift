@@ -148,14 +148,22 @@ struct PolitenessOptions: ParsableArguments {
         MinimumSpeed(bytesPerSecond: bytesPerSecond ?? 1, for: duration(seconds: seconds ?? 30))
     }
 
-    /// Applies the options to the run's settings.
-    func apply(to settings: inout RunSettings) {
-        settings.revalidates = checkRemote
-        settings.usesRemoteTime = remoteTime
-        settings.keepsPartialOnFailure = !noKeepPartial
-        settings.maxBytesPerSecond = limitRate.flatMap(Self.byteRate)
-        settings.pacing = pacing
-        settings.timeLimit = maxTime.map(Self.duration(seconds:))
-        settings.minimumSpeed = minimumSpeed
+    /// Sets revalidation, modification times, partial files, the run's rate limit, pacing and time limits of
+    /// `configuration`.
+    func apply(to configuration: inout Downloader.Configuration) {
+        configuration.revalidatesCompletedFiles = checkRemote
+        configuration.usesRemoteModificationTime = remoteTime
+        configuration.keepsPartialOnFailure = !noKeepPartial
+        configuration.maxBytesPerSecond = limitRate.flatMap(Self.byteRate)
+        configuration.pacing = pacing
+        configuration.timeLimit = maxTime.map(Self.duration(seconds:))
+        configuration.minimumSpeed = minimumSpeed
+    }
+
+    /// Sets what every entry's plan takes from the options: `-c` and the speed limit for lines that set only one half.
+    func apply(to settings: inout PlanSettings) {
+        settings.continuesExistingFiles = continueExisting
+        settings.speedLimit = speedLimit.flatMap(Self.byteRate)
+        settings.speedTime = speedTime
     }
 }

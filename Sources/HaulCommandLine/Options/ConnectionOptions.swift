@@ -3,7 +3,8 @@ import Haul
 import HaulNIOSupport
 
 /// How bytes move, for `haul get` and `haul worker`: the transport, TLS and HTTP version, and connection timeouts.
-struct TransportOptions: ParsableArguments {
+/// (Not the library's ``Haul/TransportOptions``, which is what a transport is given with each request.)
+struct ConnectionOptions: ParsableArguments {
     @Option(
         name: .customLong("connect-timeout"),
         help: ArgumentHelp("Seconds to establish a connection.", valueName: "S"))
@@ -80,12 +81,24 @@ struct TransportOptions: ParsableArguments {
         }
     }
 
-    /// Sets the transport, HTTP version and timeouts of `settings` (TLS is ``tlsSettings(checkingFiles:)``'s).
-    func apply(to settings: inout RunSettings) {
-        settings.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
-        settings.stallTimeout = .milliseconds(Int64(stallTimeout * 1000))
-        settings.transport = transport
-        settings.httpVersion = http1_1 ? .http1_1 : http2 ? .http2 : .automatic
+    /// Sets the timeouts and the HTTP version of `configuration` (TLS is ``tlsSettings(checkingFiles:)``'s, the
+    /// transport ``makeEngine(configuration:maxConcurrent:)``'s).
+    func apply(to configuration: inout Downloader.Configuration) {
+        configuration.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
+        configuration.stallTimeout = .milliseconds(Int64(stallTimeout * 1000))
+        configuration.httpVersion = httpVersion
+    }
+
+    /// `--http1.1`, `--http2`, else the transport's choice.
+    var httpVersion: HTTPVersionPreference { http1_1 ? .http1_1 : http2 ? .http2 : .automatic }
+
+    /// Refuses `--proxy` with the system's stack, which takes the system's proxy settings.
+    func validate(with network: NetworkOptions) throws {
+        if transport.isSystemStack, network.proxy?.isEmpty == false {
+            throw ValidationError(
+                "--transport urlsession takes the system's proxy settings: --proxy needs the nio or async-http-client "
+                    + "transport")
+        }
     }
 
     /// The TLS settings of the options (the environment's CA when none is given); with `checkingFiles`, every file

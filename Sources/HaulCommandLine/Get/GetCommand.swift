@@ -44,31 +44,19 @@ struct GetCommand: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "URLs to download (http or https).")
-    var urls: [String] = []
+    @OptionGroup
+    var input: InputOptions
 
-    @Option(
-        name: [.customShort("i"), .customLong("input-file")],
-        help: ArgumentHelp("Read URLs from FILE ('-' = stdin).", valueName: "FILE"))
-    var inputFile: String?
-
-    @Option(
-        name: [.customShort("d"), .customLong("dir")],
-        help: ArgumentHelp("Destination directory (created if missing).", valueName: "DIR"))
-    var directory: String = "."
+    @OptionGroup
+    var destination: DirectoryOptions
 
     @Option(
         name: [.customShort("o"), .customLong("output")],
         help: ArgumentHelp("File name; only with exactly one URL.", valueName: "NAME"))
-    var output: String?
+    var fileName: String?
 
-    // Unconditional, so that `-j -1` reaches validate() and is reported as a bad number, not a missing value.
-    @Option(
-        name: [.customShort("j"), .customLong("max-concurrent")], parsing: .unconditional,
-        help: ArgumentHelp(
-            "Connections at once: downloads, and the extra connections of split files (1 = one at a time, in input "
-                + "order; default 4, or N of -s when larger).", valueName: "N"))
-    var maxConcurrent: Int?
+    @OptionGroup
+    var concurrency: ConcurrencyOptions
 
     @Option(
         name: .customLong("per-host"),
@@ -78,7 +66,7 @@ struct GetCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Retries of transient failures (0 = none).", valueName: "N"))
     var retries: Int = 3
 
-    // Unconditional, like -j.
+    // Unconditional, like -j: `-s -1` is reported as a bad number, not a missing value.
     @Option(
         name: [.customShort("s"), .customLong("split")], parsing: .unconditional,
         help: ArgumentHelp(
@@ -95,10 +83,8 @@ struct GetCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Expected digest for a single URL.", valueName: "ALGO=HEX"))
     var checksum: String?
 
-    @Option(
-        name: .customLong("max-size"),
-        help: ArgumentHelp("Refuse larger bodies (K, M, G suffixes: powers of 1024).", valueName: "BYTES"))
-    var maxSize: String?
+    @OptionGroup
+    var sizeLimit: MaxSizeOptions
 
     @Option(
         name: .customLong("header"),
@@ -117,33 +103,19 @@ struct GetCommand: AsyncParsableCommand {
             valueName: "fail|skip|overwrite|rename"))
     var onConflict: ConflictPolicy = .fail
 
-    @Flag(help: "NDJSON on stdout: start, progress, retry, finish, fail, summary; no progress bars.")
-    var json = false
-
     @Flag(
         name: .customLong("sha256"),
         help: "Compute each file's SHA-256 while writing it, and print it on its line (and in --json's finish).")
     var sha256 = false
 
-    @Flag(name: [.customShort("q"), .long], help: "Errors only.")
-    var quiet = false
-
-    @Flag(
-        name: [.customShort("v"), .long],
-        help: "Log requests, responses, retry and redirect decisions to stderr (plain lines instead of bars).")
-    var verbose = false
-
-    @Option(
-        help: ArgumentHelp(
-            "Where completed and partial downloads are remembered (default: DIR/.haul/journal.sqlite).",
-            valueName: "PATH"))
-    var journal: String?
-
-    @Flag(name: .customLong("no-journal"), help: "Remember nothing: a rerun starts over.")
-    var noJournal = false
+    @OptionGroup
+    var output: OutputOptions
 
     @OptionGroup
-    var connection: TransportOptions
+    var journal: JournalOptions
+
+    @OptionGroup
+    var connection: ConnectionOptions
 
     @OptionGroup(title: "Proxies, credentials and cookies")
     var network: NetworkOptions
@@ -152,76 +124,50 @@ struct GetCommand: AsyncParsableCommand {
     var politeness: PolitenessOptions
 
     func validate() throws {
-        if connection.transport.isSystemStack, network.proxy?.isEmpty == false {
-            throw ValidationError(
-                "--transport urlsession takes the system's proxy settings: --proxy needs the nio or async-http-client "
-                    + "transport")
-        }
-        if let maxConcurrent, maxConcurrent < 1 {
-            throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)")
-        }
+        try connection.validate(with: network)
         if let perHost, perHost < 1 { throw ValidationError("--per-host must be at least 1, not \(perHost)") }
         if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
         if !(1...64).contains(split) { throw ValidationError("-s/--split must be from 1 to 64, not \(split)") }
         if let minSplitSize, (parseByteCount(minSplitSize) ?? 0) < 1 {
             throw ValidationError("--min-split-size '\(minSplitSize)' is not a size above 0 (e.g. 1M, 20M)")
         }
-        if let maxSize, parseByteCount(maxSize) == nil {
-            throw ValidationError("--max-size '\(maxSize)' is not a size (e.g. 500000, 64K, 10M, 2G)")
-        }
-        if json && quiet { throw ValidationError("--json and --quiet cannot be combined") }
-        if journal != nil && noJournal { throw ValidationError("--journal and --no-journal cannot be combined") }
-        try politeness.validate(journalEnabled: !noJournal)
+        try politeness.validate(journalEnabled: journal.isEnabled)
     }
 
     mutating func run() async throws {
         // First: a signal while the input is read or the journal opened must stop the run cleanly too.
         Interruption.install()
-        let directory = URL(fileURLWithPath: directory, isDirectory: true).standardizedFileURL
-        let source = try openInput()
+        let directory = destination.url
+        let source = try input.open(summary: UsageFailure.nothingDownloaded)
         let planner = makePlanner(directory: directory)
         let directories = DestinationDirectories(base: directory)
         // The whole input is checked before anything is downloaded, then read again to run: a list of any length
         // takes the same memory.
         let checked = try InputCheck.run(source, planner: planner, directories: directories)
-        let proxy = connection.transport.isSystemStack ? ProxyConfiguration.none : try network.proxyConfiguration()
-        let netrc = try network.readNetrc()
-        let cookies = try network.loadCookies()
+        var configuration = Downloader.Configuration.commandLine
+        let netrc = try network.apply(to: &configuration, transport: connection.transport)
+        let proxy = configuration.proxy
         // As curl does, the CA and certificate files are read only when something is fetched over https: a stale
         // SSL_CERT_FILE does not stop a run of http URLs.
-        let tls = try connection.tlsSettings(
+        configuration.tls = try connection.tlsSettings(
             checkingFiles: checked.usesHTTPS || proxy.http?.kind == .https || proxy.https?.kind == .https)
         try directories.createBase()
         // Opened once the input is known to be good: a bad input leaves nothing behind.
-        let journal = try Self.journalPath(journal, disabled: noJournal, directory: directory).map {
-            try Self.openJournal(at: $0)
-        }
-
-        var settings = RunSettings(directory: directory)
-        // One file split over N connections should get them without -j too.
-        settings.maxConcurrent = maxConcurrent ?? max(4, split)
-        settings.perHost = perHost
-        settings.retries = retries
-        connection.apply(to: &settings)
-        settings.tls = tls
-        settings.output = json ? .json : .automatic
-        settings.computesSHA256 = sha256
-        settings.quiet = quiet
-        settings.verbose = verbose
-        settings.journal = journal
-        settings.proxy = proxy
-        settings.credentials = netrc
-        settings.cookies = cookies
-        politeness.apply(to: &settings)
+        let journal = try self.journal.apply(
+            to: &configuration, directory: directory, summary: UsageFailure.nothingDownloaded)
+        apply(to: &configuration)
+        let queue = queueConfiguration
+        let engine = connection.makeEngine(configuration: configuration, maxConcurrent: queue.maxConcurrentDownloads)
         let names = NameBook()
         let requests = PlannedRequests(
             source: source, planner: planner, credentials: network.credentialRule(netrc: netrc),
             directories: directories, names: names)
-        let report = await GetRun.run(requests, count: checked.count, names: names, settings: settings)
+        let report = await GetRun.run(
+            requests, count: checked.count, names: names, engine: engine, queue: queue, output: output)
         // The process exits without releasing the journal, so its last changes are folded in here.
         journal?.finish()
         var exitCode = report.exitCode
-        if let cookies, let path = network.cookieJar {
+        if let cookies = configuration.cookies, let path = network.cookieJar {
             do {
                 try cookies.write(to: URL(fileURLWithPath: path))
             } catch {
@@ -232,69 +178,42 @@ struct GetCommand: AsyncParsableCommand {
         Foundation.exit(exitCode)
     }
 
+    /// Sets what the options of every group, and `get`'s own, ask of the engine: timeouts and HTTP version,
+    /// politeness, logging, retries and digests. Files the options name (TLS, journal, netrc, cookies) are read by
+    /// ``run()``.
+    func apply(to configuration: inout Downloader.Configuration) {
+        connection.apply(to: &configuration)
+        politeness.apply(to: &configuration)
+        output.apply(to: &configuration)
+        configuration.retryPolicy.maxRetries = retries
+        configuration.computesSHA256 = sha256
+    }
+
+    /// The queue the downloads run through: `-j` connections at once, `--per-host` to one host.
+    var queueConfiguration: DownloadQueue.Configuration {
+        // Rerunning the command is how `haul get` resumes, so the queue need not record the requests.
+        var configuration = DownloadQueue.Configuration(perHostLimit: perHost, recordsRequests: false)
+        concurrency.apply(to: &configuration, split: split)
+        return configuration
+    }
+
     /// How every entry is planned.
-    private func makePlanner(directory: URL) -> Planner {
-        var planSettings = PlanSettings(directory: directory)
-        planSettings.fileName = output
-        planSettings.checksum = checksum
-        planSettings.headers = headers
-        planSettings.maxSize = maxSize.flatMap(parseByteCount)
-        planSettings.split = split
-        planSettings.minimumSegmentSize =
+    func planSettings(directory: URL) -> PlanSettings {
+        var settings = PlanSettings(directory: directory)
+        settings.fileName = fileName
+        settings.checksum = checksum
+        settings.headers = headers
+        sizeLimit.apply(to: &settings)
+        settings.split = split
+        settings.minimumSegmentSize =
             minSplitSize.flatMap(parseByteCount) ?? DownloadRequest.defaultMinimumSegmentSize
-        planSettings.conflictPolicy = onConflict
-        planSettings.useContentDisposition = contentDisposition
-        planSettings.continuesExistingFiles = politeness.continueExisting
-        planSettings.speedLimit = politeness.speedLimit.flatMap(PolitenessOptions.byteRate)
-        planSettings.speedTime = politeness.speedTime
-        return Planner(settings: planSettings)
+        settings.conflictPolicy = onConflict
+        settings.useContentDisposition = contentDisposition
+        politeness.apply(to: &settings)
+        return settings
     }
 
-    /// Where the journal is kept (`--journal`, else DIR/.haul/journal.sqlite); `nil` with `--no-journal`.
-    static func journalPath(_ option: String?, disabled: Bool, directory: URL) -> String? {
-        guard !disabled else { return nil }
-        return option.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
-            ?? directory.appendingPathComponent(".haul/journal.sqlite").path
-    }
-
-    /// Opens the journal at `path`; a failure is a usage error followed by `summary`.
-    static func openJournal(
-        at path: String, summary: String = "nothing was downloaded (see 'haul get --help')"
-    ) throws -> SQLiteJournal {
-        let warned = Locked(false)
-        do {
-            // Each download is looked up once, before it is written: the journal need not remember its writes.
-            return try SQLiteJournal(
-                path: path, remembersWrites: false,
-                onError: { error in
-                    // Downloads go on; only what a rerun can skip or resume is affected. Said once.
-                    let first = warned.withLock { warned in
-                        defer { warned = true }
-                        return !warned
-                    }
-                    if first { Console.err("haul: warning: journal '\(path)': \(error); a rerun may fetch again\n") }
-                })
-        } catch {
-            throw UsageFailure(
-                [InputProblem(origin: "--journal", message: "\(error); or use --no-journal")], summary: summary)
-        }
-    }
-
-    /// The URLs of the command line, then those of the input file.
-    private func openInput() throws(UsageFailure) -> InputSource {
-        var source = InputSource(arguments: urls)
-        guard let inputFile else { return source }
-        do {
-            source.file = (
-                try InputSpool(path: inputFile == "-" ? nil : inputFile), inputFile == "-" ? "<stdin>" : inputFile
-            )
-        } catch {
-            throw UsageFailure([
-                InputProblem(origin: "-i/--input-file", message: "cannot read '\(inputFile)': \(Self.reason(error))")
-            ])
-        }
-        return source
-    }
+    private func makePlanner(directory: URL) -> Planner { Planner(settings: planSettings(directory: directory)) }
 
     /// The POSIX reason of a Foundation file error ("No such file or directory"), else its description.
     static func reason(_ error: any Error) -> String {
@@ -325,10 +244,13 @@ struct GetCommand: AsyncParsableCommand {
 struct UsageFailure: Error {
     var problems: [InputProblem]
     var summary: String
-    init(_ problems: [InputProblem], summary: String = "nothing was downloaded (see 'haul get --help')") {
+    init(_ problems: [InputProblem], summary: String = nothingDownloaded) {
         self.problems = problems
         self.summary = summary
     }
+
+    /// `haul get`'s summary of a usage failure.
+    static let nothingDownloaded = "nothing was downloaded (see 'haul get --help')"
 }
 
 extension ConflictPolicy: ExpressibleByArgument {}

@@ -48,8 +48,10 @@ struct QueueCommand: AsyncParsableCommand {
             }
         }
 
+        /// The downloads the options select.
+        var selection: CancelSelection { url.map { .url($0) } ?? host.map { .host($0) } ?? .all }
+
         func run() async throws {
-            let selection: CancelSelection = url.map { .url($0) } ?? host.map { .host($0) } ?? .all
             let count = try await database.withQueue(maximumConnections: 1) { try await $0.cancel(selection) }
             Console.out("haul: \(count) download\(count == 1 ? "" : "s") cancelled\n")
         }

@@ -1,0 +1,28 @@
+import ArgumentParser
+import Haul
+
+/// `-j/--max-concurrent`: how many connections run at once, for `haul get` and `haul worker`.
+struct ConcurrencyOptions: ParsableArguments {
+    // Unconditional, so that `-j -1` reaches validate() and is reported as a bad number, not a missing value.
+    @Option(
+        name: [.customShort("j"), .customLong("max-concurrent")], parsing: .unconditional,
+        help: ArgumentHelp(
+            "Connections at once: downloads, and the extra connections of split files (1 = one at a time, in input "
+                + "order; default 4, or N of -s when larger).", valueName: "N"))
+    var maxConcurrent: Int?
+
+    func validate() throws {
+        if let maxConcurrent, maxConcurrent < 1 {
+            throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)")
+        }
+    }
+
+    /// The connections at once: `-j`, else 4, or `split` when larger (one file split over N connections gets them
+    /// without `-j` too).
+    func connections(split: Int = 1) -> Int { maxConcurrent ?? max(4, split) }
+
+    /// Sets how many downloads `configuration` runs at once, for files split into up to `split` segments.
+    func apply(to configuration: inout DownloadQueue.Configuration, split: Int) {
+        configuration.maxConcurrentDownloads = connections(split: split)
+    }
+}
