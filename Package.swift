@@ -54,7 +54,7 @@ let package = Package(
     targets: [
         // The asynchronous Operation done right. Foundation only: no networking.
         .target(name: "HaulOperations"),
-        .testTarget(name: "HaulOperationsTests", dependencies: ["HaulOperations"]),
+        .testTarget(name: "HaulOperationsTests", dependencies: ["HaulOperations", "HaulTestSupport"]),
 
         // The download engine: one download done right, the HTTPTransport protocol, URLSessionTransport.
         .target(

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import HaulTestSupport
 import Testing
 
 @testable import HaulOperations
@@ -9,7 +10,7 @@ struct AsyncOperationTests {
     @Test("width 1: never more than one executing, submission order kept")
     func widthOneIsSequentialInOrder() async throws {
         let meter = InFlightMeter()
-        let gate = Gate()
+        let gate = Gate<Void>()
         gate.open()  // each operation still finishes asynchronously, from another queue
         let (queue, _) = makeObservableQueue(width: 1)
         let operations = (0..<200).map { GatedOperation(id: $0, meter: meter, gate: gate) }
@@ -24,7 +25,7 @@ struct AsyncOperationTests {
     @Test("width N with N+k held at a gate: the highest number in flight is exactly N", arguments: [2, 4, 8])
     func widthNBoundsConcurrency(width: Int) async throws {
         let meter = InFlightMeter()
-        let gate = Gate()
+        let gate = Gate<Void>()
         let (queue, underlying) = makeObservableQueue(width: width)
         let operations = (0..<(width + 5)).map { GatedOperation(id: $0, meter: meter, gate: gate) }
         queue.addOperations(operations)
@@ -45,7 +46,7 @@ struct AsyncOperationTests {
     @Test("dependencies order work across queues")
     func dependenciesOrderWork() async throws {
         let meter = InFlightMeter()
-        let gate = Gate()
+        let gate = Gate<Void>()
         let first = GatedOperation(id: 1, meter: meter, gate: gate)
         let second = GatedOperation(id: 2, meter: meter, gate: gate)
         let third = GatedOperation(id: 3, meter: meter, gate: gate)
@@ -70,9 +71,9 @@ struct AsyncOperationTests {
     @Test("cancelled before start: finishes without running execute(), dependents still run")
     func cancelBeforeStart() async throws {
         let meter = InFlightMeter()
-        let gate = Gate()
+        let gate = Gate<Void>()
         gate.open()
-        let blocker = GatedOperation(id: 0, meter: meter, gate: Gate())  // never opens: keeps the queue busy
+        let blocker = GatedOperation(id: 0, meter: meter, gate: Gate<Void>())  // never opens: keeps the queue busy
         let cancelled = GatedOperation(id: 1, meter: meter, gate: gate)
         let dependent = GatedOperation(id: 2, meter: meter, gate: gate)
         dependent.addDependency(cancelled)
@@ -91,7 +92,7 @@ struct AsyncOperationTests {
 
     @Test("cancelled before start, started by hand: finishes at once")
     func cancelBeforeManualStart() {
-        let operation = GatedOperation(id: 0, meter: InFlightMeter(), gate: Gate())
+        let operation = GatedOperation(id: 0, meter: InFlightMeter(), gate: Gate<Void>())
         operation.cancel()
         operation.start()
         #expect(operation.isFinished)
@@ -100,11 +101,11 @@ struct AsyncOperationTests {
 
     @Test("cancel during work reaches the work and ends it")
     func cancelDuringWork() async throws {
-        let started = Gate()
+        let started = Gate<Void>()
         let operation = CancellableWorkOperation(started: started)
         let queue = OperationQueue()
         queue.addOperation(operation)
-        await started.pass()
+        await started.wait()
         #expect(operation.isExecuting)
         operation.cancel()
         try await [operation].allFinished()
@@ -167,7 +168,7 @@ struct AsyncOperationTests {
 
     @Test("finish() before start: start() finishes without executing")
     func finishBeforeStart() {
-        let operation = GatedOperation(id: 0, meter: InFlightMeter(), gate: Gate())
+        let operation = GatedOperation(id: 0, meter: InFlightMeter(), gate: Gate<Void>())
         operation.finish()
         #expect(!operation.isFinished)
         operation.start()
@@ -178,7 +179,7 @@ struct AsyncOperationTests {
     @Test("a second start() is ignored")
     func secondStartIgnored() {
         let meter = InFlightMeter()
-        let operation = GatedOperation(id: 0, meter: meter, gate: Gate())
+        let operation = GatedOperation(id: 0, meter: meter, gate: Gate<Void>())
         operation.start()
         operation.start()
         #expect(meter.startOrder == [0])
@@ -215,10 +216,10 @@ private final class RacingFinishOperation: AsyncOperation, @unchecked Sendable {
 /// Work that only ends when cancelled: it registers a cancel handler that finishes the operation.
 private final class CancellableWorkOperation: AsyncOperation, @unchecked Sendable {
     // unchecked Sendable: immutable lets of Sendable types only.
-    let started: Gate
+    let started: Gate<Void>
     let cancelHandlerRuns = Locked(0)
 
-    init(started: Gate) {
+    init(started: Gate<Void>) {
         self.started = started
         super.init(name: "cancellable")
     }

@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import Testing
 
 @testable import HaulOperations
@@ -8,7 +9,7 @@ struct OperationGroupTests {
     @Test("the completion operation runs after every member, with the k / n count at each step")
     func completionAfterAll() async throws {
         let meter = InFlightMeter()
-        let gate = Gate()
+        let gate = Gate<Void>()
         let members = (0..<10).map { GatedOperation(id: $0, meter: meter, gate: gate) }
         let group = OperationGroup(members)
         let steps = Locked<[String]>([])
@@ -35,7 +36,7 @@ struct OperationGroupTests {
     func countsInOrderUnderContention() async throws {
         for _ in 0..<200 {
             let meter = InFlightMeter()
-            let gate = Gate()
+            let gate = Gate<Void>()
             let members = (0..<64).map { GatedOperation(id: $0, meter: meter, gate: gate) }
             let group = OperationGroup(members)
             let counts = Locked<[Int]>([])
@@ -52,7 +53,7 @@ struct OperationGroupTests {
 
     @Test("cancelOthers: the first failure cancels the rest")
     func cancelOthersOnFailure() async throws {
-        let started = Gate()
+        let started = Gate<Void>()
         let slow = (0..<3).map { index in
             AsyncBlockOperation(name: "slow-\(index)") { () async throws -> Int in
                 try await Task.sleep(for: .seconds(3600))
@@ -60,7 +61,7 @@ struct OperationGroupTests {
             }
         }
         let failing = AsyncBlockOperation<Int>(name: "failing") {
-            await started.pass()
+            await started.wait()
             throw TestFailure(message: "404")
         }
         let group = OperationGroup(slow + [failing], failurePolicy: .cancelOthers)
@@ -101,7 +102,7 @@ struct OperationGroupTests {
 
     @Test("cancelling a task awaiting a group cancels the members and waits for them")
     func groupWaitCancellation() async throws {
-        let started = Gate()
+        let started = Gate<Void>()
         let member = AsyncBlockOperation(name: "slow") { () async throws -> Int in
             started.open()
             try await Task.sleep(for: .seconds(3600))
@@ -110,7 +111,7 @@ struct OperationGroupTests {
         let group = OperationGroup([member])
         OperationQueue().addOperation(member)
         let waiter = Task { try await group.finished() }
-        await started.pass()
+        await started.wait()
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
         #expect(member.isFinished && member.isCancelled)
@@ -142,13 +143,13 @@ struct OperationGroupTests {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 2
         let meter = InFlightMeter()
-        let gate = Gate()
+        let gate = Gate<Void>()
         let results = try await withThrowingTaskGroup(of: Int.self) { group in
             for index in 0..<6 {
                 group.addTask {
                     try await queue.run(name: "job-\(index)") {
                         meter.enter(index)
-                        await gate.pass()
+                        await gate.wait()
                         meter.leave()
                         return index * 10
                     }
@@ -166,7 +167,7 @@ struct OperationGroupTests {
     @Test("OperationQueue.run: cancelling the caller cancels the operation")
     func runCancellation() async throws {
         let queue = OperationQueue()
-        let started = Gate()
+        let started = Gate<Void>()
         let task = Task {
             try await queue.run(name: "slow") { () async throws -> Int in
                 started.open()
@@ -174,7 +175,7 @@ struct OperationGroupTests {
                 return 0
             }
         }
-        await started.pass()
+        await started.wait()
         task.cancel()
         let error = try #require(await #expect(throws: OperationError.self) { try await task.value })
         #expect(error.code == .cancelled)

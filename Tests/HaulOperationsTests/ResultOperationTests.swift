@@ -1,4 +1,5 @@
 import Foundation
+import HaulTestSupport
 import Testing
 
 @testable import HaulOperations
@@ -106,7 +107,7 @@ struct ResultOperationTests {
 
     @Test("cancelling the operation cancels the task running the closure")
     func operationCancelReachesTask() async throws {
-        let started = Gate()
+        let started = Gate<Void>()
         let observedCancellation = Locked(false)
         let operation = AsyncBlockOperation(name: "slow") { () async throws -> Int in
             started.open()
@@ -119,7 +120,7 @@ struct ResultOperationTests {
             return 0
         }
         OperationQueue().addOperation(operation)
-        await started.pass()
+        await started.wait()
         operation.cancel()
         let error = try #require(await #expect(throws: OperationError.self) { try await operation.value })
         #expect(error.code == .cancelled)
@@ -128,7 +129,7 @@ struct ResultOperationTests {
 
     @Test("cancelling the awaiting task cancels the operation and its work")
     func taskCancelReachesOperation() async throws {
-        let started = Gate()
+        let started = Gate<Void>()
         let operation = AsyncBlockOperation(name: "slow") { () async throws -> Int in
             started.open()
             try await Task.sleep(for: .seconds(3600))
@@ -136,7 +137,7 @@ struct ResultOperationTests {
         }
         OperationQueue().addOperation(operation)
         let waiter = Task { try await operation.value }
-        await started.pass()
+        await started.wait()
         waiter.cancel()
         await #expect(throws: OperationError.self) { try await waiter.value }
         try await [operation].allFinished()
@@ -145,15 +146,15 @@ struct ResultOperationTests {
 
     @Test("work that completes despite a cancel keeps its value")
     func completedWorkWins() async throws {
-        let release = Gate()
-        let started = Gate()
+        let release = Gate<Void>()
+        let started = Gate<Void>()
         let operation = AsyncBlockOperation(name: "stubborn") { () async -> Int in
             started.open()
-            await release.pass()  // ignores cancellation
+            await release.wait()  // ignores cancellation
             return 42
         }
         OperationQueue().addOperation(operation)
-        await started.pass()
+        await started.wait()
         operation.cancel()
         release.open()
         #expect(try await operation.value == 42)

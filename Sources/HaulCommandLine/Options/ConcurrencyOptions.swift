@@ -7,8 +7,8 @@ struct ConcurrencyOptions: ParsableArguments {
     @Option(
         name: [.customShort("j"), .customLong("max-concurrent")], parsing: .unconditional,
         help: ArgumentHelp(
-            "Connections at once: downloads, and the extra connections of split files (1 = one at a time, in input "
-                + "order; default 4, or N of -s when larger).", valueName: "N"))
+            "Connections at once: downloads, and the extra connections of split files (default 4; for haul get, "
+                + "N of -s when larger, and 1 fetches one at a time in input order).", valueName: "N"))
     var maxConcurrent: Int?
 
     func validate() throws {

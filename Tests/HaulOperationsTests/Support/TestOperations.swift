@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import HaulOperations
+import HaulTestSupport
 
 /// An AsyncOperation whose work is held at a gate and recorded by a meter; it finishes from another queue,
 /// as network completions do.
@@ -8,10 +9,10 @@ final class GatedOperation: AsyncOperation, @unchecked Sendable {
     // unchecked Sendable: immutable lets of Sendable types only.
     let id: Int
     let meter: InFlightMeter
-    let gate: Gate
+    let gate: Gate<Void>
     let executed = Locked(false)
 
-    init(id: Int, meter: InFlightMeter, gate: Gate) {
+    init(id: Int, meter: InFlightMeter, gate: Gate<Void>) {
         self.id = id
         self.meter = meter
         self.gate = gate
@@ -21,7 +22,7 @@ final class GatedOperation: AsyncOperation, @unchecked Sendable {
     override func execute() {
         executed.withLock { $0 = true }
         meter.enter(id)
-        gate.whenOpen { [self] in
+        gate.whenOpen { [self] _ in
             DispatchQueue.global().async { [self] in
                 meter.leave()
                 finish()

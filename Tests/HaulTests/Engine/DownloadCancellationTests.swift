@@ -20,10 +20,10 @@ struct DownloadCancellationTests {
         try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             let clock = BlockingClock()
-            let atRename = Signal()
+            let atRename = Gate<Void>()
             var configuration = kind.configuration(clock: clock)
             configuration.hooks.beforePublish = {
-                atRename.fire()
+                atRename.open()
                 try? await Task.sleep(for: .seconds(3600))  // returns early when the task is cancelled
             }
             let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
@@ -35,12 +35,12 @@ struct DownloadCancellationTests {
                 case .duringBackoff: ["size": "10000", "status": "503"]
                 }
             let url = server.url(path: "/bytes/victim", query: query)
-            let sawBytes = Signal()
+            let sawBytes = Gate<Void>()
             let task = Task {
                 if stage == .beforeConnect { withUnsafeCurrentTask { $0?.cancel() } }
                 return try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url))) {
                     event in
-                    if case .progress(let progress) = event, progress.bytesWritten > 0 { sawBytes.fire() }
+                    if case .progress(let progress) = event, progress.bytesWritten > 0 { sawBytes.open() }
                 }
             }
             switch stage {
@@ -100,13 +100,13 @@ struct DownloadCancellationTests {
             let downloader = Downloader(
                 transport: TransportKind.asyncHTTPClient.makeTransport(), configuration: configuration)
             func cancelMidway(_ name: String, size: Int) async {
-                let sawBytes = Signal()
+                let sawBytes = Gate<Void>()
                 let url = server.url(
                     path: "/bytes/\(name)", query: ["size": "\(size)", "stallAfter": "\(size / 2)", "stall": "forever"])
                 let task = Task {
                     try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url))) {
                         event in
-                        if case .progress(let progress) = event, progress.bytesWritten > 0 { sawBytes.fire() }
+                        if case .progress(let progress) = event, progress.bytesWritten > 0 { sawBytes.open() }
                     }
                 }
                 await sawBytes.wait()

@@ -166,11 +166,11 @@ struct FileOwnershipTests {
                 dir.file("s"))
             first.maxConnections = 4
             first.minimumSegmentSize = 256 << 10
-            let sawBytes = Signal()
+            let sawBytes = Gate<Void>()
             let (cancelled, engine) = (first, downloader(journal))
             let task = Task {
                 try await engine.download(cancelled) { event in
-                    if case .progress(let progress) = event, progress.bytesWritten >= 2 << 20 { sawBytes.fire() }
+                    if case .progress(let progress) = event, progress.bytesWritten >= 2 << 20 { sawBytes.open() }
                 }
             }
             await sawBytes.wait()

@@ -180,11 +180,11 @@ struct JournalTests {
             let request = DownloadRequest(
                 url: server.url(path: "/bytes/big.bin", query: ["size": "\(size)", "rate": "200000"]),
                 destination: .directory(dir.url))
-            let sawBytes = Signal()
+            let sawBytes = Gate<Void>()
             let first = downloader(journal, kind: kind)
             let task = Task {
                 try await first.download(request) { event in
-                    if case .progress(let progress) = event, progress.bytesWritten >= 50_000 { sawBytes.fire() }
+                    if case .progress(let progress) = event, progress.bytesWritten >= 50_000 { sawBytes.open() }
                 }
             }
             await sawBytes.wait()

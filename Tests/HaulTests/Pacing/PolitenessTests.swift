@@ -162,9 +162,9 @@ struct PolitenessTests {
             let other = DownloadRequest(
                 url: server.url(path: "/bytes/other", query: ["size": "100"]), destination: .directory(dir.url))
             let otherEvents = EventLog()
-            let refused = Signal()
+            let refused = Gate<Void>()
             async let first = downloader.download(busy) { event in
-                if case .retrying = event { refused.fire() }
+                if case .retrying = event { refused.open() }
             }
             await refused.wait()
             let second = try await downloader.download(other, onEvent: otherEvents.record)

@@ -238,10 +238,10 @@ struct ProxyTests {
 
     /// A backoff clock whose first sleep waits until the test lets it go.
     final class GatedClock: BackoffClock {
-        let entered = Signal()
-        let release = Signal()
+        let entered = Gate<Void>()
+        let release = Gate<Void>()
         func sleep(for duration: Duration) async throws {
-            entered.fire()
+            entered.open()
             await release.wait()
         }
     }
@@ -269,7 +269,7 @@ struct ProxyTests {
                 await clock.entered.wait()
                 try await tinyproxy.restart()
                 server.openGate("g")
-                clock.release.fire()
+                clock.release.open()
                 let result = try await download.value
                 #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: 2_000_000))
                 let ranges = server.stats.requests.map(\.range)
