@@ -8,18 +8,18 @@ import Glibc
 import Darwin
 #endif
 
-/// The destination directory and the `dir=` directories under it. A `dir=` path is walked one component at a time
-/// without following symbolic links: a link there could lead the downloads out of the destination, so it is
-/// refused, as is anything there that is not a directory. Checked when the input is checked (nothing is made
-/// then), made when its first download is read to run.
+/// The destination directory and the `dir=` directories under it, walked by ``ContainedDirectories`` (no symbolic
+/// link followed). Checked when the input is checked (nothing is made then), made when its first download is read to
+/// run.
 final class DestinationDirectories: Sendable {
     let base: String
-    /// Directories already checked or made: a list names the same few again and again. Emptied when it grows past
-    /// 4,096, so a list naming a directory per line is not kept whole.
-    private let known = Locked(Set<String>())
+    /// The walk under the destination, which remembers the directories it checked or made (a list names the same few
+    /// again and again).
+    private let walker: ContainedDirectories
 
     init(base: URL) {
         self.base = base.standardizedFileURL.path
+        walker = ContainedDirectories(base: self.base)
     }
 
     /// Creates the destination directory.
@@ -52,46 +52,15 @@ final class DestinationDirectories: Sendable {
     }
 
     private func walk(_ directory: String, making: Bool) -> InputProblem? {
-        guard directory != base, !known.withLock({ $0.contains(directory) }) else { return nil }
-        var path = base
+        guard directory != base else { return nil }
         let relative = directory.hasPrefix(base + "/") ? directory.dropFirst(base.count + 1) : ""
-        for component in relative.split(separator: "/") {
-            path += "/" + component
-            if known.withLock({ $0.contains(path) }) { continue }
-            switch Self.inspect(path, making: making) {
-            case .missing: return nil  // checking only: the rest is made later
-            case .problem(let problem):
-                return InputProblem(origin: "dir=\(relative)", message: "'\(path)' \(problem)")
-            case .directory:
-                known.withLock { known in
-                    if known.count >= 4096 { known.removeAll(keepingCapacity: true) }
-                    known.insert(path)
-                }
+        guard let problem = walker.walk(relative.split(separator: "/"), making: making) else { return nil }
+        let message =
+            switch problem.finding {
+            case .symbolicLink: "is a symbolic link; Haul does not follow links out of the destination directory"
+            case .notDirectory: "exists and is not a directory"
+            case .cannotCreate(let error): "cannot be created: \(String(cString: strerror(error)))"
             }
-        }
-        return nil
-    }
-
-    private enum Finding {
-        case directory, missing
-        case problem(String)
-    }
-
-    /// What is at `path`; with `making`, a missing directory is made.
-    private static func inspect(_ path: String, making: Bool) -> Finding {
-        var info = stat()
-        if lstat(path, &info) == 0 {
-            switch info.st_mode & S_IFMT {
-            case S_IFDIR: return .directory
-            case S_IFLNK:
-                return .problem("is a symbolic link; Haul does not follow links out of the destination directory")
-            default: return .problem("exists and is not a directory")
-            }
-        }
-        guard making else { return .missing }
-        if mkdir(path, 0o777) == 0 || errno == EEXIST && lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR {
-            return .directory
-        }
-        return .problem("cannot be created: \(String(cString: strerror(errno)))")
+        return InputProblem(origin: "dir=\(relative)", message: "'\(problem.path)' \(message)")
     }
 }

@@ -41,7 +41,7 @@ struct ClaimFeed: AsyncSequence, Sendable {
                 case .stop:
                     return nil
                 case .hand(let claim):
-                    if let problem = run.directories.make(for: claim.path) {
+                    if let problem = run.makeDirectories(for: claim.path) {
                         run.refuse(claim, because: problem)
                         continue
                     }

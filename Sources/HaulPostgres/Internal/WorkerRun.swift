@@ -48,7 +48,7 @@ final class WorkerRun: Sendable {
     /// Wakes the feeding's race against the fence and the interruption.
     let stopWake = Wake()
     /// The directories downloads write into.
-    let directories: ParentDirectories
+    let directories: ContainedDirectories
 
     struct State {
         var phase = Phase.running
@@ -71,7 +71,7 @@ final class WorkerRun: Sendable {
         self.worker = worker
         self.id = id
         self.report = report
-        directories = ParentDirectories(base: worker.configuration.directory)
+        directories = ContainedDirectories(base: worker.configuration.directory.path)
     }
 
     var queue: SharedQueue { worker.queue }
@@ -241,6 +241,18 @@ final class WorkerRun: Sendable {
                     path: claim.path, url: request.url.absoluteString, reason: Self.reason(error), willRetry: retries))
         }
         add(completion)
+    }
+
+    /// Makes the directories of a claim's `path` (relative, checked by ``SharedDownload``) under the worker's
+    /// directory, or says why it cannot.
+    func makeDirectories(for path: String) -> String? {
+        guard let problem = directories.walk(path.split(separator: "/").dropLast(), making: true) else { return nil }
+        switch problem.finding {
+        case .symbolicLink, .notDirectory:
+            return "'\(problem.path)' is not a directory (a symbolic link or a file there is not followed)"
+        case .cannotCreate(let error):
+            return "cannot make the directory '\(problem.path)': \(String(cString: strerror(error)))"
+        }
     }
 
     /// Fails a claim that cannot be run here (its directory cannot be made safely), for good.
