@@ -7,7 +7,7 @@ import Testing
 
 /// The reader a proxy tunnel is opened with, against a raw proxy whose answer and close arrive together.
 @Suite("Proxy tunnel reader", .timeLimit(.minutes(1)))
-struct TunnelReaderTests {
+struct ProxyTunnelTests {
     @Test("an answer that arrived with the proxy's close, before the read was asked for, is read; then the close")
     func answerThenClose() async throws {
         // Without a length the raw server closes right after its answer, as proxies do after a 407.
