@@ -23,9 +23,9 @@ struct ContainedDirectoriesTests {
         let mask = umask(0o022)
         defer { umask(mask) }
         #expect(walker.walk(["a", "b"], making: true) == nil)
-        var info = stat()
-        #expect(lstat(directory.url.path + "/a/b", &info) == 0 && info.st_mode & S_IFMT == S_IFDIR)
-        #expect(info.st_mode & 0o777 == 0o755)
+        let made = try FileManager.default.attributesOfItem(atPath: directory.url.path + "/a/b")
+        #expect(made[.type] as? FileAttributeType == .typeDirectory)
+        #expect((made[.posixPermissions] as? NSNumber)?.intValue == 0o755)
     }
 
     @Test("a symbolic link or a file in the way stops the walk, naming its path; nothing is made past it")
