@@ -3,6 +3,7 @@ import Haul
 import HaulNIO
 import HaulTestServer
 import HaulTestSupport
+import PostgresNIO
 import Testing
 
 @testable import HaulPostgres
@@ -41,6 +42,43 @@ struct WorkerDirectoriesTests {
             }
             #expect(outside.contents().isEmpty)
             #expect(contentsOf(directory.file("deep/er/b")) == TestServer.expectedBytes(name: "b", size: 1000))
+        }
+    }
+}
+
+/// A worker's credentials go to each claimed URL's origin, never into the database.
+@Suite(
+    "SharedQueueWorker: credentials", .timeLimit(.minutes(2)), .serialized,
+    .enabled(if: TestPlatform.isLinux, "runs Debian's PostgreSQL 15, which scripts/test installs"))
+struct WorkerCredentialsTests {
+    @Test("with credentials the protected file arrives; without, it fails with 401; the database holds no secret")
+    func credentials() async throws {
+        try await withFixtures { server, database, directory in
+            // "Basic " + base64("ann:secret")
+            let protected = server.url(
+                path: "/bytes/p", query: ["size": "500", "requireAuth": "Basic YW5uOnNlY3JldA=="])
+            try await SharedQueue.withQueue(database) { queue in
+                try await queue.enqueue([try SharedDownload(request: request(protected), path: "without")])
+                let refused = await SharedQueueWorker(
+                    queue: queue, transport: NIOTransport(),
+                    configuration: .init(directory: directory.url, exitsWhenEmpty: true, retryPolicy: .none)
+                ).run()
+                #expect(refused.failed == 1 && refused.done == 0)
+                #expect(try await queue.status().failures.first?.reason.contains("401") == true)
+                try await queue.enqueue([try SharedDownload(request: request(protected), path: "with")])
+                var configuration = SharedQueueWorker.Configuration(
+                    directory: directory.url, exitsWhenEmpty: true, retryPolicy: .none)
+                configuration.credentials = Credentials(user: "ann", password: "secret")
+                let report = await SharedQueueWorker(
+                    queue: queue, transport: NIOTransport(), configuration: configuration
+                ).run()
+                #expect(report.done == 1)
+                let dump = try await queue.rows(
+                    "SELECT coalesce(string_agg(d::text, ' '), '') FROM haul_download d", "reading every row",
+                    as: String.self)
+                #expect(dump.first?.contains("secret") == false)
+            }
+            #expect(contentsOf(directory.file("with")) == TestServer.expectedBytes(name: "p", size: 500))
         }
     }
 }

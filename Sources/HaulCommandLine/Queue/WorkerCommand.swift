@@ -150,9 +150,11 @@ struct WorkerCommand: AsyncParsableCommand {
 
     /// How this worker claims and runs downloads into `directory`.
     func workerConfiguration(directory: URL) -> SharedQueueWorker.Configuration {
-        SharedQueueWorker.Configuration(
+        var configuration = SharedQueueWorker.Configuration(
             directory: directory, maxConcurrent: concurrency.connections(),
             lease: .milliseconds(Int64(lease * 1000)), name: name, exitsWhenEmpty: untilEmpty)
+        configuration.credentials = network.user.map(Credentials.init(userColonPassword:))
+        return configuration
     }
 }
 

@@ -45,7 +45,9 @@ struct ClaimFeed: AsyncSequence, Sendable {
                         run.refuse(claim, because: problem)
                         continue
                     }
-                    return claim.request(in: configuration.directory)
+                    var request = claim.request(in: configuration.directory)
+                    if let credentials = configuration.credentials { request.credentials = credentials }
+                    return request
                 case .claim(let limit):
                     do {
                         let claims = try await run.queue.claim(worker: run.id, limit: limit)

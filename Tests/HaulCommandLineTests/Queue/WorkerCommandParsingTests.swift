@@ -21,6 +21,15 @@ struct WorkerCommandParsingTests {
         #expect(try HaulCommandLineTests.configuration("worker", []).computesSHA256)
     }
 
+    @Test("-u/--user gives every claimed download its credentials; without it there are none")
+    func user() throws {
+        let worker = try parse(["worker", "-u", "ann:se:cret"], as: WorkerCommand.self)
+        let configuration = worker.workerConfiguration(directory: URL(fileURLWithPath: "/srv"))
+        #expect(configuration.credentials == Credentials(user: "ann", password: "se:cret"))
+        let plain = try parse(["worker"], as: WorkerCommand.self)
+        #expect(plain.workerConfiguration(directory: URL(fileURLWithPath: "/srv")).credentials == nil)
+    }
+
     @Test("-j, --lease, --until-empty, --name, --no-op-downloads, --db and --queue")
     func options() throws {
         let worker = try parse(
