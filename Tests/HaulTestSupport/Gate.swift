@@ -1,59 +1,19 @@
-import HaulOperations
+package import HaulOperations
 
 /// A value a test sets once and any number of tasks await: a latch that parks work until the test opens it
-/// (`Gate<Void>`), or the one outcome of something the test waits for (`Gate<String>`). Waiting blocks no thread;
-/// waiters are woken after the gate's lock.
-package final class Gate<Value: Sendable>: Sendable {
-    private enum State {
-        case closed([@Sendable (Value) -> Void])
-        case open(Value)
-    }
+/// (`Gate<Void>`), or the one outcome of something the test waits for (`Gate<String>`). It is the queue's own
+/// one-shot value (waiting blocks no thread; waiters are woken after its lock).
+package typealias Gate<Value: Sendable> = ResultBox<Value>
 
-    private let state = Locked(State.closed([]))
-
-    package init() {}
-
-    /// The value, once the gate is open.
-    package var value: Value? {
-        state.withLock { state in
-            if case .open(let value) = state { return value }
-            return nil
-        }
-    }
-
+extension ResultBox {
     /// Opens the gate with `value` and wakes every waiter; opening again does nothing.
-    package func open(with value: Value) {
-        let waiting = state.withLock { state -> [@Sendable (Value) -> Void] in
-            guard case .closed(let waiting) = state else { return [] }
-            state = .open(value)
-            return waiting
-        }
-        for body in waiting { body(value) }
-    }
+    package func open(with value: Value) { resolve(value) }
 
     /// Calls `body` with the value once the gate is open (at once, on this thread, if it is).
-    package func whenOpen(_ body: @escaping @Sendable (Value) -> Void) {
-        let ready = state.withLock { state -> Value? in
-            switch state {
-            case .open(let value):
-                return value
-            case .closed(var waiting):
-                waiting.append(body)
-                state = .closed(waiting)
-                return nil
-            }
-        }
-        if let ready { body(ready) }
-    }
-
-    /// Waits until the gate is open; returns its value.
-    @discardableResult
-    package func wait() async -> Value {
-        await withCheckedContinuation { continuation in whenOpen { continuation.resume(returning: $0) } }
-    }
+    package func whenOpen(_ body: @escaping @Sendable (Value) -> Void) { whenResolved(body) }
 }
 
-extension Gate where Value == Void {
+extension ResultBox where Value == Void {
     /// Opens the gate.
-    package func open() { open(with: ()) }
+    package func open() { resolve(()) }
 }

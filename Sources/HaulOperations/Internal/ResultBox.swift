@@ -1,23 +1,24 @@
-import HaulOperations
-
-/// A result set once and awaited by any number of tasks: the shared outcome of one queued download, which
-/// several handles may await (joined duplicates, the Operation and Combine front ends).
-final class ResultBox<Value: Sendable>: Sendable {
+/// A value set once and awaited by any number of tasks: in Haul, the shared outcome of one queued download, which
+/// several handles may await (joined duplicates, the Operation and Combine front ends); in tests, their gate.
+package final class ResultBox<Value: Sendable>: Sendable {
     private enum State {
         case pending([Waiter])
         case resolved(Value)
     }
 
     /// A task waiting for the value, or code to run with it.
-    enum Waiter {
+    package enum Waiter {
         case task(CheckedContinuation<Value, Never>)
         case callback(@Sendable (Value) -> Void)
     }
 
     private let state = Locked(State.pending([]))
 
+    /// An unresolved box.
+    package init() {}
+
     /// The value, if already set.
-    var value: Value? {
+    package var value: Value? {
         state.withLock { state in
             if case .resolved(let value) = state { return value }
             return nil
@@ -25,7 +26,8 @@ final class ResultBox<Value: Sendable>: Sendable {
     }
 
     /// Waits until the value is set. Cancelling the waiting task does not end the wait (like `Task.value`).
-    func wait() async -> Value {
+    @discardableResult
+    package func wait() async -> Value {
         await withCheckedContinuation { continuation in
             if let ready = enqueue(.task(continuation)) { continuation.resume(returning: ready) }
         }
@@ -33,7 +35,7 @@ final class ResultBox<Value: Sendable>: Sendable {
 
     /// Calls `body` with the value once it is set (at once, on this thread, if it is), never under a lock: a
     /// waiter that costs no task (``DownloadQueue/downloads(_:window:)`` watches every download it adds).
-    func whenResolved(_ body: @escaping @Sendable (Value) -> Void) {
+    package func whenResolved(_ body: @escaping @Sendable (Value) -> Void) {
         if let ready = enqueue(.callback(body)) { body(ready) }
     }
 
@@ -53,7 +55,7 @@ final class ResultBox<Value: Sendable>: Sendable {
 
     /// Sets the value and wakes every waiter; later calls are ignored. Returns `true` for the first call.
     @discardableResult
-    func resolve(_ value: Value) -> Bool {
+    package func resolve(_ value: Value) -> Bool {
         guard let wakeup = store(value) else { return false }
         wakeup.run()
         return true
@@ -63,7 +65,7 @@ final class ResultBox<Value: Sendable>: Sendable {
     ///
     /// The queue stores outcomes while it holds its own lock, so whoever then sees the queue idle also sees
     /// every outcome; waking the waiters is left for after that lock.
-    func store(_ value: Value) -> Wakeup? {
+    package func store(_ value: Value) -> Wakeup? {
         let waiters = state.withLock { state -> [Waiter]? in
             guard case .pending(let waiters) = state else { return nil }
             state = .resolved(value)
@@ -73,11 +75,11 @@ final class ResultBox<Value: Sendable>: Sendable {
     }
 
     /// The waiters of a value just stored, to wake.
-    struct Wakeup {
-        let waiters: [Waiter]
-        let value: Value
+    package struct Wakeup {
+        package let waiters: [Waiter]
+        package let value: Value
 
-        func run() {
+        package func run() {
             for waiter in waiters {
                 switch waiter {
                 case .task(let continuation): continuation.resume(returning: value)
