@@ -30,10 +30,8 @@ extension DownloadQueue {
         let absentPath: String?
         /// Handles that still want the download; cancelling through the last one cancels it.
         var handles = 1
-        /// The task running it, once admitted and started (after the lock that admitted it).
-        var task: Task<Void, Never>?
-        /// Cancelled after it was admitted and before its task was made: the task is cancelled as it is stored.
-        var cancelledBeforeStart = false
+        /// Its task, once admitted (made after the lock that admitted it).
+        var task: TaskCell?
         /// The latest progress of a running download (set when it is admitted): its own lock, so that the
         /// download's events need not take the queue's.
         var progress: Locked<DownloadProgress?>?
@@ -103,18 +101,43 @@ extension DownloadQueue {
         case finish([Subscriber])
     }
 
+    /// The task of an admitted download, made after the lock that admitted it: a cancellation that comes first is
+    /// kept for it. A small lock of its own, so that storing the task does not take the queue's lock again.
+    final class TaskCell: Sendable {
+        private let state = Locked<(task: Task<Void, Never>?, cancelled: Bool)>((nil, false))
+
+        /// Stores `task`; returns whether the download was cancelled before (its caller then cancels the task).
+        func store(_ task: Task<Void, Never>) -> Bool {
+            state.withLock { state in
+                state.task = task
+                return state.cancelled
+            }
+        }
+
+        /// Marks the download cancelled; returns its task, if made already, to cancel after the queue's lock.
+        func cancel() -> Task<Void, Never>? {
+            state.withLock { state in
+                state.cancelled = true
+                return state.task
+            }
+        }
+
+        /// Whether the task is made, and whether the download was cancelled.
+        var status: (made: Bool, cancelled: Bool) { state.withLock { ($0.task != nil, $0.cancelled) } }
+    }
+
     /// What an admission by the scheduler leads to, once the lock is released.
     enum Admission {
         /// A waiter of an extra connection or of a moved download got its slot.
         case wake(ResultBox<Bool>)
-        /// A download starts: its task is made and stored in `entry`.
+        /// A download starts: its task is made and stored in its cell.
         case start(Start)
     }
 
     /// A download admitted to run, with what its task needs.
-    struct Start {
+    struct Start: Sendable {
         let id: UInt64
-        let entry: Entry
+        let cell: TaskCell
         let request: DownloadRequest
         let absentPath: String?
         let predecessor: ResultBox<Outcome>?
@@ -363,10 +386,12 @@ extension DownloadQueue {
             leaveWaiting(entry.request, in: &state)
             let progress = Locked<DownloadProgress?>(nil)
             entry.progress = progress
+            let cell = TaskCell()
+            entry.task = cell
             state.admitted.append(
                 .start(
                     Start(
-                        id: id, entry: entry, request: entry.request, absentPath: entry.absentPath,
+                        id: id, cell: cell, request: entry.request, absentPath: entry.absentPath,
                         predecessor: entry.predecessor, progress: progress)))
         }
     }
@@ -386,11 +411,7 @@ extension DownloadQueue {
                     _ = await predecessor?.wait()
                     await run(id, request, absentPath: absentPath, progress: progress)
                 }
-                let cancelled = state.withLock { _ in
-                    start.entry.task = task
-                    return start.entry.cancelledBeforeStart
-                }
-                if cancelled { task.cancel() }
+                if start.cell.store(task) { task.cancel() }
             }
         }
     }
@@ -498,11 +519,7 @@ extension DownloadQueue {
         guard state.scheduler.remove(id) else {
             // Running: its task is cancelled after the lock, or as it is stored (admitted under this lock or one just
             // before, its task is made after it).
-            if let task = entry.task {
-                effects.cancellations.append(task)
-            } else {
-                entry.cancelledBeforeStart = true
-            }
+            if let task = entry.task?.cancel() { effects.cancellations.append(task) }
             // Whoever adds the same request from now on wants a fresh download, not this ending one.
             Self.leaveJoin(entry, id: id, in: &state)
             state.ending[entry.joinKey] = (id, entry.box)

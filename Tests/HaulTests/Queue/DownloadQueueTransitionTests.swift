@@ -36,7 +36,7 @@ struct DownloadQueueTransitionTests {
             for name in ["a", "b", "c"] { _ = queue.enqueue(Self.request(name), absentPath: nil, in: &state) }
             queue.admit(in: &state)
             defer { state.admitted = [] }
-            return (state.admitted, state.entries.values.map { $0.task == nil })
+            return (state.admitted, state.entries.values.map { $0.task?.status.made != true })
         }
         let started: [UInt64] = admitted.compactMap { if case .start(let start) = $0 { start.id } else { nil } }
         #expect(started == [1, 2])
@@ -58,7 +58,7 @@ struct DownloadQueueTransitionTests {
         // waits for this one's end.
         queue.cancel(id)
         let (noted, ending) = queue.state.withLock { state in
-            (state.entries[id.rawValue]?.cancelledBeforeStart, state.ending.values.map(\.outcome))
+            (state.entries[id.rawValue]?.task?.status.cancelled, state.ending.values.map(\.outcome))
         }
         #expect(noted == true)
         #expect(ending.count == 1 && ending.first === box)
