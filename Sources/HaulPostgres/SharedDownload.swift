@@ -58,7 +58,7 @@ public struct SharedDownload: Sendable, Hashable {
     }
 
     /// The key per-host limits count by (scheme, host and port of the URL).
-    public var hostKey: String { DownloadRequest.hostKey(for: request.url) }
+    public var hostKey: String { DownloadRequest.originKey(for: request.url) }
 
     /// The fields that hold secrets.
     static let secretFields: Set<String> = ["authorization", "cookie", "proxy-authorization"]

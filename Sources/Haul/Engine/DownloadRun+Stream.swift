@@ -211,7 +211,7 @@ extension DownloadRun {
             try await restartFromZero()
             throw failure
         case .fail(let failure, let hold):
-            if let hold { pacer.hold(host: Self.hostKey(url), for: hold) }
+            if let hold { pacer.hold(host: Self.pacingKey(url), for: hold) }
             throw failure
         case .write(let write):
             if let skipped = try await prepare(write, asked: asked, url: url, head: head) {
@@ -395,7 +395,7 @@ extension DownloadRun {
     func waitForTurn(
         url: URL, clock: ActivityClock? = nil, emit: @Sendable (DownloadEvent) -> Void
     ) async throws {
-        let host = Self.hostKey(url)
+        let host = Self.pacingKey(url)
         var told = false
         while let (delay, reason) = pacer.claim(host: host) {
             let until = ContinuousClock.now + delay
@@ -432,7 +432,7 @@ extension DownloadRun {
     }
 
     /// The key requests are paced by: the host name, whatever the scheme and port.
-    static func hostKey(_ url: URL) -> String {
+    static func pacingKey(_ url: URL) -> String {
         url.host(percentEncoded: false)?.lowercased() ?? ""
     }
 

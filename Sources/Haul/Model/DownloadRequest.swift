@@ -411,5 +411,5 @@ extension UInt8 {
 
 extension DownloadRequest {
     /// The key per-host limits count by: the URL's origin (scheme, host, port), as ``DownloadQueue`` counts them.
-    package static func hostKey(for url: URL) -> String { DownloadQueue.hostKey(for: url) }
+    package static func originKey(for url: URL) -> String { DownloadQueue.originKey(for: url) }
 }

@@ -34,7 +34,7 @@ extension DownloadQueue {
                 let id = State.connectionIDs | state.nextConnectionID
                 let box = ResultBox<Bool>()
                 state.connections[id] = box
-                state.scheduler.enqueue(id, host: DownloadQueue.hostKey(for: url), priority: priority, ahead: true)
+                state.scheduler.enqueue(id, host: DownloadQueue.originKey(for: url), priority: priority, ahead: true)
                 queue.admit(in: &state)
                 return (id, box)
             }
@@ -54,7 +54,7 @@ extension DownloadQueue {
         func move(to url: URL) async -> Bool {
             let queue = self.queue
             let download = id
-            let host = DownloadQueue.hostKey(for: url)
+            let host = DownloadQueue.originKey(for: url)
             let waiting = queue.mutate { state -> (UInt64, ResultBox<Bool>)? in
                 guard state.entries[download] != nil else { return nil }
                 let slot = state.slots[download] ?? download

@@ -364,7 +364,7 @@ extension DownloadQueue {
         } else {
             state.batch.waitingWithoutSize += 1
         }
-        state.scheduler.enqueue(id, host: Self.hostKey(for: request.url), priority: request.priority)
+        state.scheduler.enqueue(id, host: Self.originKey(for: request.url), priority: request.priority)
         if state.wants(.queued) { state.publish(.queued(DownloadID(rawValue: id), request)) }
         publishBatchProgress(in: &state, force: false)
         return (DownloadID(rawValue: id), entry.box)
@@ -425,7 +425,7 @@ extension DownloadQueue {
     }
 
     /// Per-host limits count by origin (scheme, host, port): the same origin the redirect rules use.
-    static func hostKey(for url: URL) -> String {
+    static func originKey(for url: URL) -> String {
         let origin = HTTPRules.origin(of: url)
         return "\(origin.scheme)://\(origin.host):\(origin.port)"
     }
