@@ -49,26 +49,22 @@ package final class ContainedDirectories: Sendable {
             path += "/" + component
             if known.withLock({ $0.contains(path) }) { continue }
             var info = stat()
-            if lstat(path, &info) == 0 {
-                switch info.st_mode & S_IFMT {
-                case S_IFDIR: break
-                case S_IFLNK: return Problem(path: path, finding: .symbolicLink)
-                default: return Problem(path: path, finding: .notDirectory)
-                }
-            } else {
+            if lstat(path, &info) != 0 {
                 guard making else { return nil }
-                if mkdir(path, 0o777) != 0 {
+                if mkdir(path, 0o777) == 0 {
+                    info.st_mode = S_IFDIR  // what is there now: the directory just made
+                } else {
                     let error = errno
                     // Made meanwhile by another download, or by another process: fine if it is a directory now.
                     guard error == EEXIST, lstat(path, &info) == 0 else {
                         return Problem(path: path, finding: .cannotCreate(errno: error))
                     }
-                    switch info.st_mode & S_IFMT {
-                    case S_IFDIR: break
-                    case S_IFLNK: return Problem(path: path, finding: .symbolicLink)
-                    default: return Problem(path: path, finding: .notDirectory)
-                    }
                 }
+            }
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR: break
+            case S_IFLNK: return Problem(path: path, finding: .symbolicLink)
+            default: return Problem(path: path, finding: .notDirectory)
             }
             known.withLock { known in
                 if known.count >= 4_096 { known.removeAll(keepingCapacity: true) }

@@ -282,9 +282,9 @@ extension DownloadQueue {
 
     // MARK: - The lock
 
-    /// Runs `body` under the queue's lock. Every locked section goes through here (or ``mutate(_:)``), so that debug
-    /// builds can check the lock-order rule (``assertLockNotHeld(_:)``).
-    /// What the section admitted (``admit(in:)``) is carried out after the lock.
+    /// Runs `body` under the queue's lock, then carries out what it admitted (``admit(in:)``). Every locked section
+    /// goes through here (or ``mutate(_:)``), so that debug builds can check the lock-order rule
+    /// (``assertLockNotHeld(_:)``).
     func locked<Result>(_ body: (inout State) -> Result) -> Result {
         var admitted: [Admission] = []
         let result = state.withLock { state in
@@ -396,7 +396,7 @@ extension DownloadQueue {
         }
     }
 
-    /// Wakes the admitted waiters and starts the admitted downloads' tasks, storing each in its entry (a download
+    /// Wakes the admitted waiters and starts the admitted downloads' tasks, storing each in its task cell (a download
     /// cancelled meanwhile has its task cancelled at once).
     func carryOut(_ admitted: [Admission]) {
         Self.assertLockNotHeld("making tasks or waking waiters")
@@ -405,11 +405,9 @@ extension DownloadQueue {
             case .wake(let box):
                 box.resolve(true)
             case .start(let start):
-                let (id, request, absentPath) = (start.id, start.request, start.absentPath)
-                let (predecessor, progress) = (start.predecessor, start.progress)
-                let task = Task(executorPreference: downloader.preferredExecutor(for: request)) { [self] in
-                    _ = await predecessor?.wait()
-                    await run(id, request, absentPath: absentPath, progress: progress)
+                let task = Task(executorPreference: downloader.preferredExecutor(for: start.request)) { [self] in
+                    await start.predecessor?.wait()
+                    await run(start.id, start.request, absentPath: start.absentPath, progress: start.progress)
                 }
                 if start.cell.store(task) { task.cancel() }
             }

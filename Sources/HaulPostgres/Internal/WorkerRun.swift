@@ -141,8 +141,9 @@ final class WorkerRun: Sendable {
     /// Stops claiming and stops every download; their claims go back.
     private func interrupt() {
         let first = state.withLock { state in
-            defer { if state.phase == .running { state.phase = .stopping } }
-            return state.phase == .running
+            guard state.phase == .running else { return false }
+            state.phase = .stopping
+            return true
         }
         guard first else { return }
         feedWake.signal()
