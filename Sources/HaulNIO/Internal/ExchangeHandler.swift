@@ -1,5 +1,9 @@
 import NIOCore
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A connection's only handler: writes each exchange's request, parses the responses and routes their parts to the
 /// current exchange. Touched only on the channel's event loop.
 final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
@@ -80,8 +84,22 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        exchange?.readComplete()
+        if let exchange {
+            Self.acknowledgeAtOnce(context.channel)
+            exchange.readComplete()
+        }
         context.fireChannelReadComplete()
+    }
+
+    /// While a response is still arriving, Linux's delayed acknowledgement can hold the server's last segments for
+    /// its 40 ms timer: after a request the connection counts as interactive, and a server whose sends wait for
+    /// acknowledgements (nginx with `sendfile` and `tcp_nopush`, for one) stops until it fires, once per response on
+    /// a reused connection (bench/compare, s2w1). `TCP_QUICKACK` acknowledges what has arrived at once; the kernel
+    /// clears it again by itself, so it is set after each read. Darwin has no such option.
+    private static func acknowledgeAtOnce(_ channel: any Channel) {
+        #if os(Linux)
+        try? channel.syncOptions?.setOption(.tcpOption(NIOBSDSocket.Option(rawValue: CInt(TCP_QUICKACK))), value: 1)
+        #endif
     }
 
     func read(context: ChannelHandlerContext) {
