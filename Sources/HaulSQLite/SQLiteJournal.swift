@@ -226,7 +226,7 @@ public final class SQLiteJournal: Journal {
                 let pool = try DatabasePool(path: path, configuration: configuration)
                 // Again on the writer: GRDB sets NORMAL there when it turns WAL on, after prepareDatabase.
                 try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
-                try JournalSchema.migrator.migrate(pool)
+                try JournalSchema.migrate(pool)
                 return pool
             } catch let error as DatabaseError
                 where error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_LOCKED

@@ -9,6 +9,41 @@ import Darwin
 
 /// The journal's tables, and what earlier versions left beside them.
 enum JournalSchema {
+    /// Brings the database `writer` opens to the current schema: a new database gets the tables the migrations end
+    /// with, in one transaction, and is recorded as having run them all (so any version of Haul opens it as one it
+    /// migrated itself); an older one runs the migrations it lacks.
+    ///
+    /// The shortcut is for speed only: seven migrations in seven transactions cost a new journal about 3 ms of the
+    /// ~30 ms a one-file `haul get` takes, one transaction under 1 ms. `JournalSchemaTests` holds the two ways to the
+    /// same tables.
+    static func migrate(_ writer: some DatabaseWriter) throws {
+        try writer.write { db in
+            guard try !db.tableExists("grdb_migrations"), try !db.tableExists("download"),
+                try !db.tableExists("record")
+            else { return }
+            try db.execute(sql: currentSchema)
+            for identifier in migrator.migrations {
+                try db.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES (?)", arguments: [identifier])
+            }
+        }
+        try migrator.migrate(writer)
+    }
+
+    /// The tables, as the migrations below leave them (columns in the order they have there).
+    static let currentSchema = """
+        CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+        CREATE TABLE record (
+            url TEXT NOT NULL, destination TEXT NOT NULL, sequence INTEGER NOT NULL,
+            path TEXT NOT NULL, state TEXT NOT NULL, validator TEXT, totalBytes INTEGER, size INTEGER,
+            sha256 TEXT, modifiedNanoseconds INTEGER, inode INTEGER, request TEXT, failure TEXT,
+            updatedAt TEXT NOT NULL, missingRanges TEXT,
+            PRIMARY KEY (url, destination)
+        ) WITHOUT ROWID;
+        CREATE INDEX record_file ON record(path) WHERE state IN ('partial', 'completed');
+        CREATE TABLE committedBatch (instance TEXT PRIMARY KEY, batch INTEGER NOT NULL) WITHOUT ROWID;
+        """
+
+    /// Every step from the first schema on; a database that has run some runs the rest.
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
