@@ -25,6 +25,7 @@ struct QueueCommand: AsyncParsableCommand {
 
     struct Cancel: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "cancel",
             abstract: "Cancel downloads: waiting ones at once, running ones at their worker's next heartbeat.")
 
         @OptionGroup
@@ -59,6 +60,7 @@ struct QueueCommand: AsyncParsableCommand {
 
     struct Set: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "set",
             abstract: "Set the queue's per-host limits, for all workers together (the options not given stay).")
 
         @OptionGroup
@@ -99,6 +101,7 @@ struct QueueCommand: AsyncParsableCommand {
 
     struct Purge: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "purge",
             abstract: "Delete the rows of downloads that ended (done, failed, cancelled) before a time.")
 
         @OptionGroup
