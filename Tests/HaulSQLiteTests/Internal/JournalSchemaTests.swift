@@ -18,9 +18,11 @@ struct JournalSchemaTests {
             let name: String = object["name"]
             let sql: String = object["sql"] ?? ""
             if object["type"] == "table" {
-                shape[name] = try Row.fetchAll(db, sql: "PRAGMA table_xinfo(\(name.quotedDatabaseIdentifier))").map {
-                    row in "\(row["name"] ?? "") \(row["type"] ?? "") notnull=\(row["notnull"] ?? 0) pk=\(row["pk"] ?? 0)"
-                } + ["without rowid: \(sql.uppercased().contains("WITHOUT ROWID"))"]
+                shape[name] =
+                    try Row.fetchAll(db, sql: "PRAGMA table_xinfo(\(name.quotedDatabaseIdentifier))").map {
+                        row in
+                        "\(row["name"] ?? "") \(row["type"] ?? "") notnull=\(row["notnull"] ?? 0) pk=\(row["pk"] ?? 0)"
+                    } + ["without rowid: \(sql.uppercased().contains("WITHOUT ROWID"))"]
             } else {
                 let columns = try Row.fetchAll(db, sql: "PRAGMA index_info(\(name.quotedDatabaseIdentifier))").map {
                     row in "\(row["name"] ?? "")"
