@@ -527,6 +527,9 @@ def scenarios(nginx, www, reference):
     mids = [f"m{i:03d}" for i in range(200)]
     smalls = [f"f{i:05d}" for i in range(10000)]
     result = [
+        # What a start costs: one small file, as `haul get URL` in a script fetches it.
+        Scenario("s0", "one 4 KiB file", 1, ALL_TOOLS, "files/s", "nginx", 60,
+                 items=nginx_items("small/", smalls[:1])),
         Scenario("s1", "one 1 GiB file", 1, ALL_TOOLS, "MB/s", "nginx", 300,
                  items=nginx_items("", ["big"])),
         Scenario("s2w1", "200 x 1 MiB, width 1", 1, ALL_TOOLS, "MB/s", "nginx", 300,
@@ -807,6 +810,11 @@ def table(scenario, results, fs, runs_per_tool):
     throttled = scenario.server == "haul-serve" and not scenario.listed
     header = f"| tool | wall s | {scenario.unit} | Haul vs it | CPU s | peak RSS MiB |"
     rule = "|---|---|---|---|---|---|"
+    # The rows of many small files: user + system CPU per file (GNU time counts in 10 ms, too coarse for s0).
+    per_file = scenario.unit == "files/s" and scenario.files >= 1000
+    if per_file:
+        header += " CPU µs per file |"
+        rule += "---|"
     if throttled:
         header += " over the throttle limit | extra bytes |"
         rule += "---|---|"
@@ -817,14 +825,17 @@ def table(scenario, results, fs, runs_per_tool):
         if s is None:
             failure = next((r.why for r in runs if not r.ok), "not run")
             lines.append(f"| {label(tool, scenario)} | failed in {len(runs)} of {runs_per_tool}: {failure} |"
-                         + " |" * (6 if throttled else 4))
+                         + " |" * ((6 if throttled else 4) + per_file))
             continue
         ratio = f"{s['wall'] / base['wall']:.2f}x" if base and tool != HAUL_DEFAULT else "—"
         if tool == RERUN_TOOL:
             ratio = f"{s['wall'] / base['wall']:.3f} of the first run's time" if base else "—"
         failed = f" ({s['n'] - s['ok']} of {s['n']} runs failed)" if s["ok"] < s["n"] else ""
-        row = (f"| {label(tool, scenario)}{failed} | {s['wall']:.2f} | {fmt_rate(s['rate'])} | {ratio} | "
+        wall = f"{s['wall']:.2f}" if s["wall"] >= 1 else f"{s['wall']:.3f}"
+        row = (f"| {label(tool, scenario)}{failed} | {wall} | {fmt_rate(s['rate'])} | {ratio} | "
                f"{s['cpu']:.2f} | {s['rss']:.0f} |")
+        if per_file:
+            row += f" {s['cpu'] / scenario.files * 1e6:.0f} |"
         if throttled:
             over = s["wall"] / ideal_seconds(scenario, tool) - 1
             row += f" {over * 100:+.1f}% | {s['extra'] / scenario.total_bytes * 100:.1f}% |"
@@ -864,9 +875,10 @@ def targets(by_key, results, fs="disk"):
         if wget2:
             detail += f", wget2 {wget2['rate']:.0f}" + (f" ({haul['rate'] / wget2['rate']:.2f}x)" if haul else "")
         verdicts.append((name, met, detail))
-    # s3s has no target; its ratio is reported beside s3's, the other row of many small files.
-    for key, judged in [("s2w1", True), ("s2w8", True), ("s3", True), ("s2w1s", True), ("s2w8s", True),
-                        ("s3s", False)]:
+    # s0 and s3s have no target; s0's ratio is what a start costs, s3s's is reported beside s3's, the other row of
+    # many small files.
+    for key, judged in [("s0", False), ("s2w1", True), ("s2w8", True), ("s3", True), ("s2w1s", True),
+                        ("s2w8s", True), ("s3s", False)]:
         if key not in by_key:
             continue
         haul = get(key, HAUL_DEFAULT)
