@@ -37,8 +37,8 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
 
     private static let magic: UInt64 = 0x4C44_4E45_5048_4148  // "HAHPENDL", little-endian
     static let headerSize = 16
-    /// Space reserved and made writable at once, and added at a time: a batch of a few thousand changes.
-    private static let reservation = 1 << 20
+    /// Space reserved and made writable at once, and added at a time: a batch of a few hundred changes.
+    private static let reservation = 1 << 17
     /// Address space mapped for a log; a batch larger than this is appended with `pwrite`.
     private static let window = 1 << 30
 

@@ -76,6 +76,35 @@ struct PendingLogTests {
         log.remove()
     }
 
+    @Test("a batch many times the space a log reserves at first grows it, and reads back whole, frame by frame")
+    func batchLargerThanTheReservation() throws {
+        let dir = try TemporaryDirectory()
+        let log = try PendingLog(databasePath: dir.file("j.sqlite").path, instance: "t.1", side: 0, batch: 3)
+        // 3 MiB in frames of odd sizes, appended one and several at a time: the reservation is grown many times, and
+        // frames straddle the ends of the reserved space.
+        var random = SplitMix(seed: 4)
+        var payloads: [[UInt8]] = []
+        var size = 0
+        while size < 3 << 20 {
+            let payload = (0..<(1 + random.next(below: 9_000))).map { _ in UInt8(random.next(below: 256)) }
+            payloads.append(payload)
+            size += payload.count
+        }
+        var appended = 0
+        while appended < payloads.count {
+            let count = min(1 + random.next(below: 4), payloads.count - appended)
+            try log.append(Array(payloads[appended..<appended + count]))
+            appended += count
+        }
+        let descriptor = open(log.path, O_RDONLY)
+        defer { close(descriptor) }
+        let read = PendingLog.read(descriptor)
+        #expect(read?.batch == 3)
+        #expect(read?.payloads.count == payloads.count)
+        #expect(read?.payloads == payloads)
+        log.remove()
+    }
+
     @Test("a killed journal's batches are committed by the next one, in the order written, and the logs deleted")
     func leftBatches() throws {
         let dir = try TemporaryDirectory()
