@@ -2,6 +2,8 @@ import NIOCore
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// A connection's only handler: writes each exchange's request, parses the responses and routes their parts to the
