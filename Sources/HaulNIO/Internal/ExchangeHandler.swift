@@ -20,6 +20,9 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// A read the pipeline asked for while the exchange had too much buffered; issued when it drains.
     private var heldRead = false
     private var paused = false
+    /// Whether the current exchange has had the connection leave Linux's interactive acknowledgement mode (see
+    /// ``acknowledgeAtOnce(_:)``).
+    private var acknowledging = false
     /// Set while `channelRead` parses. What a part sets off can close this very channel from inside the parse (a
     /// response that ends with `Connection: close`, the transport's last reference dropped as a connection goes
     /// back to its pool), and NIO then calls `channelInactive` at once: the parser is mid-parse, so the close is
@@ -49,6 +52,7 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
         }
         self.exchange = exchange
         paused = false
+        acknowledging = false
         parser.expect(head: request.isHead)
         context.writeAndFlush(wrapOutboundOut(request.bytes), promise: nil)
     }
@@ -87,7 +91,10 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         if let exchange {
-            Self.acknowledgeAtOnce(context.channel)
+            if !acknowledging {
+                acknowledging = true
+                Self.acknowledgeAtOnce(context.channel)
+            }
             exchange.readComplete()
         }
         context.fireChannelReadComplete()
@@ -96,8 +103,9 @@ final class ExchangeHandler: ChannelDuplexHandler, @unchecked Sendable {
     /// While a response is still arriving, Linux's delayed acknowledgement can hold the server's last segments for
     /// its 40 ms timer: after a request the connection counts as interactive, and a server whose sends wait for
     /// acknowledgements (nginx with `sendfile` and `tcp_nopush`, for one) stops until it fires, once per response on
-    /// a reused connection (bench/compare, s2w1). `TCP_QUICKACK` acknowledges what has arrived at once; the kernel
-    /// clears it again by itself, so it is set after each read. Darwin has no such option.
+    /// a reused connection (bench/compare, s2w1). `TCP_QUICKACK` takes the connection out of that mode, so what has
+    /// been read is acknowledged at once; the next request puts it back, so it is set once per response, after the
+    /// first read that did not end it (a response that arrives in one read costs nothing). Darwin has no such option.
     private static func acknowledgeAtOnce(_ channel: any Channel) {
         #if os(Linux)
         try? channel.syncOptions?.setOption(.tcpOption(NIOBSDSocket.Option(rawValue: CInt(TCP_QUICKACK))), value: 1)
