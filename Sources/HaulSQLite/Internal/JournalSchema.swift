@@ -17,10 +17,10 @@ enum JournalSchema {
     /// ~30 ms a one-file `haul get` takes, one transaction under 1 ms. `JournalSchemaTests` holds the two ways to the
     /// same tables.
     static func migrate(_ writer: some DatabaseWriter) throws {
+        let migrator = Self.migrator
         try writer.write { db in
-            guard try !db.tableExists("grdb_migrations"), try !db.tableExists("download"),
-                try !db.tableExists("record")
-            else { return }
+            // New: nothing in it yet, not even the record of migrations run.
+            guard try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") == 0 else { return }
             try db.execute(sql: currentSchema)
             for identifier in migrator.migrations {
                 try db.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES (?)", arguments: [identifier])

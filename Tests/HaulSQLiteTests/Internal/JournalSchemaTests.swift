@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import HaulTestSupport
 import Testing
 
 @testable import HaulSQLite
@@ -47,6 +48,19 @@ struct JournalSchemaTests {
         #expect(createdShape == migratedShape)
         #expect(try created.read(JournalSchema.migrator.appliedMigrations) == JournalSchema.migrator.migrations)
         #expect(try created.read(JournalSchema.migrator.hasCompletedMigrations))
+    }
+
+    @Test("a journal opened on a new file gets its tables in one step, not through every migration")
+    func newJournalFileTakesTheShortcut() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.url.appendingPathComponent("new.sqlite").path
+        try SQLiteJournal(path: path).finish()
+        // SQLite counts the changes made to a database's schema: the tables made at once take fewer than the steps.
+        let opened = try DatabaseQueue(path: path).read { db in try Int.fetchOne(db, sql: "PRAGMA schema_version") }
+        let migrated = try DatabaseQueue()
+        try JournalSchema.migrator.migrate(migrated)
+        let stepByStep = try migrated.read { db in try Int.fetchOne(db, sql: "PRAGMA schema_version") }
+        #expect(try #require(opened) < #require(stepByStep))
     }
 
     @Test("a database with the first schema is migrated, not created anew: its rows are kept")
