@@ -101,14 +101,7 @@ struct SQLiteJournalTests {
             let old = try DatabaseQueue(path: path)
             try old.write { db in
                 try db.execute(
-                    sql: """
-                        CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
-                        INSERT INTO grdb_migrations VALUES ('v1');
-                        CREATE TABLE download (
-                            url TEXT NOT NULL, destination TEXT NOT NULL, path TEXT NOT NULL, state TEXT NOT NULL,
-                            validator TEXT, totalBytes INTEGER, size INTEGER, sha256 TEXT,
-                            modifiedNanoseconds INTEGER, inode INTEGER, updatedAt DATETIME NOT NULL,
-                            PRIMARY KEY (url, destination));
+                    sql: JournalSchemaTests.firstSchema + """
                         INSERT INTO download VALUES ('http://h/b', '/d/', '/d/b', 'partial', '"e"', 10, NULL, NULL,
                             NULL, NULL, '2026-01-01 00:00:00.000');
                         INSERT INTO download VALUES ('http://h/a', '/d/', '/d/a', 'completed', NULL, NULL, 3, 'ab',

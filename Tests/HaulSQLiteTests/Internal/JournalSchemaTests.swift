@@ -63,19 +63,25 @@ struct JournalSchemaTests {
         #expect(try #require(opened) < #require(stepByStep))
     }
 
+    /// The tables the first version of the journal made, recorded as its one migration: what an old journal holds
+    /// before its rows.
+    static let firstSchema = """
+        CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+        INSERT INTO grdb_migrations VALUES ('v1');
+        CREATE TABLE download (
+            url TEXT NOT NULL, destination TEXT NOT NULL, path TEXT NOT NULL, state TEXT NOT NULL,
+            validator TEXT, totalBytes INTEGER, size INTEGER, sha256 TEXT,
+            modifiedNanoseconds INTEGER, inode INTEGER, updatedAt DATETIME NOT NULL,
+            PRIMARY KEY (url, destination));
+
+        """
+
     @Test("a database with the first schema is migrated, not created anew: its rows are kept")
     func olderDatabaseIsMigrated() throws {
         let database = try DatabaseQueue()
         try database.write { db in
             try db.execute(
-                sql: """
-                    CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
-                    INSERT INTO grdb_migrations VALUES ('v1');
-                    CREATE TABLE download (
-                        url TEXT NOT NULL, destination TEXT NOT NULL, path TEXT NOT NULL, state TEXT NOT NULL,
-                        validator TEXT, totalBytes INTEGER, size INTEGER, sha256 TEXT,
-                        modifiedNanoseconds INTEGER, inode INTEGER, updatedAt DATETIME NOT NULL,
-                        PRIMARY KEY (url, destination));
+                sql: Self.firstSchema + """
                     INSERT INTO download VALUES ('http://h/a', '/d/', '/d/a', 'requested', NULL, NULL, NULL, NULL,
                         NULL, NULL, '2026-01-01 00:00:00.000');
                     """)
