@@ -353,7 +353,7 @@ extension DownloadRun {
                 received += count
                 tally.bytesTransferred += count
                 if tally.meter.record(chunk.count, now: .now) { emitProgress(start + received) }
-                if bandwidth != nil || ownBandwidth != nil { try await waitForBandwidth(chunk.count) }
+                if limitsBandwidth { try await waitForBandwidth(chunk.count) }
                 if let handOver, handOver(received) {
                     try await writer.drain()
                     return chunks
@@ -415,19 +415,31 @@ extension DownloadRun {
         }
     }
 
+    /// Whether a bandwidth limit applies now (the download's own may be set or lifted while it runs).
+    var limitsBandwidth: Bool { bandwidth != nil || ownBandwidth?.isLimited == true }
+
     /// Takes `count` bytes from the bandwidth limits and waits as long as they say (ending at the time limit); the
     /// wait is no stall for `clock` either (a connection's own).
     func waitForBandwidth(_ count: Int, clock: ActivityClock? = nil) async throws {
-        let now = ContinuousClock.now
-        let delay = max(bandwidth?.take(count, now: now) ?? .zero, ownBandwidth?.take(count, now: now) ?? .zero)
-        guard delay > .zero else { return }
-        var until = now + delay
-        if let deadline, until >= deadline { until = deadline }
-        lastActivity.waits(until: until)
-        clock?.waits(until: until)
-        try await Task.sleep(until: until, clock: .continuous)
-        if let deadline, ContinuousClock.now >= deadline {
-            throw AttemptFailure.permanent(timedOutError(after: "the transfer was still running"))
+        var now = ContinuousClock.now
+        let sharedUntil = now + (bandwidth?.take(count, now: now) ?? .zero)
+        var ownUntil = now + (ownBandwidth?.take(count, now: now) ?? .zero)
+        // The download's own limit may change while it waits (its queue sets, lowers or lifts it): the wait is looked
+        // at again when it has, at least every quarter of a second.
+        let version = ownBandwidth?.version
+        while case let end = max(sharedUntil, ownUntil), end > now {
+            var until = version == nil ? end : min(end, now + .milliseconds(250))
+            if let deadline, until >= deadline { until = deadline }
+            lastActivity.waits(until: until)
+            clock?.waits(until: until)
+            try await Task.sleep(until: until, clock: .continuous)
+            now = .now
+            if let deadline, now >= deadline {
+                throw AttemptFailure.permanent(timedOutError(after: "the transfer was still running"))
+            }
+            if let ownBandwidth, ownBandwidth.version != version {
+                ownUntil = now + ownBandwidth.remainingDelay(now: now)
+            }
         }
     }
 
@@ -472,12 +484,13 @@ extension DownloadRun {
     }
 
     /// The options for a request to `url`: the downloader's, with the proxy its configuration picks for `url` and
-    /// the receive window of the request's own bandwidth limit.
+    /// the receive window of the download's own bandwidth limit.
     func options(for url: URL) -> TransportOptions {
-        guard configuration.proxy != .none || request.maxBytesPerSecond != nil else { return transportOptions }
+        let ownLimit = ownBandwidth?.isLimited == true ? ownBandwidth?.bytesPerSecond : nil
+        guard configuration.proxy != .none || ownLimit != nil else { return transportOptions }
         var options = transportOptions
         if configuration.proxy != .none { options.proxy = configuration.proxy.proxy(for: url) }
-        if let own = request.maxBytesPerSecond {
+        if let own = ownLimit {
             options.receiveWindow = min(options.receiveWindow ?? .max, Downloader.receiveWindow(forRate: own))
         }
         return options

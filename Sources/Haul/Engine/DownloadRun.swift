@@ -32,8 +32,10 @@ final class DownloadRun: @unchecked Sendable {
     let deadline: ContinuousClock.Instant?
     /// The request's minimum speed, else the downloader's.
     let minimumSpeed: MinimumSpeed?
-    /// The request's own bandwidth limit.
+    /// The download's own bandwidth limit: its owner's, which may change while it runs, else the request's.
     let ownBandwidth: TokenBucket?
+    /// What the download's owner may change or ask while it runs (``DownloadQueue``); `nil` for a lone download.
+    let control: DownloadControl?
     let bandwidth: TokenBucket?
     let pacer: RequestPacer
     /// Grants the extra connections of a segmented download; `nil`: they open at once.
@@ -151,10 +153,12 @@ final class DownloadRun: @unchecked Sendable {
 
     init(
         request: DownloadRequest, downloader: Downloader, absentPath: String? = nil,
-        connections: (any ConnectionBroker)? = nil, emit: @escaping @Sendable (DownloadEvent) -> Void
+        connections: (any ConnectionBroker)? = nil, control: DownloadControl? = nil,
+        emit: @escaping @Sendable (DownloadEvent) -> Void
     ) {
         self.request = request
         self.connections = connections
+        self.control = control
         self.absentPath = absentPath
         configuration = downloader.configuration
         transport = downloader.transport
@@ -164,7 +168,7 @@ final class DownloadRun: @unchecked Sendable {
         stallWatch = downloader.stallWatch
         bandwidth = downloader.bandwidth
         pacer = downloader.pacer
-        ownBandwidth = request.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) }
+        ownBandwidth = control?.bandwidth ?? request.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) }
         timeLimit = request.timeLimit ?? downloader.configuration.timeLimit
         deadline = timeLimit.map { .now + $0 }
         minimumSpeed = request.minimumSpeed ?? downloader.configuration.minimumSpeed
@@ -462,9 +466,11 @@ final class DownloadRun: @unchecked Sendable {
         // A file left as it is that lacks the digest asked for: its record, if it has one, still describes it.
         if error.code == .checksumMismatch, writer == nil, segmented == nil { return }
         let cancelled = error.isCancellation
+        // A pause is a cancellation that is to be resumed.
+        let pausing = cancelled && control?.isPausing == true
         let keeps =
             cancelled
-            ? configuration.keepsPartialOnCancel
+            ? configuration.keepsPartialOnCancel || pausing
             : configuration.keepsPartialOnFailure && error.leavesResumableBytes
         if keeps, facts.recorded, writer != nil || segmented != nil {
             // The journal's partial record (with its request) stays: the next run resumes it; a segmented one with
@@ -488,7 +494,8 @@ final class DownloadRun: @unchecked Sendable {
             return
         }
         if cancelled {
-            journal.remove(journalKey)
+            // Paused, the request's record (the queue's, if it keeps one) stays for the download to come back to.
+            if !pausing { journal.remove(journalKey) }
         } else {
             journal.store(
                 JournalRecord(

@@ -189,10 +189,10 @@ public final class Downloader: Sendable {
     /// the extra connections of a segmented download (without it, each opens at once).
     func download(
         _ request: DownloadRequest, absentPath: String?, connections: (any ConnectionBroker)? = nil,
-        onEvent: (@Sendable (DownloadEvent) -> Void)?
+        control: DownloadControl? = nil, onEvent: (@Sendable (DownloadEvent) -> Void)?
     ) async throws(DownloadError) -> DownloadResult {
         let run = DownloadRun(
-            request: request, downloader: self, absentPath: absentPath, connections: connections,
+            request: request, downloader: self, absentPath: absentPath, connections: connections, control: control,
             emit: onEvent ?? { _ in })
         do {
             let result = try await run.execute()

@@ -11,6 +11,11 @@ public enum QueueEvent: Sendable {
     /// The batch's counters (throttled to ``DownloadQueue/Configuration/progressInterval``; a last one
     /// always follows the end of the batch).
     case batchProgress(BatchProgress)
+    /// A download was paused (``DownloadQueue/pause(_:)``): it keeps its place in the waiting order and is not
+    /// admitted until resumed. Published when asked; a running one's transfer stops after it.
+    case paused(DownloadID)
+    /// A paused download was resumed (``DownloadQueue/resume(_:)``): it waits for a slot again.
+    case resumed(DownloadID)
 
     /// What an event is about, to subscribe to some kinds only (``DownloadQueue/events(including:)``).
     public enum Kind: Hashable, Sendable, CaseIterable {
@@ -38,6 +43,10 @@ public enum QueueEvent: Sendable {
         case failed
         /// ``QueueEvent/batchProgress(_:)``.
         case batchProgress
+        /// ``QueueEvent/paused(_:)``.
+        case paused
+        /// ``QueueEvent/resumed(_:)``.
+        case resumed
 
         /// The kinds a download event can be.
         public init(_ event: DownloadEvent) {
@@ -70,6 +79,8 @@ public enum QueueEvent: Sendable {
             case .throttled: 1 << 9
             case .segment: 1 << 10
             case .sourceDropped: 1 << 11
+            case .paused: 1 << 12
+            case .resumed: 1 << 13
             }
         }
 
@@ -85,6 +96,8 @@ public enum QueueEvent: Sendable {
         case .queued: .queued
         case .download(_, let event): Kind(event)
         case .batchProgress: .batchProgress
+        case .paused: .paused
+        case .resumed: .resumed
         }
     }
 }

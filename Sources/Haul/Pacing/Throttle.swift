@@ -5,31 +5,73 @@ import Synchronization
 /// twentieth of a second of it, so a burst after a pause is short. Taking more than the bucket holds is allowed; the
 /// taker then waits until the debt is paid, and the next taker waits behind it, which keeps the sum of all takers at
 /// the rate however the bytes arrive (a 64 KiB chunk on a 1 KiB/s limit waits 64 s).
+///
+/// The rate can change while downloads take from it (``setRate(_:now:)``), and can be none: a download's own limit,
+/// which its queue may set, lift or change while it runs, is always one of these.
 final class TokenBucket: Sendable {
-    let bytesPerSecond: Double
-    private let capacity: Double
-    private let state: Locked<(tokens: Double, updated: ContinuousClock.Instant)>
+    private struct State {
+        var rate: Double?
+        var tokens: Double
+        var updated: ContinuousClock.Instant
 
-    init(bytesPerSecond: Int64, now: ContinuousClock.Instant = .now) {
-        self.bytesPerSecond = Double(max(1, bytesPerSecond))
-        capacity = max(1, self.bytesPerSecond / 20)
-        state = Locked((tokens: 0, updated: now))
+        var capacity: Double { max(1, (rate ?? 0) / 20) }
+    }
+
+    private let state: Locked<State>
+    /// Whether there is a rate: read without the lock for every chunk received.
+    private let limited: Atomic<Bool>
+    /// Counts the rate's changes: a taker waiting out a debt looks again when it has changed.
+    private let changes = Atomic<UInt64>(0)
+
+    /// A bucket filling at `bytesPerSecond` (at least 1), or without a limit (`nil`).
+    init(bytesPerSecond: Int64?, now: ContinuousClock.Instant = .now) {
+        let rate = bytesPerSecond.map { Double(max(1, $0)) }
+        state = Locked(State(rate: rate, tokens: 0, updated: now))
+        limited = Atomic(rate != nil)
+    }
+
+    /// Whether it limits anything.
+    var isLimited: Bool { limited.load(ordering: .relaxed) }
+
+    /// The rate, or `nil` for none.
+    var bytesPerSecond: Int64? { state.withLock { $0.rate.map { Int64($0) } } }
+
+    /// Changes the rate (`nil`: no limit) from now on. A debt already taken is kept (its taker is waiting for it); the
+    /// next taker pays at the new rate.
+    func setRate(_ bytesPerSecond: Int64?, now: ContinuousClock.Instant = .now) {
+        let rate = bytesPerSecond.map { Double(max(1, $0)) }
+        state.withLock { state in
+            state.rate = rate
+            state.tokens = rate == nil ? 0 : min(state.tokens, state.capacity)
+            state.updated = now
+        }
+        limited.store(rate != nil, ordering: .relaxed)
+        changes.add(1, ordering: .releasing)
+    }
+
+    /// How many times the rate has changed.
+    var version: UInt64 { changes.load(ordering: .acquiring) }
+
+    /// How long the debt taken so far lasts from `now` at the current rate (zero without one).
+    func remainingDelay(now: ContinuousClock.Instant = .now) -> Duration {
+        take(0, now: now)
     }
 
     /// Takes `count` bytes' worth of tokens; returns how long the caller must wait before going on (zero when the
-    /// bucket had them).
+    /// bucket had them, or there is no limit).
     func take(_ count: Int, now: ContinuousClock.Instant = .now) -> Duration {
-        let tokens = state.withLock { state in
+        let (tokens, rate) = state.withLock { state -> (Double, Double?) in
+            guard let rate = state.rate else { return (0, nil) }
             let elapsed = now - state.updated
             if elapsed > .zero {
-                state.tokens = min(capacity, state.tokens + elapsed.seconds * bytesPerSecond)
+                state.tokens = min(state.capacity, state.tokens + elapsed.seconds * rate)
                 state.updated = now
             }
             state.tokens -= Double(count)
-            return state.tokens
+            return (state.tokens, rate)
         }
-        guard tokens < 0 else { return .zero }
-        return .nanoseconds(Int64((-tokens / bytesPerSecond * 1e9).rounded(.up)))
+        guard let rate, tokens < 0 else { return .zero }
+        return .nanoseconds(Int64((-tokens / rate * 1e9).rounded(.up)))
     }
 }
 

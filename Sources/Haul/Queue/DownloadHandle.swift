@@ -1,7 +1,7 @@
 import HaulOperations
 
-/// One download added to a ``DownloadQueue``: await its result, follow its events, cancel it or change its
-/// priority while it waits.
+/// One download added to a ``DownloadQueue``: await its result, follow its events, cancel, pause or resume it,
+/// change its priority or place while it waits and its speed limit while it runs, read where it stands.
 ///
 /// ```swift
 /// let handle = queue.add(DownloadRequest(url: url, destination: .directory(dir)))
@@ -62,5 +62,36 @@ public final class DownloadHandle: Sendable {
     @discardableResult
     public func setPriority(_ priority: Int) -> Bool {
         queue.setPriority(priority, of: id)
+    }
+
+    /// Pauses the download (``DownloadQueue/pause(_:)``); `false` once it has ended.
+    @discardableResult
+    public func pause() -> Bool { queue.pause(id) }
+
+    /// Resumes the paused download (``DownloadQueue/resume(_:)``); `false` once it has ended.
+    @discardableResult
+    public func resume() -> Bool { queue.resume(id) }
+
+    /// Moves the waiting or paused download in the waiting order (``DownloadQueue/move(_:toPosition:)``); returns its
+    /// new position, or `nil` when it is not waiting or paused.
+    @discardableResult
+    public func move(toPosition position: Int) -> Int? { queue.move(id, toPosition: position) }
+
+    /// Sets or lifts the download's own speed limit, also while it runs
+    /// (``DownloadQueue/setMaxBytesPerSecond(_:of:)``); `false` once it has ended.
+    @discardableResult
+    public func setMaxBytesPerSecond(_ limit: Int64?) -> Bool { queue.setMaxBytesPerSecond(limit, of: id) }
+
+    /// Where the download stands: waiting, running or paused (``DownloadQueue/status(of:)``), or finished, with its
+    /// outcome.
+    public var status: DownloadStatus {
+        if let status = queue.status(of: id) { return status }
+        // Not in the queue: it has ended (the outcome is stored before the entry goes, under the queue's lock).
+        let outcome = box.value
+        var status = DownloadStatus(id: id, request: request, state: .finished, outcome: outcome)
+        if case .success(let result)? = outcome {
+            status.progress = DownloadProgress(bytesWritten: result.size, totalBytes: result.size, bytesPerSecond: 0)
+        }
+        return status
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import HaulOperations
+import Synchronization
 
 /// Grants the extra connections of a download fetched over several (segments): whoever runs the download decides
 /// how many may open. A ``DownloadQueue`` counts each against its global and per-host limits, like a download.
@@ -24,6 +25,8 @@ extension DownloadQueue {
         /// The download's own number in the queue.
         let id: UInt64
         let priority: Int
+        /// Counts the extra connections open (``DownloadStatus/connections``).
+        let control: DownloadControl
 
         func acquire(for url: URL) async -> (@Sendable () -> Void)? {
             let queue = self.queue
@@ -43,12 +46,16 @@ extension DownloadQueue {
             } onCancel: {
                 queue.withdrawConnection(id)
             }
-            let release: @Sendable () -> Void = { queue.releaseConnection(id) }
             guard granted, !Task.isCancelled else {
-                if granted { release() }
+                if granted { queue.releaseConnection(id) }
                 return nil
             }
-            return release
+            let control = self.control
+            control.extraConnections.add(1, ordering: .relaxed)
+            return {
+                control.extraConnections.subtract(1, ordering: .relaxed)
+                queue.releaseConnection(id)
+            }
         }
 
         func move(to url: URL) async -> Bool {

@@ -38,12 +38,20 @@ extension DownloadQueue {
         /// The outcome of a cancelled download of the same URL and destination that was still ending when this one
         /// was added: this one starts once it has ended (and let go of the destination, its partial's lock).
         var predecessor: ResultBox<Outcome>?
+        /// Whether the caller paused it (``DownloadQueue/pause(_:)``): it is not admitted until resumed.
+        var paused = false
+        /// Whether its task was cancelled to pause it: when the run has stopped, it goes back to the front of the
+        /// waiting order (paused, unless resumed meanwhile) instead of ending.
+        var requeues = false
+        /// Its speed limit, which may change while it runs, and the pause flag its run reads.
+        let control: DownloadControl
 
         init(request: DownloadRequest, joinKey: JoinKey, box: ResultBox<Outcome>, absentPath: String?) {
             self.request = request
             self.joinKey = joinKey
             self.box = box
             self.absentPath = absentPath
+            control = DownloadControl(maxBytesPerSecond: request.maxBytesPerSecond)
         }
     }
 
@@ -142,6 +150,7 @@ extension DownloadQueue {
         let absentPath: String?
         let predecessor: ResultBox<Outcome>?
         let progress: Locked<DownloadProgress?>
+        let control: DownloadControl
     }
 
     /// All of the queue's bookkeeping, behind one lock.
@@ -384,7 +393,12 @@ extension DownloadQueue {
             }
             guard let entry = state.entries[id] else { continue }
             leaveWaiting(entry.request, in: &state)
-            let progress = Locked<DownloadProgress?>(nil)
+            // A download paused while it ran starts again from the bytes it had (its partial, kept).
+            let held = entry.progress?.withLock { $0 }
+            let progress = Locked<DownloadProgress?>(
+                held.map {
+                    DownloadProgress(bytesWritten: $0.bytesWritten, totalBytes: $0.totalBytes, bytesPerSecond: 0)
+                })
             entry.progress = progress
             let cell = TaskCell()
             entry.task = cell
@@ -392,7 +406,7 @@ extension DownloadQueue {
                 .start(
                     Start(
                         id: id, cell: cell, request: entry.request, absentPath: entry.absentPath,
-                        predecessor: entry.predecessor, progress: progress)))
+                        predecessor: entry.predecessor, progress: progress, control: entry.control)))
         }
     }
 
@@ -407,7 +421,9 @@ extension DownloadQueue {
             case .start(let start):
                 let task = Task(executorPreference: downloader.preferredExecutor(for: start.request)) { [self] in
                     await start.predecessor?.wait()
-                    await run(start.id, start.request, absentPath: start.absentPath, progress: start.progress)
+                    await run(
+                        start.id, start.request, absentPath: start.absentPath, progress: start.progress,
+                        control: start.control)
                 }
                 if start.cell.store(task) { task.cancel() }
             }
@@ -422,6 +438,15 @@ extension DownloadQueue {
         }
     }
 
+    /// Counts a download that goes back to waiting (paused while it ran) in the batch's waiting counters again.
+    private func reenterWaiting(_ request: DownloadRequest, in state: inout State) {
+        if let size = request.expectedSize {
+            state.batch.waitingExpectedBytes += size
+        } else {
+            state.batch.waitingWithoutSize += 1
+        }
+    }
+
     /// Per-host limits count by origin (scheme, host, port): the same origin the redirect rules use.
     static func originKey(for url: URL) -> String {
         let origin = HTTPRules.origin(of: url)
@@ -431,14 +456,16 @@ extension DownloadQueue {
     // MARK: - Running
 
     private func run(
-        _ id: UInt64, _ request: DownloadRequest, absentPath: String?, progress: Locked<DownloadProgress?>
+        _ id: UInt64, _ request: DownloadRequest, absentPath: String?, progress: Locked<DownloadProgress?>,
+        control: DownloadControl
     ) async {
         let outcome: Outcome
         do {
-            let connections = Connections(queue: self, id: id, priority: request.priority)
+            let connections = Connections(queue: self, id: id, priority: request.priority, control: control)
             outcome = .success(
-                try await downloader.download(request, absentPath: absentPath, connections: connections) {
-                    [self] event in
+                try await downloader.download(
+                    request, absentPath: absentPath, connections: connections, control: control
+                ) { [self] event in
                     record(event, of: id, progress: progress)
                 })
         } catch {
@@ -477,6 +504,7 @@ extension DownloadQueue {
     private func complete(_ id: UInt64, with outcome: Outcome) {
         let effects = mutate { state -> SideEffects in
             var effects = SideEffects()
+            if requeue(id, after: outcome, in: &state) { return effects }
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
             if state.ending[entry.joinKey]?.id == id { state.ending[entry.joinKey] = nil }
             if state.resumeScans > 0 { state.endedDuringScan.insert(entry.joinKey) }
@@ -509,11 +537,37 @@ extension DownloadQueue {
         effects.run()
     }
 
+    /// Puts a download whose run stopped to pause it back at the front of the waiting order (paused, unless it was
+    /// resumed meanwhile), and admits what its slot lets start. Returns `false` when it is not one: it ended
+    /// otherwise (finished or failed before the pause took effect), and ends.
+    private func requeue(_ id: UInt64, after outcome: Outcome, in state: inout State) -> Bool {
+        guard let entry = state.entries[id], entry.requeues, case .failure(let error) = outcome, error.isCancellation
+        else { return false }
+        entry.requeues = false
+        entry.task = nil
+        entry.control.pausing.store(false, ordering: .releasing)
+        if let slot = state.slots.removeValue(forKey: id) {
+            state.movedSlots[slot] = nil
+            state.scheduler.finish(slot)
+        } else {
+            state.scheduler.finish(id)
+        }
+        state.scheduler.enqueueAtFront(
+            id, host: Self.originKey(for: entry.request.url), priority: entry.request.priority, paused: entry.paused)
+        reenterWaiting(entry.request, in: &state)
+        entry.progress?.withLock { $0?.bytesPerSecond = 0 }
+        admit(in: &state)
+        return true
+    }
+
     /// Cancels one entry whatever its handle count: a waiting one is taken out at once (its result is
     /// resolved after the lock), a running one has its task cancelled after the lock and ends through
     /// ``complete(_:with:)``.
     func cancelEntry(_ id: UInt64, in state: inout State, effects: inout SideEffects) {
         guard let entry = state.entries[id] else { return }
+        // A cancellation wins over a pause still taking effect: the download ends, and keeps no partial for it.
+        entry.requeues = false
+        entry.control.pausing.store(false, ordering: .releasing)
         guard state.scheduler.remove(id) else {
             // Running: its task is cancelled after the lock, or as it is stored (admitted under this lock or one just
             // before, its task is made after it).

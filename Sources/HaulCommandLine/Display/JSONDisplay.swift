@@ -60,12 +60,15 @@ final class JSONDisplay: Display {
         self.names = names
     }
 
-    /// Everything but `queued` (names come from the ``NameBook``) and the batch's progress.
-    var interest: Set<QueueEvent.Kind> { QueueEvent.Kind.all.subtracting([.queued, .batchProgress]) }
+    /// Everything about one download's transfer: not `queued` (names come from the ``NameBook``), the batch's
+    /// progress, or pauses (`haul get` makes none).
+    var interest: Set<QueueEvent.Kind> {
+        QueueEvent.Kind.all.subtracting([.queued, .batchProgress, .paused, .resumed])
+    }
 
     func handle(_ event: QueueEvent) {
         switch event {
-        case .queued, .batchProgress:
+        case .queued, .batchProgress, .paused, .resumed:
             break
         case .download(let id, let event):
             let name = names.name(of: id)

@@ -51,8 +51,8 @@ final class TerminalDisplay: Display {
         Console.raw("\u{1B}[?25l")  // hide the cursor while bars are drawn
     }
 
-    /// Everything but `queued`: names come from the ``NameBook``.
-    var interest: Set<QueueEvent.Kind> { QueueEvent.Kind.all.subtracting([.queued]) }
+    /// Everything but `queued` (names come from the ``NameBook``) and pauses (`haul get` makes none).
+    var interest: Set<QueueEvent.Kind> { QueueEvent.Kind.all.subtracting([.queued, .paused, .resumed]) }
 
     func handle(_ event: QueueEvent) {
         state.withLock { state in
@@ -88,7 +88,7 @@ final class TerminalDisplay: Display {
 
     private func apply(_ event: QueueEvent, to state: inout State) {
         switch event {
-        case .queued:
+        case .queued, .paused, .resumed:
             break
         case .batchProgress(let batch):
             state.batch = batch

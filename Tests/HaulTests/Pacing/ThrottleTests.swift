@@ -30,6 +30,28 @@ struct ThrottleTests {
         #expect(abs(total.seconds - 64.0) < 0.2, "\(total)")
     }
 
+    @Test("a bucket's rate changes while it is taken from: set, lowered, lifted; a debt is kept across a change")
+    func bucketRateChanges() {
+        let bucket = TokenBucket(bytesPerSecond: nil, now: start)
+        #expect(!bucket.isLimited && bucket.bytesPerSecond == nil)
+        #expect(bucket.take(1_000_000, now: start) == .zero)  // no limit: nothing to wait for, no debt
+        let unlimited = bucket.version
+        bucket.setRate(1000, now: start)
+        #expect(bucket.isLimited && bucket.bytesPerSecond == 1000 && bucket.version == unlimited + 1)
+        #expect(bucket.take(1000, now: start) == .seconds(1))
+        // Lowered with 1000 bytes owed: they are paid at the new rate.
+        bucket.setRate(100, now: start)
+        #expect(bucket.remainingDelay(now: start) == .seconds(10))
+        #expect(bucket.remainingDelay(now: start + .seconds(4)) == .seconds(6))
+        // Lifted: the debt goes, and nothing waits any more.
+        bucket.setRate(nil, now: start + .seconds(5))
+        #expect(!bucket.isLimited && bucket.remainingDelay(now: start + .seconds(5)) == .zero)
+        #expect(bucket.take(10_000, now: start + .seconds(5)) == .zero)
+        // Set again: it starts empty at the new rate.
+        bucket.setRate(2000, now: start + .seconds(6))
+        #expect(bucket.take(1000, now: start + .seconds(6)) == .milliseconds(500))
+    }
+
     @Test("requests are spaced by the run's rate, a host's rate and the wait between a host's requests")
     func pacerSpacing() throws {
         let pacer = RequestPacer(

@@ -522,7 +522,7 @@ extension DownloadRun {
             if checkpoint { context.sink.yield(.checkpoint) }
             // The piece is in (a response longer than asked for is not read on), or a faster connection took the rest.
             if exhausted { return }
-            if bandwidth != nil || ownBandwidth != nil { try await waitForBandwidth(count, clock: clock) }
+            if limitsBandwidth { try await waitForBandwidth(count, clock: clock) }
         }
         let left = transfer.state.withLock { state in
             min(pieceEnd, state.table.segments[segment].end) - state.table.reserved(segment)

@@ -9,6 +9,10 @@ import HeapModule
 /// could start something, keyed by that host's best waiting item. Nothing ever scans the waiting list.
 /// Removals and priority changes are lazy: the stale position is skipped when it reaches the front.
 ///
+/// A paused item keeps its place in the waiting order (its priority and sequence) but is out of its host's FIFO, so
+/// admission never meets it; resuming puts it back where it was. Moving an item within the waiting order
+/// (``reposition(_:to:)``, rare: a user's action) renumbers the items of its priority, in O(n).
+///
 /// Hosts are numbered when first seen (a number is reused once its host is forgotten): admitting or finishing a
 /// download looks its host up several times, by number rather than by hashing its name (bench-queue). A reused number cannot confuse a stale heap entry: sequences are never reused, and an entry counts only
 /// while its host's best item has its sequence.
@@ -75,7 +79,14 @@ package struct AdmissionScheduler {
         /// other extra connections at the front of its priority level, before every waiting download.
         mutating func insertAhead(_ slot: Slot, priority: Int) {
             guard let level = levels[priority] else { return append(slot, priority: priority) }
-            let index = level.firstIndex { $0.sequence >= AdmissionScheduler.firstDownloadSequence } ?? level.endIndex
+            let index = level.firstIndex { $0.sequence >= AdmissionScheduler.frontFloor } ?? level.endIndex
+            levels[priority]?.insert(slot, at: index)
+        }
+
+        /// Puts `slot` back in its priority level where its sequence belongs (the FIFO is in sequence order).
+        mutating func insertInOrder(_ slot: Slot, priority: Int) {
+            guard let level = levels[priority] else { return append(slot, priority: priority) }
+            let index = level.firstIndex { $0.sequence > slot.sequence } ?? level.endIndex
             levels[priority]?.insert(slot, at: index)
         }
 
@@ -111,6 +122,8 @@ package struct AdmissionScheduler {
     }
 
     private var waiting: [ID: Waiting] = [:]
+    /// Paused items, by the host name (not number: a host with only paused items is forgotten) and their place.
+    private var paused: [ID: (host: String, priority: Int, sequence: UInt64)] = [:]
     private var running: [ID: HostNumber] = [:]
     /// Hosts by number; `nil` where a forgotten host's number waits in ``freeNumbers`` to be reused.
     private var hosts: [Host?] = []
@@ -122,16 +135,22 @@ package struct AdmissionScheduler {
     /// Downloads are numbered from here up, extra connections from 1 up: an extra connection comes before every
     /// download of its priority, since it finishes a file that is already running.
     static let firstDownloadSequence: UInt64 = 1 << 62
+    /// A download paused while it ran goes back to the front of the waiting order, counting down from
+    /// ``firstDownloadSequence``; extra connections count up from 0 and stay below ``frontFloor``.
+    static let frontFloor: UInt64 = 1 << 61
     private var nextSequence: UInt64 = firstDownloadSequence
     private var nextAheadSequence: UInt64 = 0
+    private var nextFrontSequence: UInt64 = firstDownloadSequence
 
     package init(maxConcurrent: Int, perHostLimit: Int? = nil) {
         self.maxConcurrent = max(1, maxConcurrent)
         self.perHostLimit = perHostLimit.map { max(1, $0) }
     }
 
-    /// Downloads waiting for a slot.
-    package var waitingCount: Int { waiting.count }
+    /// Downloads waiting for a slot, paused ones included.
+    package var waitingCount: Int { waiting.count + paused.count }
+    /// Paused downloads.
+    package var pausedCount: Int { paused.count }
     /// Downloads admitted and not yet finished.
     package var runningCount: Int { running.count }
     /// Their IDs (the queue sums their progress).
@@ -164,9 +183,10 @@ package struct AdmissionScheduler {
         offer(number)
     }
 
-    /// Removes a waiting item (cancelled before it started). Returns `false` if it was not waiting.
+    /// Removes a waiting or paused item (cancelled before it started). Returns `false` if it was neither.
     @discardableResult
     package mutating func remove(_ id: ID) -> Bool {
+        if paused.removeValue(forKey: id) != nil { return true }
         guard let item = waiting.removeValue(forKey: id) else { return false }
         dropHostIfIdle(item.host)
         // If it was the host's best, the heap's entry for the host is stale now: the next one is offered.
@@ -178,6 +198,14 @@ package struct AdmissionScheduler {
     /// Returns `false` if it was not waiting (already running or gone).
     @discardableResult
     package mutating func setPriority(_ priority: Int, of id: ID) -> Bool {
+        if var item = paused[id] {
+            guard item.priority != priority else { return true }
+            nextSequence += 1
+            item.priority = priority
+            item.sequence = nextSequence
+            paused[id] = item
+            return true
+        }
         guard var item = waiting[id] else { return false }
         guard item.priority != priority else { return true }
         nextSequence += 1
@@ -187,6 +215,127 @@ package struct AdmissionScheduler {
         append(Slot(id: id, sequence: item.sequence), to: item.host, priority: priority)
         offer(item.host)
         return true
+    }
+
+    // MARK: - Pausing and the waiting order
+
+    /// Whether `id` is paused.
+    package func isPaused(_ id: ID) -> Bool { paused[id] != nil }
+
+    /// Whether `id` is waiting or paused.
+    package func isWaiting(_ id: ID) -> Bool { waiting[id] != nil || paused[id] != nil }
+
+    /// Pauses a waiting item: it keeps its place in the waiting order and is not admitted until ``unpause(_:)``.
+    /// Returns `false` if it was not waiting (a paused one stays paused: `true`).
+    @discardableResult
+    package mutating func pause(_ id: ID) -> Bool {
+        if paused[id] != nil { return true }
+        guard let item = waiting.removeValue(forKey: id) else { return false }
+        paused[id] = (names[item.host], item.priority, item.sequence)
+        dropHostIfIdle(item.host)
+        if hosts[item.host] != nil { offer(item.host) }
+        return true
+    }
+
+    /// Adds an item at the front of the waiting order of its priority (a running download paused, whose slot was
+    /// given back with ``finish(_:)``), paused or waiting.
+    package mutating func enqueueAtFront(_ id: ID, host: String, priority: Int, paused isPaused: Bool) {
+        precondition(
+            waiting[id] == nil && running[id] == nil && paused[id] == nil, "download \(id) is already scheduled")
+        nextFrontSequence -= 1
+        let sequence = nextFrontSequence
+        if isPaused {
+            paused[id] = (host, priority, sequence)
+        } else {
+            let number = number(of: host)
+            waiting[id] = Waiting(host: number, priority: priority, sequence: sequence)
+            hosts[number]?.insertInOrder(Slot(id: id, sequence: sequence), priority: priority)
+            offer(number)
+        }
+    }
+
+    /// Lets a paused item be admitted again, from its place in the waiting order. Returns `false` if it was not
+    /// paused.
+    @discardableResult
+    package mutating func unpause(_ id: ID) -> Bool {
+        guard let item = paused.removeValue(forKey: id) else { return false }
+        let number = number(of: item.host)
+        waiting[id] = Waiting(host: number, priority: item.priority, sequence: item.sequence)
+        hosts[number]?.insertInOrder(Slot(id: id, sequence: item.sequence), priority: item.priority)
+        offer(number)
+        return true
+    }
+
+    /// The waiting and paused items in the order they would be admitted without limits: higher priority first, then
+    /// by their place. Extra connections are left out.
+    package func waitingOrder() -> [ID] {
+        var items: [(id: ID, priority: Int, sequence: UInt64)] = []
+        items.reserveCapacity(waiting.count + paused.count)
+        for (id, item) in waiting where item.sequence >= Self.frontFloor {
+            items.append((id, item.priority, item.sequence))
+        }
+        for (id, item) in paused { items.append((id, item.priority, item.sequence)) }
+        items.sort { $0.priority != $1.priority ? $0.priority > $1.priority : $0.sequence < $1.sequence }
+        return items.map(\.id)
+    }
+
+    /// The place of a waiting or paused item in ``waitingOrder()`` (0 first), counted without sorting.
+    package func position(of id: ID) -> Int? {
+        guard let (priority, sequence) = place(of: id) else { return nil }
+        func before(_ otherPriority: Int, _ otherSequence: UInt64) -> Bool {
+            otherPriority != priority ? otherPriority > priority : otherSequence < sequence
+        }
+        var count = 0
+        for item in waiting.values where item.sequence >= Self.frontFloor && before(item.priority, item.sequence) {
+            count += 1
+        }
+        for item in paused.values where before(item.priority, item.sequence) { count += 1 }
+        return count
+    }
+
+    private func place(of id: ID) -> (priority: Int, sequence: UInt64)? {
+        if let item = waiting[id], item.sequence >= Self.frontFloor { return (item.priority, item.sequence) }
+        if let item = paused[id] { return (item.priority, item.sequence) }
+        return nil
+    }
+
+    /// Moves a waiting or paused item to `position` in ``waitingOrder()``, within the items of its own priority (a
+    /// position before them puts it first among them, one after them last). Returns its new position, or `nil` if it
+    /// is neither waiting nor paused. O(n): every item of its priority is renumbered in the new order.
+    package mutating func reposition(_ id: ID, to position: Int) -> Int? {
+        guard let (priority, _) = place(of: id) else { return nil }
+        let order = waitingOrder()
+        // The items of this priority are one run in the order.
+        guard let start = order.firstIndex(where: { place(of: $0)?.priority == priority }) else { return nil }
+        var level = Array(order[start...].prefix { place(of: $0)?.priority == priority })
+        level.removeAll { $0 == id }
+        let index = min(max(position - start, 0), level.count)
+        level.insert(id, at: index)
+        var touched = Set<HostNumber>()
+        for member in level {
+            nextSequence += 1
+            if var item = waiting[member] {
+                item.sequence = nextSequence
+                waiting[member] = item
+                touched.insert(item.host)
+            } else if var item = paused[member] {
+                item.sequence = nextSequence
+                paused[member] = item
+            }
+        }
+        // Each host's FIFO of this priority is rebuilt in the new order (dropping its stale slots), and offered
+        // afresh: the heap's entries for it are stale now, and are skipped when they come up.
+        for host in touched {
+            let members = level.compactMap { member -> Slot? in
+                guard let item = waiting[member], item.host == host else { return nil }
+                return Slot(id: member, sequence: item.sequence)
+            }
+            let ahead = hosts[host]?.levels[priority]?.filter { $0.sequence < Self.frontFloor } ?? []
+            hosts[host]?.levels[priority] = Deque(ahead + members)
+            counters[host].offered = nil
+            offer(host)
+        }
+        return start + index
     }
 
     /// Marks a running item finished, freeing its slots.

@@ -351,4 +351,123 @@ struct AdmissionSchedulerMoveTests {
         busy.finish(2)
         #expect(busy.admit() == [10])
     }
+
+    /// Admits one at a time (each finishing at once) until nothing more starts; the order admitted.
+    private func drain(_ scheduler: inout AdmissionScheduler) -> [UInt64] {
+        var order: [UInt64] = []
+        while case let admitted = scheduler.admit(), !admitted.isEmpty {
+            order += admitted
+            for id in admitted { scheduler.finish(id) }
+        }
+        return order
+    }
+
+    @Test("a paused item keeps its place and is never admitted; resumed, it goes from that place")
+    func pauseKeepsPlace() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        scheduler.isPaused = true
+        for id in 1...4 { scheduler.enqueue(UInt64(id), host: id.isMultiple(of: 2) ? "a" : "b", priority: 0) }
+        #expect(scheduler.pause(2) && scheduler.pause(2))  // pausing twice is no error
+        #expect(scheduler.isPaused(2) && scheduler.isWaiting(2) && scheduler.pausedCount == 1)
+        #expect(scheduler.waitingCount == 4 && scheduler.waitingOrder() == [1, 2, 3, 4])
+        #expect(scheduler.position(of: 2) == 1 && scheduler.position(of: 4) == 3)
+        scheduler.isPaused = false
+        #expect(drain(&scheduler) == [1, 3, 4])
+        #expect(scheduler.waitingCount == 1 && scheduler.waitingOrder() == [2])
+        // Its host had nothing else: it was forgotten, and comes back with the item.
+        #expect(scheduler.hostCount == 0)
+        #expect(scheduler.unpause(2) && !scheduler.unpause(2))
+        #expect(drain(&scheduler) == [2] && scheduler.waitingCount == 0)
+    }
+
+    @Test("resumed before the items behind it have started, a paused item starts before them")
+    func resumedBeforeOthers() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1, perHostLimit: 1)
+        scheduler.isPaused = true
+        for id in 1...3 { scheduler.enqueue(UInt64(id), host: "a", priority: 0) }
+        scheduler.pause(1)
+        scheduler.isPaused = false
+        #expect(scheduler.admit() == [2])
+        scheduler.unpause(1)
+        scheduler.finish(2)
+        #expect(drain(&scheduler) == [1, 3])
+    }
+
+    @Test("a running item paused goes back to the front of its priority, behind the extra connections")
+    func enqueueAtFront() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        scheduler.enqueue(1, host: "a", priority: 0)
+        #expect(scheduler.admit() == [1])
+        scheduler.enqueue(2, host: "a", priority: 0)
+        scheduler.enqueue(3, host: "b", priority: 5)
+        scheduler.finish(1)
+        scheduler.enqueueAtFront(1, host: "a", priority: 0, paused: true)
+        #expect(scheduler.waitingOrder() == [3, 1, 2] && scheduler.position(of: 1) == 1)
+        scheduler.isPaused = true
+        scheduler.unpause(1)
+        scheduler.enqueue(10, host: "a", priority: 0, ahead: true)
+        scheduler.isPaused = false
+        // The higher priority first, then the extra connection, then the download back at the front, then the rest.
+        #expect(drain(&scheduler) == [3, 10, 1, 2])
+        // Waiting, not paused: admitted at once.
+        scheduler.enqueue(4, host: "a", priority: 0)
+        #expect(scheduler.admit() == [4])
+        scheduler.enqueue(5, host: "a", priority: 0)
+        scheduler.finish(4)
+        scheduler.isPaused = true
+        scheduler.enqueueAtFront(4, host: "a", priority: 0, paused: false)
+        scheduler.isPaused = false
+        #expect(drain(&scheduler) == [4, 5])
+    }
+
+    @Test("moving an item in the waiting order: among its own priority, clamped, admitted in the new order")
+    func reposition() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        scheduler.isPaused = true
+        for id in 1...5 { scheduler.enqueue(UInt64(id), host: ["a", "b", "c"][id % 3], priority: 0) }
+        scheduler.enqueue(9, host: "a", priority: 1)
+        #expect(scheduler.waitingOrder() == [9, 1, 2, 3, 4, 5])
+        #expect(scheduler.reposition(5, to: 1) == 1)
+        #expect(scheduler.waitingOrder() == [9, 5, 1, 2, 3, 4])
+        // Before its priority's first place: first among them, not ahead of the higher priority.
+        #expect(scheduler.reposition(3, to: 0) == 1)
+        #expect(scheduler.reposition(1, to: 100) == 5)
+        #expect(scheduler.waitingOrder() == [9, 3, 5, 2, 4, 1])
+        scheduler.pause(2)
+        #expect(scheduler.reposition(2, to: 1) == 1)  // a paused item moves too
+        #expect(scheduler.waitingOrder() == [9, 2, 3, 5, 4, 1])
+        #expect(scheduler.reposition(42, to: 0) == nil)
+        scheduler.isPaused = false
+        #expect(drain(&scheduler) == [9, 3, 5, 4, 1])
+        #expect(scheduler.waitingOrder() == [2])
+    }
+
+    @Test("moving under a per-host limit: the heap's old entries for a host are skipped, nothing admitted twice")
+    func repositionWithLimits() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 2, perHostLimit: 1)
+        for id in 1...6 { scheduler.enqueue(UInt64(id), host: id <= 3 ? "a" : "b", priority: 0) }
+        #expect(scheduler.admit() == [1, 4])
+        #expect(scheduler.reposition(3, to: 0) == 0 && scheduler.reposition(6, to: 0) == 0)
+        #expect(scheduler.waitingOrder() == [6, 3, 2, 5])
+        scheduler.finish(1)
+        scheduler.finish(4)
+        #expect(scheduler.admit() == [6, 3])
+        scheduler.finish(6)
+        scheduler.finish(3)
+        #expect(scheduler.admit() == [2, 5])
+        #expect(scheduler.waitingCount == 0 && scheduler.candidateCount <= 2)
+    }
+
+    @Test("a paused item is removed by a cancellation, and a priority change keeps it paused")
+    func pausedRemoveAndPriority() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 1)
+        scheduler.isPaused = true
+        for id in 1...3 { scheduler.enqueue(UInt64(id), host: "a", priority: 0) }
+        scheduler.pause(1)
+        #expect(scheduler.setPriority(5, of: 1) && scheduler.isPaused(1))
+        #expect(scheduler.waitingOrder() == [1, 2, 3])
+        #expect(scheduler.remove(1) && !scheduler.isWaiting(1) && scheduler.waitingCount == 2)
+        scheduler.isPaused = false
+        #expect(drain(&scheduler) == [2, 3])
+    }
 }

@@ -1,0 +1,142 @@
+import Foundation
+import HaulOperations
+import Synchronization
+
+/// One download at a time: pause and resume it, move it in the waiting order, change its speed limit while it runs,
+/// and read where it stands. What a download service built on the queue (`haul daemon`) drives it with.
+extension DownloadQueue {
+    /// Pauses one download: a waiting one keeps its place in the waiting order and is not admitted until
+    /// ``resume(_:)``; a running one stops and goes back to the front of the waiting order, paused. Its partial file is
+    /// kept for the resume where the engine can resume it: the downloader has a journal, and the server gave a
+    /// validator for a body above 64 KiB (smaller ones are fetched again whole). A download that finishes or fails as
+    /// it is paused ends as usual. Publishes ``QueueEvent/paused(_:)``.
+    ///
+    /// A paused download counts as waiting: ``waitUntilIdle()`` waits for it, and its handle's result comes once it
+    /// has been resumed and has ended (or was cancelled).
+    ///
+    /// - Returns: `false` when the download is not in the queue (it ended, or was never added); `true` when it is
+    ///   paused now, or was already.
+    @discardableResult
+    public func pause(_ id: DownloadID) -> Bool {
+        let (found, effects) = mutate { state -> (Bool, SideEffects) in
+            var effects = SideEffects()
+            guard let entry = state.entries[id.rawValue] else { return (false, effects) }
+            guard !entry.paused else { return (true, effects) }
+            if !state.scheduler.pause(id.rawValue) {
+                // Running: its run keeps its partial and, once stopped, goes back to waiting (``requeue``).
+                entry.requeues = true
+                entry.control.pausing.store(true, ordering: .releasing)
+                if let task = entry.task?.cancel() { effects.cancellations.append(task) }
+            }
+            entry.paused = true
+            if state.wants(.paused) { state.publish(.paused(id)) }
+            return (true, effects)
+        }
+        effects.run()
+        return found
+    }
+
+    /// Resumes a paused download: it waits for a slot again from its place in the waiting order (a download paused
+    /// while it ran is at the front). Publishes ``QueueEvent/resumed(_:)``.
+    ///
+    /// - Returns: `false` when the download is not in the queue; `true` when it waits or runs now.
+    @discardableResult
+    public func resume(_ id: DownloadID) -> Bool {
+        mutate { state in
+            guard let entry = state.entries[id.rawValue] else { return false }
+            guard entry.paused else { return true }
+            entry.paused = false
+            // One still stopping goes back as waiting, not paused, once it has stopped.
+            state.scheduler.unpause(id.rawValue)
+            if state.wants(.resumed) { state.publish(.resumed(id)) }
+            admit(in: &state)
+            return true
+        }
+    }
+
+    /// Pauses every download in the queue (see ``pause(_:)``), and returns how many it paused. Downloads added
+    /// afterwards are not paused (``pause()`` holds back admission for all of them instead).
+    @discardableResult
+    public func pauseAll() -> Int {
+        let ids = locked { state in state.entries.keys.sorted() }
+        return ids.reduce(0) { count, id in pause(DownloadID(rawValue: id)) ? count + 1 : count }
+    }
+
+    /// Resumes every paused download (see ``resume(_:)``), in their waiting order, and returns how many.
+    @discardableResult
+    public func resumeAll() -> Int {
+        let ids = locked { state in state.entries.filter { $0.value.paused }.keys.sorted() }
+        return ids.reduce(0) { count, id in resume(DownloadID(rawValue: id)) ? count + 1 : count }
+    }
+
+    /// Moves a waiting or paused download to `position` in the waiting order (0 is admitted first), among the
+    /// downloads of its own priority: a position before them puts it first among them, one after them last. A
+    /// download that is running, or ended, cannot move.
+    ///
+    /// - Returns: its new position, or `nil` when it is not waiting or paused.
+    @discardableResult
+    public func move(_ id: DownloadID, toPosition position: Int) -> Int? {
+        locked { state in
+            guard state.entries[id.rawValue] != nil else { return nil }
+            let moved = state.scheduler.reposition(id.rawValue, to: position)
+            if moved != nil { admit(in: &state) }
+            return moved
+        }
+    }
+
+    /// Sets one download's own speed limit in bytes per second (at least 1), or lifts it (`nil`), whether it waits or
+    /// runs: a running download goes at the new rate from its next bytes, without a restart. The downloader's
+    /// overall limit (``Downloader/Configuration/maxBytesPerSecond``) still applies.
+    ///
+    /// - Precondition: `limit` is `nil` or at least 1.
+    /// - Returns: `false` when the download is not in the queue.
+    @discardableResult
+    public func setMaxBytesPerSecond(_ limit: Int64?, of id: DownloadID) -> Bool {
+        precondition((limit ?? 1) >= 1, "a speed limit must be at least 1 byte per second, not \(limit ?? 0)")
+        guard let control = locked({ $0.entries[id.rawValue]?.control }) else { return false }
+        control.bandwidth.setRate(limit)
+        return true
+    }
+
+    /// Where one download stands, or `nil` when it is not in the queue (it ended: its handle's
+    /// ``DownloadHandle/status`` still tells how).
+    public func status(of id: DownloadID) -> DownloadStatus? {
+        locked { state in
+            state.entries[id.rawValue].map { status(of: id.rawValue, $0, position: nil, in: state) }
+        }
+    }
+
+    /// Every download in the queue: the running ones (oldest first), then the waiting and paused ones in the waiting
+    /// order, their ``DownloadStatus/position`` counting from 0.
+    public func statuses() -> [DownloadStatus] {
+        locked { state in
+            var result: [DownloadStatus] = []
+            result.reserveCapacity(state.entries.count)
+            for (id, entry) in state.entries.sorted(by: { $0.key < $1.key }) where !state.scheduler.isWaiting(id) {
+                result.append(status(of: id, entry, position: nil, in: state))
+            }
+            for (position, id) in state.scheduler.waitingOrder().enumerated() {
+                guard let entry = state.entries[id] else { continue }
+                result.append(status(of: id, entry, position: position, in: state))
+            }
+            return result
+        }
+    }
+
+    /// `entry`'s status; its position is `known`, or counted when it waits.
+    private func status(of id: UInt64, _ entry: Entry, position known: Int?, in state: State) -> DownloadStatus {
+        let waiting = state.scheduler.isWaiting(id)
+        let position = waiting ? known ?? state.scheduler.position(of: id) : nil
+        // Admitted (its transfer may still be stopping for a pause: then it shows as paused).
+        let running = !waiting && !entry.paused
+        let current = entry.progress?.withLock { $0 }
+        let progress = DownloadProgress(
+            bytesWritten: current?.bytesWritten ?? 0, totalBytes: current?.totalBytes ?? entry.request.expectedSize,
+            bytesPerSecond: running ? current?.bytesPerSecond ?? 0 : 0)
+        return DownloadStatus(
+            id: DownloadID(rawValue: id), request: entry.request,
+            state: entry.paused ? .paused : running ? .running : .waiting, position: position, progress: progress,
+            connections: running ? 1 + entry.control.extraConnections.load(ordering: .relaxed) : 0,
+            maxBytesPerSecond: entry.control.bandwidth.bytesPerSecond)
+    }
+}

@@ -1,0 +1,213 @@
+import Foundation
+import Haul
+import HaulOperations
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// One download at a time through the queue, on each transport against a real loopback server: pause and resume
+/// (waiting and running), its place in the waiting order, its speed limit while it runs, and its status.
+@Suite("DownloadQueue: one download's controls", .timeLimit(.minutes(2)))
+struct DownloadQueueControlTests {
+    /// A queue whose downloader has `journal`, on `transport`.
+    private func makeQueue(
+        _ configuration: DownloadQueue.Configuration, transport: TransportKind, journal: MemoryJournal? = nil
+    ) -> DownloadQueue {
+        var engine = transport.configuration()
+        engine.journal = journal
+        return DownloadQueue(
+            downloader: Downloader(transport: transport.makeTransport(), configuration: engine),
+            configuration: configuration)
+    }
+
+    @Test(
+        "a paused waiting download is passed over, keeps its place, and starts where it was once resumed",
+        arguments: TransportKind.allCases)
+    func pauseWaiting(transport: TransportKind) async throws {
+        try await TestServer.withRunning(transport.server()) { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: transport)
+            let events = queue.events(including: [.paused, .resumed])
+            let handles = queue.add(
+                ["a", "b", "c", "d"].map { DownloadRequest(url: server.held($0), destination: .directory(dir.url)) })
+            try await eventually("a held") { server.heldCount(at: "g") == 1 }
+            #expect(handles[1].pause() && handles[1].pause())
+            #expect(handles[1].status.state == .paused && handles[1].status.position == 0)
+            #expect(queue.statuses().map(\.id) == handles.map(\.id))
+            #expect(queue.statuses().map(\.state) == [.running, .paused, .waiting, .waiting])
+            #expect(queue.statuses().map(\.position) == [nil, 0, 1, 2])
+            server.openGate("g")
+            for index in [0, 2, 3] { _ = try await handles[index].result }
+            // Passed over, and still there: the queue is not idle while a download is paused.
+            #expect(handles[1].outcome == nil && queue.waitingCount == 1 && queue.runningCount == 0)
+            #expect(server.stats.requests.map(\.path) == ["/bytes/a", "/bytes/c", "/bytes/d"])
+            #expect(handles[1].resume())
+            let result = try await handles[1].result
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "b", size: 1000))
+            #expect(server.stats.requests.map(\.path).last == "/bytes/b")
+            #expect(!handles[1].pause() && !handles[1].resume())  // it has ended
+            let status = handles[1].status
+            #expect(status.state == .finished && status.progress.bytesWritten == 1000)
+            #expect(throws: Never.self) { try status.outcome?.get() }
+            queue.finishEvents()
+            var seen: [String] = []
+            for await event in events {
+                switch event {
+                case .paused(let id): seen.append("paused \(id)")
+                case .resumed(let id): seen.append("resumed \(id)")
+                default: Issue.record("an event not subscribed to: \(event)")
+                }
+            }
+            #expect(seen == ["paused \(handles[1].id)", "resumed \(handles[1].id)"])
+        }
+    }
+
+    @Test(
+        "a running download paused stops, keeps its partial, waits at the front, and resumes it with Range",
+        arguments: TransportKind.allCases)
+    func pauseRunning(transport: TransportKind) async throws {
+        try await TestServer.withRunning(transport.server()) { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: transport, journal: journal)
+            let size = 600_000  // above the size below which a partial is not kept
+            let big = server.url(
+                path: "/bytes/big", query: ["size": "\(size)", "stallAfter": "200000", "stall": "gate:s"])
+            let handle = queue.add(DownloadRequest(url: big, destination: .directory(dir.url)))
+            let next = queue.add(DownloadRequest(url: server.held("next"), destination: .directory(dir.url)))
+            try await eventually("bytes of the first response written") {
+                handle.status.progress.bytesWritten > 0
+            }
+            #expect(handle.status.state == .running && handle.status.connections == 1)
+            #expect(handle.pause())
+            #expect(handle.status.state == .paused)
+            // Stopped: back at the front of the waiting order, its slot given to the next download.
+            try await eventually("back in the waiting order") { handle.status.position == 0 }
+            try await eventually("the next download started") { server.heldCount(at: "g") == 1 }
+            #expect(handle.status.connections == 0 && handle.status.progress.bytesPerSecond == 0)
+            let kept = handle.status.progress.bytesWritten
+            #expect(kept > 0 && dir.contents() == [".big.haul-partial"])
+            #expect(journal.allRecords().contains { if case .partial = $0.state { true } else { false } })
+            server.openGate("s")
+            #expect(handle.resume())
+            server.openGate("g")
+            let result = try await handle.result
+            _ = try await next.result
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big", size: size))
+            let requests = server.stats.requests.filter { $0.path == "/bytes/big" }
+            #expect(requests.count == 2)
+            let range = try #require(requests.last?.range)
+            let from = Int(range.dropFirst("bytes=".count).prefix { $0 != "-" }) ?? 0
+            #expect(from > 0 && from <= 200_000, "\(range)")
+            #expect(result.bytesTransferred == Int64(size - from))
+            #expect(Set(dir.contents()) == ["big", "next"])
+        }
+    }
+
+    @Test("a download cancelled while paused, or while its pause takes effect, ends cancelled and keeps nothing")
+    func cancelPaused() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio, journal: journal)
+            let running = queue.add(
+                DownloadRequest(
+                    url: server.url(
+                        path: "/bytes/r", query: ["size": "600000", "stallAfter": "100000", "stall": "forever"]),
+                    destination: .directory(dir.url)))
+            let waiting = queue.add(DownloadRequest(url: server.held("w"), destination: .directory(dir.url)))
+            try await eventually("bytes written") { running.status.progress.bytesWritten > 0 }
+            waiting.pause()
+            running.pause()
+            running.cancel()
+            waiting.cancel()
+            for handle in [running, waiting] {
+                await #expect(throws: DownloadError.self) { try await handle.result }
+                #expect(
+                    handle.outcome.map { if case .failure(let error) = $0 { error.isCancellation } else { false } }
+                        == true)
+            }
+            await queue.waitUntilIdle()
+            #expect(dir.contents().isEmpty && journal.allRecords().isEmpty)
+        }
+    }
+
+    @Test("moving waiting downloads changes the order they start in", arguments: TransportKind.allCases)
+    func moveInWaitingOrder(transport: TransportKind) async throws {
+        try await TestServer.withRunning(transport.server()) { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: transport)
+            let handles = queue.add(
+                ["a", "b", "c", "d", "e"].map {
+                    DownloadRequest(url: server.held($0), destination: .directory(dir.url))
+                })
+            try await eventually("a held") { server.heldCount(at: "g") == 1 }
+            #expect(handles[4].move(toPosition: 0) == 0)
+            #expect(handles[1].move(toPosition: 99) == 3)
+            #expect(handles[0].move(toPosition: 0) == nil)  // running
+            #expect(
+                queue.statuses().compactMap { $0.position == nil ? nil : $0.id } == [4, 2, 3, 1].map { handles[$0].id })
+            server.openGate("g")
+            for handle in handles { _ = try await handle.result }
+            #expect(server.stats.requests.map(\.path) == ["a", "e", "c", "d", "b"].map { "/bytes/\($0)" })
+            #expect(handles[2].move(toPosition: 0) == nil)  // ended
+        }
+    }
+
+    @Test(
+        "a speed limit set while a download runs holds it back at once, and lifting it lets it finish",
+        arguments: TransportKind.allCases)
+    func speedLimitWhileRunning(transport: TransportKind) async throws {
+        try await TestServer.withRunning(transport.server()) { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2), transport: transport)
+            let size = 4_000_000
+            let url = server.url(
+                path: "/bytes/limited", query: ["size": "\(size)", "stallAfter": "100000", "stall": "gate:s"])
+            let handle = queue.add(DownloadRequest(url: url, destination: .directory(dir.url)))
+            try await eventually("bytes written") { handle.status.progress.bytesWritten > 0 }
+            #expect(handle.status.maxBytesPerSecond == nil)
+            // One byte a second: after the stall, the first chunk read puts the download in debt for hours.
+            #expect(handle.setMaxBytesPerSecond(1))
+            #expect(handle.status.maxBytesPerSecond == 1)
+            let before = handle.status.progress.bytesWritten
+            server.openGate("s")
+            try await eventually("a chunk after the stall") { handle.status.progress.bytesWritten > before }
+            // Held back: not finished, though the server sends it all as fast as the client reads.
+            #expect(handle.outcome == nil && handle.status.progress.bytesWritten < Int64(size))
+            #expect(handle.setMaxBytesPerSecond(nil))
+            // A wait that did not notice the change would last for days: failed here rather than left hanging.
+            try await eventually("finished once the limit is lifted", within: .seconds(30)) { handle.outcome != nil }
+            let result = try await handle.result
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "limited", size: size))
+            #expect(!handle.setMaxBytesPerSecond(10))  // it has ended
+        }
+    }
+
+    @Test("a speed limit set on a waiting download applies once it runs; pause and resume all")
+    func limitWhileWaitingAndAll() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio)
+            let first = queue.add(DownloadRequest(url: server.held("first"), destination: .directory(dir.url)))
+            let url = server.url(path: "/bytes/slow", query: ["size": "300000"])
+            let limited = queue.add(DownloadRequest(url: url, destination: .directory(dir.url)))
+            try await eventually("first held") { server.heldCount(at: "g") == 1 }
+            #expect(limited.setMaxBytesPerSecond(1))
+            #expect(queue.pauseAll() == 2)
+            #expect(queue.statuses().map(\.state) == [.paused, .paused])
+            // The running one stops; nothing else starts while both are paused.
+            try await eventually("first stopped") { first.status.position == 0 }
+            #expect(queue.runningCount == 0 && queue.waitingCount == 2)
+            server.openGate("g")
+            #expect(queue.resumeAll() == 2)
+            _ = try await first.result
+            try await eventually("the limited one runs") { limited.status.progress.bytesWritten > 0 }
+            #expect(limited.status.progress.bytesWritten < 300_000 && limited.outcome == nil)
+            limited.setMaxBytesPerSecond(nil)
+            try await eventually("finished once the limit is lifted", within: .seconds(30)) { limited.outcome != nil }
+            _ = try await limited.result
+            #expect(server.stats.requests(toPath: "/bytes/first") == 2)
+        }
+    }
+}
