@@ -22,7 +22,13 @@ public final class DownloadOperation: ResultOperation<DownloadResult>, @unchecke
 
     /// The request this operation downloads.
     public let request: DownloadRequest
-    private let perform: @Sendable () async throws(DownloadError) -> DownloadResult
+    private let perform: @Sendable (_ added: @Sendable (DownloadHandle) -> Void) async throws(DownloadError) -> DownloadResult
+    private let added = Locked<DownloadHandle?>(nil)
+
+    /// The download in its ``DownloadQueue``, once the operation has started and added it (operations made with
+    /// ``init(_:queue:name:)`` only): to pause, resume, move it, change its speed limit or read its status while the
+    /// operation runs. A paused download keeps its operation executing until it is resumed and ends.
+    public var handle: DownloadHandle? { added.withLock { $0 } }
 
     /// Creates an operation that downloads `request` with `downloader` when a queue starts it.
     public init(
@@ -30,7 +36,7 @@ public final class DownloadOperation: ResultOperation<DownloadResult>, @unchecke
         onEvent: (@Sendable (DownloadEvent) -> Void)? = nil
     ) {
         self.request = request
-        perform = { () async throws(DownloadError) -> DownloadResult in
+        perform = { _ async throws(DownloadError) -> DownloadResult in
             try await downloader.download(request, onEvent: onEvent)
         }
         super.init(name: name ?? request.url.redactedString)
@@ -47,15 +53,17 @@ public final class DownloadOperation: ResultOperation<DownloadResult>, @unchecke
     /// ```
     public init(_ request: DownloadRequest, queue: DownloadQueue, name: String? = nil) {
         self.request = request
-        perform = { () async throws(DownloadError) -> DownloadResult in try await queue.download(request) }
+        perform = { added async throws(DownloadError) -> DownloadResult in
+            try await queue.download(request, added: added)
+        }
         super.init(name: name ?? request.url.redactedString)
     }
 
     /// Starts the download; called by the queue.
     public override func execute() {
-        let task = Task { [perform] in
+        let task = Task { [perform, added] in
             do {
-                finish(returning: try await perform())
+                finish(returning: try await perform { handle in added.withLock { $0 = handle } })
             } catch {
                 finish(throwing: error)
             }

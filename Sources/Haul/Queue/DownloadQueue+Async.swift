@@ -12,7 +12,15 @@ extension DownloadQueue {
     /// - Throws: ``DownloadError``; nothing of this download is left at its destination.
     @discardableResult
     public func download(_ request: DownloadRequest) async throws(DownloadError) -> DownloadResult {
+        try await download(request, added: { _ in })
+    }
+
+    /// ``download(_:)``, telling `added` the download's handle as soon as it is in the queue.
+    func download(
+        _ request: DownloadRequest, added: (DownloadHandle) -> Void
+    ) async throws(DownloadError) -> DownloadResult {
         let handle = add(request)
+        added(handle)
         // This caller's outcome: the download's, or its own cancellation, whichever comes first. (A download
         // joined by another caller goes on after this one gave up on it.)
         let mine = ResultBox<Outcome>()

@@ -65,4 +65,32 @@ struct DownloadOperationTests {
             #expect(dir.contents().isEmpty)
         }
     }
+
+    @Test(
+        "a queue's DownloadOperation hands out its download: paused, the operation keeps executing; resumed, it ends",
+        arguments: TransportKind.allCases)
+    func pauseThroughOperation(kind: TransportKind) async throws {
+        try await TestServer.withRunning(kind.server()) { server in
+            let dir = try TemporaryDirectory()
+            let downloads = makeQueue(.init(maxConcurrentDownloads: 1), transport: kind)
+            let blocker = downloads.add(DownloadRequest(url: server.held("first"), destination: .directory(dir.url)))
+            let operation = DownloadOperation(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/op", query: ["size": "5000"]), destination: .directory(dir.url)),
+                queue: downloads)
+            #expect(operation.handle == nil)
+            OperationQueue().addOperation(operation)
+            try await eventually("the operation added its download") { operation.handle != nil }
+            let handle = try #require(operation.handle)
+            #expect(handle.pause() && handle.status.state == .paused)
+            server.openGate("g")
+            _ = try await blocker.result
+            // Nothing else holds its slot, and it does not start: the operation is still executing.
+            #expect(downloads.runningCount == 0 && operation.isExecuting && !operation.isFinished)
+            #expect(server.stats.requests(toPath: "/bytes/op") == 0)
+            handle.resume()
+            let result = try await operation.value
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "op", size: 5000))
+        }
+    }
 }
