@@ -27,6 +27,7 @@ let package = Package(
         .library(name: "HaulSQLite", targets: ["HaulSQLite"]),
         .library(name: "HaulPostgres", targets: ["HaulPostgres"]),
         .library(name: "HaulTestServer", targets: ["HaulTestServer"]),
+        .library(name: "HaulDaemon", targets: ["HaulDaemon"]),
         .executable(name: "haul", targets: ["haul"]),
     ],
     dependencies: [
@@ -197,11 +198,31 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulPostgres",
-                "HaulTestServer",
+                "HaulTestServer", "HaulDaemon",
                 // `--transport urlsession` where URLSession is the system's own; on Linux it would bring libcurl in.
                 .target(
                     name: "HaulURLSession",
                     condition: .when(platforms: [.macOS, .iOS, .tvOS, .watchOS, .visionOS])),
+            ]
+        ),
+        // `haul daemon`: downloads as a service behind aria2's JSON-RPC. Served with swift-nio's own HTTP/1.1 (already
+        // the transport's and the test server's): a web framework would add a dozen packages for one endpoint.
+        .target(
+            name: "HaulDaemon",
+            dependencies: [
+                "Haul", "HaulOperations",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "HaulDaemonTests",
+            dependencies: [
+                "HaulDaemon", "Haul", "HaulNIO", "HaulTestServer", "HaulTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         // The command: HaulCommandLine's entry point and nothing else.

@@ -18,7 +18,7 @@ public struct HaulCommand: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             GetCommand.self, DemoCommand.self, ServeCommand.self, EnqueueCommand.self, WorkerCommand.self,
-            StatusCommand.self, QueueCommand.self,
+            StatusCommand.self, QueueCommand.self, DaemonCommand.self,
         ]
     )
 

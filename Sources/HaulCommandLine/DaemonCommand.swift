@@ -1,0 +1,223 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulAsyncHTTPClient
+import HaulDaemon
+import HaulOperations
+import HaulSQLite
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// `haul daemon`: downloads as a service, driven over aria2's JSON-RPC.
+struct DaemonCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "daemon",
+        abstract: "Run downloads as a service, driven by aria2's JSON-RPC (aria2p, AriaNg, webui-aria2...).",
+        discussion: """
+            Serves aria2's JSON-RPC 2.0 over HTTP POST at http://HOST:PORT/jsonrpc. Every call carries the \
+            secret as its first parameter, "token:SECRET". Without --rpc-secret-file or $HAUL_RPC_SECRET the \
+            daemon makes one on its first start, keeps it in DIR/.haul/rpc-secret (readable by you only) and \
+            prints it once. A secret is never taken as an option's value: other users see a command line.
+
+            Only loopback addresses are listened on. A request must name the daemon in its Host header (a page \
+            of another site reaching it through DNS rebinding names its own), and a browser page's call is \
+            refused unless its Origin is the daemon's own or one given with --rpc-allow-origin. A download's dir \
+            and out stay inside DIR: no '..', no absolute path outside it, no symbolic link leading out, no name \
+            starting with a dot.
+
+            Downloads and their history are kept in memory while the daemon runs; partial files are kept in \
+            DIR and resumed through the journal. SIGINT or SIGTERM (or aria2.shutdown) stops it: running \
+            downloads stop and keep their partial files.
+            """
+    )
+
+    @OptionGroup
+    var destination: DirectoryOptions
+
+    @Option(
+        name: .customLong("rpc-listen"),
+        help: ArgumentHelp(
+            "Loopback address and port to serve the RPC on (default 127.0.0.1:6800).", valueName: "HOST:PORT"))
+    var listen = "127.0.0.1:6800"
+
+    @Option(
+        name: .customLong("rpc-secret-file"),
+        help: ArgumentHelp("File holding the RPC secret (its first line).", valueName: "FILE"))
+    var secretFile: String?
+
+    @Flag(
+        name: .customLong("rpc-no-secret"),
+        help: "Serve without a secret (for local tools that cannot send one); the Host and Origin checks stay on.")
+    var noSecret = false
+
+    @Option(
+        name: .customLong("rpc-allow-origin"),
+        help: ArgumentHelp(
+            "An origin (scheme://host:port) whose pages may call the RPC; repeatable.", valueName: "ORIGIN"))
+    var allowedOrigins: [String] = []
+
+    @OptionGroup
+    var concurrency: ConcurrencyOptions
+
+    @Option(
+        name: .customLong("per-host"),
+        help: ArgumentHelp("Connections at once per host (default: no limit).", valueName: "N"))
+    var perHost: Int?
+
+    @Option(help: ArgumentHelp("Retries of transient failures (0 = none).", valueName: "N"))
+    var retries: Int = 3
+
+    @OptionGroup
+    var output: OutputOptions
+
+    @OptionGroup
+    var journal: JournalOptions
+
+    @OptionGroup
+    var connection: ConnectionOptions
+
+    @OptionGroup(title: "Proxies, credentials and cookies")
+    var network: NetworkOptions
+
+    /// The environment variable a secret may come from.
+    static let secretVariable = "HAUL_RPC_SECRET"
+
+    func validate() throws {
+        try connection.validate(with: network)
+        if let perHost, perHost < 1 { throw ValidationError("--per-host must be at least 1, not \(perHost)") }
+        if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
+        let (host, _) = try Self.parseListen(listen)
+        guard ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") else {
+            throw ValidationError(
+                "--rpc-listen '\(listen)': haul daemon listens on loopback only (127.0.0.1, ::1); put a TLS proxy in "
+                    + "front of it to reach it from elsewhere")
+        }
+        if noSecret && secretFile != nil {
+            throw ValidationError("--rpc-no-secret and --rpc-secret-file cannot be combined")
+        }
+        for origin in allowedOrigins {
+            guard let url = URL(string: origin), let scheme = url.scheme, ["http", "https"].contains(scheme),
+                url.host != nil, url.path.isEmpty || url.path == "/"
+            else {
+                throw ValidationError("--rpc-allow-origin '\(origin)' is not an origin such as http://127.0.0.1:8080")
+            }
+        }
+    }
+
+    /// `HOST:PORT` (`[::1]:6800` for IPv6), the port from 0 (any free one) to 65535.
+    static func parseListen(_ text: String) throws -> (host: String, port: Int) {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+            (0...65535).contains(port)
+        else { throw ValidationError("--rpc-listen '\(text)' is not HOST:PORT") }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw ValidationError("--rpc-listen '\(text)' has no host") }
+        return (host, port)
+    }
+
+    mutating func run() async throws {
+        Interruption.install()
+        let directory = destination.url
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let secret = try loadSecret(directory: directory)
+        var configuration = Downloader.Configuration.commandLine
+        _ = try network.apply(to: &configuration, transport: connection.transport)
+        configuration.tls = try connection.tlsSettings(checkingFiles: true)
+        let journal = try self.journal.apply(
+            to: &configuration, directory: directory, summary: "haul daemon did not start")
+        connection.apply(to: &configuration)
+        output.apply(to: &configuration)
+        configuration.retryPolicy.maxRetries = retries
+        var queueConfiguration = DownloadQueue.Configuration(perHostLimit: perHost, recordsRequests: false)
+        concurrency.apply(to: &queueConfiguration, split: 1)
+        let engine = connection.makeEngine(
+            configuration: configuration, maxConcurrent: queueConfiguration.maxConcurrentDownloads)
+        let queue = DownloadQueue(
+            downloader: Downloader(transport: engine.transport, configuration: engine.configuration),
+            configuration: queueConfiguration)
+        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: directory))
+        let (host, port) = try Self.parseListen(listen)
+        let server: RPCServer
+        do {
+            server = try await RPCServer.start(
+                endpoint: daemon.endpoint(secret: secret), host: host, port: port,
+                access: RPCAccess(allowedOrigins: Set(allowedOrigins.map { $0.lowercased() })))
+        } catch {
+            Console.err("haul daemon: cannot listen on \(listen): \(error)\n")
+            Foundation.exit(1)
+        }
+        let stop = ResultBox<Void>()
+        daemon.onShutdown { _ in stop.resolve(()) }
+        let interruption = Interruption { stop.resolve(()) }
+        let shown = "\(host.contains(":") ? "[\(host)]" : host):\(server.port)"
+        Console.err(
+            "haul daemon: serving aria2 JSON-RPC on http://\(shown)/jsonrpc, downloading into \(directory.path)\n")
+        await stop.wait()
+        interruption.stop()
+        await server.stop()
+        // Running downloads stop and keep their partial files (resumable through the journal).
+        queue.cancelAll()
+        await queue.waitUntilIdle()
+        daemon.close()
+        try? await engine.ownedTransport?.shutdown()
+        journal?.finish()
+        Foundation.exit(0)
+    }
+
+    /// The secret: from --rpc-secret-file, else $HAUL_RPC_SECRET, else DIR/.haul/rpc-secret (made on the first start
+    /// and printed once); none with --rpc-no-secret, said at every start.
+    func loadSecret(directory: URL) throws -> RPCSecret? {
+        if noSecret {
+            Console.err(
+                "haul daemon: warning: --rpc-no-secret: any program of any user on this machine can drive the "
+                    + "downloads\n")
+            return nil
+        }
+        if let secretFile { return try Self.readSecret(at: secretFile, option: "--rpc-secret-file") }
+        if let value = ProcessInfo.processInfo.environment[Self.secretVariable] {
+            guard let secret = RPCSecret(value) else { throw ValidationError("$\(Self.secretVariable) is empty") }
+            return secret
+        }
+        let store = directory.appendingPathComponent(".haul")
+        let path = store.appendingPathComponent("rpc-secret").path
+        if FileManager.default.fileExists(atPath: path) { return try Self.readSecret(at: path, option: nil) }
+        try FileManager.default.createDirectory(at: store, withIntermediateDirectories: true)
+        var bytes = [UInt8](repeating: 0, count: 24)
+        var generator = SystemRandomNumberGenerator()
+        for index in bytes.indices { bytes[index] = generator.next() }
+        let value = bytes.map { String(format: "%02x", $0) }.joined()
+        // Created readable by the owner only, and never over an existing file (O_EXCL).
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw ValidationError("cannot create '\(path)': \(String(cString: strerror(errno)))")
+        }
+        let line = Array((value + "\n").utf8)
+        let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        guard written == line.count else { throw ValidationError("cannot write '\(path)'") }
+        Console.err("haul daemon: made an RPC secret, kept in \(path) (shown this once): \(value)\n")
+        return RPCSecret(value)
+    }
+
+    /// The first line of the file at `path`, which only its owner may read.
+    static func readSecret(at path: String, option: String?) throws -> RPCSecret {
+        let named = option.map { "\($0) '\(path)'" } ?? "'\(path)'"
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw ValidationError("\(named): \(String(cString: strerror(errno)))")
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            throw ValidationError(
+                "\(named) can be read by other users (mode \(String(info.st_mode & 0o777, radix: 8))); chmod 600 it")
+        }
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+            let line = text.split(whereSeparator: \.isNewline).first.map(String.init),
+            let secret = RPCSecret(line.trimmingCharacters(in: .whitespaces))
+        else { throw ValidationError("\(named) holds no secret") }
+        return secret
+    }
+}

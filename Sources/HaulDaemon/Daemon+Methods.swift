@@ -1,0 +1,334 @@
+import Foundation
+import Haul
+import HTTPTypes
+
+/// aria2's methods over the queue.
+extension Daemon {
+    // MARK: - Adding
+
+    /// `addUri(uris, options?, position?)`: the URIs are mirrors of one file.
+    func addUri(_ arguments: Arguments) throws(RPCError) -> JSON {
+        guard let list = arguments.optional(0)?.array, !list.isEmpty else { throw RPCError("No URI to download.") }
+        let uris = try list.map { value throws(RPCError) -> String in
+            guard let uri = value.string else { throw .invalidParams("aria2.addUri: each URI must be a string") }
+            return uri
+        }
+        let options = try arguments.options(1)
+        let position = arguments.optional(2) == nil ? nil : try arguments.int(2, "position")
+        if let position, position < 0 { throw .invalidParams("aria2.addUri: position must be 0 or more") }
+        let defaults = state.withLock { $0.globalOptions }
+        let plan = try DownloadPlan(uris: uris, options: options, defaults: defaults, root: root)
+        // The destination's directories are made now, inside the root (the plan checked every name).
+        if case .directory(let directory, _) = plan.request.destination {
+            try makeDirectories(directory.path)
+        } else if case .file(let file) = plan.request.destination {
+            try makeDirectories(file.deletingLastPathComponent().path)
+        }
+        let gid = try state.withLock { state -> Result<GID, RPCError> in
+            var gid = plan.gid ?? GID.random()
+            if plan.gid != nil {
+                guard state.items[gid] == nil else { return .failure(RPCError("GID \(gid) is not unique.")) }
+            } else {
+                while state.items[gid] != nil { gid = GID.random() }
+            }
+            state.items[gid] = Item(gid: gid, uris: plan.uris, options: plan.options, request: plan.request)
+            return .success(gid)
+        }.get()
+        let handle = queue.add(plan.request)
+        if plan.paused { handle.pause() }
+        if let position { handle.move(toPosition: Int(clamping: position)) }
+        state.withLock { state in
+            state.items[gid]?.handle = handle
+            if let early = state.early.removeValue(forKey: handle.id) {
+                Self.end(gid, with: early, in: &state)
+            } else {
+                state.byDownload[handle.id] = gid
+            }
+        }
+        return .string(gid.description)
+    }
+
+    /// Makes `path` and the directories above it up to the root, refusing a symbolic link on the way out of it.
+    private func makeDirectories(_ path: String) throws(RPCError) {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        } catch {
+            throw RPCError("cannot create the directory '\(relative(path))': \(error.localizedDescription)")
+        }
+        guard let real = realpath(path, nil) else { throw RPCError("cannot read the directory '\(relative(path))'") }
+        defer { free(real) }
+        let resolved = String(cString: real)
+        guard resolved == root || resolved.hasPrefix(root + "/") else {
+            throw RPCError("the directory '\(relative(path))' leads out of the download root")
+        }
+    }
+
+    /// `path` as the root sees it.
+    func relative(_ path: String) -> String {
+        path == root ? "." : path.hasPrefix(root + "/") ? String(path.dropFirst(root.count + 1)) : path
+    }
+
+    // MARK: - Finding a download
+
+    /// The download a GID or a unique prefix of one names.
+    func gid(_ arguments: Arguments, _ index: Int = 0) throws(RPCError) -> GID {
+        let text = try arguments.string(index, "gid")
+        guard !text.isEmpty, text.utf8.count <= 16, text.allSatisfy(\.isHexDigit) else {
+            throw RPCError("Invalid GID \(text)")
+        }
+        let prefix = text.lowercased()
+        return try state.withLock { state -> Result<GID, RPCError> in
+            if text.utf8.count == 16, let gid = GID(hex: prefix), state.items[gid] != nil { return .success(gid) }
+            let matches = state.items.keys.filter { $0.description.hasPrefix(prefix) }
+            guard let first = matches.first else { return .failure(RPCError("GID \(text) is not found")) }
+            guard matches.count == 1 else { return .failure(RPCError("GID \(text) is not unique")) }
+            return .success(first)
+        }.get()
+    }
+
+    private func handle(of gid: GID) throws(RPCError) -> DownloadHandle {
+        guard let handle = state.withLock({ $0.items[gid]?.handle }) else {
+            throw RPCError("Active Download not found for GID#\(gid)")
+        }
+        return handle
+    }
+
+    // MARK: - Removing, pausing
+
+    func remove(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        let handle = try state.withLock { state -> Result<DownloadHandle, RPCError> in
+            guard let handle = state.items[gid]?.handle else {
+                return .failure(RPCError("Active Download not found for GID#\(gid)"))
+            }
+            state.items[gid]?.removing = true
+            return .success(handle)
+        }.get()
+        handle.cancel()
+        return .string(gid.description)
+    }
+
+    func pause(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        guard try handle(of: gid).pause() else { throw RPCError("GID#\(gid) cannot be paused now") }
+        return .string(gid.description)
+    }
+
+    func unpause(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        let handle = try handle(of: gid)
+        guard handle.status.state == .paused, handle.resume() else {
+            throw RPCError("GID#\(gid) cannot be unpaused now")
+        }
+        return .string(gid.description)
+    }
+
+    func changePosition(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        let offset = try arguments.int(1, "pos")
+        let how = try arguments.string(2, "how")
+        let handle = try handle(of: gid)
+        guard let current = handle.status.position else {
+            throw RPCError("GID#\(gid) not found in the waiting queue.")
+        }
+        let waiting = queue.waitingCount
+        let target: Int64
+        switch how {
+        case "POS_SET": target = offset
+        case "POS_CUR": target = Int64(current) + offset
+        case "POS_END": target = Int64(waiting - 1) + offset
+        default: throw .invalidParams("aria2.changePosition: how must be POS_SET, POS_CUR or POS_END, not \(how)")
+        }
+        guard let moved = handle.move(toPosition: Int(clamping: max(0, target))) else {
+            throw RPCError("GID#\(gid) not found in the waiting queue.")
+        }
+        return .int(Int64(moved))
+    }
+
+    // MARK: - Status
+
+    func tellStatus(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        let keys = try arguments.strings(1, "keys")
+        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        return Aria2Status.object(item, status: item.handle?.status, keys: keys, root: root)
+    }
+
+    func tellActive(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let keys = try arguments.strings(0, "keys")
+        return .array(listed(queue.statuses().filter { $0.state == .running }, keys: keys))
+    }
+
+    /// `tellWaiting(offset, num, keys?)` and `tellStopped`: aria2's pages, a negative offset counting from the end
+    /// with the page reversed.
+    func tellList(_ arguments: Arguments, stopped: Bool) throws(RPCError) -> JSON {
+        let offset = try arguments.int(0, "offset")
+        let count = try arguments.int(1, "num")
+        guard count >= 0 else { throw .invalidParams("\(arguments.method): num must be 0 or more") }
+        let keys = try arguments.strings(2, "keys")
+        if stopped {
+            let items = state.withLock { state in state.stopped.compactMap { state.items[$0] } }
+            let page = Self.page(items.count, offset: offset, count: count)
+            var objects = page.map { Aria2Status.object(items[$0], status: nil, keys: keys, root: root) }
+            if offset < 0 { objects.reverse() }
+            return .array(objects)
+        }
+        let waiting = queue.statuses().filter { $0.position != nil }
+        let page = Self.page(waiting.count, offset: offset, count: count)
+        var objects = listed(page.map { waiting[$0] }, keys: keys)
+        if offset < 0 { objects.reverse() }
+        return .array(objects)
+    }
+
+    /// The indices of aria2's page of `count` items from `offset` in a list of `size` (its `getPaginationRange`).
+    static func page(_ size: Int, offset: Int64, count: Int64) -> Range<Int> {
+        guard count > 0 else { return 0..<0 }
+        var offset = offset
+        var count = count
+        let size = Int64(size)
+        if offset < 0 {
+            let fromEnd = offset + size
+            guard fromEnd >= 0 else { return 0..<0 }
+            offset = fromEnd - (count - 1)
+            if offset < 0 {
+                offset = 0
+                count = fromEnd + 1
+            }
+        } else if size <= offset {
+            return 0..<0
+        }
+        return Int(offset)..<Int(min(size, offset + count))
+    }
+
+    /// Status objects of the queue's downloads the daemon knows.
+    private func listed(_ statuses: [DownloadStatus], keys: [String]?) -> [JSON] {
+        let items = state.withLock { state in
+            statuses.map { status in state.byDownload[status.id].flatMap { state.items[$0] } }
+        }
+        return zip(statuses, items).compactMap { status, item in
+            item.map { Aria2Status.object($0, status: status, keys: keys, root: root) }
+        }
+    }
+
+    func getUris(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        return Aria2Status.uris(item)
+    }
+
+    func getFiles(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        return Aria2Status.object(item, status: item.handle?.status, keys: ["files"], root: root).object?["files"]
+            ?? []
+    }
+
+    /// `getServers(gid)`: the source an active download is fetched from.
+    func getServers(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        let handle = try handle(of: gid)
+        let status = handle.status
+        guard status.state == .running else { throw RPCError("No active download for GID#\(gid)") }
+        let uri = JSON.string(status.request.url.redactedString)
+        let server: JSON = [
+            "uri": uri, "currentUri": uri, "downloadSpeed": .string(String(Int64(status.progress.bytesPerSecond))),
+        ]
+        return [["index": "1", "servers": [server]]]
+    }
+
+    // MARK: - Options
+
+    func getOption(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        var options = Aria2Status.shown(item.options)
+        if let limit = item.handle?.status.maxBytesPerSecond { options["max-download-limit"] = .string(String(limit)) }
+        return .object(options)
+    }
+
+    /// `changeOption(gid, options)`: the speed limit changes at once, also while the download runs.
+    func changeOption(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        let options = try arguments.options(1)
+        let handle = try handle(of: gid)
+        for name in options.keys where name != "max-download-limit" {
+            guard Aria2Options.known.contains(name) else { throw RPCError("No such option: \(name)") }
+            throw RPCError("option \(name) cannot be changed on a download in haul daemon")
+        }
+        if let value = options["max-download-limit"]?.last {
+            let limit = try DownloadPlan.byteCount(value, option: "max-download-limit")
+            handle.setMaxBytesPerSecond(limit == 0 ? nil : limit)
+            state.withLock { $0.items[gid]?.options["max-download-limit"] = value }
+        }
+        return "OK"
+    }
+
+    func getGlobalOption() -> JSON {
+        var options = Aria2Status.shown(state.withLock { $0.globalOptions })
+        options["dir"] = .string(root)
+        options["max-concurrent-downloads"] = .string(String(queue.maxConcurrentDownloads))
+        return .object(options)
+    }
+
+    /// `changeGlobalOption(options)`: `max-concurrent-downloads` at once; the download options as defaults of the
+    /// downloads added from now on.
+    func changeGlobalOption(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let options = try arguments.options(0)
+        var defaults: [String: String] = [:]
+        var concurrency: Int?
+        for (name, values) in options {
+            guard let value = values.last else { continue }
+            switch name {
+            case "max-concurrent-downloads":
+                guard let number = Int(value), number >= 1 else {
+                    throw RPCError("max-concurrent-downloads must be a number of 1 or more, not '\(value)'")
+                }
+                concurrency = number
+            case "dir":
+                throw RPCError("the download root is set when the daemon starts; give dir to each download instead")
+            default:
+                // Checked as a download's option would be, so a bad default is refused now, not at the next add.
+                _ = try DownloadPlan(uris: ["http://localhost/"], options: [name: values], defaults: [:], root: root)
+                defaults[name] = value
+            }
+        }
+        if let concurrency { queue.maxConcurrentDownloads = concurrency }
+        state.withLock { $0.globalOptions.merge(defaults) { _, new in new } }
+        return "OK"
+    }
+
+    // MARK: - Global
+
+    func getGlobalStat() -> JSON {
+        let statuses = queue.statuses()
+        let speed = statuses.reduce(0.0) { $0 + $1.progress.bytesPerSecond }
+        let stopped = state.withLock { $0.stopped.count }
+        return [
+            "downloadSpeed": .string(String(Int64(speed))), "uploadSpeed": "0",
+            "numActive": .string(String(statuses.filter { $0.state == .running }.count)),
+            "numWaiting": .string(String(statuses.filter { $0.position != nil }.count)),
+            "numStopped": .string(String(stopped)), "numStoppedTotal": .string(String(stopped)),
+        ]
+    }
+
+    func removeDownloadResult(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        try state.withLock { state -> Result<Void, RPCError> in
+            guard state.items[gid]?.ending != nil else {
+                return .failure(RPCError("Could not remove download result of GID#\(gid)"))
+            }
+            state.items[gid] = nil
+            state.stopped.removeAll { $0 == gid }
+            return .success(())
+        }.get()
+        return "OK"
+    }
+
+    func purgeDownloadResult() -> JSON {
+        state.withLock { state in
+            for gid in state.stopped { state.items[gid] = nil }
+            state.stopped = []
+        }
+        return "OK"
+    }
+}

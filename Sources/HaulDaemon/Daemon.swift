@@ -1,0 +1,209 @@
+public import Foundation
+public import Haul
+import HaulOperations
+
+/// Downloads as a service: a ``DownloadQueue`` driven through aria2's JSON-RPC methods (``call(_:_:)``), with every
+/// download's identity (a GID), options and outcome kept while the daemon runs.
+///
+/// It holds no download logic: adding, pausing, moving and limiting go through the queue's public API, and every
+/// path an RPC names is confined to the download root (``Configuration/root``).
+public final class Daemon: Sendable {
+    /// How the daemon is set up.
+    public struct Configuration: Sendable {
+        /// The download root: every `dir` and `out` a call names stays inside it.
+        public var root: URL
+        /// What `getVersion` answers.
+        public var version: String
+        /// The defaults of every download (aria2's global options), as `getGlobalOption` shows them.
+        public var globalOptions: [String: String]
+
+        /// A configuration for a daemon downloading into `root`.
+        public init(root: URL, version: String = "0.1.0", globalOptions: [String: String] = [:]) {
+            self.root = root
+            self.version = version
+            self.globalOptions = globalOptions
+        }
+    }
+
+    /// The queue every download runs through.
+    public let queue: DownloadQueue
+    let configuration: Configuration
+    /// The root's real path (symbolic links resolved), which every destination must stay under.
+    let root: String
+    let sessionID: String
+    let state: Locked<State>
+    private let watcher: Task<Void, Never>
+    private let shutdownHandler = Locked<(@Sendable (_ force: Bool) -> Void)?>(nil)
+
+    struct State {
+        var items: [GID: Item] = [:]
+        var byDownload: [DownloadID: GID] = [:]
+        /// Stopped downloads (complete, error, removed) in the order they stopped.
+        var stopped: [GID] = []
+        /// Outcomes of downloads that ended before their GID was recorded (an add answered at once).
+        var early: [DownloadID: Result<DownloadResult, DownloadError>] = [:]
+        var globalOptions: [String: String]
+    }
+
+    /// One download the daemon knows: its URIs, options and request, its handle while it is in the queue, and how it
+    /// ended once it has.
+    struct Item {
+        let gid: GID
+        var uris: [URL]
+        var options: [String: String]
+        var request: DownloadRequest
+        var handle: DownloadHandle?
+        var ending: Ending?
+        /// Removed by a call (its cancellation is a removal, not an error).
+        var removing = false
+    }
+
+    /// How a download ended.
+    struct Ending {
+        var status: String
+        var path: String?
+        var length: Int64
+        var completed: Int64
+        var errorCode: Int
+        var errorMessage: String
+    }
+
+    /// A daemon driving `queue`, set up as `configuration` says. It watches the queue's outcomes until ``close()``.
+    public init(queue: DownloadQueue, configuration: Configuration) throws {
+        self.queue = queue
+        self.configuration = configuration
+        guard let real = realpath(configuration.root.path, nil) else {
+            throw RPCError("the download root '\(configuration.root.path)' cannot be read")
+        }
+        root = String(cString: real)
+        free(real)
+        sessionID = GID.random().description + GID.random().description
+        let state = Locked(State(globalOptions: configuration.globalOptions))
+        self.state = state
+        let outcomes = queue.events(including: [.finished, .failed])
+        watcher = Task {
+            for await event in outcomes {
+                guard case .download(let id, let downloadEvent) = event else { continue }
+                switch downloadEvent {
+                case .finished(let result): Self.record(.success(result), of: id, in: state)
+                case .failed(let error): Self.record(.failure(error), of: id, in: state)
+                default: continue
+                }
+            }
+        }
+    }
+
+    /// Stops watching the queue (its downloads go on).
+    public func close() {
+        watcher.cancel()
+    }
+
+    /// Calls `body` when a client asks the daemon to shut down (`aria2.shutdown`, `forceShutdown` with `force`).
+    public func onShutdown(_ body: @escaping @Sendable (_ force: Bool) -> Void) {
+        shutdownHandler.withLock { $0 = body }
+    }
+
+    /// The daemon's endpoint: aria2's JSON-RPC, checking `secret`.
+    public func endpoint(secret: RPCSecret?) -> RPCEndpoint {
+        RPCEndpoint(secret: secret) { [self] method, params throws(RPCError) in try call(method, params) }
+    }
+
+    private static func record(
+        _ outcome: Result<DownloadResult, DownloadError>, of id: DownloadID, in state: Locked<State>
+    ) {
+        state.withLock { state in
+            guard let gid = state.byDownload.removeValue(forKey: id) else {
+                state.early[id] = outcome
+                return
+            }
+            end(gid, with: outcome, in: &state)
+        }
+    }
+
+    static func end(_ gid: GID, with outcome: Result<DownloadResult, DownloadError>, in state: inout State) {
+        guard var item = state.items[gid], item.ending == nil else { return }
+        let total = item.handle?.status.progress
+        switch outcome {
+        case .success(let result):
+            item.ending = Ending(
+                status: "complete", path: result.fileURL.path, length: result.size, completed: result.size,
+                errorCode: 0, errorMessage: "")
+        case .failure(let error) where error.isCancellation && item.removing:
+            item.ending = Ending(
+                status: "removed", path: nil, length: total?.totalBytes ?? 0, completed: total?.bytesWritten ?? 0,
+                errorCode: 0, errorMessage: "")
+        case .failure(let error):
+            item.ending = Ending(
+                status: "error", path: error.path, length: total?.totalBytes ?? 0,
+                completed: total?.bytesWritten ?? 0, errorCode: Aria2Status.exitCode(of: error),
+                errorMessage: error.message)
+        }
+        item.handle = nil
+        state.items[gid] = item
+        state.stopped.append(gid)
+    }
+
+    /// Answers one aria2 method (its secret already checked).
+    public func call(_ method: String, _ params: [JSON]) throws(RPCError) -> JSON {
+        let arguments = Arguments(method: method, params: params)
+        switch method {
+        case "aria2.addUri": return try addUri(arguments)
+        case "aria2.remove", "aria2.forceRemove": return try remove(arguments)
+        case "aria2.pause", "aria2.forcePause": return try pause(arguments)
+        case "aria2.pauseAll", "aria2.forcePauseAll":
+            queue.pauseAll()
+            return "OK"
+        case "aria2.unpause": return try unpause(arguments)
+        case "aria2.unpauseAll":
+            queue.resumeAll()
+            return "OK"
+        case "aria2.tellStatus": return try tellStatus(arguments)
+        case "aria2.tellActive": return try tellActive(arguments)
+        case "aria2.tellWaiting": return try tellList(arguments, stopped: false)
+        case "aria2.tellStopped": return try tellList(arguments, stopped: true)
+        case "aria2.getUris": return try getUris(arguments)
+        case "aria2.getFiles": return try getFiles(arguments)
+        case "aria2.getServers": return try getServers(arguments)
+        case "aria2.getOption": return try getOption(arguments)
+        case "aria2.changeOption": return try changeOption(arguments)
+        case "aria2.getGlobalOption": return getGlobalOption()
+        case "aria2.changeGlobalOption": return try changeGlobalOption(arguments)
+        case "aria2.changePosition": return try changePosition(arguments)
+        case "aria2.getGlobalStat": return getGlobalStat()
+        case "aria2.removeDownloadResult": return try removeDownloadResult(arguments)
+        case "aria2.purgeDownloadResult": return purgeDownloadResult()
+        case "aria2.getVersion":
+            return [
+                "version": .string(configuration.version), "enabledFeatures": .array(Self.features.map(JSON.string)),
+            ]
+        case "aria2.getSessionInfo": return ["sessionId": .string(sessionID)]
+        case "aria2.shutdown", "aria2.forceShutdown":
+            let handler = shutdownHandler.withLock { $0 }
+            handler?(method == "aria2.forceShutdown")
+            return "OK"
+        case "system.listMethods": return .array(Self.methods.map(JSON.string))
+        case "system.listNotifications": return .array(Self.notifications.map(JSON.string))
+        default: throw RPCError("No such method: \(method)")
+        }
+    }
+
+    /// What `getVersion` lists: the protocols and capabilities there are.
+    static let features = ["HTTPS", "Async DNS", "GZip", "Firefox3 Cookie", "Checksum"]
+
+    /// The methods `system.listMethods` lists: those ``call(_:_:)`` answers.
+    static let methods = [
+        "aria2.addUri", "aria2.remove", "aria2.forceRemove", "aria2.pause", "aria2.pauseAll", "aria2.forcePause",
+        "aria2.forcePauseAll", "aria2.unpause", "aria2.unpauseAll", "aria2.tellStatus", "aria2.getUris",
+        "aria2.getFiles", "aria2.getServers", "aria2.tellActive", "aria2.tellWaiting", "aria2.tellStopped",
+        "aria2.getOption", "aria2.changeOption", "aria2.getGlobalOption", "aria2.changeGlobalOption",
+        "aria2.changePosition", "aria2.getGlobalStat", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",
+        "aria2.getVersion", "aria2.getSessionInfo", "aria2.shutdown", "aria2.forceShutdown", "system.multicall",
+        "system.listMethods", "system.listNotifications",
+    ]
+
+    /// The notifications a WebSocket client may get.
+    static let notifications = [
+        "aria2.onDownloadStart", "aria2.onDownloadPause", "aria2.onDownloadStop", "aria2.onDownloadComplete",
+        "aria2.onDownloadError",
+    ]
+}

@@ -1,0 +1,103 @@
+import Foundation
+import Haul
+
+/// aria2's status objects (`tellStatus`, the lists): every number a string, `keys` choosing the members.
+enum Aria2Status {
+    /// aria2's piece length for HTTP downloads: what front ends divide by to draw pieces.
+    static let pieceLength: Int64 = 1 << 20
+
+    /// The status object of `item`, from the queue's `status` while it is there, from its ending once it has ended.
+    static func object(_ item: Daemon.Item, status: DownloadStatus?, keys: [String]?, root: String) -> JSON {
+        var members: [String: JSON] = [:]
+        let total: Int64
+        let completed: Int64
+        members["gid"] = .string(item.gid.description)
+        if let ending = item.ending {
+            members["status"] = .string(ending.status)
+            total = ending.length
+            completed = ending.completed
+            members["errorCode"] = .string(String(ending.errorCode))
+            if !ending.errorMessage.isEmpty { members["errorMessage"] = .string(ending.errorMessage) }
+            members["downloadSpeed"] = "0"
+            members["connections"] = "0"
+        } else {
+            let state: String =
+                switch status?.state {
+                case .running?: "active"
+                case .paused?: "paused"
+                case .waiting?, nil: "waiting"
+                case .finished?: "complete"  // ended a moment ago: its outcome is on its way to the daemon
+                }
+            members["status"] = .string(state)
+            total = status?.progress.totalBytes ?? 0
+            completed = status?.progress.bytesWritten ?? 0
+            members["downloadSpeed"] = .string(String(Int64(status?.progress.bytesPerSecond ?? 0)))
+            members["connections"] = .string(String(status?.connections ?? 0))
+        }
+        members["totalLength"] = .string(String(total))
+        members["completedLength"] = .string(String(completed))
+        members["uploadLength"] = "0"
+        members["uploadSpeed"] = "0"
+        members["pieceLength"] = .string(String(pieceLength))
+        members["numPieces"] = .string(String((total + pieceLength - 1) / pieceLength))
+        let (directory, path) = destination(of: item)
+        members["dir"] = .string(directory)
+        members["files"] = [
+            [
+                "index": "1", "path": .string(path), "length": .string(String(total)),
+                "completedLength": .string(String(completed)), "selected": "true", "uris": uris(item),
+            ]
+        ]
+        guard let keys, !keys.isEmpty else { return .object(members) }
+        return .object(members.filter { keys.contains($0.key) })
+    }
+
+    /// The directory and the file's path (empty while a name from the response is still to come).
+    static func destination(of item: Daemon.Item) -> (directory: String, path: String) {
+        if let path = item.ending?.path { return ((path as NSString).deletingLastPathComponent, path) }
+        switch item.request.destination {
+        case .file(let url): return (url.deletingLastPathComponent().path, url.path)
+        case .directory(let url, _): return (url.path, item.request.plannedFileURL?.path ?? "")
+        }
+    }
+
+    /// `getUris`: the first URI is used, the mirrors wait.
+    static func uris(_ item: Daemon.Item) -> JSON {
+        .array(
+            item.uris.enumerated().map { index, uri in
+                ["uri": .string(uri.redactedString), "status": index == 0 ? "used" : "waiting"]
+            })
+    }
+
+    /// Options as answered: secrets left out.
+    static func shown(_ options: [String: String]) -> [String: JSON] {
+        var shown: [String: JSON] = [:]
+        for (name, value) in options where !Aria2Options.secret.contains(name) {
+            if name == "header" {
+                let lines = value.split(separator: "\n").map(String.init).filter { line in
+                    let field = line.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
+                    return !Aria2Options.secretHeaders.contains(field.lowercased().trimmingCharacters(in: .whitespaces))
+                }
+                if !lines.isEmpty { shown[name] = .array(lines.map(JSON.string)) }
+                continue
+            }
+            shown[name] = .string(value)
+        }
+        return shown
+    }
+
+    /// aria2's exit status for how a download failed ("EXIT STATUS" in its manual).
+    static func exitCode(of error: DownloadError) -> Int {
+        switch error.code {
+        case .httpStatus: error.status == 404 ? 3 : 22
+        case .timedOut, .stalled, .tooSlow: 2
+        case .checksumMismatch: 32
+        case .destinationExists: 13
+        case .tooManyRedirects, .redirectLoop: 22
+        case .fileSystem: 16
+        case .invalidRequest: 28
+        case .cancelled: 5
+        default: 1
+        }
+    }
+}

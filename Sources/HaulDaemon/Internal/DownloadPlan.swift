@@ -1,0 +1,183 @@
+import Foundation
+import Haul
+import HTTPTypes
+
+/// What an `addUri` call asks for, checked and made into a ``DownloadRequest``: its URIs, its options (the daemon's
+/// defaults under the call's own), and its destination confined to the download root.
+struct DownloadPlan {
+    var uris: [URL]
+    /// The options as given (a cumulative one's values joined by newlines), for `getOption`.
+    var options: [String: String]
+    var request: DownloadRequest
+    var paused = false
+    var gid: GID?
+
+    /// The options a download takes that change what it does.
+    static let supported: Set<String> = [
+        "dir", "out", "split", "max-connection-per-server", "min-split-size", "max-download-limit", "header",
+        "checksum", "user-agent", "referer", "lowest-speed-limit", "http-user", "http-passwd", "allow-overwrite",
+        "auto-file-renaming", "pause", "gid",
+    ]
+
+    /// Whether `name` is an option of a feature Haul does not have (BitTorrent, FTP, Metalink, DHT...): accepted and
+    /// reported back, as front ends send them in bulk, and changing nothing.
+    static func isInert(_ name: String) -> Bool {
+        [
+            "bt-", "ftp-", "metalink-", "dht-", "seed-", "peer-", "enable-dht", "enable-peer-exchange", "follow-",
+            "select-file", "index-out", "torrent-file", "listen-port", "on-bt-", "pause-metadata",
+        ]
+        .contains { name.hasPrefix($0) }
+    }
+
+    init(uris: [String], options given: [String: [String]], defaults: [String: String], root: String) throws(RPCError) {
+        var options = defaults.mapValues { [$0] }
+        options.merge(given) { _, new in new }
+        for name in options.keys {
+            guard Aria2Options.known.contains(name) else { throw RPCError("No such option: \(name)") }
+            guard Self.supported.contains(name) || Self.isInert(name) else {
+                throw RPCError("option \(name) is not supported by haul daemon")
+            }
+        }
+        self.options = options.mapValues { $0.joined(separator: "\n") }
+        func last(_ name: String) -> String? { options[name]?.last }
+
+        self.uris = try uris.map { text throws(RPCError) -> URL in
+            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+                scheme == "http" || scheme == "https",
+                url.host?.isEmpty == false
+            else { throw RPCError("'\(text)' is not an http or https URI") }
+            return url
+        }
+        let directory = try Self.directory(last("dir"), root: root)
+        let destination: Destination
+        if let out = last("out"), !out.isEmpty {
+            try Self.checkName(out, option: "out")
+            destination = .file(URL(fileURLWithPath: directory).appendingPathComponent(out))
+        } else {
+            destination = .directory(URL(fileURLWithPath: directory, isDirectory: true))
+        }
+        var request = DownloadRequest(url: self.uris[0], destination: destination)
+        request.mirrors = Array(self.uris.dropFirst())
+        request.conflictPolicy =
+            try Self.flag(last("allow-overwrite"), "allow-overwrite") == true
+            ? .overwrite : try Self.flag(last("auto-file-renaming"), "auto-file-renaming") == false ? .fail : .rename
+        if let split = last("split") {
+            guard let count = Int(split), (1...64).contains(count) else {
+                throw RPCError("split must be a number from 1 to 64, not '\(split)'")
+            }
+            request.maxConnections = count
+        }
+        if let perServer = last("max-connection-per-server") {
+            guard let count = Int(perServer), (1...16).contains(count) else {
+                throw RPCError("max-connection-per-server must be a number from 1 to 16, not '\(perServer)'")
+            }
+        }
+        if let size = last("min-split-size") {
+            let bytes = try Self.byteCount(size, option: "min-split-size")
+            guard (1 << 20...1 << 30).contains(bytes) else {
+                throw RPCError("min-split-size must be from 1M to 1024M, not '\(size)'")
+            }
+            request.minimumSegmentSize = bytes
+        }
+        if let limit = last("max-download-limit") {
+            let bytes = try Self.byteCount(limit, option: "max-download-limit")
+            request.maxBytesPerSecond = bytes == 0 ? nil : bytes
+        }
+        if let lowest = last("lowest-speed-limit") {
+            let bytes = try Self.byteCount(lowest, option: "lowest-speed-limit")
+            if bytes > 0 { request.minimumSpeed = MinimumSpeed(bytesPerSecond: bytes, for: .seconds(30)) }
+        }
+        for header in options["header"] ?? [] {
+            let parts = header.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, let name = HTTPField.Name(parts[0].trimmingCharacters(in: .whitespaces)) else {
+                throw RPCError("header must be 'Name: value', not '\(Self.redactedHeader(header))'")
+            }
+            request.headerFields.append(HTTPField(name: name, value: parts[1].trimmingCharacters(in: .whitespaces)))
+        }
+        if let agent = last("user-agent") { request.headerFields[.userAgent] = agent }
+        if let referer = last("referer"), referer != "*" {
+            request.headerFields[HTTPField.Name("Referer")!] = referer
+        }
+        if let checksum = last("checksum") {
+            do {
+                request.expectedDigest = try Digest(parsing: checksum)
+            } catch {
+                throw RPCError("checksum: \(error.message)")
+            }
+        }
+        switch (last("http-user"), last("http-passwd")) {
+        case (let user?, let password?): request.credentials = Credentials(user: user, password: password)
+        case (nil, nil): break
+        default: throw RPCError("http-user and http-passwd go together")
+        }
+        request.url = self.uris[0]
+        paused = try Self.flag(last("pause"), "pause") ?? false
+        if let text = last("gid") {
+            guard let gid = GID(hex: text) else { throw RPCError("gid must be 16 hex digits, not '\(text)'") }
+            self.gid = gid
+        }
+        self.request = request
+    }
+
+    /// The directory `dir` names inside `root` (the root when it is absent): an absolute path under the root, or a
+    /// path relative to it; never `..`, and no name starting with a dot (`.ssh`, `.config`, the daemon's `.haul`).
+    static func directory(_ dir: String?, root: String) throws(RPCError) -> String {
+        guard let dir, !dir.isEmpty else { return root }
+        var relative = dir
+        if dir.hasPrefix("/") {
+            let standardized = (dir as NSString).standardizingPath
+            guard standardized == root || standardized.hasPrefix(root + "/") else {
+                throw RPCError("dir '\(dir)' is outside the download root")
+            }
+            relative = String(standardized.dropFirst(root.count))
+        }
+        let components = relative.split(separator: "/", omittingEmptySubsequences: true)
+        for component in components { try checkName(String(component), option: "dir") }
+        return components.reduce(root) { $0 + "/" + $1 }
+    }
+
+    /// Refuses a file or directory name that could leave its directory or land on a hidden file.
+    static func checkName(_ name: String, option: String) throws(RPCError) {
+        guard !name.contains("/") || option == "dir" else { throw RPCError("\(option) '\(name)' must be a file name") }
+        guard name != "..", name != "." else { throw RPCError("\(option) '\(name)' leads out of its directory") }
+        guard !name.hasPrefix(".") else {
+            throw RPCError("\(option) '\(name)' starts with a dot: hidden files are not written by haul daemon")
+        }
+        guard !name.utf8.contains(0) else { throw RPCError("\(option) contains a NUL byte") }
+    }
+
+    /// A byte count with aria2's suffixes (`K`, `M`, `G`: 1024, 1024², 1024³).
+    static func byteCount(_ text: String, option: String) throws(RPCError) -> Int64 {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        var digits = Substring(trimmed)
+        var scale: Int64 = 1
+        switch trimmed.last?.uppercased() {
+        case "K": scale = 1 << 10
+        case "M": scale = 1 << 20
+        case "G": scale = 1 << 30
+        default: break
+        }
+        if scale != 1 { digits = digits.dropLast() }
+        guard let value = Int64(digits), value >= 0, value <= Int64.max / scale else {
+            throw RPCError("\(option) must be a size such as 0, 512K or 10M, not '\(text)'")
+        }
+        return value * scale
+    }
+
+    /// `true` or `false`, or `nil` when absent.
+    static func flag(_ text: String?, _ option: String) throws(RPCError) -> Bool? {
+        switch text {
+        case nil: nil
+        case "true": true
+        case "false": false
+        case let other?: throw RPCError("\(option) must be true or false, not '\(other)'")
+        }
+    }
+
+    /// A header line as shown in an error: the value of a secret field left out.
+    static func redactedHeader(_ header: String) -> String {
+        let name = header.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
+        return Aria2Options.secretHeaders.contains(name.lowercased().trimmingCharacters(in: .whitespaces))
+            ? "\(name): ..." : header
+    }
+}

@@ -1,0 +1,235 @@
+public import NIOCore
+import NIOHTTP1
+import HaulOperations
+import NIOPosix
+
+/// Who may talk to the daemon over its socket, besides knowing the secret.
+public struct RPCAccess: Sendable {
+    /// Origins (`scheme://host[:port]`) whose pages may call the daemon from a browser, besides its own.
+    public var allowedOrigins: Set<String>
+    /// The largest request body accepted (aria2's `--rpc-max-request-size`, 2 MiB).
+    public var maxRequestSize: Int
+    /// How long an answer to a call with a wrong secret is held back (aria2: 1 s), to slow guessing.
+    public var unauthorizedDelay: TimeAmount
+
+    /// Access for the daemon's own origin and `allowedOrigins`.
+    public init(
+        allowedOrigins: Set<String> = [], maxRequestSize: Int = 2 << 20, unauthorizedDelay: TimeAmount = .seconds(1)
+    ) {
+        self.allowedOrigins = allowedOrigins
+        self.maxRequestSize = maxRequestSize
+        self.unauthorizedDelay = unauthorizedDelay
+    }
+}
+
+/// aria2's JSON-RPC over HTTP POST at `/jsonrpc`, on swift-nio, hostile input assumed: a request must name the daemon in
+/// its `Host` (a DNS-rebinding page names its own), come from no origin or an allowed one (a page of another site
+/// is refused, its CORS preflight too), and stay within the size limit; then the endpoint checks the secret.
+public final class RPCServer: Sendable {
+    /// Where the server listens.
+    public let address: SocketAddress
+    /// The port it listens on.
+    public var port: Int { address.port ?? 0 }
+    private let channel: any Channel
+
+    /// The host names the daemon answers to on `port` (loopback names and the address bound).
+    static func hostNames(boundTo address: SocketAddress) -> Set<String> {
+        var names: Set<String> = ["localhost", "127.0.0.1", "[::1]"]
+        if let ip = address.ipAddress { names.insert(address.protocol == .inet6 ? "[\(ip)]" : ip) }
+        return names
+    }
+
+    /// Starts serving `endpoint` on `host`:`port` (0 picks a free port) on `group` (NIO's shared one by default).
+    public static func start(
+        endpoint: RPCEndpoint, host: String, port: Int, access: RPCAccess = RPCAccess(),
+        group: (any EventLoopGroup)? = nil
+    ) async throws -> RPCServer {
+        let group = group ?? MultiThreadedEventLoopGroup.singleton
+        let checks = Locked<RequestChecks?>(nil)
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 256)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    guard let checks = checks.withLock({ $0 }) else { throw ChannelError.ioOnClosedChannel }
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: true)
+                    try channel.pipeline.syncOperations.addHandler(
+                        RPCConnectionHandler(endpoint: endpoint, checks: checks, access: access))
+                }
+            }
+            .bind(host: host, port: port).get()
+        guard let address = channel.localAddress, let bound = address.port else {
+            try? await channel.close()
+            throw ChannelError.unknownLocalAddress
+        }
+        let names = hostNames(boundTo: address)
+        checks.withLock {
+            $0 = RequestChecks(
+                hosts: Set(names.map { "\($0):\(bound)" }),
+                origins: access.allowedOrigins.union(names.map { "http://\($0):\(bound)" }))
+        }
+        return RPCServer(address: address, channel: channel)
+    }
+
+    private init(address: SocketAddress, channel: any Channel) {
+        self.address = address
+        self.channel = channel
+    }
+
+    /// Stops accepting connections and closes the listening socket.
+    public func stop() async {
+        try? await channel.close()
+    }
+}
+
+/// The `Host` values and `Origin`s a request may carry.
+struct RequestChecks: Sendable {
+    var hosts: Set<String>
+    var origins: Set<String>
+
+    /// Why a request with `host` and `origin` is refused, or `nil`.
+    func refusal(host: String?, origin: String?) -> String? {
+        guard let host, hosts.contains(host.lowercased()) else { return "the Host header does not name this daemon" }
+        if let origin, !origins.contains(origin.lowercased()) { return "requests from \(origin) are not allowed" }
+        return nil
+    }
+}
+
+/// One connection: collects a request, checks it, answers it off the event loop.
+private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    let endpoint: RPCEndpoint
+    let checks: RequestChecks
+    let access: RPCAccess
+    private var head: HTTPRequestHead?
+    private var body: ByteBuffer?
+    private var tooLarge = false
+
+    init(endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess) {
+        self.endpoint = endpoint
+        self.checks = checks
+        self.access = access
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+            body = context.channel.allocator.buffer(capacity: 0)
+            tooLarge = false
+            if let length = head.headers.first(name: "content-length").flatMap(Int.init), length > access.maxRequestSize
+            {
+                tooLarge = true
+            }
+        case .body(var part):
+            guard !tooLarge else { return }
+            if (body?.readableBytes ?? 0) + part.readableBytes > access.maxRequestSize {
+                tooLarge = true
+                body = nil
+            } else {
+                body?.writeBuffer(&part)
+            }
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            respond(to: head, body: body, context: context)
+            body = nil
+        }
+    }
+
+    private func respond(to head: HTTPRequestHead, body: ByteBuffer?, context: ChannelHandlerContext) {
+        let origin = head.headers.first(name: "origin")
+        if let refusal = checks.refusal(host: head.headers.first(name: "host"), origin: origin) {
+            return write(status: .forbidden, text: refusal + "\n", head: head, origin: nil, context: context)
+        }
+        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+        guard path == "/jsonrpc" else {
+            return write(status: .notFound, text: "not found\n", head: head, origin: origin, context: context)
+        }
+        switch head.method {
+        case .OPTIONS:
+            var headers = HTTPHeaders()
+            headers.add(name: "Access-Control-Allow-Methods", value: "POST, GET, OPTIONS")
+            if let asked = head.headers.first(name: "access-control-request-headers") {
+                headers.add(name: "Access-Control-Allow-Headers", value: asked)
+            }
+            headers.add(name: "Access-Control-Max-Age", value: "1728000")
+            return write(
+                status: .ok, bytes: [], type: nil, extra: headers, head: head, origin: origin, context: context)
+        case .POST:
+            break
+        default:
+            return write(
+                status: .methodNotAllowed, text: "POST a JSON-RPC call to /jsonrpc\n", head: head, origin: origin,
+                context: context)
+        }
+        guard !tooLarge, let body else {
+            return write(
+                status: .payloadTooLarge, text: "the request is larger than \(access.maxRequestSize) bytes\n",
+                head: head, origin: origin, context: context)
+        }
+        let bytes = Array(body.readableBytesView)
+        let endpoint = self.endpoint
+        let delay = access.unauthorizedDelay
+        let loop = context.eventLoop
+        let bound = NIOLoopBound((self, context), eventLoop: loop)
+        // Answered off the event loop: a method may touch the file system (an add makes its directories).
+        Task {
+            let (answer, unauthorized) = endpoint.handle(bytes)
+            loop.scheduleTask(in: unauthorized ? delay : .zero) {
+                let (handler, context) = bound.value
+                handler.write(
+                    status: .ok, bytes: answer ?? [], type: answer == nil ? nil : "application/json-rpc",
+                    extra: HTTPHeaders(), head: head, origin: origin, context: context)
+            }
+        }
+    }
+
+    private func write(
+        status: HTTPResponseStatus, text: String, head: HTTPRequestHead, origin: String?,
+        context: ChannelHandlerContext
+    ) {
+        write(
+            status: status, bytes: Array(text.utf8), type: "text/plain; charset=utf-8", extra: HTTPHeaders(),
+            head: head, origin: origin, context: context)
+    }
+
+    private func write(
+        status: HTTPResponseStatus, bytes: [UInt8], type: String?, extra: HTTPHeaders, head: HTTPRequestHead,
+        origin: String?, context: ChannelHandlerContext
+    ) {
+        var headers = extra
+        if let type { headers.add(name: "Content-Type", value: type) }
+        headers.add(name: "Content-Length", value: String(bytes.count))
+        if let origin {
+            headers.add(name: "Access-Control-Allow-Origin", value: origin)
+            headers.add(name: "Vary", value: "Origin")
+        }
+        let keepAlive = head.isKeepAlive && status != .payloadTooLarge
+        headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+            promise: nil)
+        if !bytes.isEmpty {
+            context.write(
+                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: bytes)))), promise: nil)
+        }
+        let done = context.writeAndFlushPromise()
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: done)
+        if !keepAlive {
+            let channel = context.channel
+            done.futureResult.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}
+
+extension ChannelHandlerContext {
+    fileprivate func writeAndFlushPromise() -> EventLoopPromise<Void> { eventLoop.makePromise() }
+}

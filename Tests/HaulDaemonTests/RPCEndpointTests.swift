@@ -1,0 +1,89 @@
+import Foundation
+import HaulDaemon
+import Testing
+
+/// The JSON-RPC layer with no I/O: aria2's framing, secrets, batches and multicall, and its error objects.
+@Suite("RPC endpoint (no I/O)")
+struct RPCEndpointTests {
+    let endpoint = RPCEndpoint(secret: RPCSecret("s3cret")) { method, params throws(RPCError) in
+        switch method {
+        case "aria2.echo": return .array(params)
+        case "aria2.fail": throw RPCError("it failed")
+        case "system.listMethods": return ["aria2.echo"]
+        default: throw RPCError("No such method: \(method)")
+        }
+    }
+
+    private func call(_ text: String) throws -> (JSON?, Bool) {
+        let (answer, unauthorized) = endpoint.handle(Array(text.utf8))
+        return (try answer.map { try JSON.parse($0) }, unauthorized)
+    }
+
+    @Test("a call with the secret is answered; the token is taken off the parameters")
+    func authorized() throws {
+        let (answer, unauthorized) = try call(
+            #"{"jsonrpc":"2.0","id":"q","method":"aria2.echo","params":["token:s3cret",1,"a"]}"#)
+        #expect(!unauthorized)
+        #expect(answer == ["jsonrpc": "2.0", "id": "q", "result": [.int(1), "a"]])
+    }
+
+    @Test("a wrong, missing or empty secret is 'Unauthorized' (code 1), flagged to be answered late")
+    func unauthorized() throws {
+        for params in [#"["token:nope"]"#, "[]", #"["token:"]"#, #"["token:s3cret0"]"#, #"["s3cret"]"#] {
+            let (answer, unauthorized) = try call(
+                #"{"jsonrpc":"2.0","id":1,"method":"aria2.echo","params":\#(params)}"#)
+            #expect(unauthorized, "\(params)")
+            #expect(answer?.object?["error"] == ["code": .int(1), "message": "Unauthorized"], "\(params)")
+        }
+        // The listings need none.
+        let (listing, flagged) = try call(#"{"jsonrpc":"2.0","id":1,"method":"system.listMethods"}"#)
+        #expect(!flagged && listing?.object?["result"] == ["aria2.echo"])
+    }
+
+    @Test("malformed input: parse error, invalid request, params not an array; a notification gets no answer")
+    func malformed() throws {
+        #expect(try call("{nope").0?.object?["error"]?.object?["code"] == .int(-32700))
+        #expect(try call("[]").0?.object?["error"]?.object?["code"] == .int(-32600))
+        #expect(try call(#"{"id":1,"params":[]}"#).0?.object?["error"]?.object?["code"] == .int(-32600))
+        #expect(
+            try call(#"{"id":1,"method":"aria2.echo","params":{"a":1}}"#).0?.object?["error"]?.object?["code"]
+                == .int(-32602))
+        #expect(try call(#"{"method":"aria2.echo","params":["token:s3cret"]}"#).0 == nil)
+        #expect(
+            try call(#"{"id":7,"method":"aria2.nothing","params":["token:s3cret"]}"#).0?.object?["error"]
+                == ["code": .int(1), "message": "No such method: aria2.nothing"])
+    }
+
+    @Test("a batch answers each call in order; a wrong secret in one flags the whole answer")
+    func batch() throws {
+        let (answer, unauthorized) = try call(
+            #"[{"id":1,"method":"aria2.echo","params":["token:s3cret","x"]},{"id":2,"method":"aria2.fail","params":["token:s3cret"]},{"id":3,"method":"aria2.echo","params":["token:bad"]}]"#
+        )
+        let answers = try #require(answer?.array)
+        #expect(answers.count == 3 && unauthorized)
+        #expect(answers[0].object?["result"] == ["x"])
+        #expect(answers[1].object?["error"] == ["code": .int(1), "message": "it failed"])
+        #expect(answers[2].object?["error"]?.object?["message"] == "Unauthorized")
+    }
+
+    @Test("system.multicall: each call carries its own token; results in one-element arrays, failures as objects")
+    func multicall() throws {
+        let (answer, unauthorized) = try call(
+            #"{"id":"m","method":"system.multicall","params":[[{"methodName":"aria2.echo","params":["token:s3cret",5]},{"methodName":"aria2.fail","params":["token:s3cret"]},{"methodName":"aria2.echo","params":[]},{"methodName":"system.multicall","params":[[]]}]]}"#
+        )
+        let results = try #require(answer?.object?["result"]?.array)
+        #expect(results.count == 4 && unauthorized)
+        #expect(results[0] == [[.int(5)]])
+        #expect(results[1] == ["code": .int(1), "message": "it failed"])
+        #expect(results[2] == ["code": .int(1), "message": "Unauthorized"])
+        #expect(results[3].object?["code"] == .int(1))
+    }
+
+    @Test("the secret is compared whole: a prefix, an extension or another length never matches")
+    func secretComparison() throws {
+        let secret = try #require(RPCSecret("abc"))
+        #expect(secret.matches("abc"))
+        for wrong in ["", "ab", "abcd", "abd", "ABC", "abcabc"] { #expect(!secret.matches(wrong), "\(wrong)") }
+        #expect(RPCSecret("") == nil)
+    }
+}
