@@ -2,6 +2,12 @@ import Foundation
 import Haul
 import HTTPTypes
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// aria2's methods over the queue.
 extension Daemon {
     // MARK: - Adding
@@ -48,18 +54,36 @@ extension Daemon {
         return .string(gid.description)
     }
 
-    /// Makes `path` and the directories above it up to the root, refusing a symbolic link on the way out of it.
+    /// Makes `path` (inside the root) and the directories between, one by one: an existing one that is a symbolic link
+    /// is followed only when it leads to a place inside the root, so nothing is ever made outside it.
     private func makeDirectories(_ path: String) throws(RPCError) {
-        do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        } catch {
-            throw RPCError("cannot create the directory '\(relative(path))': \(error.localizedDescription)")
-        }
-        guard let real = realpath(path, nil) else { throw RPCError("cannot read the directory '\(relative(path))'") }
-        defer { free(real) }
-        let resolved = String(cString: real)
-        guard resolved == root || resolved.hasPrefix(root + "/") else {
-            throw RPCError("the directory '\(relative(path))' leads out of the download root")
+        guard path != root else { return }
+        guard path.hasPrefix(root + "/") else { throw RPCError("'\(path)' is outside the download root") }
+        var current = root
+        for component in path.dropFirst(root.count + 1).split(separator: "/") {
+            current += "/" + component
+            var info = stat()
+            if lstat(current, &info) == 0 {
+                if info.st_mode & S_IFMT == S_IFLNK {
+                    guard let real = realpath(current, nil) else {
+                        throw RPCError("the directory '\(relative(current))' cannot be read")
+                    }
+                    let resolved = String(cString: real)
+                    free(real)
+                    guard resolved == root || resolved.hasPrefix(root + "/") else {
+                        throw RPCError("the directory '\(relative(current))' leads out of the download root")
+                    }
+                    continue
+                }
+                guard info.st_mode & S_IFMT == S_IFDIR else {
+                    throw RPCError("'\(relative(current))' is there and is not a directory")
+                }
+                continue
+            }
+            guard mkdir(current, 0o755) == 0 || errno == EEXIST else {
+                throw RPCError(
+                    "cannot create the directory '\(relative(current))': \(String(cString: strerror(errno)))")
+            }
         }
     }
 

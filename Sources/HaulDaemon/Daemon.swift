@@ -30,6 +30,8 @@ public final class Daemon: Sendable {
     let configuration: Configuration
     /// The root's real path (symbolic links resolved), which every destination must stay under.
     let root: String
+    /// The download root as the daemon writes under it (symbolic links resolved).
+    public var rootPath: String { root }
     let sessionID: String
     let state: Locked<State>
     private let watcher: Task<Void, Never>

@@ -18,8 +18,10 @@ public struct GID: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// A random GID.
     public static func random() -> GID {
         var generator = SystemRandomNumberGenerator()
-        return GID(UInt64.random(in: 1...UInt64.max, using: &generator))!
+        return GID(unchecked: UInt64.random(in: 1...UInt64.max, using: &generator))
     }
+
+    private init(unchecked value: UInt64) { self.value = value }
 
     /// The 16 lowercase hex digits.
     public var description: String {

@@ -79,7 +79,13 @@ extension JSON: Codable {
     }
 }
 
-extension JSON: ExpressibleByStringLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral {
+extension JSON: ExpressibleByStringLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral,
+    ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral
+{
+    /// An integer value.
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    /// A Boolean value.
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
     /// A string value.
     public init(stringLiteral value: String) { self = .string(value) }
     /// An array value.

@@ -10,11 +10,11 @@ public struct RPCAccess: Sendable {
     /// The largest request body accepted (aria2's `--rpc-max-request-size`, 2 MiB).
     public var maxRequestSize: Int
     /// How long an answer to a call with a wrong secret is held back (aria2: 1 s), to slow guessing.
-    public var unauthorizedDelay: TimeAmount
+    public var unauthorizedDelay: Duration
 
     /// Access for the daemon's own origin and `allowedOrigins`.
     public init(
-        allowedOrigins: Set<String> = [], maxRequestSize: Int = 2 << 20, unauthorizedDelay: TimeAmount = .seconds(1)
+        allowedOrigins: Set<String> = [], maxRequestSize: Int = 2 << 20, unauthorizedDelay: Duration = .seconds(1)
     ) {
         self.allowedOrigins = allowedOrigins
         self.maxRequestSize = maxRequestSize
@@ -173,7 +173,8 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         }
         let bytes = Array(body.readableBytesView)
         let endpoint = self.endpoint
-        let delay = access.unauthorizedDelay
+        let (seconds, attoseconds) = access.unauthorizedDelay.components
+        let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
         let loop = context.eventLoop
         let bound = NIOLoopBound((self, context), eventLoop: loop)
         // Answered off the event loop: a method may touch the file system (an add makes its directories).

@@ -22,7 +22,8 @@ public final class DownloadOperation: ResultOperation<DownloadResult>, @unchecke
 
     /// The request this operation downloads.
     public let request: DownloadRequest
-    private let perform: @Sendable (_ added: @Sendable (DownloadHandle) -> Void) async throws(DownloadError) -> DownloadResult
+    private let perform:
+        @Sendable (_ added: @Sendable (DownloadHandle) -> Void) async throws(DownloadError) -> DownloadResult
     private let added = Locked<DownloadHandle?>(nil)
 
     /// The download in its ``DownloadQueue``, once the operation has started and added it (operations made with

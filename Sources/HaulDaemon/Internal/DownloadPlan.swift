@@ -12,6 +12,10 @@ struct DownloadPlan {
     var paused = false
     var gid: GID?
 
+    // Spelled right, so it is a valid field name.
+    // swift-format-ignore: NeverForceUnwrap
+    static let referer = HTTPField.Name("Referer")!
+
     /// The options a download takes that change what it does.
     static let supported: Set<String> = [
         "dir", "out", "split", "max-connection-per-server", "min-split-size", "max-download-limit", "header",
@@ -96,7 +100,7 @@ struct DownloadPlan {
         }
         if let agent = last("user-agent") { request.headerFields[.userAgent] = agent }
         if let referer = last("referer"), referer != "*" {
-            request.headerFields[HTTPField.Name("Referer")!] = referer
+            request.headerFields[Self.referer] = referer
         }
         if let checksum = last("checksum") {
             do {
