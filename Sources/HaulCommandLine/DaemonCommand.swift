@@ -29,9 +29,12 @@ struct DaemonCommand: AsyncParsableCommand {
             and out stay inside DIR: no '..', no absolute path outside it, no symbolic link leading out, no name \
             starting with a dot.
 
-            Downloads and their history are kept in memory while the daemon runs; partial files are kept in \
-            DIR and resumed through the journal. SIGINT or SIGTERM (or aria2.shutdown) stops it: running \
-            downloads stop and keep their partial files.
+            Downloads, their order and their history are kept in DIR/.haul/daemon.sqlite, each change before \
+            the call that made it is answered: a restart (even after a SIGKILL) brings every download back, the \
+            active ones waiting again, the paused ones paused, the finished ones in the history, and the journal \
+            resumes their partial files. Passwords and secret headers are never written there: a download that \
+            needed them comes back failed, saying so. SIGINT or SIGTERM (or aria2.shutdown) stops the daemon: \
+            running downloads stop and keep their partial files.
             """
     )
 
@@ -122,7 +125,8 @@ struct DaemonCommand: AsyncParsableCommand {
     mutating func run() async throws {
         Interruption.install()
         let directory = destination.url
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: directory.appendingPathComponent(".haul"), withIntermediateDirectories: true)
         let secret = try loadSecret(directory: directory)
         var configuration = Downloader.Configuration.commandLine
         _ = try network.apply(to: &configuration, transport: connection.transport)
@@ -139,7 +143,16 @@ struct DaemonCommand: AsyncParsableCommand {
         let queue = DownloadQueue(
             downloader: Downloader(transport: engine.transport, configuration: engine.configuration),
             configuration: queueConfiguration)
-        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: directory))
+        let store: DaemonStore
+        let storePath = directory.appendingPathComponent(".haul/daemon.sqlite").path
+        do {
+            store = try DaemonStore(path: storePath)
+        } catch {
+            throw ValidationError("cannot open the daemon's store '\(storePath)': \(error)")
+        }
+        var daemonConfiguration = Daemon.Configuration(root: directory, store: store)
+        daemonConfiguration.onStoreError = { message in Console.err("haul daemon: warning: \(message)\n") }
+        let daemon = try Daemon(queue: queue, configuration: daemonConfiguration)
         let (host, port) = try Self.parseListen(listen)
         let server: RPCServer
         do {
@@ -159,10 +172,11 @@ struct DaemonCommand: AsyncParsableCommand {
         await stop.wait()
         interruption.stop()
         await server.stop()
-        // Running downloads stop and keep their partial files (resumable through the journal).
+        // Running downloads stop and keep their partial files (resumable through the journal); the daemon, closed
+        // first, does not record them as ended, so the next start brings them back.
+        daemon.close()
         queue.cancelAll()
         await queue.waitUntilIdle()
-        daemon.close()
         try? await engine.ownedTransport?.shutdown()
         journal?.finish()
         Foundation.exit(0)

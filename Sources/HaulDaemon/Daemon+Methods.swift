@@ -30,26 +30,46 @@ extension Daemon {
         } else if case .file(let file) = plan.request.destination {
             try makeDirectories(file.deletingLastPathComponent().path)
         }
-        let gid = try state.withLock { state -> Result<GID, RPCError> in
+        let item = try state.withLock { state -> Result<Item, RPCError> in
             var gid = plan.gid ?? GID.random()
             if plan.gid != nil {
                 guard state.items[gid] == nil else { return .failure(RPCError("GID \(gid) is not unique.")) }
             } else {
                 while state.items[gid] != nil { gid = GID.random() }
             }
-            state.items[gid] = Item(gid: gid, uris: plan.uris, options: plan.options, request: plan.request)
-            return .success(gid)
+            var item = Item(gid: gid, uris: plan.uris, options: plan.storedOptions, request: plan.request)
+            item.withheldSecrets = plan.withholdsSecrets
+            item.rank = state.nextRank
+            state.nextRank += 1
+            state.items[gid] = item
+            return .success(item)
         }.get()
+        let gid = item.gid
+        // Recorded before it is answered: an add the caller was told of survives a kill.
+        if let store = configuration.store {
+            var row = Self.row(item)
+            if plan.paused { row.state = "paused" }
+            do {
+                try store.save([row])
+            } catch {
+                state.withLock { $0.items[gid] = nil }
+                throw RPCError("cannot record the download: \(error)")
+            }
+        }
         let handle = queue.add(plan.request)
         if plan.paused { handle.pause() }
-        if let position { handle.move(toPosition: Int(clamping: position)) }
-        state.withLock { state in
+        let ended = state.withLock { state -> Item? in
             state.items[gid]?.handle = handle
-            if let early = state.early.removeValue(forKey: handle.id) {
-                Self.end(gid, with: early, in: &state)
-            } else {
-                state.byDownload[handle.id] = gid
-            }
+            if let early = state.early.removeValue(forKey: handle.id) { return Self.end(gid, with: early, in: &state) }
+            state.byDownload[handle.id] = gid
+            return nil
+        }
+        if let ended, let store = configuration.store {
+            Self.persist([ended], in: store, onError: configuration.onStoreError)
+        }
+        if let position {
+            handle.move(toPosition: Int(clamping: position))
+            try persistOrder()
         }
         return .string(gid.description)
     }
@@ -134,8 +154,29 @@ extension Daemon {
 
     func pause(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
-        guard try handle(of: gid).pause() else { throw RPCError("GID#\(gid) cannot be paused now") }
+        let handle = try handle(of: gid)
+        let wasRunning = handle.status.state == .running
+        guard handle.pause() else { throw RPCError("GID#\(gid) cannot be paused now") }
+        // A running one goes to the front of the waiting order.
+        if wasRunning { try persistOrder(paused: [gid: true]) } else { try persistPaused([gid: true]) }
         return .string(gid.description)
+    }
+
+    /// Pauses or resumes every download; returns "OK".
+    func pauseAll(_ paused: Bool) throws(RPCError) -> JSON {
+        if paused { queue.pauseAll() } else { queue.resumeAll() }
+        let gids = state.withLock { state in state.items.values.filter { $0.handle != nil }.map(\.gid) }
+        try persistOrder(paused: Dictionary(uniqueKeysWithValues: gids.map { ($0, paused) }))
+        return "OK"
+    }
+
+    /// Stores whether each of `paused` is paused.
+    private func persistPaused(_ paused: [GID: Bool]) throws(RPCError) {
+        do {
+            try configuration.store?.update(ranks: [], states: paused.mapValues { $0 ? "paused" : "waiting" })
+        } catch {
+            throw RPCError("cannot record the change: \(error)")
+        }
     }
 
     func unpause(_ arguments: Arguments) throws(RPCError) -> JSON {
@@ -144,6 +185,7 @@ extension Daemon {
         guard handle.status.state == .paused, handle.resume() else {
             throw RPCError("GID#\(gid) cannot be unpaused now")
         }
+        try persistPaused([gid: false])
         return .string(gid.description)
     }
 
@@ -166,6 +208,7 @@ extension Daemon {
         guard let moved = handle.move(toPosition: Int(clamping: max(0, target))) else {
             throw RPCError("GID#\(gid) not found in the waiting queue.")
         }
+        try persistOrder()
         return .int(Int64(moved))
     }
 
@@ -282,7 +325,17 @@ extension Daemon {
         if let value = options["max-download-limit"]?.last {
             let limit = try DownloadPlan.byteCount(value, option: "max-download-limit")
             handle.setMaxBytesPerSecond(limit == 0 ? nil : limit)
-            state.withLock { $0.items[gid]?.options["max-download-limit"] = value }
+            let item = state.withLock { state -> Item? in
+                state.items[gid]?.options["max-download-limit"] = value
+                return state.items[gid]
+            }
+            if let item, let store = configuration.store {
+                do {
+                    try store.save([Self.row(item)])
+                } catch {
+                    throw RPCError("cannot record the change: \(error)")
+                }
+            }
         }
         return "OK"
     }
@@ -345,13 +398,23 @@ extension Daemon {
             state.stopped.removeAll { $0 == gid }
             return .success(())
         }.get()
+        do {
+            try configuration.store?.save([], removing: [gid])
+        } catch {
+            throw RPCError("cannot record the change: \(error)")
+        }
         return "OK"
     }
 
-    func purgeDownloadResult() -> JSON {
+    func purgeDownloadResult() throws(RPCError) -> JSON {
         state.withLock { state in
             for gid in state.stopped { state.items[gid] = nil }
             state.stopped = []
+        }
+        do {
+            try configuration.store?.purgeStopped()
+        } catch {
+            throw RPCError("cannot record the change: \(error)")
         }
         return "OK"
     }

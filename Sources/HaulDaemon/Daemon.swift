@@ -16,12 +16,19 @@ public final class Daemon: Sendable {
         public var version: String
         /// The defaults of every download (aria2's global options), as `getGlobalOption` shows them.
         public var globalOptions: [String: String]
+        /// Where downloads and their outcomes are kept across restarts; `nil` keeps them in memory only.
+        public var store: DaemonStore?
+        /// Told when the store cannot be written (the download goes on; a restart may not know of the change).
+        public var onStoreError: @Sendable (String) -> Void = { _ in }
 
         /// A configuration for a daemon downloading into `root`.
-        public init(root: URL, version: String = "0.1.0", globalOptions: [String: String] = [:]) {
+        public init(
+            root: URL, version: String = "0.1.0", globalOptions: [String: String] = [:], store: DaemonStore? = nil
+        ) {
             self.root = root
             self.version = version
             self.globalOptions = globalOptions
+            self.store = store
         }
     }
 
@@ -45,6 +52,12 @@ public final class Daemon: Sendable {
         /// Outcomes of downloads that ended before their GID was recorded (an add answered at once).
         var early: [DownloadID: Result<DownloadResult, DownloadError>] = [:]
         var globalOptions: [String: String]
+        /// How many downloads have stopped: the next one's place in the stored history.
+        var stoppedCount = 0
+        /// The rank of the next download added (after every unfinished one).
+        var nextRank = 0
+        /// Set by ``Daemon/close()``: the downloads cancelled from now on stop with the daemon and come back with it.
+        var closing = false
     }
 
     /// One download the daemon knows: its URIs, options and request, its handle while it is in the queue, and how it
@@ -58,6 +71,12 @@ public final class Daemon: Sendable {
         var ending: Ending?
         /// Removed by a call (its cancellation is a removal, not an error).
         var removing = false
+        /// Whether secrets were left out of what is stored of it (see ``DaemonStore``).
+        var withheldSecrets = false
+        /// Its place among the unfinished downloads when stored.
+        var rank = 0
+        /// The order it stopped in.
+        var stoppedOrder: Int?
     }
 
     /// How a download ended.
@@ -83,20 +102,26 @@ public final class Daemon: Sendable {
         let state = Locked(State(globalOptions: configuration.globalOptions))
         self.state = state
         let outcomes = queue.events(including: [.finished, .failed])
+        let store = configuration.store
         watcher = Task {
             for await event in outcomes {
                 guard case .download(let id, let downloadEvent) = event else { continue }
+                let ended: Item?
                 switch downloadEvent {
-                case .finished(let result): Self.record(.success(result), of: id, in: state)
-                case .failed(let error): Self.record(.failure(error), of: id, in: state)
+                case .finished(let result): ended = Self.record(.success(result), of: id, in: state)
+                case .failed(let error): ended = Self.record(.failure(error), of: id, in: state)
                 default: continue
                 }
+                if let ended, let store { Self.persist([ended], in: store, onError: configuration.onStoreError) }
             }
         }
+        if let store = configuration.store { try restore(from: store) }
     }
 
-    /// Stops watching the queue (its downloads go on).
+    /// Stops watching the queue: a download cancelled from now on (the daemon's own shutdown cancels them) is not
+    /// recorded as ended, so that a restart brings it back. Call it before cancelling the queue's downloads.
     public func close() {
+        state.withLock { $0.closing = true }
         watcher.cancel()
     }
 
@@ -110,20 +135,24 @@ public final class Daemon: Sendable {
         RPCEndpoint(secret: secret) { [self] method, params throws(RPCError) in try call(method, params) }
     }
 
+    /// Notes how the download `id` ended; returns its item to store.
     private static func record(
         _ outcome: Result<DownloadResult, DownloadError>, of id: DownloadID, in state: Locked<State>
-    ) {
+    ) -> Item? {
         state.withLock { state in
             guard let gid = state.byDownload.removeValue(forKey: id) else {
                 state.early[id] = outcome
-                return
+                return nil
             }
-            end(gid, with: outcome, in: &state)
+            return end(gid, with: outcome, in: &state)
         }
     }
 
-    static func end(_ gid: GID, with outcome: Result<DownloadResult, DownloadError>, in state: inout State) {
-        guard var item = state.items[gid], item.ending == nil else { return }
+    /// Notes how `gid` ended; returns its item, unless it had ended already.
+    @discardableResult
+    static func end(_ gid: GID, with outcome: Result<DownloadResult, DownloadError>, in state: inout State) -> Item? {
+        guard var item = state.items[gid], item.ending == nil else { return nil }
+        if state.closing, case .failure(let error) = outcome, error.isCancellation, !item.removing { return nil }
         let total = item.handle?.status.progress
         switch outcome {
         case .success(let result):
@@ -143,6 +172,10 @@ public final class Daemon: Sendable {
         item.handle = nil
         state.items[gid] = item
         state.stopped.append(gid)
+        state.stoppedCount += 1
+        item.stoppedOrder = state.stoppedCount
+        state.items[gid] = item
+        return item
     }
 
     /// Answers one aria2 method (its secret already checked).
@@ -152,13 +185,9 @@ public final class Daemon: Sendable {
         case "aria2.addUri": return try addUri(arguments)
         case "aria2.remove", "aria2.forceRemove": return try remove(arguments)
         case "aria2.pause", "aria2.forcePause": return try pause(arguments)
-        case "aria2.pauseAll", "aria2.forcePauseAll":
-            queue.pauseAll()
-            return "OK"
+        case "aria2.pauseAll", "aria2.forcePauseAll": return try pauseAll(true)
         case "aria2.unpause": return try unpause(arguments)
-        case "aria2.unpauseAll":
-            queue.resumeAll()
-            return "OK"
+        case "aria2.unpauseAll": return try pauseAll(false)
         case "aria2.tellStatus": return try tellStatus(arguments)
         case "aria2.tellActive": return try tellActive(arguments)
         case "aria2.tellWaiting": return try tellList(arguments, stopped: false)
@@ -173,7 +202,7 @@ public final class Daemon: Sendable {
         case "aria2.changePosition": return try changePosition(arguments)
         case "aria2.getGlobalStat": return getGlobalStat()
         case "aria2.removeDownloadResult": return try removeDownloadResult(arguments)
-        case "aria2.purgeDownloadResult": return purgeDownloadResult()
+        case "aria2.purgeDownloadResult": return try purgeDownloadResult()
         case "aria2.getVersion":
             return [
                 "version": .string(configuration.version), "enabledFeatures": .array(Self.features.map(JSON.string)),

@@ -47,6 +47,21 @@ package func eventually(
     }
 }
 
+/// ``eventually(_:within:_:sourceLocation:)`` for a condition that must await (a call over a socket).
+package func eventuallyAsync(
+    _ what: String, within limit: Duration = .seconds(10), _ condition: () async -> Bool,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+    let deadline = ContinuousClock.now + limit
+    while !(await condition()) {
+        if ContinuousClock.now > deadline {
+            Issue.record("never happened: \(what)", sourceLocation: sourceLocation)
+            return
+        }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+}
+
 package func contentsOf(_ url: URL) -> [UInt8]? {
     (try? Data(contentsOf: url)).map { [UInt8]($0) }
 }

@@ -8,6 +8,27 @@ struct DownloadPlan {
     var uris: [URL]
     /// The options as given (a cumulative one's values joined by newlines), for `getOption`.
     var options: [String: String]
+
+    /// The options as stored: without passwords, and without header fields that carry credentials or cookies.
+    var storedOptions: [String: String] {
+        var stored = options.filter { !Aria2Options.secret.contains($0.key) }
+        if let header = stored["header"] {
+            let kept = header.split(separator: "\n").filter { !Self.isSecretHeader(String($0)) }
+            stored["header"] = kept.isEmpty ? nil : kept.joined(separator: "\n")
+        }
+        return stored
+    }
+
+    /// Whether the download needs something ``storedOptions`` leaves out (a password, a secret header, a URI's user
+    /// and password).
+    var withholdsSecrets: Bool {
+        storedOptions != options || uris.contains { $0.user != nil || $0.password != nil }
+    }
+
+    static func isSecretHeader(_ line: String) -> Bool {
+        let name = line.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
+        return Aria2Options.secretHeaders.contains(name.lowercased().trimmingCharacters(in: .whitespaces))
+    }
     var request: DownloadRequest
     var paused = false
     var gid: GID?
@@ -181,7 +202,6 @@ struct DownloadPlan {
     /// A header line as shown in an error: the value of a secret field left out.
     static func redactedHeader(_ header: String) -> String {
         let name = header.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
-        return Aria2Options.secretHeaders.contains(name.lowercased().trimmingCharacters(in: .whitespaces))
-            ? "\(name): ..." : header
+        return isSecretHeader(header) ? "\(name): ..." : header
     }
 }

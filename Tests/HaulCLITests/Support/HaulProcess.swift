@@ -39,6 +39,9 @@ final class HaulProcess: Sendable {
     /// What the process has written to standard output so far.
     var stdoutSoFar: String { child.stdoutSoFar }
 
+    /// What the process has written to standard error so far.
+    var stderrSoFar: String { child.stderrSoFar }
+
     /// The URL of a `haul serve` process's "Serving on URL" line, once it has printed it.
     var printedURL: String? {
         let line = child.stdoutSoFar.split(separator: "\n").first { $0.hasPrefix("Serving on ") }

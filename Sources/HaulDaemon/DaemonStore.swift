@@ -1,0 +1,128 @@
+import Foundation
+import GRDB
+
+/// Where the daemon keeps its downloads across restarts: one SQLite database (DIR/.haul/daemon.sqlite) holding each
+/// download's URIs, options, place in the waiting order, and how it ended.
+///
+/// A change is committed before the call that made it is answered, so a call that was answered is never lost, even
+/// to a SIGKILL right after it. Secrets are never written: options that are passwords, and header fields that carry
+/// credentials or cookies, stay in memory (a download that needed them comes back as failed, saying so).
+public final class DaemonStore: Sendable {
+    private let database: DatabaseQueue
+
+    /// One stored download.
+    struct Row: Sendable, Equatable {
+        var gid: GID
+        var uris: [String]
+        var options: [String: String]
+        /// `waiting`, `paused` (waiting or active when stored), or how it ended: `complete`, `error`, `removed`.
+        var state: String
+        /// Its place among the unfinished ones (the waiting order, the active ones first).
+        var rank: Int
+        var path: String?
+        var length: Int64 = 0
+        var completed: Int64 = 0
+        var errorCode: Int = 0
+        var errorMessage: String = ""
+        /// The order it stopped in, once it has.
+        var stoppedOrder: Int?
+        /// Whether secrets were left out of it (it cannot be fetched again as it was asked).
+        var withheldSecrets = false
+    }
+
+    /// Opens (or creates) the store at `path`.
+    public init(path: String) throws {
+        var configuration = Configuration()
+        configuration.journalMode = .wal
+        // A commit survives the process (SIGKILL); a power loss may take the last ones, as it does aria2's session.
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        database = try DatabaseQueue(path: path, configuration: configuration)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("downloads") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE downloads (
+                        gid TEXT PRIMARY KEY NOT NULL,
+                        uris TEXT NOT NULL,
+                        options TEXT NOT NULL,
+                        state TEXT NOT NULL,
+                        rank INTEGER NOT NULL,
+                        path TEXT,
+                        length INTEGER NOT NULL DEFAULT 0,
+                        completed INTEGER NOT NULL DEFAULT 0,
+                        error_code INTEGER NOT NULL DEFAULT 0,
+                        error_message TEXT NOT NULL DEFAULT '',
+                        stopped_order INTEGER,
+                        withheld_secrets INTEGER NOT NULL DEFAULT 0
+                    ) WITHOUT ROWID
+                    """)
+            try db.execute(sql: "CREATE INDEX downloads_stopped ON downloads(stopped_order)")
+        }
+        try migrator.migrate(database)
+    }
+
+    /// Every stored download: the stopped ones in the order they stopped, then the unfinished ones by rank.
+    func load() throws -> [Row] {
+        try database.read { db in
+            try GRDB.Row.fetchAll(
+                db, sql: "SELECT * FROM downloads ORDER BY stopped_order IS NULL, stopped_order, rank"
+            ).compactMap { row -> Row? in
+                guard let gid = GID(hex: row["gid"]) else { return nil }
+                return Row(
+                    gid: gid, uris: Self.decode(row["uris"]) ?? [], options: Self.decode(row["options"]) ?? [:],
+                    state: row["state"], rank: row["rank"], path: row["path"], length: row["length"],
+                    completed: row["completed"], errorCode: row["error_code"], errorMessage: row["error_message"],
+                    stoppedOrder: row["stopped_order"], withheldSecrets: row["withheld_secrets"])
+            }
+        }
+    }
+
+    /// Writes `rows` (a new download, or one that changed) and removes `removed`, in one transaction.
+    func save(_ rows: [Row], removing removed: [GID] = []) throws {
+        try database.write { db in
+            for row in rows {
+                try db.execute(
+                    sql: """
+                        INSERT OR REPLACE INTO downloads (gid, uris, options, state, rank, path, length, completed,
+                            error_code, error_message, stopped_order, withheld_secrets)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        row.gid.description, Self.encode(row.uris), Self.encode(row.options), row.state, row.rank,
+                        row.path, row.length, row.completed, row.errorCode, row.errorMessage, row.stoppedOrder,
+                        row.withheldSecrets,
+                    ])
+            }
+            for gid in removed {
+                try db.execute(sql: "DELETE FROM downloads WHERE gid = ?", arguments: [gid.description])
+            }
+        }
+    }
+
+    /// Sets the ranks of unfinished downloads (their new waiting order) and, where given, their state.
+    func update(ranks: [(GID, Int)], states: [GID: String] = [:]) throws {
+        try database.write { db in
+            for (gid, rank) in ranks {
+                try db.execute(sql: "UPDATE downloads SET rank = ? WHERE gid = ?", arguments: [rank, gid.description])
+            }
+            for (gid, state) in states {
+                try db.execute(
+                    sql: "UPDATE downloads SET state = ? WHERE gid = ?", arguments: [state, gid.description])
+            }
+        }
+    }
+
+    /// Removes every stopped download.
+    func purgeStopped() throws {
+        try database.write { db in try db.execute(sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL") }
+    }
+
+    private static func encode(_ value: some Encodable) -> String {
+        (try? String(decoding: JSONEncoder().encode(value), as: UTF8.self)) ?? "null"
+    }
+
+    private static func decode<T: Decodable>(_ text: String) -> T? {
+        try? JSONDecoder().decode(T.self, from: Data(text.utf8))
+    }
+}

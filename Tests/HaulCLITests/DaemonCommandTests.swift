@@ -1,0 +1,164 @@
+import Foundation
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `haul daemon` as a user runs it: its secret, its answers over the socket, and its downloads through SIGTERM and
+/// SIGKILL.
+@Suite("haul daemon", .timeLimit(.minutes(3)))
+struct DaemonCommandTests {
+    /// A running `haul daemon` and what is needed to call it.
+    struct Running {
+        let process: HaulProcess
+        let port: Int
+        let secret: String?
+
+        /// Calls `method`; the answer's members.
+        func call(_ method: String, _ params: [Any] = []) async throws -> [String: Any] {
+            let all: [Any] = (secret.map { ["token:\($0)"] } ?? []) + params
+            let body = try JSONSerialization.data(
+                withJSONObject: ["jsonrpc": "2.0", "id": "c", "method": method, "params": all])
+            let answer = try await RawHTTP.send(
+                port: port, headers: [("Host", "127.0.0.1:\(port)")], body: [UInt8](body))
+            return try #require(
+                try JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: Any], "\(answer.text)")
+        }
+
+        func result(_ method: String, _ params: [Any] = []) async throws -> Any {
+            let answer = try await call(method, params)
+            return try #require(answer["result"], "\(answer)")
+        }
+
+        /// The GIDs of the unfinished downloads: `tellActive`'s, then `tellWaiting(0, 1000)`'s.
+        func unfinished() async throws -> [String] {
+            let active = try await result("aria2.tellActive", [["gid"]]) as? [[String: Any]] ?? []
+            let waiting = try await result("aria2.tellWaiting", [0, 1000, ["gid"]]) as? [[String: Any]] ?? []
+            return (active + waiting).compactMap { $0["gid"] as? String }
+        }
+    }
+
+    /// Starts `haul daemon -d DIR` on a free port and waits for it to serve.
+    static func start(_ dir: TemporaryDirectory, _ extra: [String] = [], environment: [String: String] = [:])
+        async throws
+        -> Running
+    {
+        let process = try HaulProcess(
+            ["daemon", "-d", dir.path, "--rpc-listen", "127.0.0.1:0", "-j", "1"] + extra, environment: environment)
+        var port: Int?
+        try await eventually("the daemon serves", within: .seconds(30)) {
+            let marker = "serving aria2 JSON-RPC on http://127.0.0.1:"
+            let line = process.stderrSoFar.split(separator: "\n").first { $0.contains(marker) }
+            port = line.flatMap { line in
+                line.range(of: marker).flatMap { Int(line[$0.upperBound...].prefix { $0.isNumber }) }
+            }
+            return port != nil || process.hasExited
+        }
+        let secret = try? String(contentsOf: dir.file(".haul/rpc-secret"), encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        return Running(process: process, port: try #require(port, "\(process.stderrSoFar)"), secret: secret)
+    }
+
+    @Test("the secret: made once into DIR/.haul/rpc-secret (0600) and shown once; a file others can read is refused")
+    func secret() async throws {
+        let dir = try TemporaryDirectory()
+        let first = try await Self.start(dir)
+        let secret = try #require(first.secret)
+        #expect(secret.count >= 32 && first.process.stderrSoFar.contains(secret))
+        var info = stat()
+        #expect(stat(dir.file(".haul/rpc-secret").path, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        let wrong = Running(process: first.process, port: first.port, secret: "guess")
+        #expect(
+            (try await wrong.call("aria2.getVersion")["error"] as? [String: Any])?["message"] as? String
+                == "Unauthorized")
+        #expect(try await first.result("aria2.getVersion") is [String: Any])
+        first.process.send(SIGTERM)
+        let ended = await first.process.finish()
+        #expect(ended.status == 0, "\(ended)")
+        // Not shown again.
+        let second = try await Self.start(dir)
+        #expect(second.secret == secret && !second.process.stderrSoFar.contains(secret))
+        second.process.send(SIGTERM)
+        _ = await second.process.finish()
+
+        let loose = dir.file("loose-secret")
+        try "open-secret\n".write(to: loose, atomically: true, encoding: .utf8)
+        chmod(loose.path, 0o644)
+        let refused = try await HaulProcess.run([
+            "daemon", "-d", dir.path, "--rpc-secret-file", loose.path, "--rpc-listen", "127.0.0.1:0",
+        ])
+        #expect(refused.status != 0 && refused.stderr.contains("can be read by other users"), "\(refused)")
+        #expect(!refused.stderr.contains("open-secret"))
+        let outside = try await HaulProcess.run(["daemon", "-d", dir.path, "--rpc-listen", "0.0.0.0:6800"])
+        #expect(outside.status == 2 && outside.stderr.contains("loopback only"), "\(outside)")
+    }
+
+    @Test("killed with SIGKILL at any moment, restarted: every download it answered for is back, in order")
+    func killAndRestart() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            var answered: [String] = []
+            for round in 0..<4 {
+                let daemon = try await Self.start(dir)
+                // What the killed one answered for is there, waiting in the order it was added (the first one was
+                // active: it waits again, first).
+                #expect(try await daemon.unfinished() == answered, "round \(round)")
+                for index in 0..<Int.random(in: 1...6) {
+                    let url = server.url(path: "/bytes/k\(round)-\(index)", query: ["size": "100", "hold": "never"])
+                    let gid = try await daemon.result("aria2.addUri", [[url.absoluteString]])
+                    answered.append(try #require(gid as? String))
+                }
+                // Killed at once or a moment later, while the next add may be on its way.
+                let late = Task {
+                    let url = server.url(path: "/bytes/late\(round)", query: ["size": "100", "hold": "never"])
+                    return try? await daemon.result("aria2.addUri", [[url.absoluteString]]) as? String
+                }
+                try await Task.sleep(for: .milliseconds(Int.random(in: 0...20)))
+                daemon.process.send(SIGKILL)
+                _ = await daemon.process.finish()
+                if let gid = await late.value { answered.append(gid) }  // answered before the kill: it must come back
+                let restarted = try await Self.start(dir)
+                let back = try await restarted.unfinished()
+                // One not answered may have been recorded all the same (killed between the commit and the answer).
+                #expect(Array(back.filter { answered.contains($0) }) == answered, "round \(round)")
+                answered = back
+                restarted.process.send(SIGKILL)
+                _ = await restarted.process.finish()
+            }
+        }
+    }
+
+    @Test("SIGTERM: the running download stops with its partial kept, comes back waiting and resumes with Range")
+    func termAndResume() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let daemon = try await Self.start(dir)
+            let size = 2_000_000
+            let url = server.url(
+                path: "/bytes/big.bin", query: ["size": "\(size)", "stallAfter": "500000", "stall": "gate:s"])
+            let gid = try #require(try await daemon.result("aria2.addUri", [[url.absoluteString]]) as? String)
+            try await eventually("bytes written") {
+                FileManager.default.fileExists(atPath: dir.file(".big.bin.haul-partial").path)
+            }
+            try await eventually("half of it") { server.stats.bodyBytesSent >= 500_000 }
+            daemon.process.send(SIGTERM)
+            let ended = await daemon.process.finish()
+            #expect(ended.status == 0, "\(ended)")
+            #expect(FileManager.default.fileExists(atPath: dir.file(".big.bin.haul-partial").path))
+            server.openGate("s")
+            let restarted = try await Self.start(dir)
+            try await eventuallyAsync("complete again", within: .seconds(30)) {
+                let status = try? await restarted.result("aria2.tellStatus", [gid, ["status"]]) as? [String: Any]
+                return status?["status"] as? String == "complete"
+            }
+            #expect(contentsOf(dir.file("big.bin")) == TestServer.expectedBytes(name: "big.bin", size: size))
+            let resumed = try #require(server.stats.requests.last)
+            #expect(resumed.range?.hasPrefix("bytes=") == true && resumed.range != "bytes=0-", "\(resumed.range ?? "")")
+            restarted.process.send(SIGTERM)
+            #expect(await restarted.process.finish().status == 0)
+        }
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import Haul
+import HaulDaemon
+import HaulNIO
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// A daemon started again on its store finds every download as the last one left it.
+@Suite("Daemon restart", .timeLimit(.minutes(2)))
+struct DaemonRestartTests {
+    /// A daemon on `root` with its store there, width `width`.
+    private func start(_ root: TemporaryDirectory, paused: Bool = false) throws -> (Daemon, DownloadQueue) {
+        var configuration = testConfiguration()
+        configuration.keepsPartialOnCancel = true
+        let queue = DownloadQueue(
+            downloader: Downloader(transport: NIOTransport(), configuration: configuration),
+            configuration: .init(maxConcurrentDownloads: 1, recordsRequests: false))
+        if paused { queue.pause() }  // to read the order before anything starts
+        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
+        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
+        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url, store: store))
+        return (daemon, queue)
+    }
+
+    private func gids(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
+
+    @Test("waiting, paused, moved, finished, removed and secret-bearing downloads come back as they were")
+    func restart() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let (first, firstQueue) = try start(root)
+            func add(_ daemon: Daemon, _ name: String, _ options: JSON = [:]) throws -> String {
+                let url = server.url(path: "/bytes/\(name)", query: ["size": "1000", "hold": "g"])
+                let gid = try daemon.call("aria2.addUri", [[.string(url.absoluteString)], options])
+                return gid.string ?? "(no GID: \(gid))"
+            }
+            let done = try #require(
+                try first.call(
+                    "aria2.addUri", [[.string(server.url(path: "/bytes/done", query: ["size": "10"]).absoluteString)]]
+                ).string)
+            try await eventually("done") {
+                (try? first.call("aria2.tellStatus", [.string(done), ["status"]]))?.object?["status"] == "complete"
+            }
+            let active = try add(first, "active")
+            try await eventually("active held") { server.heldCount(at: "g") == 1 }
+            let a = try add(first, "a")
+            let b = try add(first, "b", ["pause": "true"])
+            let c = try add(first, "c")
+            let secret = try add(first, "s", ["http-user": "u", "http-passwd": "pw-123"])
+            #expect(try first.call("aria2.changePosition", [.string(c), 0, "POS_SET"]) == 0)
+            let removed = try add(first, "removed")
+            _ = try first.call("aria2.remove", [.string(removed)])
+            try await eventually("removed") {
+                (try? first.call("aria2.tellStatus", [.string(removed), ["status"]]))?.object?["status"] == "removed"
+            }
+            // Stopped as SIGTERM stops it: the running download is cancelled, and comes back.
+            first.close()
+            firstQueue.cancelAll()
+            await firstQueue.waitUntilIdle()
+            let stored = try String(contentsOf: root.file(".haul/daemon.sqlite"), encoding: .isoLatin1)
+            #expect(!stored.contains("pw-123"), "a password in the store")
+
+            let (second, secondQueue) = try start(root, paused: true)
+            let waiting = try second.call("aria2.tellWaiting", [0, 10, ["gid", "status"]])
+            #expect(gids(waiting) == [active, c, a, b])
+            #expect(waiting.array?.last?.object?["status"] == "paused")
+            let stopped = try second.call("aria2.tellStopped", [0, 10, ["gid", "status"]])
+            #expect(gids(stopped) == [done, removed, secret])
+            let withheld = try #require(try second.call("aria2.tellStatus", [.string(secret)]).object)
+            #expect(withheld["status"] == "error")
+            #expect(withheld["errorMessage"]?.string?.contains("credentials were not kept") == true)
+            server.openGate("g")
+            secondQueue.resume()
+            for gid in [active, c, a] {
+                try await eventually("\(gid) complete") {
+                    (try? second.call("aria2.tellStatus", [.string(gid), ["status"]]))?.object?["status"] == "complete"
+                }
+            }
+            #expect(try second.call("aria2.tellStatus", [.string(b), ["status"]]) == ["status": "paused"])
+            second.close()
+            secondQueue.cancelAll()
+            await secondQueue.waitUntilIdle()
+
+            // And once more: the history has grown, in the order things stopped.
+            let (third, thirdQueue) = try start(root)
+            let history = try third.call("aria2.tellStopped", [0, 10, ["gid"]])
+            #expect(gids(history) == [done, removed, secret, active, c, a])
+            #expect(try third.call("aria2.purgeDownloadResult", []) == "OK")
+            third.close()
+            thirdQueue.cancelAll()
+            await thirdQueue.waitUntilIdle()
+            let (fourth, fourthQueue) = try start(root, paused: true)
+            #expect(try fourth.call("aria2.tellStopped", [0, 10]) == [])
+            #expect(gids(try fourth.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [b])
+            fourth.close()
+            fourthQueue.cancelAll()
+        }
+    }
+}
