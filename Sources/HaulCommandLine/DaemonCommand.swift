@@ -163,6 +163,7 @@ struct DaemonCommand: AsyncParsableCommand {
             Console.err("haul daemon: cannot listen on \(listen): \(error)\n")
             Foundation.exit(1)
         }
+        daemon.onNotification { method, gid in server.notify(method, gid: gid) }
         let stop = ResultBox<Void>()
         daemon.onShutdown { _ in stop.resolve(()) }
         let interruption = Interruption { stop.resolve(()) }

@@ -56,14 +56,20 @@ extension Daemon {
                 throw RPCError("cannot record the download: \(error)")
             }
         }
+        // Announced before it can start (the start is announced by the queue's event).
+        if !plan.paused { notify("haul.onDownloadWaiting", gid) }
         let handle = queue.add(plan.request)
         if plan.paused { handle.pause() }
-        let ended = state.withLock { state -> Item? in
+        let (ended, started) = state.withLock { state -> (Item?, Bool) in
             state.items[gid]?.handle = handle
-            if let early = state.early.removeValue(forKey: handle.id) { return Self.end(gid, with: early, in: &state) }
+            let started = state.startedEarly.remove(handle.id) != nil
+            if let early = state.early.removeValue(forKey: handle.id) {
+                return (Self.end(gid, with: early, in: &state), started)
+            }
             state.byDownload[handle.id] = gid
-            return nil
+            return (nil, started)
         }
+        if started { notify("aria2.onDownloadStart", gid) }
         if let ended, let store = configuration.store {
             Self.persist([ended], in: store, onError: configuration.onStoreError)
         }
@@ -71,6 +77,7 @@ extension Daemon {
             handle.move(toPosition: Int(clamping: position))
             try persistOrder()
         }
+        if let ending = ended?.ending, let method = Self.notification(for: ending.status) { notify(method, gid) }
         return .string(gid.description)
     }
 
@@ -182,9 +189,10 @@ extension Daemon {
     func unpause(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
         let handle = try handle(of: gid)
-        guard handle.status.state == .paused, handle.resume() else {
-            throw RPCError("GID#\(gid) cannot be unpaused now")
-        }
+        guard handle.status.state == .paused else { throw RPCError("GID#\(gid) cannot be unpaused now") }
+        // Announced before it can start again.
+        notify("haul.onDownloadWaiting", gid)
+        guard handle.resume() else { throw RPCError("GID#\(gid) cannot be unpaused now") }
         try persistPaused([gid: false])
         return .string(gid.description)
     }

@@ -43,6 +43,7 @@ public final class Daemon: Sendable {
     let state: Locked<State>
     private let watcher: Task<Void, Never>
     private let shutdownHandler = Locked<(@Sendable (_ force: Bool) -> Void)?>(nil)
+    private let notificationHandler: Locked<(@Sendable (_ method: String, _ gid: String) -> Void)?>
 
     struct State {
         var items: [GID: Item] = [:]
@@ -51,6 +52,8 @@ public final class Daemon: Sendable {
         var stopped: [GID] = []
         /// Outcomes of downloads that ended before their GID was recorded (an add answered at once).
         var early: [DownloadID: Result<DownloadResult, DownloadError>] = [:]
+        /// Downloads that started before their GID was recorded: their start is announced once it is.
+        var startedEarly: Set<DownloadID> = []
         var globalOptions: [String: String]
         /// How many downloads have stopped: the next one's place in the stored history.
         var stoppedCount = 0
@@ -101,18 +104,36 @@ public final class Daemon: Sendable {
         sessionID = GID.random().description + GID.random().description
         let state = Locked(State(globalOptions: configuration.globalOptions))
         self.state = state
-        let outcomes = queue.events(including: [.finished, .failed])
+        let events = queue.events(including: [.started, .paused, .finished, .failed])
         let store = configuration.store
+        let notifications = Locked<(@Sendable (_ method: String, _ gid: String) -> Void)?>(nil)
+        notificationHandler = notifications
         watcher = Task {
-            for await event in outcomes {
-                guard case .download(let id, let downloadEvent) = event else { continue }
+            for await event in events {
                 let ended: Item?
-                switch downloadEvent {
-                case .finished(let result): ended = Self.record(.success(result), of: id, in: state)
-                case .failed(let error): ended = Self.record(.failure(error), of: id, in: state)
+                switch event {
+                case .download(let id, .finished(let result)): ended = Self.record(.success(result), of: id, in: state)
+                case .download(let id, .failed(let error)): ended = Self.record(.failure(error), of: id, in: state)
+                case .download(let id, .started(1, _)):
+                    let gid = state.withLock { state in
+                        let gid = state.byDownload[id]
+                        if gid == nil { state.startedEarly.insert(id) }
+                        return gid
+                    }
+                    if let gid { notifications.withLock { $0 }?("aria2.onDownloadStart", gid.description) }
+                    continue
+                case .paused(let id):
+                    if let gid = state.withLock({ $0.byDownload[id] }) {
+                        notifications.withLock { $0 }?("aria2.onDownloadPause", gid.description)
+                    }
+                    continue
                 default: continue
                 }
-                if let ended, let store { Self.persist([ended], in: store, onError: configuration.onStoreError) }
+                guard let ended else { continue }
+                if let store { Self.persist([ended], in: store, onError: configuration.onStoreError) }
+                if let method = ended.ending.flatMap({ Self.notification(for: $0.status) }) {
+                    notifications.withLock { $0 }?(method, ended.gid.description)
+                }
             }
         }
         if let store = configuration.store { try restore(from: store) }
@@ -123,6 +144,27 @@ public final class Daemon: Sendable {
     public func close() {
         state.withLock { $0.closing = true }
         watcher.cancel()
+    }
+
+    /// Calls `body` with each notification for WebSocket clients (`aria2.onDownloadStart`, ..., and
+    /// `haul.onDownloadWaiting` when a download starts waiting) and the GID it is about.
+    public func onNotification(_ body: @escaping @Sendable (_ method: String, _ gid: String) -> Void) {
+        notificationHandler.withLock { $0 = body }
+    }
+
+    /// Sends the notification `method` about `gid`.
+    func notify(_ method: String, _ gid: GID) {
+        notificationHandler.withLock { $0 }?(method, gid.description)
+    }
+
+    /// aria2's notification for a download that ended as `status`.
+    static func notification(for status: String) -> String? {
+        switch status {
+        case "complete": "aria2.onDownloadComplete"
+        case "removed": "aria2.onDownloadStop"
+        case "error": "aria2.onDownloadError"
+        default: nil
+        }
     }
 
     /// Calls `body` when a client asks the daemon to shut down (`aria2.shutdown`, `forceShutdown` with `force`).
@@ -235,6 +277,6 @@ public final class Daemon: Sendable {
     /// The notifications a WebSocket client may get.
     static let notifications = [
         "aria2.onDownloadStart", "aria2.onDownloadPause", "aria2.onDownloadStop", "aria2.onDownloadComplete",
-        "aria2.onDownloadError",
+        "aria2.onDownloadError", "haul.onDownloadWaiting",
     ]
 }

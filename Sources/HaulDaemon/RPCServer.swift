@@ -2,6 +2,7 @@ public import NIOCore
 import NIOHTTP1
 import HaulOperations
 import NIOPosix
+import NIOWebSocket
 
 /// Who may talk to the daemon over its socket, besides knowing the secret.
 public struct RPCAccess: Sendable {
@@ -22,15 +23,20 @@ public struct RPCAccess: Sendable {
     }
 }
 
-/// aria2's JSON-RPC over HTTP POST at `/jsonrpc`, on swift-nio, hostile input assumed: a request must name the daemon in
-/// its `Host` (a DNS-rebinding page names its own), come from no origin or an allowed one (a page of another site
-/// is refused, its CORS preflight too), and stay within the size limit; then the endpoint checks the secret.
+/// aria2's JSON-RPC over HTTP POST and WebSocket at `/jsonrpc`, on swift-nio, hostile input assumed: a request (and a
+/// WebSocket upgrade) must name the daemon in its `Host` (a DNS-rebinding page names its own), come from no origin or
+/// an allowed one (a page of another site is refused, its CORS preflight too), and stay within the size limit; then
+/// the endpoint checks the secret of every call.
+///
+/// Notifications (``notify(_:gid:)``) go to every WebSocket session, as aria2 sends them: they carry a GID only,
+/// which is of no use without the secret.
 public final class RPCServer: Sendable {
     /// Where the server listens.
     public let address: SocketAddress
     /// The port it listens on.
     public var port: Int { address.port ?? 0 }
     private let channel: any Channel
+    private let sessions: WebSocketSessions
 
     /// The host names the daemon answers to on `port` (loopback names and the address bound).
     static func hostNames(boundTo address: SocketAddress) -> Set<String> {
@@ -46,6 +52,7 @@ public final class RPCServer: Sendable {
     ) async throws -> RPCServer {
         let group = group ?? MultiThreadedEventLoopGroup.singleton
         let checks = Locked<RequestChecks?>(nil)
+        let sessions = WebSocketSessions()
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
@@ -53,7 +60,33 @@ public final class RPCServer: Sendable {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let checks = checks.withLock({ $0 }) else { throw ChannelError.ioOnClosedChannel }
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: true)
+                    let upgrader = NIOWebSocketServerUpgrader(
+                        maxFrameSize: access.maxRequestSize,
+                        shouldUpgrade: { channel, head in
+                            let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+                            let refused =
+                                path != "/jsonrpc"
+                                || checks.refusal(
+                                    host: head.headers.first(name: "host"), origin: head.headers.first(name: "origin"))
+                                    != nil
+                            // Refused: the request goes on as plain HTTP, where it is answered 403 or 405.
+                            return channel.eventLoop.makeSucceededFuture(refused ? nil : HTTPHeaders())
+                        },
+                        upgradePipelineHandler: { channel, _ in
+                            // The HTTP handler goes; the session's takes its place.
+                            channel.eventLoop.makeCompletedFuture {
+                                let handler = try channel.pipeline.syncOperations.handler(
+                                    type: RPCConnectionHandler.self)
+                                return channel.pipeline.syncOperations.removeHandler(handler)
+                            }.flatMap { $0 }.flatMapThrowing {
+                                try channel.pipeline.syncOperations.addHandler(
+                                    WebSocketRPCHandler(endpoint: endpoint, access: access, sessions: sessions))
+                            }
+                        })
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(
+                        withPipeliningAssistance: true,
+                        withServerUpgrade: (upgraders: [upgrader], completionHandler: { _ in })
+                    )
                     try channel.pipeline.syncOperations.addHandler(
                         RPCConnectionHandler(endpoint: endpoint, checks: checks, access: access))
                 }
@@ -69,17 +102,125 @@ public final class RPCServer: Sendable {
                 hosts: Set(names.map { "\($0):\(bound)" }),
                 origins: access.allowedOrigins.union(names.map { "http://\($0):\(bound)" }))
         }
-        return RPCServer(address: address, channel: channel)
+        return RPCServer(address: address, channel: channel, sessions: sessions)
     }
 
-    private init(address: SocketAddress, channel: any Channel) {
+    private init(address: SocketAddress, channel: any Channel, sessions: WebSocketSessions) {
         self.address = address
         self.channel = channel
+        self.sessions = sessions
     }
 
-    /// Stops accepting connections and closes the listening socket.
+    /// Sends the notification `method` (`aria2.onDownloadStart`...) about `gid` to every WebSocket session.
+    public func notify(_ method: String, gid: String) {
+        let message: JSON = ["jsonrpc": "2.0", "method": .string(method), "params": [["gid": .string(gid)]]]
+        sessions.send(message.encoded())
+    }
+
+    /// Stops accepting connections, closes the listening socket and the WebSocket sessions.
     public func stop() async {
         try? await channel.close()
+        sessions.closeAll()
+    }
+}
+
+/// The WebSocket sessions open now, to send notifications to.
+final class WebSocketSessions: Sendable {
+    private let channels = Locked<[ObjectIdentifier: any Channel]>([:])
+
+    func add(_ channel: any Channel) { channels.withLock { $0[ObjectIdentifier(channel)] = channel } }
+    func remove(_ channel: any Channel) { _ = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) } }
+
+    func send(_ text: [UInt8]) {
+        let open = channels.withLock { Array($0.values) }
+        for channel in open {
+            let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: text))
+            channel.writeAndFlush(frame, promise: nil)
+        }
+    }
+
+    func closeAll() {
+        let open = channels.withLock { channels in
+            defer { channels = [:] }
+            return Array(channels.values)
+        }
+        for channel in open { channel.close(promise: nil) }
+    }
+}
+
+/// One WebSocket session: each text message a JSON-RPC call or batch, answered in a text message (a wrong secret's
+/// answer held back as over HTTP); pings answered; notifications sent to it.
+private final class WebSocketRPCHandler: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    let endpoint: RPCEndpoint
+    let access: RPCAccess
+    let sessions: WebSocketSessions
+    private var message: ByteBuffer?
+
+    init(endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions) {
+        self.endpoint = endpoint
+        self.access = access
+        self.sessions = sessions
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { sessions.add(context.channel) }
+    func handlerRemoved(context: ChannelHandlerContext) { sessions.remove(context.channel) }
+    func channelInactive(context: ChannelHandlerContext) {
+        sessions.remove(context.channel)
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.opcode {
+        case .text, .binary, .continuation:
+            var data = frame.unmaskedData
+            if frame.opcode == .continuation {
+                guard message != nil else { return close(context, code: .protocolError) }
+            } else {
+                message = context.channel.allocator.buffer(capacity: data.readableBytes)
+            }
+            guard (message?.readableBytes ?? 0) + data.readableBytes <= access.maxRequestSize else {
+                return close(context, code: .messageTooLarge)
+            }
+            message?.writeBuffer(&data)
+            if frame.fin, let complete = message {
+                message = nil
+                answer(Array(complete.readableBytesView), context: context)
+            }
+        case .ping:
+            let pong = WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)
+            context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
+        case .connectionClose:
+            close(context, code: .normalClosure)
+        default:
+            break
+        }
+    }
+
+    private func answer(_ bytes: [UInt8], context: ChannelHandlerContext) {
+        let endpoint = self.endpoint
+        let (seconds, attoseconds) = access.unauthorizedDelay.components
+        let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let channel = context.channel
+        Task {
+            let (answer, unauthorized) = endpoint.handle(bytes)
+            guard let answer else { return }
+            channel.eventLoop.scheduleTask(in: unauthorized ? delay : .zero) {
+                let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: answer))
+                channel.writeAndFlush(frame, promise: nil)
+            }
+        }
+    }
+
+    private func close(_ context: ChannelHandlerContext, code: WebSocketErrorCode) {
+        var data = context.channel.allocator.buffer(capacity: 2)
+        data.write(webSocketErrorCode: code)
+        let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
     }
 }
 
@@ -227,6 +368,8 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A refused WebSocket upgrade is said so on its way here; the request follows, and is answered 403 or 405.
+        if error is NIOWebSocketUpgradeError { return }
         context.close(promise: nil)
     }
 }

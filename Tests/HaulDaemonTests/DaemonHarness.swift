@@ -32,6 +32,8 @@ final class DaemonHarness: Sendable {
         server = try await RPCServer.start(
             endpoint: daemon.endpoint(secret: secret.flatMap(RPCSecret.init)), host: "127.0.0.1", port: 0,
             access: access)
+        let server = self.server
+        daemon.onNotification { method, gid in server.notify(method, gid: gid) }
     }
 
     var port: Int { server.port }

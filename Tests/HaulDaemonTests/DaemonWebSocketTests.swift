@@ -1,0 +1,99 @@
+import Foundation
+import Haul
+import HaulDaemon
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// The RPC over WebSocket on the same port and path, and aria2's notifications.
+@Suite("Daemon WebSocket", .timeLimit(.minutes(2)))
+struct DaemonWebSocketTests {
+    private func open(_ harness: DaemonHarness, origin: String? = nil) throws -> WebSocketClient {
+        try WebSocketClient(
+            port: harness.port, headers: [("Host", harness.host)] + (origin.map { [("Origin", $0)] } ?? []))
+    }
+
+    private func call(_ method: String, _ params: [JSON], id: JSON) -> [UInt8] {
+        JSON.object([
+            "jsonrpc": "2.0", "id": id, "method": .string(method),
+            "params": .array([.string("token:\(DaemonHarness.secret)")] + params),
+        ]).encoded()
+    }
+
+    @Test("calls over WebSocket, a message in fragments, a ping; notifications from start to complete, pause, stop")
+    func callsAndNotifications() async throws {
+        try await TestServer.withRunning { server in
+            let harness = try await DaemonHarness(maxConcurrent: 1)
+            let session = try open(harness)
+            #expect(session.upgraded, "\(session.statusLine)")
+            session.send(call("aria2.getGlobalStat", [], id: "stat"), fragments: 3)
+            session.ping([1, 2, 3])
+            try await eventually("the answer") { session.messages.contains { $0.object?["id"] == "stat" } }
+            let held = server.url(path: "/bytes/w1", query: ["size": "100", "hold": "g"])
+            session.send(call("aria2.addUri", [[.string(held.absoluteString)]], id: "add1"))
+            try await eventually("added") { session.messages.contains { $0.object?["id"] == "add1" } }
+            let first = try #require(session.messages.first { $0.object?["id"] == "add1" }?.object?["result"]?.string)
+            let second = try #require(
+                try await harness.call(
+                    "aria2.addUri", [[.string(server.url(path: "/bytes/w2", query: ["size": "100"]).absoluteString)]]
+                ).string)
+            try await eventually("held") { server.heldCount(at: "g") == 1 }
+            _ = try await harness.call("aria2.pause", [.string(second)])
+            server.openGate("g")
+            try await harness.waitFor(first, status: "complete")
+            _ = try await harness.call("aria2.unpause", [.string(second)])
+            try await harness.waitFor(second, status: "complete")
+            let removable = try #require(
+                try await harness.call(
+                    "aria2.addUri",
+                    [[.string(server.url(path: "/bytes/w3", query: ["size": "100", "hold": "h"]).absoluteString)]]
+                ).string)
+            try await eventually("held") { server.heldCount(at: "h") == 1 }
+            _ = try await harness.call("aria2.remove", [.string(removable)])
+            try await harness.waitFor(removable, status: "removed")
+            func notes(_ gid: String) -> [String] {
+                session.messages.compactMap { message -> String? in
+                    guard let members = message.object, members["id"] == nil,
+                        members["params"]?.array?.first?.object?["gid"]?.string == gid
+                    else { return nil }
+                    return members["method"]?.string
+                }
+            }
+            try await eventually("every notification") { notes(removable).contains("aria2.onDownloadStop") }
+            #expect(notes(first) == ["haul.onDownloadWaiting", "aria2.onDownloadStart", "aria2.onDownloadComplete"])
+            #expect(
+                notes(second) == [
+                    "haul.onDownloadWaiting", "aria2.onDownloadPause", "haul.onDownloadWaiting",
+                    "aria2.onDownloadStart",
+                    "aria2.onDownloadComplete",
+                ])
+            #expect(notes(removable) == ["haul.onDownloadWaiting", "aria2.onDownloadStart", "aria2.onDownloadStop"])
+            await harness.stop()
+        }
+    }
+
+    @Test("an upgrade from another origin or to another host is refused; a wrong secret over WebSocket is refused late")
+    func refusals() async throws {
+        let harness = try await DaemonHarness()
+        let foreign = try open(harness, origin: "http://evil.example")
+        #expect(!foreign.upgraded && foreign.statusLine.contains("403"), "[\(foreign.statusLine)]")
+        let rebound = try WebSocketClient(port: harness.port, headers: [("Host", "evil.example:\(harness.port)")])
+        #expect(!rebound.upgraded && rebound.statusLine.contains("403"), "\(rebound.statusLine)")
+        let session = try open(harness)
+        let started = ContinuousClock.now
+        session.send(
+            JSON.object(["jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion", "params": ["token:bad"]]).encoded())
+        try await eventually("answered") { !session.messages.isEmpty }
+        #expect(ContinuousClock.now - started >= .milliseconds(300))
+        #expect(session.messages.first?.object?["error"]?.object?["message"] == "Unauthorized")
+        // A message over the size limit closes the session.
+        let small = try await DaemonHarness(
+            access: RPCAccess(maxRequestSize: 1024, unauthorizedDelay: .milliseconds(300)))
+        let flooded = try open(small)
+        flooded.send([UInt8](repeating: 32, count: 600), fragments: 1)
+        flooded.send([UInt8](repeating: 32, count: 2000), fragments: 4)
+        try await eventually("closed") { flooded.isClosed }
+        await small.stop()
+        await harness.stop()
+    }
+}

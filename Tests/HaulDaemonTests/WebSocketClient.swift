@@ -1,0 +1,137 @@
+import Foundation
+import HaulDaemon
+import HaulOperations
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A bare WebSocket client (RFC 6455) over a blocking socket: sends masked text frames, collects the text messages
+/// the server sends on a thread of its own.
+final class WebSocketClient: Sendable {
+    private let fd: Int32
+    private let received = Locked<[[UInt8]]>([])
+    private let closed = Locked(false)
+    /// The status line of the answer to the upgrade request.
+    let statusLine: String
+
+    /// Opens a session on `port` with `headers` (Host, Origin...) sent as given; `statusLine` says whether the server
+    /// upgraded (101) or refused.
+    init(port: Int, path: String = "/jsonrpc", headers: [(String, String)]) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.fd = fd
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            close(fd)
+            throw POSIXError(.ECONNREFUSED)
+        }
+        var head = "GET \(path) HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        head += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        head += "\r\n"
+        Self.writeAll(fd, Array(head.utf8))
+        // The answer's head, byte by byte up to the blank line (a frame may follow at once).
+        var answer: [UInt8] = []
+        var byte: UInt8 = 0
+        while !answer.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)), read(fd, &byte, 1) == 1 { answer.append(byte) }
+        statusLine = String(decoding: answer, as: UTF8.self).components(separatedBy: "\r\n").first ?? ""
+        guard statusLine.contains(" 101 ") else { return }
+        let received = self.received
+        let closed = self.closed
+        Thread {
+            while let message = Self.readMessage(fd) { received.withLock { $0.append(message) } }
+            closed.withLock { $0 = true }
+        }.start()
+    }
+
+    deinit {
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
+    }
+
+    /// Whether the server upgraded the connection.
+    var upgraded: Bool { statusLine.contains(" 101 ") }
+    /// The text messages received so far.
+    var messages: [JSON] { received.withLock { $0 }.compactMap { try? JSON.parse($0) } }
+    /// Whether the server closed the session.
+    var isClosed: Bool { closed.withLock { $0 } }
+
+    /// Sends `text` as one masked text frame, or in `fragments` frames.
+    func send(_ text: [UInt8], fragments: Int = 1) {
+        let size = max(1, (text.count + fragments - 1) / fragments)
+        var start = 0
+        var first = true
+        repeat {
+            let end = min(text.count, start + size)
+            Self.writeAll(fd, Self.frame(opcode: first ? 1 : 0, fin: end == text.count, Array(text[start..<end])))
+            first = false
+            start = end
+        } while start < text.count
+    }
+
+    /// Sends a ping with `payload`.
+    func ping(_ payload: [UInt8]) { Self.writeAll(fd, Self.frame(opcode: 9, fin: true, payload)) }
+
+    private static func frame(opcode: UInt8, fin: Bool, _ payload: [UInt8]) -> [UInt8] {
+        var bytes: [UInt8] = [(fin ? 0x80 : 0) | opcode]
+        let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
+        switch payload.count {
+        case ..<126: bytes.append(0x80 | UInt8(payload.count))
+        case ..<65536: bytes += [0x80 | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        default: bytes += [0x80 | 127] + (0..<8).reversed().map { UInt8((payload.count >> ($0 * 8)) & 0xFF) }
+        }
+        bytes += mask
+        bytes += payload.enumerated().map { $0.element ^ mask[$0.offset % 4] }
+        return bytes
+    }
+
+    /// The next text message (pongs and other control frames skipped), or `nil` at the end.
+    private static func readMessage(_ fd: Int32) -> [UInt8]? {
+        var message: [UInt8] = []
+        while true {
+            guard let head = readExactly(fd, 2) else { return nil }
+            var length = Int(head[1] & 0x7F)
+            if length == 126 {
+                guard let extended = readExactly(fd, 2) else { return nil }
+                length = Int(extended[0]) << 8 | Int(extended[1])
+            } else if length == 127 {
+                guard let extended = readExactly(fd, 8) else { return nil }
+                length = extended.reduce(0) { $0 << 8 | Int($1) }
+            }
+            guard let payload = readExactly(fd, length) else { return nil }
+            let opcode = head[0] & 0x0F
+            if opcode == 8 { return nil }
+            if opcode >= 8 { continue }
+            message += payload
+            if head[0] & 0x80 != 0 { return message }
+        }
+    }
+
+    private static func readExactly(_ fd: Int32, _ count: Int) -> [UInt8]? {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var got = 0
+        while got < count {
+            let n = bytes[got...].withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { return nil }
+            got += n
+        }
+        return bytes
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { return }
+            sent += n
+        }
+    }
+}
