@@ -164,15 +164,24 @@ extension Daemon {
         let handle = try handle(of: gid)
         let wasRunning = handle.status.state == .running
         guard handle.pause() else { throw RPCError("GID#\(gid) cannot be paused now") }
-        // A running one goes to the front of the waiting order.
-        if wasRunning { try persistOrder(paused: [gid: true]) } else { try persistPaused([gid: true]) }
+        // A running one goes to the front of the waiting order; as in aria2, only its pause is announced.
+        if wasRunning {
+            notify("aria2.onDownloadPause", gid)
+            try persistOrder(paused: [gid: true])
+        } else {
+            try persistPaused([gid: true])
+        }
         return .string(gid.description)
     }
 
     /// Pauses or resumes every download; returns "OK".
     func pauseAll(_ paused: Bool) throws(RPCError) -> JSON {
+        let running = queue.statuses().filter { $0.state == .running }.map(\.id)
         if paused { queue.pauseAll() } else { queue.resumeAll() }
-        let gids = state.withLock { state in state.items.values.filter { $0.handle != nil }.map(\.gid) }
+        let (gids, announced) = state.withLock { state in
+            (state.items.values.filter { $0.handle != nil }.map(\.gid), running.compactMap { state.byDownload[$0] })
+        }
+        if paused { for gid in announced { notify("aria2.onDownloadPause", gid) } }
         try persistOrder(paused: Dictionary(uniqueKeysWithValues: gids.map { ($0, paused) }))
         return "OK"
     }

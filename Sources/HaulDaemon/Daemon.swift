@@ -104,7 +104,7 @@ public final class Daemon: Sendable {
         sessionID = GID.random().description + GID.random().description
         let state = Locked(State(globalOptions: configuration.globalOptions))
         self.state = state
-        let events = queue.events(including: [.started, .paused, .finished, .failed])
+        let events = queue.events(including: [.started, .finished, .failed])
         let store = configuration.store
         let notifications = Locked<(@Sendable (_ method: String, _ gid: String) -> Void)?>(nil)
         notificationHandler = notifications
@@ -121,11 +121,6 @@ public final class Daemon: Sendable {
                         return gid
                     }
                     if let gid { notifications.withLock { $0 }?("aria2.onDownloadStart", gid.description) }
-                    continue
-                case .paused(let id):
-                    if let gid = state.withLock({ $0.byDownload[id] }) {
-                        notifications.withLock { $0 }?("aria2.onDownloadPause", gid.description)
-                    }
                     continue
                 default: continue
                 }
