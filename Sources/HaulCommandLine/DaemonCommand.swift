@@ -75,9 +75,6 @@ struct DaemonCommand: AsyncParsableCommand {
     var retries: Int = 3
 
     @OptionGroup
-    var output: OutputOptions
-
-    @OptionGroup
     var journal: JournalOptions
 
     @OptionGroup
@@ -98,6 +95,11 @@ struct DaemonCommand: AsyncParsableCommand {
             throw ValidationError(
                 "--rpc-listen '\(listen)': haul daemon listens on loopback only (127.0.0.1, ::1); put a TLS proxy in "
                     + "front of it to reach it from elsewhere")
+        }
+        if network.user != nil {
+            throw ValidationError(
+                "-u/--user applies to haul get; give a download its own http-user and http-passwd options, or use "
+                    + "--netrc")
         }
         if noSecret && secretFile != nil {
             throw ValidationError("--rpc-no-secret and --rpc-secret-file cannot be combined")
@@ -134,7 +136,6 @@ struct DaemonCommand: AsyncParsableCommand {
         let journal = try self.journal.apply(
             to: &configuration, directory: directory, summary: "haul daemon did not start")
         connection.apply(to: &configuration)
-        output.apply(to: &configuration)
         configuration.retryPolicy.maxRetries = retries
         var queueConfiguration = DownloadQueue.Configuration(perHostLimit: perHost, recordsRequests: false)
         concurrency.apply(to: &queueConfiguration, split: 1)
@@ -180,6 +181,14 @@ struct DaemonCommand: AsyncParsableCommand {
         await queue.waitUntilIdle()
         try? await engine.ownedTransport?.shutdown()
         journal?.finish()
+        if let cookies = configuration.cookies, let path = network.cookieJar {
+            do {
+                try cookies.write(to: URL(fileURLWithPath: path))
+            } catch {
+                Console.err("haul daemon: --cookie-jar: \(error)\n")
+                Foundation.exit(1)
+            }
+        }
         Foundation.exit(0)
     }
 
