@@ -44,7 +44,7 @@ struct DaemonCommand: AsyncParsableCommand {
     @Option(
         name: .customLong("rpc-listen"),
         help: ArgumentHelp(
-            "Loopback address and port to serve the RPC on (default 127.0.0.1:6800).", valueName: "HOST:PORT"))
+            "Loopback address and port to serve the RPC on.", valueName: "HOST:PORT"))
     var listen = "127.0.0.1:6800"
 
     @Option(
