@@ -255,8 +255,9 @@ public final class Daemon: Sendable {
         }
     }
 
-    /// What `getVersion` lists: the protocols and capabilities there are.
-    static let features = ["HTTPS", "Async DNS", "GZip", "Firefox3 Cookie", "Checksum"]
+    /// What `getVersion` lists: the protocols and capabilities there are, and Haul's own extensions (a client that
+    /// knows them looks for them here).
+    static let features = ["HTTPS", "Async DNS", "GZip", "Firefox3 Cookie", "Checksum", "haul.onDownloadWaiting"]
 
     /// The methods `system.listMethods` lists: those ``call(_:_:)`` answers.
     static let methods = [

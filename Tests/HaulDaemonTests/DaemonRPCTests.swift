@@ -161,7 +161,8 @@ struct DaemonRPCTests {
     func systemMethods() async throws {
         let harness = try await DaemonHarness()
         let version = try #require(try await harness.call("aria2.getVersion").object)
-        #expect(version["version"]?.string?.isEmpty == false && version["enabledFeatures"]?.array != nil)
+        #expect(version["version"]?.string?.isEmpty == false)
+        #expect(version["enabledFeatures"]?.array?.contains("haul.onDownloadWaiting") == true)
         let session = try await harness.call("aria2.getSessionInfo").object?["sessionId"]?.string
         #expect(session?.count == 32)
         let methods = try #require(try await harness.call("system.listMethods", token: nil).array)
