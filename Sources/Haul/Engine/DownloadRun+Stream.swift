@@ -415,13 +415,18 @@ extension DownloadRun {
         }
     }
 
-    /// Whether a bandwidth limit applies now (the download's own may be set or lifted while it runs).
+    /// The download's own bandwidth limit: its owner's, which may be set, changed or lifted while it runs, else its
+    /// request's.
+    var ownBandwidth: TokenBucket? { control?.bandwidth ?? requestBandwidth }
+
+    /// Whether a bandwidth limit applies now.
     var limitsBandwidth: Bool { bandwidth != nil || ownBandwidth?.isLimited == true }
 
     /// Takes `count` bytes from the bandwidth limits and waits as long as they say (ending at the time limit); the
     /// wait is no stall for `clock` either (a connection's own).
     func waitForBandwidth(_ count: Int, clock: ActivityClock? = nil) async throws {
         var now = ContinuousClock.now
+        let ownBandwidth = self.ownBandwidth
         let sharedUntil = now + (bandwidth?.take(count, now: now) ?? .zero)
         var ownUntil = now + (ownBandwidth?.take(count, now: now) ?? .zero)
         // The download's own limit may change while it waits (its queue sets, lowers or lifts it): the wait is looked

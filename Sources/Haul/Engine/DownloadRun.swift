@@ -32,8 +32,8 @@ final class DownloadRun: @unchecked Sendable {
     let deadline: ContinuousClock.Instant?
     /// The request's minimum speed, else the downloader's.
     let minimumSpeed: MinimumSpeed?
-    /// The download's own bandwidth limit: its owner's, which may change while it runs, else the request's.
-    let ownBandwidth: TokenBucket?
+    /// The request's own bandwidth limit, for a download without an owner (under a queue it is the ``control``'s).
+    let requestBandwidth: TokenBucket?
     /// What the download's owner may change or ask while it runs (``DownloadQueue``); `nil` for a lone download.
     let control: DownloadControl?
     let bandwidth: TokenBucket?
@@ -168,7 +168,7 @@ final class DownloadRun: @unchecked Sendable {
         stallWatch = downloader.stallWatch
         bandwidth = downloader.bandwidth
         pacer = downloader.pacer
-        ownBandwidth = control?.bandwidth ?? request.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) }
+        requestBandwidth = control == nil ? request.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) } : nil
         timeLimit = request.timeLimit ?? downloader.configuration.timeLimit
         deadline = timeLimit.map { .now + $0 }
         minimumSpeed = request.minimumSpeed ?? downloader.configuration.minimumSpeed

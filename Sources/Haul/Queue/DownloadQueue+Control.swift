@@ -94,7 +94,7 @@ extension DownloadQueue {
     public func setMaxBytesPerSecond(_ limit: Int64?, of id: DownloadID) -> Bool {
         precondition((limit ?? 1) >= 1, "a speed limit must be at least 1 byte per second, not \(limit ?? 0)")
         guard let control = locked({ $0.entries[id.rawValue]?.control }) else { return false }
-        control.bandwidth.setRate(limit)
+        control.setMaxBytesPerSecond(limit)
         return true
     }
 
@@ -137,6 +137,6 @@ extension DownloadQueue {
             id: DownloadID(rawValue: id), request: entry.request,
             state: entry.paused ? .paused : running ? .running : .waiting, position: position, progress: progress,
             connections: running ? 1 + entry.control.extraConnections.load(ordering: .relaxed) : 0,
-            maxBytesPerSecond: entry.control.bandwidth.bytesPerSecond)
+            maxBytesPerSecond: entry.control.maxBytesPerSecond)
     }
 }
