@@ -2,7 +2,7 @@ public import Foundation
 public import Haul
 import HaulOperations
 
-/// Downloads as a service: a ``DownloadQueue`` driven through aria2's JSON-RPC methods (``call(_:_:)``), with every
+/// Downloads as a service: a `DownloadQueue` driven through aria2's JSON-RPC methods (``call(_:_:)``), with every
 /// download's identity (a GID), options and outcome kept while the daemon runs.
 ///
 /// It holds no download logic: adding, pausing, moving and limiting go through the queue's public API, and every

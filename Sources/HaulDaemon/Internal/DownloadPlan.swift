@@ -2,7 +2,7 @@ import Foundation
 import Haul
 import HTTPTypes
 
-/// What an `addUri` call asks for, checked and made into a ``DownloadRequest``: its URIs, its options (the daemon's
+/// What an `addUri` call asks for, checked and made into a `DownloadRequest`: its URIs, its options (the daemon's
 /// defaults under the call's own), and its destination confined to the download root.
 struct DownloadPlan {
     var uris: [URL]
