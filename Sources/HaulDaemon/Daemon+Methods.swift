@@ -63,6 +63,7 @@ extension Daemon {
         let (ended, started) = state.withLock { state -> (Item?, Bool) in
             state.items[gid]?.handle = handle
             let started = state.startedEarly.remove(handle.id) != nil
+            if started { state.items[gid]?.started = true }
             if let early = state.early.removeValue(forKey: handle.id) {
                 return (Self.end(gid, with: early, in: &state), started)
             }
@@ -77,7 +78,7 @@ extension Daemon {
             handle.move(toPosition: Int(clamping: position))
             try persistOrder()
         }
-        if let ending = ended?.ending, let method = Self.notification(for: ending.status) { notify(method, gid) }
+        if let ended, let method = Self.notification(for: ended) { notify(method, gid) }
         return .string(gid.description)
     }
 
@@ -393,14 +394,17 @@ extension Daemon {
 
     // MARK: - Global
 
+    /// Every client polls it every second: counted from the queue's batch (its running downloads only) and the
+    /// daemon's own items, without a status for each waiting download.
     func getGlobalStat() -> JSON {
-        let statuses = queue.statuses()
-        let speed = statuses.reduce(0.0) { $0 + $1.progress.bytesPerSecond }
-        let stopped = state.withLock { $0.stopped.count }
+        let batch = queue.progress
+        let (pending, stopped) = state.withLock { state in
+            (state.items.values.reduce(0) { $0 + ($1.handle != nil && $1.ending == nil ? 1 : 0) }, state.stopped.count)
+        }
+        let active = min(batch.runningFiles, pending)
         return [
-            "downloadSpeed": .string(String(Int64(speed))), "uploadSpeed": "0",
-            "numActive": .string(String(statuses.filter { $0.state == .running }.count)),
-            "numWaiting": .string(String(statuses.filter { $0.position != nil }.count)),
+            "downloadSpeed": .string(String(Int64(batch.bytesPerSecond))), "uploadSpeed": "0",
+            "numActive": .string(String(active)), "numWaiting": .string(String(pending - active)),
             "numStopped": .string(String(stopped)), "numStoppedTotal": .string(String(stopped)),
         ]
     }

@@ -74,6 +74,9 @@ public final class Daemon: Sendable {
         var ending: Ending?
         /// Removed by a call (its cancellation is a removal, not an error).
         var removing = false
+        /// Whether it has started since the daemon started (as aria2, the removal of one that never did is not
+        /// announced).
+        var started = false
         /// Whether secrets were left out of what is stored of it (see ``DaemonStore``).
         var withheldSecrets = false
         /// Its place among the unfinished downloads when stored.
@@ -117,7 +120,7 @@ public final class Daemon: Sendable {
                 case .download(let id, .started(1, _)):
                     let gid = state.withLock { state in
                         let gid = state.byDownload[id]
-                        if gid == nil { state.startedEarly.insert(id) }
+                        if let gid { state.items[gid]?.started = true } else { state.startedEarly.insert(id) }
                         return gid
                     }
                     if let gid { notifications.withLock { $0 }?("aria2.onDownloadStart", gid.description) }
@@ -126,7 +129,7 @@ public final class Daemon: Sendable {
                 }
                 guard let ended else { continue }
                 if let store { Self.persist([ended], in: store, onError: configuration.onStoreError) }
-                if let method = ended.ending.flatMap({ Self.notification(for: $0.status) }) {
+                if let method = Self.notification(for: ended) {
                     notifications.withLock { $0 }?(method, ended.gid.description)
                 }
             }
@@ -152,11 +155,11 @@ public final class Daemon: Sendable {
         notificationHandler.withLock { $0 }?(method, gid.description)
     }
 
-    /// aria2's notification for a download that ended as `status`.
-    static func notification(for status: String) -> String? {
-        switch status {
+    /// aria2's notification for a download that ended: none for the removal of one that never started, as aria2.
+    static func notification(for item: Item) -> String? {
+        switch item.ending?.status {
         case "complete": "aria2.onDownloadComplete"
-        case "removed": "aria2.onDownloadStop"
+        case "removed": item.started ? "aria2.onDownloadStop" : nil
         case "error": "aria2.onDownloadError"
         default: nil
         }
