@@ -60,16 +60,7 @@ extension Daemon {
         if !plan.paused { notify("haul.onDownloadWaiting", gid) }
         let handle = queue.add(plan.request)
         if plan.paused { handle.pause() }
-        let (ended, started) = state.withLock { state -> (Item?, Bool) in
-            state.items[gid]?.handle = handle
-            let started = state.startedEarly.remove(handle.id) != nil
-            if started { state.items[gid]?.started = true }
-            if let early = state.early.removeValue(forKey: handle.id) {
-                return (Self.end(gid, with: early, in: &state), started)
-            }
-            state.byDownload[handle.id] = gid
-            return (nil, started)
-        }
+        let (ended, started) = attach(handle, to: gid)
         if started { notify("aria2.onDownloadStart", gid) }
         if let ended, let store = configuration.store {
             Self.persist([ended], in: store, onError: configuration.onStoreError)
@@ -189,11 +180,7 @@ extension Daemon {
 
     /// Stores whether each of `paused` is paused.
     private func persistPaused(_ paused: [GID: Bool]) throws(RPCError) {
-        do {
-            try configuration.store?.update(ranks: [], states: paused.mapValues { $0 ? "paused" : "waiting" })
-        } catch {
-            throw RPCError("cannot record the change: \(error)")
-        }
+        try record { try $0.update(ranks: [], states: paused.mapValues { $0 ? "paused" : "waiting" }) }
     }
 
     func unpause(_ arguments: Arguments) throws(RPCError) -> JSON {
@@ -347,13 +334,7 @@ extension Daemon {
                 state.items[gid]?.options["max-download-limit"] = value
                 return state.items[gid]
             }
-            if let item, let store = configuration.store {
-                do {
-                    try store.save([Self.row(item)])
-                } catch {
-                    throw RPCError("cannot record the change: \(error)")
-                }
-            }
+            if let item { try record { try $0.save([Self.row(item)]) } }
         }
         return "OK"
     }
@@ -419,11 +400,7 @@ extension Daemon {
             state.stopped.removeAll { $0 == gid }
             return .success(())
         }.get()
-        do {
-            try configuration.store?.save([], removing: [gid])
-        } catch {
-            throw RPCError("cannot record the change: \(error)")
-        }
+        try record { try $0.save([], removing: [gid]) }
         return "OK"
     }
 
@@ -432,11 +409,7 @@ extension Daemon {
             for gid in state.stopped { state.items[gid] = nil }
             state.stopped = []
         }
-        do {
-            try configuration.store?.purgeStopped()
-        } catch {
-            throw RPCError("cannot record the change: \(error)")
-        }
+        try record { try $0.purgeStopped() }
         return "OK"
     }
 }

@@ -29,9 +29,35 @@ extension Daemon {
         }
     }
 
+    /// Writes a change a call made to the store, if there is one, before the call is answered; a failure is the
+    /// call's.
+    func record(_ change: (DaemonStore) throws -> Void) throws(RPCError) {
+        guard let store = configuration.store else { return }
+        do {
+            try change(store)
+        } catch {
+            throw RPCError("cannot record the change: \(error)")
+        }
+    }
+
+    /// Gives `gid` its queued download's `handle`: returns its item if the download has already ended (its outcome
+    /// came before the GID was known), and whether it has already started.
+    func attach(_ handle: DownloadHandle, to gid: GID) -> (ended: Item?, started: Bool) {
+        state.withLock { state in
+            state.items[gid]?.handle = handle
+            let started = state.startedEarly.remove(handle.id) != nil
+            if started { state.items[gid]?.started = true }
+            if let early = state.early.removeValue(forKey: handle.id) {
+                return (Self.end(gid, with: early, in: &state), started)
+            }
+            state.byDownload[handle.id] = gid
+            return (nil, started)
+        }
+    }
+
     /// Stores the waiting order (the active downloads first) and, for `paused`, whether each is paused.
     func persistOrder(paused: [GID: Bool] = [:]) throws(RPCError) {
-        guard let store = configuration.store else { return }
+        guard configuration.store != nil else { return }
         let statuses = queue.statuses()
         let ranks = state.withLock { state -> [(GID, Int)] in
             var ranks: [(GID, Int)] = []
@@ -43,11 +69,7 @@ extension Daemon {
             state.nextRank = ranks.count
             return ranks
         }
-        do {
-            try store.update(ranks: ranks, states: paused.mapValues { $0 ? "paused" : "waiting" })
-        } catch {
-            throw RPCError("cannot record the change: \(error)")
-        }
+        try record { try $0.update(ranks: ranks, states: paused.mapValues { $0 ? "paused" : "waiting" }) }
     }
 
     /// Brings back what the store holds: the stopped downloads as history, the others into the queue in their order
@@ -56,14 +78,14 @@ extension Daemon {
         let rows = try store.load()
         var ended: [Item] = []
         for row in rows {
+            // What is kept of a download that will not run again: its URIs and options (its request is not used).
             let uris = row.uris.compactMap { URL(string: $0) }
-            var item: Item
+            var item = Item(
+                gid: row.gid, uris: uris, options: row.options,
+                request: DownloadRequest(
+                    url: uris.first ?? URL(fileURLWithPath: "/"), destination: .directory(URL(fileURLWithPath: root))))
+            item.rank = row.rank
             if row.stoppedOrder != nil {
-                item = Item(
-                    gid: row.gid, uris: uris, options: row.options,
-                    request: DownloadRequest(
-                        url: uris.first ?? URL(fileURLWithPath: "/"),
-                        destination: .directory(URL(fileURLWithPath: root))))
                 item.ending = Ending(
                     status: row.state, path: row.path, length: row.length, completed: row.completed,
                     errorCode: row.errorCode, errorMessage: row.errorMessage)
@@ -84,13 +106,7 @@ extension Daemon {
                     uris: row.uris, options: row.options.mapValues { $0.components(separatedBy: "\n") },
                     defaults: [:], root: root)
             } catch {
-                item = Item(
-                    gid: row.gid, uris: uris, options: row.options,
-                    request: DownloadRequest(
-                        url: uris.first ?? URL(fileURLWithPath: "/"),
-                        destination: .directory(URL(fileURLWithPath: root))))
                 item.withheldSecrets = row.withheldSecrets
-                item.rank = row.rank
                 let failure = DownloadError(.invalidRequest, message: error.message, url: item.request.url)
                 state.withLock { state in
                     state.items[row.gid] = item
@@ -100,19 +116,13 @@ extension Daemon {
             }
             item = Item(gid: row.gid, uris: plan.uris, options: plan.options, request: plan.request)
             item.rank = row.rank
-            let handle = queue.add(plan.request)
-            if row.state == "paused" { handle.pause() }
-            item.handle = handle
-            let finished = state.withLock { state -> Item? in
+            state.withLock { state in
                 state.items[row.gid] = item
                 state.nextRank = max(state.nextRank, row.rank + 1)
-                if let early = state.early.removeValue(forKey: handle.id) {
-                    return Self.end(row.gid, with: early, in: &state)
-                }
-                state.byDownload[handle.id] = row.gid
-                return nil
             }
-            if let finished { ended.append(finished) }
+            let handle = queue.add(plan.request)
+            if row.state == "paused" { handle.pause() }
+            if let finished = attach(handle, to: row.gid).ended { ended.append(finished) }
         }
         if !ended.isEmpty { try store.save(ended.map(Self.row)) }
     }

@@ -23,6 +23,22 @@ public struct RPCAccess: Sendable {
     }
 }
 
+extension RPCAccess {
+    /// Answers `bytes` with `endpoint` off the event loop (a method may touch the file system: an add makes its
+    /// directories), then hands the answer to `deliver` on `loop`, held back when a call carried a wrong secret.
+    func answer(
+        _ bytes: [UInt8], with endpoint: RPCEndpoint, on loop: any EventLoop,
+        deliver: @escaping @Sendable ([UInt8]?) -> Void
+    ) {
+        let (seconds, attoseconds) = unauthorizedDelay.components
+        let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        Task {
+            let (answer, unauthorized) = endpoint.handle(bytes)
+            loop.scheduleTask(in: unauthorized ? delay : .zero) { deliver(answer) }
+        }
+    }
+}
+
 /// aria2's JSON-RPC over HTTP POST and WebSocket at `/jsonrpc`, on swift-nio, hostile input assumed: a request (and a
 /// WebSocket upgrade) must name the daemon in its `Host` (a DNS-rebinding page names its own), come from no origin or
 /// an allowed one (a page of another site is refused, its CORS preflight too), and stay within the size limit; then
@@ -201,17 +217,11 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     }
 
     private func answer(_ bytes: [UInt8], context: ChannelHandlerContext) {
-        let endpoint = self.endpoint
-        let (seconds, attoseconds) = access.unauthorizedDelay.components
-        let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
         let channel = context.channel
-        Task {
-            let (answer, unauthorized) = endpoint.handle(bytes)
+        access.answer(bytes, with: endpoint, on: channel.eventLoop) { answer in
             guard let answer else { return }
-            channel.eventLoop.scheduleTask(in: unauthorized ? delay : .zero) {
-                let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: answer))
-                channel.writeAndFlush(frame, promise: nil)
-            }
+            let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: answer))
+            channel.writeAndFlush(frame, promise: nil)
         }
     }
 
@@ -312,21 +322,12 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
                 status: .payloadTooLarge, text: "the request is larger than \(access.maxRequestSize) bytes\n",
                 head: head, origin: origin, context: context)
         }
-        let bytes = Array(body.readableBytesView)
-        let endpoint = self.endpoint
-        let (seconds, attoseconds) = access.unauthorizedDelay.components
-        let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-        let loop = context.eventLoop
-        let bound = NIOLoopBound((self, context), eventLoop: loop)
-        // Answered off the event loop: a method may touch the file system (an add makes its directories).
-        Task {
-            let (answer, unauthorized) = endpoint.handle(bytes)
-            loop.scheduleTask(in: unauthorized ? delay : .zero) {
-                let (handler, context) = bound.value
-                handler.write(
-                    status: .ok, bytes: answer ?? [], type: answer == nil ? nil : "application/json-rpc",
-                    extra: HTTPHeaders(), head: head, origin: origin, context: context)
-            }
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        access.answer(Array(body.readableBytesView), with: endpoint, on: context.eventLoop) { answer in
+            let (handler, context) = bound.value
+            handler.write(
+                status: .ok, bytes: answer ?? [], type: answer == nil ? nil : "application/json-rpc",
+                extra: HTTPHeaders(), head: head, origin: origin, context: context)
         }
     }
 
@@ -359,7 +360,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
             context.write(
                 wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: bytes)))), promise: nil)
         }
-        let done = context.writeAndFlushPromise()
+        let done = context.eventLoop.makePromise(of: Void.self)
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: done)
         if !keepAlive {
             let channel = context.channel
@@ -372,8 +373,4 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         if error is NIOWebSocketUpgradeError { return }
         context.close(promise: nil)
     }
-}
-
-extension ChannelHandlerContext {
-    fileprivate func writeAndFlushPromise() -> EventLoopPromise<Void> { eventLoop.makePromise() }
 }

@@ -142,7 +142,7 @@ struct Aria2pTests {
                     "--enable-rpc", "--rpc-listen-port=\(port)", "--rpc-secret=reference", "--dir=\(aria2Dir.path)",
                     "--max-concurrent-downloads=1", "--no-conf", "--quiet", "--auto-file-renaming=false",
                 ], input: "", environment: ProcessInfo.processInfo.environment)
-            try await eventually("aria2c listens") { isListening(port) }
+            try #require(await waitUntilAccepting(port: port, process: aria2), "aria2c did not start")
             let scenario = await catching {
                 try await Self.runScenario(port: port, secret: "reference", server: server, tag: "aria2")
             }
@@ -188,37 +188,4 @@ func catching<Value>(_ body: () async throws -> Value) async -> Result<Value, an
     } catch {
         return .failure(error)
     }
-}
-
-/// Whether something accepts connections on 127.0.0.1:`port`.
-func isListening(_ port: Int) -> Bool {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-        }
-    }
-}
-
-/// A free TCP port on 127.0.0.1 (bound, read, closed).
-func freeLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-            bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
-        }
-    }
-    guard bound else { throw POSIXError(.EADDRINUSE) }
-    return Int(UInt16(bigEndian: address.sin_port))
 }

@@ -1,6 +1,7 @@
 import Foundation
 import HaulDaemon
 import HaulOperations
+import HaulTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -18,26 +19,13 @@ final class WebSocketClient: Sendable {
     /// Opens a session on `port` with `headers` (Host, Origin...) sent as given; `statusLine` says whether the server
     /// upgraded (101) or refused.
     init(port: Int, path: String = "/jsonrpc", headers: [(String, String)]) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = try connectedLoopbackSocket(port: port)
         self.fd = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else {
-            close(fd)
-            throw POSIXError(.ECONNREFUSED)
-        }
         var head = "GET \(path) HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         head += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         head += "\r\n"
-        Self.writeAll(fd, Array(head.utf8))
+        writeAll(fd, Array(head.utf8))
         // The answer's head, byte by byte up to the blank line (a frame may follow at once).
         var answer: [UInt8] = []
         var byte: UInt8 = 0
@@ -71,14 +59,14 @@ final class WebSocketClient: Sendable {
         var first = true
         repeat {
             let end = min(text.count, start + size)
-            Self.writeAll(fd, Self.frame(opcode: first ? 1 : 0, fin: end == text.count, Array(text[start..<end])))
+            writeAll(fd, Self.frame(opcode: first ? 1 : 0, fin: end == text.count, Array(text[start..<end])))
             first = false
             start = end
         } while start < text.count
     }
 
     /// Sends a ping with `payload`.
-    func ping(_ payload: [UInt8]) { Self.writeAll(fd, Self.frame(opcode: 9, fin: true, payload)) }
+    func ping(_ payload: [UInt8]) { writeAll(fd, Self.frame(opcode: 9, fin: true, payload)) }
 
     private static func frame(opcode: UInt8, fin: Bool, _ payload: [UInt8]) -> [UInt8] {
         var bytes: [UInt8] = [(fin ? 0x80 : 0) | opcode]
@@ -126,12 +114,4 @@ final class WebSocketClient: Sendable {
         return bytes
     }
 
-    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if n <= 0 { return }
-            sent += n
-        }
-    }
 }

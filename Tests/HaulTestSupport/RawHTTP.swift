@@ -24,29 +24,13 @@ package enum RawHTTP {
         body: [UInt8] = []
     ) async throws -> HTTPAnswer {
         try await onOwnThread {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            guard fd >= 0 else { throw POSIXError(.EIO) }
+            let fd = try connectedLoopbackSocket(port: port)
             defer { close(fd) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
-            guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
             var head = "\(method) \(path) HTTP/1.1\r\n"
             for (name, value) in headers { head += "\(name): \(value)\r\n" }
             head += "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
-            let request = Array(head.utf8) + body
-            var sent = 0
-            while sent < request.count {
-                let count = request[sent...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                guard count > 0 else { break }  // the server may close on a body it refuses
-                sent += count
-            }
+            // The server may close on a body it refuses: what was sent is enough.
+            writeAll(fd, Array(head.utf8) + body)
             var received: [UInt8] = []
             var buffer = [UInt8](repeating: 0, count: 65536)
             while true {

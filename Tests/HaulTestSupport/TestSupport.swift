@@ -256,6 +256,27 @@ package func loopbackConnects(to port: Int) -> Bool {
     return withLoopbackAddress(port: port) { connect(descriptor, $0, $1) }.result == 0
 }
 
+/// A TCP socket connected to 127.0.0.1:`port`, for a test that speaks the protocol itself; the caller closes it.
+package func connectedLoopbackSocket(port: Int) throws -> Int32 {
+    let descriptor = socket(AF_INET, streamSocket, 0)
+    guard descriptor >= 0 else { throw POSIXError(.EIO) }
+    guard withLoopbackAddress(port: port, { connect(descriptor, $0, $1) }).result == 0 else {
+        close(descriptor)
+        throw POSIXError(.ECONNREFUSED)
+    }
+    return descriptor
+}
+
+/// Writes `bytes` to `descriptor`, all of them or until a write fails (a peer that closed on what it refused).
+package func writeAll(_ descriptor: Int32, _ bytes: [UInt8]) {
+    var sent = 0
+    while sent < bytes.count {
+        let count = bytes[sent...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        guard count > 0 else { return }
+        sent += count
+    }
+}
+
 /// Waits (polling, bounded) until a server that `process` is starting accepts connections on 127.0.0.1:`port`:
 /// true once one connects; false when `process` exits first (a server that could not start) or after `limit`.
 package func waitUntilAccepting(port: Int, process: ChildProcess, within limit: Duration = .seconds(10)) async -> Bool {

@@ -9,17 +9,6 @@ import Testing
 /// (waiting and running), its place in the waiting order, its speed limit while it runs, and its status.
 @Suite("DownloadQueue: one download's controls", .timeLimit(.minutes(2)))
 struct DownloadQueueControlTests {
-    /// A queue whose downloader has `journal`, on `transport`.
-    private func makeQueue(
-        _ configuration: DownloadQueue.Configuration, transport: TransportKind, journal: MemoryJournal? = nil
-    ) -> DownloadQueue {
-        var engine = transport.configuration()
-        engine.journal = journal
-        return DownloadQueue(
-            downloader: Downloader(transport: transport.makeTransport(), configuration: engine),
-            configuration: configuration)
-    }
-
     @Test(
         "a paused waiting download is passed over, keeps its place, and starts where it was once resumed",
         arguments: TransportKind.allCases)

@@ -5,15 +5,16 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
-/// A queue with test settings (no real backoff sleeps), on the AsyncHTTPClient transport unless told.
+/// A queue with test settings (no real backoff sleeps), on the AsyncHTTPClient transport unless told, its downloader
+/// keeping `journal` if one is given.
 func makeQueue(
     _ configuration: DownloadQueue.Configuration = .init(), retries: Int = 3,
-    transport: TransportKind = .asyncHTTPClient
+    transport: TransportKind = .asyncHTTPClient, journal: (any Journal)? = nil
 ) -> DownloadQueue {
-    DownloadQueue(
-        downloader: Downloader(
-            transport: transport.makeTransport(), configuration: transport.configuration(retries: retries)
-        ),
+    var engine = transport.configuration(retries: retries)
+    engine.journal = journal
+    return DownloadQueue(
+        downloader: Downloader(transport: transport.makeTransport(), configuration: engine),
         configuration: configuration)
 }
 
