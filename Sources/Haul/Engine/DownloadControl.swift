@@ -6,9 +6,11 @@ import Synchronization
 final class DownloadControl: Sendable {
     /// The download's own bandwidth limit, made when it first has one (by its request, or set by its owner).
     private let limit = AtomicLazyReference<TokenBucket>()
-    /// Set before the download's task is cancelled to pause it: the run keeps its partial as it would with
-    /// ``Downloader/Configuration/keepsPartialOnCancel``, and leaves the journal's record of the request as it is.
-    let pausing = Atomic<Bool>(false)
+    /// Whether stopping the download is a pause: asked by the owner before it cancels the download's task
+    /// (``requestPause()``), then taken by the run as it stops (``takePause()``), or withdrawn by the owner
+    /// (``withdrawPause()``). One atomic step each, so that a cancellation racing a pause either wins before the run
+    /// keeps its partial, or learns that it did and has the partial discarded.
+    private let pause = Atomic<UInt8>(PauseState.none)
     /// The extra connections of a segmented transfer open now (the download's own is not counted).
     let extraConnections = Atomic<Int>(0)
 
@@ -16,7 +18,30 @@ final class DownloadControl: Sendable {
         if let maxBytesPerSecond { _ = limit.storeIfNil(TokenBucket(bytesPerSecond: maxBytesPerSecond)) }
     }
 
-    var isPausing: Bool { pausing.load(ordering: .acquiring) }
+    private enum PauseState {
+        static let none: UInt8 = 0
+        static let requested: UInt8 = 1
+        /// The run kept its partial (and the journal's record of its request) for the pause.
+        static let taken: UInt8 = 2
+    }
+
+    /// Asks that the cancellation about to come is a pause.
+    func requestPause() { pause.store(PauseState.requested, ordering: .releasing) }
+
+    /// Called by the run that stops on a cancellation: `true` when the cancellation is a pause, which the run then
+    /// keeps its partial for (as it would with ``Downloader/Configuration/keepsPartialOnCancel``), leaving the
+    /// journal's record of the request as it is.
+    func takePause() -> Bool {
+        pause.compareExchange(
+            expected: PauseState.requested, desired: PauseState.taken, ordering: .acquiringAndReleasing
+        ).exchanged
+    }
+
+    /// Withdraws a pause (a cancellation wins over it, or the download is back in the waiting order): returns whether
+    /// the run had already taken it, so that a partial was kept for it.
+    func withdrawPause() -> Bool {
+        pause.exchange(PauseState.none, ordering: .acquiringAndReleasing) == PauseState.taken
+    }
 
     /// The download's own limit, once it has had one (its rate may be none now).
     var bandwidth: TokenBucket? { limit.load() }

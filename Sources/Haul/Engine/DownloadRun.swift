@@ -467,7 +467,7 @@ final class DownloadRun: @unchecked Sendable {
         if error.code == .checksumMismatch, writer == nil, segmented == nil { return }
         let cancelled = error.isCancellation
         // A pause is a cancellation that is to be resumed.
-        let pausing = cancelled && control?.isPausing == true
+        let pausing = cancelled && control?.takePause() == true
         let keeps =
             cancelled
             ? configuration.keepsPartialOnCancel || pausing

@@ -484,3 +484,32 @@ private let posixWrite = Glibc.write
 #else
 private let posixWrite = Musl.write
 #endif
+
+extension Journal {
+    /// Discards what a stopped download kept to resume with: the partial file its record names (taken with its
+    /// writer's lock, so that a file another writer holds is left alone) and the record, also that of a new copy of
+    /// a completed file. A completed or failed record is not a partial, and stays.
+    func discardPartial(of key: JournalKey) {
+        for key in [key, key.newCopy] {
+            guard let record = record(for: key) else { continue }
+            switch record.state {
+            case .partial:
+                let path = PartialFile.partialPath(forDestination: record.path)
+                guard let url = URL(string: key.url) ?? URL(string: "file:///"),
+                    let file = try? PartialFile(resumingAt: path, url: url)
+                else {
+                    // Held by another writer: its record is its own now.
+                    if FileManager.default.fileExists(atPath: path) { continue }
+                    remove(key)
+                    continue
+                }
+                file.remove()
+                remove(key)
+            case .requested:
+                remove(key)
+            case .completed, .failed:
+                continue
+            }
+        }
+    }
+}

@@ -25,7 +25,7 @@ extension DownloadQueue {
             if !state.scheduler.pause(id.rawValue) {
                 // Running: its run keeps its partial and, once stopped, goes back to waiting (``requeue``).
                 entry.requeues = true
-                entry.control.pausing.store(true, ordering: .releasing)
+                entry.control.requestPause()
                 if let task = entry.task?.cancel() { effects.cancellations.append(task) }
             }
             entry.paused = true

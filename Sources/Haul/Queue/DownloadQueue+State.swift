@@ -43,6 +43,9 @@ extension DownloadQueue {
         /// Whether its task was cancelled to pause it: when the run has stopped, it goes back to the front of the
         /// waiting order (paused, unless resumed meanwhile) instead of ending.
         var requeues = false
+        /// Whether a run of it kept its partial for a pause: if it is cancelled before a run picks the partial up,
+        /// the partial is discarded (unless ``Downloader/Configuration/keepsPartialOnCancel`` keeps it).
+        var keptPartialForPause = false
         /// Its speed limit, which may change while it runs, and the pause flag its run reads.
         let control: DownloadControl
 
@@ -64,6 +67,8 @@ extension DownloadQueue {
         var cancellations: [Task<Void, Never>] = []
         /// Requests cancelled while waiting, to remove from the journal (a write: not under the lock).
         var forgotten: [JournalKey] = []
+        /// Partials kept for a pause, and their records, to discard: the download was cancelled.
+        var discarded: [JournalKey] = []
         var journal: (any Journal)?
         var idleWaiters: [ResultBox<Void>] = []
 
@@ -76,6 +81,7 @@ extension DownloadQueue {
                 }
                 if !requested.isEmpty { journal.remove(requested) }
             }
+            if let journal { for key in discarded { journal.discardPartial(of: key) } }
             for task in cancellations { task.cancel() }
             for resolution in resolutions { resolution.run() }
             for waiter in idleWaiters { waiter.resolve(()) }
@@ -506,6 +512,7 @@ extension DownloadQueue {
             var effects = SideEffects()
             if requeue(id, after: outcome, in: &state) { return effects }
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
+            if case .failure(let error) = outcome, error.isCancellation { discardPausedPartial(of: entry, in: &effects) }
             if state.ending[entry.joinKey]?.id == id { state.ending[entry.joinKey] = nil }
             if state.resumeScans > 0 { state.endedDuringScan.insert(entry.joinKey) }
             if let wakeup = entry.box.store(outcome), !wakeup.waiters.isEmpty { effects.resolutions.append(wakeup) }
@@ -545,7 +552,7 @@ extension DownloadQueue {
         else { return false }
         entry.requeues = false
         entry.task = nil
-        entry.control.pausing.store(false, ordering: .releasing)
+        if entry.control.withdrawPause() { entry.keptPartialForPause = true }
         if let slot = state.slots.removeValue(forKey: id) {
             state.movedSlots[slot] = nil
             state.scheduler.finish(slot)
@@ -567,7 +574,8 @@ extension DownloadQueue {
         guard let entry = state.entries[id] else { return }
         // A cancellation wins over a pause still taking effect: the download ends, and keeps no partial for it.
         entry.requeues = false
-        entry.control.pausing.store(false, ordering: .releasing)
+        // Taken already, the run has kept its partial for the pause: it is discarded once the run has ended.
+        if entry.control.withdrawPause() { entry.keptPartialForPause = true }
         guard state.scheduler.remove(id) else {
             // Running: its task is cancelled after the lock, or as it is stored (admitted under this lock or one just
             // before, its task is made after it).
@@ -587,12 +595,23 @@ extension DownloadQueue {
             effects.journal = journal
             effects.forgotten.append(JournalKey(entry.request))
         }
+        discardPausedPartial(of: entry, in: &effects)
         let error = DownloadError(
             .cancelled, message: "cancelled before it started", url: entry.request.url)
         if state.wants(.failed) { state.publish(.download(DownloadID(rawValue: id), .failed(error))) }
         if let wakeup = entry.box.store(.failure(error)), !wakeup.waiters.isEmpty {
             effects.resolutions.append(wakeup)
         }
+    }
+
+    /// Has the partial a pause of the cancelled `entry` kept discarded after the lock, as a cancelled run discards its
+    /// own, unless the configuration keeps the partials of cancelled downloads.
+    private func discardPausedPartial(of entry: Entry, in effects: inout SideEffects) {
+        guard entry.keptPartialForPause, !downloader.configuration.keepsPartialOnCancel,
+            let journal = downloader.configuration.journal
+        else { return }
+        effects.journal = journal
+        effects.discarded.append(JournalKey(entry.request))
     }
 
     /// Cancels through one handle: only when no other handle still wants the download.

@@ -93,10 +93,10 @@ struct DownloadQueueControlTests {
         }
     }
 
-    // Not tested here, and open: cancelling a running download whose pause is taking effect races the run's own
-    // decision to keep its partial for the pause (see the note).
-    @Test("a download cancelled while paused, and a running one cancelled, end cancelled and keep nothing")
-    func cancelPaused() async throws {
+    @Test(
+        "a download cancelled while paused, and a running one cancelled as its pause takes effect, end cancelled and keep nothing",
+        arguments: 0..<4)
+    func cancelPaused(round: Int) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let journal = MemoryJournal()
@@ -109,6 +109,10 @@ struct DownloadQueueControlTests {
             let waiting = queue.add(DownloadRequest(url: server.held("w"), destination: .directory(dir.url)))
             try await eventually("bytes written") { running.status.progress.bytesWritten > 0 }
             waiting.pause()
+            // The cancellation races the run's own decision to keep its partial for the pause; each round lets the
+            // run go a little further before it.
+            running.pause()
+            for _ in 0..<round { await Task.yield() }
             running.cancel()
             waiting.cancel()
             for handle in [running, waiting] {
@@ -119,6 +123,53 @@ struct DownloadQueueControlTests {
             }
             await queue.waitUntilIdle()
             #expect(dir.contents().isEmpty && journal.allRecords().isEmpty)
+        }
+    }
+
+    @Test("a running download paused, then cancelled while it waits, discards the partial its pause kept")
+    func cancelAfterPause() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio, journal: journal)
+            let handle = queue.add(
+                DownloadRequest(
+                    url: server.url(
+                        path: "/bytes/p", query: ["size": "600000", "stallAfter": "100000", "stall": "forever"]),
+                    destination: .directory(dir.url)))
+            try await eventually("bytes written") { handle.status.progress.bytesWritten > 0 }
+            #expect(handle.pause())
+            try await eventually("back in the waiting order") { handle.status.position == 0 }
+            #expect(dir.contents() == [".p.haul-partial"])
+            handle.cancel()
+            await #expect(throws: DownloadError.self) { try await handle.result }
+            #expect(dir.contents().isEmpty && journal.allRecords().isEmpty)
+        }
+    }
+
+    @Test("with keepsPartialOnCancel, a paused download cancelled keeps the partial its pause kept")
+    func cancelAfterPauseKeeping() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            var configuration = TransportKind.nio.configuration(retries: 3)
+            configuration.journal = journal
+            configuration.keepsPartialOnCancel = true
+            let queue = DownloadQueue(
+                downloader: Downloader(transport: TransportKind.nio.makeTransport(), configuration: configuration),
+                configuration: .init(maxConcurrentDownloads: 1))
+            let handle = queue.add(
+                DownloadRequest(
+                    url: server.url(
+                        path: "/bytes/p", query: ["size": "600000", "stallAfter": "100000", "stall": "forever"]),
+                    destination: .directory(dir.url)))
+            try await eventually("bytes written") { handle.status.progress.bytesWritten > 0 }
+            #expect(handle.pause())
+            try await eventually("back in the waiting order") { handle.status.position == 0 }
+            handle.cancel()
+            await #expect(throws: DownloadError.self) { try await handle.result }
+            #expect(dir.contents() == [".p.haul-partial"])
+            #expect(journal.allRecords().contains { if case .partial = $0.state { true } else { false } })
         }
     }
 
