@@ -512,7 +512,9 @@ extension DownloadQueue {
             var effects = SideEffects()
             if requeue(id, after: outcome, in: &state) { return effects }
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
-            if case .failure(let error) = outcome, error.isCancellation { discardPausedPartial(of: entry, in: &effects) }
+            if case .failure(let error) = outcome, error.isCancellation {
+                discardPausedPartial(of: entry, in: &effects)
+            }
             if state.ending[entry.joinKey]?.id == id { state.ending[entry.joinKey] = nil }
             if state.resumeScans > 0 { state.endedDuringScan.insert(entry.joinKey) }
             if let wakeup = entry.box.store(outcome), !wakeup.waiters.isEmpty { effects.resolutions.append(wakeup) }
