@@ -23,7 +23,9 @@ extension Daemon {
         let position = arguments.optional(2) == nil ? nil : try arguments.int(2, "position")
         if let position, position < 0 { throw .invalidParams("aria2.addUri: position must be 0 or more") }
         let defaults = state.withLock { $0.globalOptions }
-        let plan = try DownloadPlan(uris: uris, options: options, defaults: defaults, root: root)
+        let plan = try DownloadPlan(
+            uris: uris, options: options, defaults: defaults, root: root,
+            base: queue.downloader.configuration)
         // The destination's directories are made now, inside the root (the plan checked every name).
         if case .directory(let directory, _) = plan.request.destination {
             try makeDirectories(directory.path)
@@ -364,7 +366,9 @@ extension Daemon {
                 throw RPCError("the download root is set when the daemon starts; give dir to each download instead")
             default:
                 // Checked as a download's option would be, so a bad default is refused now, not at the next add.
-                _ = try DownloadPlan(uris: ["http://localhost/"], options: [name: values], defaults: [:], root: root)
+                _ = try DownloadPlan(
+                    uris: ["http://localhost/"], options: [name: values], defaults: [:], root: root,
+                    base: queue.downloader.configuration)
                 defaults[name] = value
             }
         }

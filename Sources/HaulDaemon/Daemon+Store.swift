@@ -104,7 +104,7 @@ extension Daemon {
                 }
                 plan = try DownloadPlan(
                     uris: row.uris, options: row.options.mapValues { $0.components(separatedBy: "\n") },
-                    defaults: [:], root: root)
+                    defaults: [:], root: root, base: queue.downloader.configuration)
             } catch {
                 item.withheldSecrets = row.withheldSecrets
                 let failure = DownloadError(.invalidRequest, message: error.message, url: item.request.url)

@@ -17,14 +17,17 @@ final class DaemonHarness: Sendable {
     let daemon: Daemon
     let server: RPCServer
     let queue: DownloadQueue
+    /// The downloader's backoff clock: it records the waits between tries instead of sleeping.
+    let clock = RecordingClock()
 
     init(
         maxConcurrent: Int = 4, access: RPCAccess = RPCAccess(unauthorizedDelay: .milliseconds(300)),
-        secret: String? = DaemonHarness.secret
+        secret: String? = DaemonHarness.secret, journal: (any Journal)? = nil
     ) async throws {
         root = try TemporaryDirectory()
-        var configuration = testConfiguration()
+        var configuration = testConfiguration(clock: clock)
         configuration.keepsPartialOnCancel = true
+        configuration.journal = journal
         queue = DownloadQueue(
             downloader: Downloader(transport: NIOTransport(), configuration: configuration),
             configuration: .init(maxConcurrentDownloads: maxConcurrent, recordsRequests: false))

@@ -47,7 +47,8 @@ extension DownloadRun {
         onStall stop: @escaping @Sendable () -> Void, _ body: () async throws -> Value
     ) async throws(AttemptFailure) -> Value {
         let stopped = Locked<StallWatch.Reason?>(nil)
-        let limits = StallWatch.Limits(minimumSpeed: minimumSpeed, deadline: deadline)
+        let limits = StallWatch.Limits(
+            minimumSpeed: minimumSpeed, deadline: deadline, stallTimeout: request.stallTimeout)
         let token = stallWatch.watch(lastActivity, limits: limits) { reason in
             stopped.withLock { $0 = reason }
             stop()
@@ -70,7 +71,7 @@ extension DownloadRun {
                 DownloadError(
                     .stalled,
                     message:
-                        "no data for \(stallWatch.timeout) (stall timeout); the server\(between) or network stopped",
+                        "no data for \(configuration.stallTimeout) (stall timeout); the server\(between) or network stopped",
                     url: tally.finalURL))
         case .tooSlow?:
             return .transient(

@@ -160,11 +160,14 @@ final class DownloadRun: @unchecked Sendable {
         self.connections = connections
         self.control = control
         self.absentPath = absentPath
-        configuration = downloader.configuration
+        var configuration = downloader.configuration
+        var transportOptions = downloader.transportOptions
+        request.overriding(&configuration, &transportOptions)
+        self.configuration = configuration
+        self.transportOptions = transportOptions
         transport = downloader.transport
         interruptibleTransport = downloader.interruptibleTransport
         baseFields = downloader.baseFields
-        transportOptions = downloader.transportOptions
         stallWatch = downloader.stallWatch
         bandwidth = downloader.bandwidth
         pacer = downloader.pacer

@@ -16,6 +16,8 @@ final class StallWatch: Sendable {
     struct Limits: Sendable {
         var minimumSpeed: MinimumSpeed?
         var deadline: ContinuousClock.Instant?
+        /// The attempt's own stall timeout, in place of the watch's (a download's ``DownloadRequest/stallTimeout``).
+        var stallTimeout: Duration?
     }
 
     private struct Watched {
@@ -30,7 +32,7 @@ final class StallWatch: Sendable {
         mutating func reason(now: ContinuousClock.Instant, timeout: Duration) -> Reason? {
             if let deadline = limits.deadline, now >= deadline { return .timedOut }
             let (last, bytes) = clock.reading
-            if now - last >= timeout { return .stalled }
+            if now - last >= limits.stallTimeout ?? timeout { return .stalled }
             guard let minimum = limits.minimumSpeed else { return nil }
             // A wait the download itself chose (a bandwidth limit) is not slowness: the window starts after it.
             guard let window, last <= now else {

@@ -95,6 +95,51 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
         get { rare.minimumSegmentSize }
         set { rare.minimumSegmentSize = max(1, newValue) }
     }
+    /// How this download retries, in place of the downloader's ``Downloader/Configuration/retryPolicy`` (aria2's
+    /// per-download `max-tries` and `retry-wait`). `nil` (the default): the downloader's.
+    public var retryPolicy: RetryPolicy? {
+        get { rare.retryPolicy }
+        set { rare.retryPolicy = newValue }
+    }
+    /// How long connecting for this download may take, in place of the downloader's
+    /// ``Downloader/Configuration/connectTimeout``, passed to the transport with the request: `NIOTransport` applies
+    /// it; `AsyncHTTPClientTransport` keeps the one its client was made with. `nil` (the default): the downloader's.
+    public var connectTimeout: Duration? {
+        get { rare.connectTimeout }
+        set { rare.connectTimeout = newValue }
+    }
+    /// How long this download's transfer may go without a byte, in place of the downloader's
+    /// ``Downloader/Configuration/stallTimeout`` (at least a second: stalls are looked for four times a second).
+    /// `nil` (the default): the downloader's.
+    public var stallTimeout: Duration? {
+        get { rare.stallTimeout }
+        set { rare.stallTimeout = newValue }
+    }
+    /// How this download's `https` servers are verified, in place of the downloader's
+    /// ``Downloader/Configuration/tls``. `nil` (the default): the downloader's.
+    public var tls: TLSSettings? {
+        get { rare.tls }
+        set { rare.tls = newValue }
+    }
+    /// The proxies this download goes through, in place of the downloader's ``Downloader/Configuration/proxy``
+    /// (``ProxyConfiguration/none`` for none). `nil` (the default): the downloader's.
+    public var proxy: ProxyConfiguration? {
+        get { rare.proxy }
+        set { rare.proxy = newValue }
+    }
+    /// Whether a file this download completed earlier is asked for again with its validator, in place of the
+    /// downloader's ``Downloader/Configuration/revalidatesCompletedFiles``. `nil` (the default): the downloader's.
+    public var revalidatesCompletedFile: Bool? {
+        get { rare.revalidatesCompletedFile }
+        set { rare.revalidatesCompletedFile = newValue }
+    }
+    /// Whether the file gets the server's `Last-Modified` as its modification time, in place of the downloader's
+    /// ``Downloader/Configuration/usesRemoteModificationTime``. `nil` (the default): the downloader's.
+    public var usesRemoteModificationTime: Bool? {
+        get { rare.usesRemoteModificationTime }
+        set { rare.usesRemoteModificationTime = newValue }
+    }
+
     /// The default ``minimumSegmentSize``: aria2's.
     public static let defaultMinimumSegmentSize: Int64 = 20 << 20
 
@@ -108,6 +153,38 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
         var mirrors: [URL] = []
         var maxConnections = 1
         var minimumSegmentSize = DownloadRequest.defaultMinimumSegmentSize
+        var retryPolicy: RetryPolicy?
+        var connectTimeout: Duration?
+        var stallTimeout: Duration?
+        var tls: TLSSettings?
+        var proxy: ProxyConfiguration?
+        var revalidatesCompletedFile: Bool?
+        var usesRemoteModificationTime: Bool?
+
+        /// Whether any of the downloader's settings is replaced.
+        var overridesSettings: Bool {
+            retryPolicy != nil || connectTimeout != nil || stallTimeout != nil || tls != nil || proxy != nil
+                || revalidatesCompletedFile != nil || usesRemoteModificationTime != nil
+        }
+    }
+
+    /// Applies the downloader settings this request replaces with its own to `configuration` and `options` (the
+    /// downloader's, as a run of it uses them).
+    func overriding(_ configuration: inout Downloader.Configuration, _ options: inout TransportOptions) {
+        guard case .fields(let fields)? = boxedRare, fields.overridesSettings else { return }
+        if let policy = fields.retryPolicy { configuration.retryPolicy = policy }
+        if let timeout = fields.connectTimeout {
+            configuration.connectTimeout = timeout
+            options.connectTimeout = timeout
+        }
+        if let timeout = fields.stallTimeout { configuration.stallTimeout = timeout }
+        if let tls = fields.tls {
+            configuration.tls = tls
+            options.tls = tls
+        }
+        if let proxy = fields.proxy { configuration.proxy = proxy }
+        if let revalidates = fields.revalidatesCompletedFile { configuration.revalidatesCompletedFiles = revalidates }
+        if let uses = fields.usesRemoteModificationTime { configuration.usesRemoteModificationTime = uses }
     }
 
     private enum Boxed: Hashable, Sendable {
@@ -177,7 +254,10 @@ extension DownloadRequest {
     }
 
     /// Encodes the request without its secrets: ``credentials`` and the `Authorization`, `Cookie` and
-    /// `Proxy-Authorization` fields stay out of whatever keeps it (a journal's file). A request decoded again has
+    /// `Proxy-Authorization` fields stay out of whatever keeps it (a journal's file). Neither are the downloader
+    /// settings it replaces (``retryPolicy``, ``connectTimeout``, ``stallTimeout``, ``tls``, ``proxy``,
+    /// ``revalidatesCompletedFile``, ``usesRemoteModificationTime``): a proxy's password is a secret too, and a
+    /// request decoded from a journal runs with its downloader's settings. A request decoded again has
     /// none of them; a download resumed from a journal gets its credentials from the downloader's credential
     /// provider, and its cookies from its cookie jar.
     public func encode(to encoder: any Encoder) throws {

@@ -9,9 +9,11 @@ struct DownloadPlan {
     /// The options as given (a cumulative one's values joined by newlines), for `getOption`.
     var options: [String: String]
 
-    /// The options as stored: without passwords, and without header fields that carry credentials or cookies.
+    /// The options as stored: without passwords, without header fields that carry credentials or cookies, and with a
+    /// proxy's password hidden.
     var storedOptions: [String: String] {
         var stored = options.filter { !Aria2Options.secret.contains($0.key) }
+        if let proxy = stored["all-proxy"] { stored["all-proxy"] = Self.redactedProxy(proxy) }
         if let header = stored["header"] {
             let kept = header.split(separator: "\n").filter { !Self.isSecretHeader(String($0)) }
             stored["header"] = kept.isEmpty ? nil : kept.joined(separator: "\n")
@@ -41,7 +43,8 @@ struct DownloadPlan {
     static let supported: Set<String> = [
         "dir", "out", "split", "max-connection-per-server", "min-split-size", "max-download-limit", "header",
         "checksum", "user-agent", "referer", "lowest-speed-limit", "http-user", "http-passwd", "allow-overwrite",
-        "auto-file-renaming", "pause", "gid",
+        "auto-file-renaming", "pause", "gid", "max-tries", "retry-wait", "timeout", "connect-timeout", "all-proxy",
+        "all-proxy-user", "all-proxy-passwd", "check-certificate", "ca-certificate", "conditional-get", "remote-time",
     ]
 
     /// Whether `name` is an option of a feature Haul does not have (BitTorrent, FTP, Metalink, DHT...): accepted and
@@ -54,7 +57,12 @@ struct DownloadPlan {
         .contains { name.hasPrefix($0) }
     }
 
-    init(uris: [String], options given: [String: [String]], defaults: [String: String], root: String) throws(RPCError) {
+    /// The plan of a download of `uris` with the `given` options over `defaults`, into `root`; the settings it
+    /// changes start from `base`, the downloader's.
+    init(
+        uris: [String], options given: [String: [String]], defaults: [String: String], root: String,
+        base: Downloader.Configuration
+    ) throws(RPCError) {
         var options = defaults.mapValues { [$0] }
         options.merge(given) { _, new in new }
         for name in options.keys {
@@ -135,6 +143,7 @@ struct DownloadPlan {
         case (nil, nil): break
         default: throw RPCError("http-user and http-passwd go together")
         }
+        try Self.applySettings(last, base: base, to: &request)
         request.url = self.uris[0]
         paused = try Self.flag(last("pause"), "pause") ?? false
         if let text = last("gid") {
@@ -142,6 +151,89 @@ struct DownloadPlan {
             self.gid = gid
         }
         self.request = request
+    }
+
+    /// The options that replace the downloader's settings for this download: retries, timeouts, proxy, TLS,
+    /// revalidation and the file's time.
+    private static func applySettings(
+        _ last: (String) -> String?, base: Downloader.Configuration, to request: inout DownloadRequest
+    ) throws(RPCError) {
+        if last("max-tries") != nil || last("retry-wait") != nil {
+            var policy = base.retryPolicy
+            if let tries = last("max-tries") {
+                guard let count = Int(tries), count >= 0 else {
+                    throw RPCError("max-tries must be a number of 0 (unlimited) or more, not '\(tries)'")
+                }
+                policy.maxRetries = count == 0 ? Int.max : count - 1
+            }
+            if let wait = last("retry-wait") {
+                guard let seconds = Int(wait), (0...600).contains(seconds) else {
+                    throw RPCError("retry-wait must be a number of seconds from 0 to 600, not '\(wait)'")
+                }
+                // aria2's fixed wait between tries; 0 leaves the downloader's backoff.
+                if seconds > 0 {
+                    policy.initialDelay = .seconds(seconds)
+                    policy.maxDelay = .seconds(seconds)
+                    policy.multiplier = 1
+                    policy.jitter = .none
+                }
+            }
+            request.retryPolicy = policy
+        }
+        if let timeout = last("timeout") { request.stallTimeout = .seconds(try seconds(timeout, option: "timeout")) }
+        if let timeout = last("connect-timeout") {
+            request.connectTimeout = .seconds(try seconds(timeout, option: "connect-timeout"))
+        }
+        if let text = last("all-proxy") {
+            if text.isEmpty {
+                request.proxy = ProxyConfiguration.none
+            } else {
+                var proxy: Proxy
+                do {
+                    proxy = try Proxy(url: text)
+                } catch {
+                    throw RPCError("all-proxy: \(error.message)")
+                }
+                switch (last("all-proxy-user"), last("all-proxy-passwd")) {
+                case (let user?, let password?): proxy.credentials = Credentials(user: user, password: password)
+                case (nil, nil): break
+                default: throw RPCError("all-proxy-user and all-proxy-passwd go together")
+                }
+                request.proxy = .all(proxy)
+            }
+        } else if last("all-proxy-user") != nil || last("all-proxy-passwd") != nil {
+            throw RPCError("all-proxy-user and all-proxy-passwd need all-proxy")
+        }
+        if last("check-certificate") != nil || last("ca-certificate") != nil {
+            var tls = base.tls
+            if let check = try flag(last("check-certificate"), "check-certificate") { tls.verifiesPeer = check }
+            if let file = last("ca-certificate"), !file.isEmpty {
+                guard FileManager.default.isReadableFile(atPath: file) else {
+                    throw RPCError("ca-certificate '\(file)' cannot be read")
+                }
+                tls.caFile = file
+            }
+            request.tls = tls
+        }
+        request.revalidatesCompletedFile = try flag(last("conditional-get"), "conditional-get")
+        request.usesRemoteModificationTime = try flag(last("remote-time"), "remote-time")
+    }
+
+    /// A whole number of seconds from 1 to 600 (aria2's range for its timeouts).
+    private static func seconds(_ text: String, option: String) throws(RPCError) -> Int {
+        guard let seconds = Int(text), (1...600).contains(seconds) else {
+            throw RPCError("\(option) must be a number of seconds from 1 to 600, not '\(text)'")
+        }
+        return seconds
+    }
+
+    /// A proxy URL as shown and stored: its password hidden.
+    static func redactedProxy(_ text: String) -> String {
+        guard let at = text.lastIndex(of: "@") else { return text }
+        let start = text.range(of: "://").map(\.upperBound) ?? text.startIndex
+        let userInfo = text[start..<at]
+        guard let colon = userInfo.firstIndex(of: ":") else { return text }
+        return String(text[..<colon]) + ":...@" + text[text.index(after: at)...]
     }
 
     /// The directory `dir` names inside `root` (the root when it is absent): an absolute path under the root, or a

@@ -5,37 +5,6 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
-/// A journal in memory: what a later process would find, without the storage.
-final class MemoryJournal: Journal {
-    /// The records, and their keys in the order first stored.
-    private let records = Locked<(byKey: [JournalKey: JournalRecord], order: [JournalKey])>(([:], []))
-    var all: [JournalRecord] { allRecords() }
-    func record(for key: JournalKey) -> JournalRecord? { records.withLock { $0.byKey[key] } }
-    func store(_ record: JournalRecord) {
-        records.withLock { records in
-            if records.byKey.updateValue(record, forKey: record.key) == nil { records.order.append(record.key) }
-        }
-    }
-    func remove(_ key: JournalKey) {
-        records.withLock { records in
-            if records.byKey.removeValue(forKey: key) != nil { records.order.removeAll { $0 == key } }
-        }
-    }
-    func allRecords() -> [JournalRecord] {
-        records.withLock { records in records.order.compactMap { records.byKey[$0] } }
-    }
-    func records(forFileAt path: String) -> [JournalRecord] {
-        allRecords().filter { $0.path == path && $0.state.isFile }
-    }
-
-    init() {}
-
-    /// A journal holding what `other` holds.
-    init(copying other: some Journal) {
-        for record in other.allRecords() { store(record) }
-    }
-}
-
 /// A journal that notes, for each commit, whether a file was already at the path of the download's published
 /// file (`v.bin` or `v (1).bin` in the same directory).
 final class CommitWatchingJournal: Journal {

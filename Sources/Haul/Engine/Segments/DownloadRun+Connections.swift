@@ -349,8 +349,8 @@ extension DownloadRun {
         let clock = ActivityClock()
         let stopped = Locked<StallWatch.Reason?>(nil)
         let round = Task { try await self.round(context, work, first: first, clock: clock) }
-        let token = stallWatch.watch(clock, limits: StallWatch.Limits(minimumSpeed: nil, deadline: deadline)) {
-            reason in
+        let limits = StallWatch.Limits(minimumSpeed: nil, deadline: deadline, stallTimeout: request.stallTimeout)
+        let token = stallWatch.watch(clock, limits: limits) { reason in
             stopped.withLock { $0 = reason }
             round.cancel()
         }
@@ -366,7 +366,8 @@ extension DownloadRun {
             case .stalled?:
                 throw AttemptFailure.transient(
                     DownloadError(
-                        .stalled, message: "no data for \(stallWatch.timeout) (stall timeout) on one connection",
+                        .stalled,
+                        message: "no data for \(configuration.stallTimeout) (stall timeout) on one connection",
                         url: context.transfer.state.withLock { $0.sources[work.source].url }))
             case .timedOut?:
                 throw AttemptFailure.permanent(timedOutError(after: "the transfer was still running"))
