@@ -345,36 +345,80 @@ extension Daemon {
         var options = Aria2Status.shown(state.withLock { $0.globalOptions })
         options["dir"] = .string(root)
         options["max-concurrent-downloads"] = .string(String(queue.maxConcurrentDownloads))
+        options["max-overall-download-limit"] = .string(String(queue.downloader.maxBytesPerSecond ?? 0))
         return .object(options)
     }
 
-    /// `changeGlobalOption(options)`: `max-concurrent-downloads` at once; the download options as defaults of the
-    /// downloads added from now on.
+    /// `changeGlobalOption(options)`: `max-concurrent-downloads` and `max-overall-download-limit` at once, also for
+    /// the downloads running; the download options as defaults of the downloads added from now on. Every option is
+    /// checked before any applies, and the change is kept (its secrets left out) before it is answered: the next
+    /// start applies it again.
     func changeGlobalOption(_ arguments: Arguments) throws(RPCError) -> JSON {
-        let options = try arguments.options(0)
-        var defaults: [String: String] = [:]
+        let change = try globalChange(arguments.options(0))
+        try record { try $0.saveGlobalOptions(Self.keptGlobalOptions(change.given)) }
+        apply(change)
+        return "OK"
+    }
+
+    /// The global options of a change as they are kept: without secrets, and a user name whose password is not kept
+    /// goes too (the next start finds neither, rather than half a credential).
+    static func keptGlobalOptions(_ given: [String: String]) -> [String: String] {
+        var kept = DownloadPlan.withoutSecrets(given)
+        for (user, password) in [("http-user", "http-passwd"), ("all-proxy-user", "all-proxy-passwd")]
+        where given[password] != nil {
+            kept[user] = nil
+        }
+        return kept
+    }
+
+    /// A change of global options, checked.
+    struct GlobalChange {
         var concurrency: Int?
-        for (name, values) in options {
+        /// The overall limit: `.some(nil)` lifts it.
+        var overallLimit: Int64??
+        /// Download options, as defaults of the downloads added from now on.
+        var defaults: [String: String] = [:]
+        /// Every option as given (a cumulative one's values joined by newlines).
+        var given: [String: String] = [:]
+    }
+
+    /// Checks `options` as global options: a bad one is refused, naming it, before anything changes.
+    func globalChange(_ options: [String: [String]]) throws(RPCError) -> GlobalChange {
+        var change = GlobalChange()
+        for (name, values) in options.sorted(by: { $0.key < $1.key }) {
             guard let value = values.last else { continue }
+            change.given[name] = values.joined(separator: "\n")
             switch name {
             case "max-concurrent-downloads":
                 guard let number = Int(value), number >= 1 else {
                     throw RPCError("max-concurrent-downloads must be a number of 1 or more, not '\(value)'")
                 }
-                concurrency = number
+                change.concurrency = number
+            case "max-overall-download-limit":
+                let bytes = try DownloadPlan.byteCount(value, option: name)
+                change.overallLimit = .some(bytes == 0 ? nil : bytes)
             case "dir":
                 throw RPCError("the download root is set when the daemon starts; give dir to each download instead")
             default:
-                // Checked as a download's option would be, so a bad default is refused now, not at the next add.
-                _ = try DownloadPlan(
-                    uris: ["http://localhost/"], options: [name: values], defaults: [:], root: root,
-                    base: queue.downloader.configuration)
-                defaults[name] = value
+                change.defaults[name] = change.given[name]
             }
         }
-        if let concurrency { queue.maxConcurrentDownloads = concurrency }
-        state.withLock { $0.globalOptions.merge(defaults) { _, new in new } }
-        return "OK"
+        // The defaults are checked together over those in force, as a download's options would be, so a bad one is
+        // refused now, not at the next add.
+        if !change.defaults.isEmpty {
+            let current = state.withLock { $0.globalOptions }
+            _ = try DownloadPlan(
+                uris: ["http://localhost/"], options: change.defaults.mapValues { $0.components(separatedBy: "\n") },
+                defaults: current, root: root, base: queue.downloader.configuration)
+        }
+        return change
+    }
+
+    /// Applies a checked change of global options.
+    func apply(_ change: GlobalChange) {
+        if let concurrency = change.concurrency { queue.maxConcurrentDownloads = concurrency }
+        if let limit = change.overallLimit { queue.downloader.setMaxBytesPerSecond(limit) }
+        state.withLock { $0.globalOptions.merge(change.defaults) { _, new in new } }
     }
 
     // MARK: - Global

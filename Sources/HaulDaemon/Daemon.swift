@@ -14,7 +14,9 @@ public final class Daemon: Sendable {
         public var root: URL
         /// What `getVersion` answers.
         public var version: String
-        /// The defaults of every download (aria2's global options), as `getGlobalOption` shows them.
+        /// aria2's global options at start (from its configuration file): the defaults of every download, and
+        /// `max-concurrent-downloads` and `max-overall-download-limit`, checked as `changeGlobalOption` checks them.
+        /// What `changeGlobalOption` changed at an earlier run (kept in ``store``) applies over them.
         public var globalOptions: [String: String]
         /// Where downloads and their outcomes are kept across restarts; `nil` keeps them in memory only.
         public var store: DaemonStore?
@@ -105,7 +107,7 @@ public final class Daemon: Sendable {
         root = String(cString: real)
         free(real)
         sessionID = GID.random().description + GID.random().description
-        let state = Locked(State(globalOptions: configuration.globalOptions))
+        let state = Locked(State(globalOptions: [:]))
         self.state = state
         let events = queue.events(including: [.started, .finished, .failed])
         let store = configuration.store
@@ -134,7 +136,18 @@ public final class Daemon: Sendable {
                 }
             }
         }
-        if let store = configuration.store { try restore(from: store) }
+        apply(try globalChange(configuration.globalOptions.mapValues { $0.components(separatedBy: "\n") }))
+        if let store = configuration.store {
+            for (name, value) in try store.loadGlobalOptions().sorted(by: { $0.key < $1.key }) {
+                do throws(RPCError) {
+                    apply(try globalChange([name: value.components(separatedBy: "\n")]))
+                } catch {
+                    configuration.onStoreError(
+                        "the global option \(name) kept at an earlier run is not applied: \(error.message)")
+                }
+            }
+            try restore(from: store)
+        }
     }
 
     /// Stops watching the queue: a download cancelled from now on (the daemon's own shutdown cancels them) is not

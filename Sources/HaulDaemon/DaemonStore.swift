@@ -59,7 +59,32 @@ public final class DaemonStore: Sendable {
                     """)
             try db.execute(sql: "CREATE INDEX downloads_stopped ON downloads(stopped_order)")
         }
+        migrator.registerMigration("global options") { db in
+            try db.execute(
+                sql: "CREATE TABLE global_options (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID")
+        }
         try migrator.migrate(database)
+    }
+
+    /// The global options changed with `changeGlobalOption`, as given (a cumulative one's values joined by newlines).
+    func loadGlobalOptions() throws -> [String: String] {
+        try database.read { db in
+            var options: [String: String] = [:]
+            for row in try GRDB.Row.fetchAll(db, sql: "SELECT name, value FROM global_options") {
+                options[row["name"]] = row["value"]
+            }
+            return options
+        }
+    }
+
+    /// Keeps `options` (the global options a call changed), over those kept before.
+    func saveGlobalOptions(_ options: [String: String]) throws {
+        try database.write { db in
+            for (name, value) in options {
+                try db.execute(
+                    sql: "INSERT OR REPLACE INTO global_options (name, value) VALUES (?, ?)", arguments: [name, value])
+            }
+        }
     }
 
     /// Every stored download: the stopped ones in the order they stopped, then the unfinished ones by rank.

@@ -147,13 +147,28 @@ struct DaemonRPCTests {
         #expect(harness.queue.maxConcurrentDownloads == 5)
         let options = try #require(try await harness.call("aria2.getGlobalOption").object)
         #expect(options["max-concurrent-downloads"] == "5" && options["split"] == "3")
+        #expect(options["max-overall-download-limit"] == "0" && harness.queue.downloader.maxBytesPerSecond == nil)
+        #expect(try await harness.call("aria2.changeGlobalOption", [["max-overall-download-limit": "2M"]]) == "OK")
+        #expect(harness.queue.downloader.maxBytesPerSecond == 2 << 20)
+        #expect(try await harness.call("aria2.getGlobalOption").object?["max-overall-download-limit"] == "2097152")
         for bad: JSON in [
             ["max-concurrent-downloads": "0"], ["split": "many"], ["no-such-option": "1"], ["dir": "/tmp"],
+            ["max-overall-download-limit": "fast"],
+            // Checked whole: the good option beside a bad one does not apply either.
+            ["max-concurrent-downloads": "7", "split": "many"],
         ] {
             await #expect(throws: CallError.self, "\(bad)") {
                 try await harness.call("aria2.changeGlobalOption", [bad])
             }
         }
+        #expect(harness.queue.maxConcurrentDownloads == 5)
+        #expect(
+            try await harness.call("aria2.changeGlobalOption", [["all-proxy": "http://u:global-proxy-pw@127.0.0.1:1"]])
+                == "OK")
+        let shown = try await harness.call("aria2.getGlobalOption")
+        #expect(shown.object?["all-proxy"] == "http://u:...@127.0.0.1:1" && !"\(shown)".contains("global-proxy-pw"))
+        #expect(try await harness.call("aria2.changeGlobalOption", [["max-overall-download-limit": "0"]]) == "OK")
+        #expect(harness.queue.downloader.maxBytesPerSecond == nil)
         await harness.stop()
     }
 

@@ -10,7 +10,10 @@ import Testing
 @Suite("Daemon restart", .timeLimit(.minutes(2)))
 struct DaemonRestartTests {
     /// A daemon on `root` with its store there, width `width`.
-    private func start(_ root: TemporaryDirectory, paused: Bool = false) throws -> (Daemon, DownloadQueue) {
+    private func start(
+        _ root: TemporaryDirectory, paused: Bool = false, globalOptions: [String: String] = [:],
+        onStoreError: @escaping @Sendable (String) -> Void = { _ in }
+    ) throws -> (Daemon, DownloadQueue) {
         var configuration = testConfiguration()
         configuration.keepsPartialOnCancel = true
         let queue = DownloadQueue(
@@ -19,7 +22,9 @@ struct DaemonRestartTests {
         if paused { queue.pause() }  // to read the order before anything starts
         try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
         let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
-        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url, store: store))
+        var daemonConfiguration = Daemon.Configuration(root: root.url, globalOptions: globalOptions, store: store)
+        daemonConfiguration.onStoreError = onStoreError
+        let daemon = try Daemon(queue: queue, configuration: daemonConfiguration)
         return (daemon, queue)
     }
 
@@ -96,5 +101,39 @@ struct DaemonRestartTests {
             fourth.close()
             fourthQueue.cancelAll()
         }
+    }
+
+    @Test("global options changed over the RPC are kept, applied again over the start's, and keep no secret")
+    func globalOptionsKept() async throws {
+        let root = try TemporaryDirectory()
+        let (first, firstQueue) = try start(root, globalOptions: ["split": "2", "max-concurrent-downloads": "3"])
+        #expect(firstQueue.maxConcurrentDownloads == 3)
+        #expect(try first.call("aria2.getGlobalOption", []).object?["split"] == "2")
+        #expect(
+            try first.call(
+                "aria2.changeGlobalOption",
+                [
+                    [
+                        "max-concurrent-downloads": "6", "max-overall-download-limit": "1M", "split": "4",
+                        "http-user": "u", "http-passwd": "global-pw-9", "header": ["X-A: 1", "Cookie: c=global-c-9"],
+                    ]
+                ]) == "OK")
+        first.close()
+        // Started again with its configuration file's options: the RPC's later changes win; the secrets are gone.
+        let errors = Locked<[String]>([])
+        let (second, secondQueue) = try start(
+            root, globalOptions: ["split": "2", "max-concurrent-downloads": "3", "user-agent": "conf/1"],
+            onStoreError: { message in errors.withLock { $0.append(message) } })
+        #expect(secondQueue.maxConcurrentDownloads == 6 && secondQueue.downloader.maxBytesPerSecond == 1 << 20)
+        let options = try #require(try second.call("aria2.getGlobalOption", []).object)
+        // The password is not kept, nor its user name (half a credential).
+        #expect(options["split"] == "4" && options["user-agent"] == "conf/1" && options["http-user"] == nil)
+        #expect(options["http-passwd"] == nil && options["header"] == ["X-A: 1"])
+        #expect(errors.withLock { $0 }.isEmpty)
+        second.close()
+        let stored =
+            try Data(contentsOf: root.file(".haul/daemon.sqlite"))
+            + ((try? Data(contentsOf: root.file(".haul/daemon.sqlite-wal"))) ?? Data())
+        #expect(stored.range(of: Data("global-pw-9".utf8)) == nil && stored.range(of: Data("global-c-9".utf8)) == nil)
     }
 }

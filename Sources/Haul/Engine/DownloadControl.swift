@@ -4,8 +4,8 @@ import Synchronization
 /// and whether stopping it is a pause. Shared by the owner and the download's run; every field is safe to read and
 /// change from any thread, and none takes a lock: one is made per queued download, most of which never use it.
 final class DownloadControl: Sendable {
-    /// The download's own bandwidth limit, made when it first has one (by its request, or set by its owner).
-    private let limit = AtomicLazyReference<TokenBucket>()
+    /// The download's own bandwidth limit (by its request, or set by its owner).
+    private let limit: BandwidthLimit
     /// Whether stopping the download is a pause: asked by the owner before it cancels the download's task
     /// (``requestPause()``), then taken by the run as it stops (``takePause()``), or withdrawn by the owner
     /// (``withdrawPause()``). One atomic step each, so that a cancellation racing a pause either wins before the run
@@ -15,7 +15,7 @@ final class DownloadControl: Sendable {
     let extraConnections = Atomic<Int>(0)
 
     init(maxBytesPerSecond: Int64?) {
-        if let maxBytesPerSecond { _ = limit.storeIfNil(TokenBucket(bytesPerSecond: maxBytesPerSecond)) }
+        limit = BandwidthLimit(bytesPerSecond: maxBytesPerSecond)
     }
 
     private enum PauseState {
@@ -44,14 +44,11 @@ final class DownloadControl: Sendable {
     }
 
     /// The download's own limit, once it has had one (its rate may be none now).
-    var bandwidth: TokenBucket? { limit.load() }
+    var bandwidth: TokenBucket? { limit.current }
 
     /// Sets the download's own limit in bytes per second, or lifts it (`nil`).
-    func setMaxBytesPerSecond(_ bytesPerSecond: Int64?) {
-        if bytesPerSecond == nil, limit.load() == nil { return }
-        limit.storeIfNil(TokenBucket(bytesPerSecond: nil)).setRate(bytesPerSecond)
-    }
+    func setMaxBytesPerSecond(_ bytesPerSecond: Int64?) { limit.set(bytesPerSecond) }
 
     /// The limit in bytes per second, if there is one.
-    var maxBytesPerSecond: Int64? { limit.load()?.bytesPerSecond }
+    var maxBytesPerSecond: Int64? { limit.bytesPerSecond }
 }

@@ -421,20 +421,21 @@ extension DownloadRun {
     var ownBandwidth: TokenBucket? { control?.bandwidth ?? requestBandwidth }
 
     /// Whether a bandwidth limit applies now.
-    var limitsBandwidth: Bool { bandwidth != nil || ownBandwidth?.isLimited == true }
+    var limitsBandwidth: Bool { sharedLimit.current?.isLimited == true || ownBandwidth?.isLimited == true }
 
     /// Takes `count` bytes from the bandwidth limits and waits as long as they say (ending at the time limit); the
     /// wait is no stall for `clock` either (a connection's own).
     func waitForBandwidth(_ count: Int, clock: ActivityClock? = nil) async throws {
         var now = ContinuousClock.now
         let ownBandwidth = self.ownBandwidth
-        let sharedUntil = now + (bandwidth?.take(count, now: now) ?? .zero)
+        let sharedBandwidth = sharedLimit.current
+        var sharedUntil = now + (sharedBandwidth?.take(count, now: now) ?? .zero)
         var ownUntil = now + (ownBandwidth?.take(count, now: now) ?? .zero)
-        // The download's own limit may change while it waits (its queue sets, lowers or lifts it): the wait is looked
-        // at again when it has, at least every quarter of a second.
-        let version = ownBandwidth?.version
+        // Either limit may change while the download waits (its queue sets, lowers or lifts its own; the downloader's
+        // owner the shared one): the wait is looked at again when one has, at least every quarter of a second.
+        let versions = (shared: sharedBandwidth?.version, own: ownBandwidth?.version)
         while case let end = max(sharedUntil, ownUntil), end > now {
-            var until = version == nil ? end : min(end, now + .milliseconds(250))
+            var until = min(end, now + .milliseconds(250))
             if let deadline, until >= deadline { until = deadline }
             lastActivity.waits(until: until)
             clock?.waits(until: until)
@@ -443,8 +444,11 @@ extension DownloadRun {
             if let deadline, now >= deadline {
                 throw AttemptFailure.permanent(timedOutError(after: "the transfer was still running"))
             }
-            if let ownBandwidth, ownBandwidth.version != version {
+            if let ownBandwidth, ownBandwidth.version != versions.own {
                 ownUntil = now + ownBandwidth.remainingDelay(now: now)
+            }
+            if let sharedBandwidth, sharedBandwidth.version != versions.shared {
+                sharedUntil = now + sharedBandwidth.remainingDelay(now: now)
             }
         }
     }
@@ -490,14 +494,16 @@ extension DownloadRun {
     }
 
     /// The options for a request to `url`: the downloader's, with the proxy its configuration picks for `url` and
-    /// the receive window of the download's own bandwidth limit.
+    /// the receive window of the bandwidth limits that apply now (the download's own, the shared one).
     func options(for url: URL) -> TransportOptions {
         let ownLimit = ownBandwidth?.isLimited == true ? ownBandwidth?.bytesPerSecond : nil
-        guard configuration.proxy != .none || ownLimit != nil else { return transportOptions }
+        let shared = sharedLimit.current
+        let sharedLimit = shared?.isLimited == true ? shared?.bytesPerSecond : nil
+        guard configuration.proxy != .none || ownLimit != nil || sharedLimit != nil else { return transportOptions }
         var options = transportOptions
         if configuration.proxy != .none { options.proxy = configuration.proxy.proxy(for: url) }
-        if let own = ownLimit {
-            options.receiveWindow = min(options.receiveWindow ?? .max, Downloader.receiveWindow(forRate: own))
+        for limit in [ownLimit, sharedLimit].compactMap({ $0 }) {
+            options.receiveWindow = min(options.receiveWindow ?? .max, Downloader.receiveWindow(forRate: limit))
         }
         return options
     }

@@ -36,7 +36,8 @@ final class DownloadRun: @unchecked Sendable {
     let requestBandwidth: TokenBucket?
     /// What the download's owner may change or ask while it runs (``DownloadQueue``); `nil` for a lone download.
     let control: DownloadControl?
-    let bandwidth: TokenBucket?
+    /// The limit all the downloader's downloads share, which may change while this one runs.
+    let sharedLimit: BandwidthLimit
     let pacer: RequestPacer
     /// Grants the extra connections of a segmented download; `nil`: they open at once.
     let connections: (any ConnectionBroker)?
@@ -169,7 +170,7 @@ final class DownloadRun: @unchecked Sendable {
         interruptibleTransport = downloader.interruptibleTransport
         baseFields = downloader.baseFields
         stallWatch = downloader.stallWatch
-        bandwidth = downloader.bandwidth
+        sharedLimit = downloader.bandwidth
         pacer = downloader.pacer
         requestBandwidth = control == nil ? request.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) } : nil
         timeLimit = request.timeLimit ?? downloader.configuration.timeLimit

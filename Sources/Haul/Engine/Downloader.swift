@@ -65,7 +65,7 @@ public final class Downloader: Sendable {
         public var usesRemoteModificationTime = true
         /// The most body bytes per second all downloads of this downloader receive together (one token bucket
         /// they share); `nil` (the default) for no limit. A request's own ``DownloadRequest/maxBytesPerSecond``
-        /// applies as well.
+        /// applies as well. The downloader starts with it; ``Downloader/setMaxBytesPerSecond(_:)`` changes it later.
         public var maxBytesPerSecond: Int64?
         /// How requests are spaced: a request rate for all downloads and per host, a wait between requests to one
         /// host. Nothing is spaced by default; a `Retry-After` on a `429` or `503` always holds that host's next
@@ -136,7 +136,7 @@ public final class Downloader: Sendable {
         self.transport = transport
         self.configuration = configuration
         stallWatch = StallWatch(timeout: configuration.stallTimeout)
-        bandwidth = configuration.maxBytesPerSecond.map { TokenBucket(bytesPerSecond: $0) }
+        bandwidth = BandwidthLimit(bytesPerSecond: configuration.maxBytesPerSecond)
         pacer = RequestPacer(pacing: configuration.pacing, random: configuration.random)
         interruptibleTransport = transport as? any InterruptibleHTTPTransport
         var fields = HTTPFields()
@@ -160,8 +160,21 @@ public final class Downloader: Sendable {
 
     /// Watches this downloader's running attempts for stalls.
     let stallWatch: StallWatch
-    /// The bandwidth all downloads share (``Configuration/maxBytesPerSecond``).
-    let bandwidth: TokenBucket?
+    /// The bandwidth all downloads share (``Configuration/maxBytesPerSecond``, then ``setMaxBytesPerSecond(_:)``).
+    let bandwidth: BandwidthLimit
+
+    /// Sets the most body bytes per second all this downloader's downloads receive together (at least 1), or lifts
+    /// the limit (`nil`): running downloads go at the new rate from their next bytes, and a wait already begun is
+    /// looked at again within a quarter of a second.
+    ///
+    /// - Precondition: `limit` is `nil` or at least 1.
+    public func setMaxBytesPerSecond(_ limit: Int64?) {
+        precondition((limit ?? 1) >= 1, "a speed limit must be at least 1 byte per second, not \(limit ?? 0)")
+        bandwidth.set(limit)
+    }
+
+    /// The most body bytes per second all downloads receive together now, or `nil` for no limit.
+    public var maxBytesPerSecond: Int64? { bandwidth.bytesPerSecond }
     /// Spaces requests and keeps the holds hosts asked for.
     let pacer: RequestPacer
     /// ``transport`` when its exchanges can be interrupted (asked once, not per download).

@@ -75,6 +75,29 @@ final class TokenBucket: Sendable {
     }
 }
 
+/// A bandwidth limit that may be set, changed or lifted while downloads take from it: a download's own, or all of
+/// a downloader's. Its bucket is made when it first has a rate, so a limit never set costs one atomic load per chunk.
+final class BandwidthLimit: Sendable {
+    private let bucket = AtomicLazyReference<TokenBucket>()
+
+    /// A limit of `bytesPerSecond`, or none yet (`nil`).
+    init(bytesPerSecond: Int64?) {
+        if let bytesPerSecond { _ = bucket.storeIfNil(TokenBucket(bytesPerSecond: bytesPerSecond)) }
+    }
+
+    /// The bucket, once the limit has had a rate (it may have none now).
+    var current: TokenBucket? { bucket.load() }
+
+    /// Sets the rate in bytes per second, or lifts it (`nil`).
+    func set(_ bytesPerSecond: Int64?) {
+        if bytesPerSecond == nil, bucket.load() == nil { return }
+        bucket.storeIfNil(TokenBucket(bytesPerSecond: nil)).setRate(bytesPerSecond)
+    }
+
+    /// The rate in bytes per second, if there is one.
+    var bytesPerSecond: Int64? { bucket.load()?.bytesPerSecond }
+}
+
 /// Spaces the requests of one downloader (``RequestPacing``) and holds the hosts that asked for time with
 /// `Retry-After`. A request takes its turn only when it may start now ("claims" it); one that must wait is told how
 /// long, and asks again when it wakes. Turns are spaced from the moments requests really start, so a task that wakes

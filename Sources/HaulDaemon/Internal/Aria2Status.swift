@@ -72,16 +72,9 @@ enum Aria2Status {
     /// Options as answered: secrets left out.
     static func shown(_ options: [String: String]) -> [String: JSON] {
         var shown: [String: JSON] = [:]
-        for (name, value) in options where !Aria2Options.secret.contains(name) {
-            if name == "header" {
-                let lines = value.split(separator: "\n").map(String.init).filter { line in
-                    let field = line.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
-                    return !Aria2Options.secretHeaders.contains(field.lowercased().trimmingCharacters(in: .whitespaces))
-                }
-                if !lines.isEmpty { shown[name] = .array(lines.map(JSON.string)) }
-                continue
-            }
-            shown[name] = .string(value)
+        for (name, value) in DownloadPlan.withoutSecrets(options) {
+            shown[name] =
+                name == "header" ? .array(value.split(separator: "\n").map { .string(String($0)) }) : .string(value)
         }
         return shown
     }

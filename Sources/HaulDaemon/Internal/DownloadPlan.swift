@@ -11,7 +11,11 @@ struct DownloadPlan {
 
     /// The options as stored: without passwords, without header fields that carry credentials or cookies, and with a
     /// proxy's password hidden.
-    var storedOptions: [String: String] {
+    var storedOptions: [String: String] { Self.withoutSecrets(options) }
+
+    /// `options` (a cumulative one's values joined by newlines) without passwords, without header fields that carry
+    /// credentials or cookies, and with a proxy's password hidden: what may be stored or shown.
+    static func withoutSecrets(_ options: [String: String]) -> [String: String] {
         var stored = options.filter { !Aria2Options.secret.contains($0.key) }
         if let proxy = stored["all-proxy"] { stored["all-proxy"] = Self.redactedProxy(proxy) }
         if let header = stored["header"] {
@@ -63,7 +67,8 @@ struct DownloadPlan {
         uris: [String], options given: [String: [String]], defaults: [String: String], root: String,
         base: Downloader.Configuration
     ) throws(RPCError) {
-        var options = defaults.mapValues { [$0] }
+        // A cumulative default (header) holds its values joined by newlines, as it is kept.
+        var options = defaults.mapValues { $0.components(separatedBy: "\n") }
         options.merge(given) { _, new in new }
         for name in options.keys {
             guard Aria2Options.known.contains(name) else { throw RPCError("No such option: \(name)") }

@@ -225,6 +225,40 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test(
+        "the downloader's shared limit set while two downloads run holds both back, and lifting it lets them finish",
+        arguments: TransportKind.allCases)
+    func sharedLimitWhileRunning(transport: TransportKind) async throws {
+        try await TestServer.withRunning(transport.server()) { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2), transport: transport)
+            let size = 4_000_000
+            let handles = ["a", "b"].map { name in
+                queue.add(
+                    DownloadRequest(
+                        url: server.url(
+                            path: "/bytes/\(name)",
+                            query: ["size": "\(size)", "stallAfter": "100000", "stall": "gate:s"]),
+                        destination: .directory(dir.url)))
+            }
+            try await eventually("bytes written") { handles.allSatisfy { $0.status.progress.bytesWritten > 0 } }
+            #expect(queue.downloader.maxBytesPerSecond == nil)
+            queue.downloader.setMaxBytesPerSecond(1)
+            #expect(queue.downloader.maxBytesPerSecond == 1)
+            let before = handles.map(\.status.progress.bytesWritten)
+            server.openGate("s")
+            try await eventually("a chunk after the stall") {
+                zip(handles, before).contains { $0.status.progress.bytesWritten > $1 }
+            }
+            #expect(handles.allSatisfy { $0.outcome == nil && $0.status.progress.bytesWritten < Int64(size) })
+            queue.downloader.setMaxBytesPerSecond(nil)
+            try await eventually("finished once the limit is lifted", within: .seconds(30)) {
+                handles.allSatisfy { $0.outcome != nil }
+            }
+            for handle in handles { _ = try await handle.result }
+        }
+    }
+
     @Test("a speed limit set on a waiting download applies once it runs; pause and resume all")
     func limitWhileWaitingAndAll() async throws {
         try await TestServer.withRunning { server in
