@@ -45,7 +45,9 @@ struct DaemonCommand: AsyncParsableCommand {
         name: .customLong("rpc-listen"),
         help: ArgumentHelp(
             "Loopback address and port to serve the RPC on.", valueName: "HOST:PORT"))
-    var listen = "127.0.0.1:6800"
+    var listen = Self.defaultListen
+
+    static let defaultListen = "127.0.0.1:6800"
 
     @Option(
         name: .customLong("rpc-secret-file"),
@@ -62,6 +64,30 @@ struct DaemonCommand: AsyncParsableCommand {
         help: ArgumentHelp(
             "An origin (scheme://host:port) whose pages may call the RPC; repeatable.", valueName: "ORIGIN"))
     var allowedOrigins: [String] = []
+
+    @Option(
+        name: .customLong("conf-path"),
+        help: ArgumentHelp(
+            "aria2's configuration file (name=value lines): its download options become the defaults, its dir, "
+                + "rpc-listen-port, rpc-secret, input-file and save-session apply where no flag gives them.",
+            valueName: "FILE"))
+    var confPath: String?
+
+    @Option(
+        name: [.customShort("i"), .customLong("input-file")],
+        help: ArgumentHelp(
+            "aria2's input or session file to add downloads from at start (URIs, tab-separated mirrors, indented "
+                + "options); a download whose gid the daemon knows is left as it is.",
+            valueName: "FILE"))
+    var inputFile: String?
+
+    @Option(
+        name: .customLong("save-session"),
+        help: ArgumentHelp(
+            "Where aria2.saveSession, and the daemon at shutdown, write aria2's session file of the unfinished "
+                + "downloads.",
+            valueName: "FILE"))
+    var saveSession: String?
 
     @OptionGroup
     var concurrency: ConcurrencyOptions
@@ -126,10 +152,19 @@ struct DaemonCommand: AsyncParsableCommand {
 
     mutating func run() async throws {
         Interruption.install()
+        let conf = try confPath.map(AriaConfiguration.init(path:)) ?? AriaConfiguration()
+        for note in conf.notes { Console.err("haul daemon: \(note)\n") }
+        if destination.directory == ".", let dir = conf.daemon["dir"] { destination.directory = dir }
+        if listen == Self.defaultListen, let port = conf.daemon["rpc-listen-port"] {
+            guard let number = Int(port), (1...65535).contains(number) else {
+                throw ValidationError("\(confPath ?? ""): rpc-listen-port must be a port number, not '\(port)'")
+            }
+            listen = "127.0.0.1:\(number)"
+        }
         let directory = destination.url
         try FileManager.default.createDirectory(
             at: directory.appendingPathComponent(".haul"), withIntermediateDirectories: true)
-        let secret = try loadSecret(directory: directory)
+        let secret = try loadSecret(directory: directory, conf: conf)
         var configuration = Downloader.Configuration.commandLine
         _ = try network.apply(to: &configuration, transport: connection.transport)
         configuration.tls = try connection.tlsSettings(checkingFiles: true)
@@ -151,9 +186,33 @@ struct DaemonCommand: AsyncParsableCommand {
         } catch {
             throw ValidationError("cannot open the daemon's store '\(storePath)': \(error)")
         }
-        var daemonConfiguration = Daemon.Configuration(root: directory, store: store)
+        var daemonConfiguration = Daemon.Configuration(
+            root: directory, globalOptions: conf.globalOptions, store: store)
+        daemonConfiguration.sessionFile = (saveSession ?? conf.daemon["save-session"]).map {
+            URL(fileURLWithPath: $0)
+        }
         daemonConfiguration.onStoreError = { message in Console.err("haul daemon: warning: \(message)\n") }
-        let daemon = try Daemon(queue: queue, configuration: daemonConfiguration)
+        let daemon: Daemon
+        do {
+            daemon = try Daemon(queue: queue, configuration: daemonConfiguration)
+        } catch let error as RPCError {
+            throw ValidationError("\(confPath ?? "haul daemon"): \(error.message)")
+        }
+        if let input = inputFile ?? conf.daemon["input-file"] {
+            let text: String
+            do {
+                text = try String(contentsOfFile: input, encoding: .utf8)
+            } catch {
+                throw ValidationError("-i '\(input)': \(error.localizedDescription)")
+            }
+            do {
+                let added = try daemon.add(Aria2Files.readInput(text, name: input), from: input)
+                Console.err("haul daemon: added \(added) download\(added == 1 ? "" : "s") from \(input)\n")
+            } catch {
+                Console.err("haul daemon: nothing added from \(input):\n\(error.message)\n")
+                Foundation.exit(1)
+            }
+        }
         let (host, port) = try Self.parseListen(listen)
         let server: RPCServer
         do {
@@ -174,6 +233,11 @@ struct DaemonCommand: AsyncParsableCommand {
         await stop.wait()
         interruption.stop()
         await server.stop()
+        do {
+            try daemon.saveSessionFile()
+        } catch {
+            Console.err("haul daemon: --save-session: \(error.message)\n")
+        }
         // Running downloads stop and keep their partial files (resumable through the journal); the daemon, closed
         // first, does not record them as ended, so the next start brings them back.
         daemon.close()
@@ -194,7 +258,7 @@ struct DaemonCommand: AsyncParsableCommand {
 
     /// The secret: from --rpc-secret-file, else $HAUL_RPC_SECRET, else DIR/.haul/rpc-secret (made on the first start
     /// and printed once); none with --rpc-no-secret, said at every start.
-    func loadSecret(directory: URL) throws -> RPCSecret? {
+    func loadSecret(directory: URL, conf: AriaConfiguration) throws -> RPCSecret? {
         if noSecret {
             Console.err(
                 "haul daemon: warning: --rpc-no-secret: any program of any user on this machine can drive the "
@@ -204,6 +268,16 @@ struct DaemonCommand: AsyncParsableCommand {
         if let secretFile { return try Self.readSecret(at: secretFile, option: "--rpc-secret-file") }
         if let value = ProcessInfo.processInfo.environment[Self.secretVariable] {
             guard let secret = RPCSecret(value) else { throw ValidationError("$\(Self.secretVariable) is empty") }
+            return secret
+        }
+        if let value = conf.daemon["rpc-secret"], let confPath {
+            // Kept in clear there, as aria2 keeps it: only a file its owner alone can read may hold it.
+            var info = stat()
+            guard stat(confPath, &info) == 0, info.st_mode & 0o077 == 0 else {
+                throw ValidationError(
+                    "--conf-path '\(confPath)' holds rpc-secret and can be read by other users; chmod 600 it")
+            }
+            guard let secret = RPCSecret(value) else { throw ValidationError("\(confPath): rpc-secret is empty") }
             return secret
         }
         let store = directory.appendingPathComponent(".haul")
@@ -243,5 +317,63 @@ struct DaemonCommand: AsyncParsableCommand {
             let secret = RPCSecret(line.trimmingCharacters(in: .whitespaces))
         else { throw ValidationError("\(named) holds no secret") }
         return secret
+    }
+}
+
+/// What an aria2 configuration file (`--conf-path`) says to `haul daemon`.
+struct AriaConfiguration {
+    /// The settings of the daemon itself: `dir`, `rpc-listen-port`, `rpc-secret`, `input-file`, `save-session`.
+    var daemon: [String: String] = [:]
+    /// The global options (download defaults, `max-concurrent-downloads`, `max-overall-download-limit`), a cumulative
+    /// one's values joined by newlines.
+    var globalOptions: [String: String] = [:]
+    /// What to tell the user: options of aria2 that change nothing here.
+    var notes: [String] = []
+
+    static let daemonSettings: Set<String> = ["dir", "rpc-listen-port", "rpc-secret", "input-file", "save-session"]
+
+    init() {}
+
+    /// Reads the file at `path`; an option aria2 does not know is an error naming its line.
+    init(path: String) throws {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw ValidationError("--conf-path '\(path)': \(error.localizedDescription)")
+        }
+        var unused: [String] = []
+        do {
+            for setting in try Aria2Files.readConfiguration(text, name: path) {
+                if Self.daemonSettings.contains(setting.name) {
+                    daemon[setting.name] = setting.value
+                    continue
+                }
+                switch (setting.name, Aria2Files.role(of: setting.name)) {
+                case ("rpc-listen-all", _), ("rpc-allow-origin-all", _):
+                    if setting.value == "true" {
+                        notes.append(
+                            "\(path):\(setting.line): \(setting.name)=true is not followed: haul daemon listens on "
+                                + "loopback only and answers pages of other origins only when --rpc-allow-origin "
+                                + "names them")
+                    }
+                case (_, .globalOption):
+                    if let earlier = globalOptions[setting.name], setting.name == "header" {
+                        globalOptions[setting.name] = earlier + "\n" + setting.value
+                    } else {
+                        globalOptions[setting.name] = setting.value
+                    }
+                case (_, .unused):
+                    unused.append(setting.name)
+                case (_, .unknown):
+                    throw ValidationError("\(path):\(setting.line): no such option of aria2: \(setting.name)")
+                }
+            }
+        } catch let error as RPCError {
+            throw ValidationError(error.message)
+        }
+        if !unused.isEmpty {
+            notes.append("\(path): not used by haul daemon: \(unused.joined(separator: ", "))")
+        }
     }
 }

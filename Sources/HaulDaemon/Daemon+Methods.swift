@@ -22,10 +22,20 @@ extension Daemon {
         let options = try arguments.options(1)
         let position = arguments.optional(2) == nil ? nil : try arguments.int(2, "position")
         if let position, position < 0 { throw .invalidParams("aria2.addUri: position must be 0 or more") }
+        let plan = try self.plan(uris: uris, options: options)
+        return .string(try add(plan, position: position).description)
+    }
+
+    /// The plan of a download of `uris` with `options` over the global options in force.
+    func plan(uris: [String], options: [String: [String]]) throws(RPCError) -> DownloadPlan {
         let defaults = state.withLock { $0.globalOptions }
-        let plan = try DownloadPlan(
-            uris: uris, options: options, defaults: defaults, root: root,
-            base: queue.downloader.configuration)
+        return try DownloadPlan(
+            uris: uris, options: options, defaults: defaults, root: root, base: queue.downloader.configuration)
+    }
+
+    /// Adds the download `plan` describes, at `position` in the waiting order if given; returns its GID. It is
+    /// recorded in the store before this returns.
+    func add(_ plan: DownloadPlan, position: Int64?) throws(RPCError) -> GID {
         // The destination's directories are made now, inside the root (the plan checked every name).
         if case .directory(let directory, _) = plan.request.destination {
             try makeDirectories(directory.path)
@@ -72,7 +82,7 @@ extension Daemon {
             try persistOrder()
         }
         if let ended, let method = Self.notification(for: ended) { notify(method, gid) }
-        return .string(gid.description)
+        return gid
     }
 
     /// Makes `path` (inside the root) and the directories between, one by one: an existing one that is a symbolic link
@@ -360,15 +370,9 @@ extension Daemon {
         return "OK"
     }
 
-    /// The global options of a change as they are kept: without secrets, and a user name whose password is not kept
-    /// goes too (the next start finds neither, rather than half a credential).
+    /// The global options of a change as they are kept: without secrets, nor half a credential.
     static func keptGlobalOptions(_ given: [String: String]) -> [String: String] {
-        var kept = DownloadPlan.withoutSecrets(given)
-        for (user, password) in [("http-user", "http-passwd"), ("all-proxy-user", "all-proxy-passwd")]
-        where given[password] != nil {
-            kept[user] = nil
-        }
-        return kept
+        DownloadPlan.withoutCredentials(given)
     }
 
     /// A change of global options, checked.

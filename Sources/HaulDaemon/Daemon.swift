@@ -20,6 +20,9 @@ public final class Daemon: Sendable {
         public var globalOptions: [String: String]
         /// Where downloads and their outcomes are kept across restarts; `nil` keeps them in memory only.
         public var store: DaemonStore?
+        /// Where `saveSession` writes aria2's session file (aria2's `--save-session`); `nil`: the call fails, as in
+        /// aria2 without that option.
+        public var sessionFile: URL?
         /// Told when the store cannot be written (the download goes on; a restart may not know of the change).
         public var onStoreError: @Sendable (String) -> Void = { _ in }
 
@@ -261,6 +264,7 @@ public final class Daemon: Sendable {
                 "version": .string(configuration.version), "enabledFeatures": .array(Self.features.map(JSON.string)),
             ]
         case "aria2.getSessionInfo": return ["sessionId": .string(sessionID)]
+        case "aria2.saveSession": return try saveSession()
         case "aria2.shutdown", "aria2.forceShutdown":
             let handler = shutdownHandler.withLock { $0 }
             handler?(method == "aria2.forceShutdown")
@@ -282,7 +286,8 @@ public final class Daemon: Sendable {
         "aria2.getFiles", "aria2.getServers", "aria2.tellActive", "aria2.tellWaiting", "aria2.tellStopped",
         "aria2.getOption", "aria2.changeOption", "aria2.getGlobalOption", "aria2.changeGlobalOption",
         "aria2.changePosition", "aria2.getGlobalStat", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",
-        "aria2.getVersion", "aria2.getSessionInfo", "aria2.shutdown", "aria2.forceShutdown", "system.multicall",
+        "aria2.getVersion", "aria2.getSessionInfo", "aria2.saveSession", "aria2.shutdown", "aria2.forceShutdown",
+        "system.multicall",
         "system.listMethods", "system.listNotifications",
     ]
 

@@ -25,6 +25,13 @@ struct DownloadPlan {
         return stored
     }
 
+    /// `options` as written where they are read again (a session file, the kept global options): without secrets
+    /// (``withoutSecrets(_:)``), and without the user names that go with the passwords left out, so that what is read
+    /// back is no credential rather than half of one.
+    static func withoutCredentials(_ options: [String: String]) -> [String: String] {
+        withoutSecrets(options).filter { $0.key != "http-user" && $0.key != "all-proxy-user" }
+    }
+
     /// Whether the download needs something ``storedOptions`` leaves out (a password, a secret header, a URI's user
     /// and password).
     var withholdsSecrets: Bool {
