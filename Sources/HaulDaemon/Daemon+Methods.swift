@@ -180,7 +180,7 @@ extension Daemon {
 
     /// Pauses or resumes every download; returns "OK".
     func pauseAll(_ paused: Bool) throws(RPCError) -> JSON {
-        let running = queue.statuses().filter { $0.state == .running }.map(\.id)
+        let running = queue.runningStatuses().filter { $0.state == .running }.map(\.id)
         if paused { queue.pauseAll() } else { queue.resumeAll() }
         let (gids, announced) = state.withLock { state in
             (state.items.values.filter { $0.handle != nil }.map(\.gid), running.compactMap { state.byDownload[$0] })
@@ -240,7 +240,8 @@ extension Daemon {
 
     func tellActive(_ arguments: Arguments) throws(RPCError) -> JSON {
         let keys = try arguments.strings(0, "keys")
-        return .array(listed(queue.statuses().filter { $0.state == .running }, keys: keys))
+        // A download stopping for a pause is still admitted: it shows as paused, not active.
+        return .array(listed(queue.runningStatuses().filter { $0.state == .running }, keys: keys))
     }
 
     /// `tellWaiting(offset, num, keys?)` and `tellStopped`: aria2's pages, a negative offset counting from the end
@@ -257,9 +258,9 @@ extension Daemon {
             if offset < 0 { objects.reverse() }
             return .array(objects)
         }
-        let waiting = queue.statuses().filter { $0.position != nil }
-        let page = Self.page(waiting.count, offset: offset, count: count)
-        var objects = listed(page.map { waiting[$0] }, keys: keys)
+        // Only the page's statuses are made: clients ask for 1,000 of many thousands every second.
+        let page = Self.page(queue.waitingCount, offset: offset, count: count)
+        var objects = listed(queue.waitingStatuses(page), keys: keys)
         if offset < 0 { objects.reverse() }
         return .array(objects)
     }

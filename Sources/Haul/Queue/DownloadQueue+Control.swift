@@ -109,18 +109,40 @@ extension DownloadQueue {
     /// Every download in the queue: the running ones (oldest first), then the waiting and paused ones in the waiting
     /// order, their ``DownloadStatus/position`` counting from 0.
     public func statuses() -> [DownloadStatus] {
-        locked { state in
-            var result: [DownloadStatus] = []
-            result.reserveCapacity(state.entries.count)
-            for (id, entry) in state.entries.sorted(by: { $0.key < $1.key }) where !state.scheduler.isWaiting(id) {
-                result.append(status(of: id, entry, position: nil, in: state))
-            }
-            for (position, id) in state.scheduler.waitingOrder().enumerated() {
-                guard let entry = state.entries[id] else { continue }
-                result.append(status(of: id, entry, position: position, in: state))
-            }
-            return result
+        locked { state in runningStatuses(in: state) + waitingStatuses(0..<Int.max, in: state) }
+    }
+
+    /// The running downloads, oldest first: cheaper than ``statuses()`` when many wait.
+    public func runningStatuses() -> [DownloadStatus] {
+        locked { state in runningStatuses(in: state) }
+    }
+
+    /// The waiting and paused downloads at `positions` of the waiting order (0 is admitted first; positions past
+    /// the end are left out): a page of ``statuses()`` without a status for every other download.
+    public func waitingStatuses(_ positions: Range<Int>) -> [DownloadStatus] {
+        locked { state in waitingStatuses(positions, in: state) }
+    }
+
+    private func runningStatuses(in state: State) -> [DownloadStatus] {
+        var ids: [UInt64] = []
+        for id in state.scheduler.runningIDs where state.entries[id] != nil && !state.scheduler.isWaiting(id) {
+            ids.append(id)
         }
+        return ids.sorted().compactMap { id in
+            state.entries[id].map { status(of: id, $0, position: nil, in: state) }
+        }
+    }
+
+    private func waitingStatuses(_ positions: Range<Int>, in state: State) -> [DownloadStatus] {
+        let order = state.scheduler.waitingOrder()
+        let page = positions.clamped(to: 0..<order.count)
+        var result: [DownloadStatus] = []
+        result.reserveCapacity(page.count)
+        for position in page {
+            guard let entry = state.entries[order[position]] else { continue }
+            result.append(status(of: order[position], entry, position: position, in: state))
+        }
+        return result
     }
 
     /// `entry`'s status; its position is `known`, or counted when it waits.

@@ -25,6 +25,11 @@ struct DownloadQueueControlTests {
             #expect(queue.statuses().map(\.id) == handles.map(\.id))
             #expect(queue.statuses().map(\.state) == [.running, .paused, .waiting, .waiting])
             #expect(queue.statuses().map(\.position) == [nil, 0, 1, 2])
+            // A page of them, without the others.
+            #expect(queue.runningStatuses().map(\.id) == [handles[0].id])
+            #expect(queue.waitingStatuses(1..<3).map(\.id) == [handles[2].id, handles[3].id])
+            #expect(queue.waitingStatuses(1..<3).map(\.position) == [1, 2])
+            #expect(queue.waitingStatuses(2..<99).map(\.id) == [handles[3].id] && queue.waitingStatuses(5..<9).isEmpty)
             server.openGate("g")
             for index in [0, 2, 3] { _ = try await handles[index].result }
             // Passed over, and still there: the queue is not idle while a download is paused.
