@@ -55,3 +55,30 @@ public struct DownloadStatus: Sendable {
         self.outcome = outcome
     }
 }
+
+/// One host's share of a ``DownloadQueue`` (``DownloadQueue/hostStatuses()``).
+public struct HostStatus: Sendable, Hashable {
+    /// The host's key: its origin, `scheme://host:port` (``DownloadQueue/hostKey(for:)``).
+    public var host: String
+    /// Its downloads running (a segmented download's extra connections counted).
+    public var running: Int
+    /// Its downloads waiting for a slot (paused ones not counted).
+    public var waiting: Int
+    /// Its own limit (``DownloadQueue/setLimit(_:forHost:)``), or `nil` when ``DownloadQueue/perHostLimit``
+    /// applies.
+    public var ownLimit: Int?
+    /// The limit that applies to it, or `nil` for none.
+    public var limit: Int?
+
+    /// Whether its downloads are held back (its own limit is 0).
+    public var isPaused: Bool { ownLimit == 0 }
+
+    /// A host's share.
+    public init(host: String, running: Int, waiting: Int, ownLimit: Int?, limit: Int?) {
+        self.host = host
+        self.running = running
+        self.waiting = waiting
+        self.ownLimit = ownLimit
+        self.limit = limit
+    }
+}

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import HaulOperations
 import Synchronization
 
@@ -96,6 +96,35 @@ extension DownloadQueue {
         guard let control = locked({ $0.entries[id.rawValue]?.control }) else { return false }
         control.setMaxBytesPerSecond(limit)
         return true
+    }
+
+    /// The key a download's host is counted by for per-host limits: its origin, `scheme://host:port` (the port
+    /// written out: `https://example.org:443`).
+    public static func hostKey(for url: URL) -> String { originKey(for: url) }
+
+    /// Sets the most downloads running at once against one host (``hostKey(for:)``), in place of
+    /// ``perHostLimit``: 0 holds its downloads back (the host is paused; running ones go on), `nil` returns it to
+    /// ``perHostLimit``. Downloads the new limit lets start are admitted at once.
+    ///
+    /// - Precondition: `limit` is `nil` or at least 0.
+    public func setLimit(_ limit: Int?, forHost host: String) {
+        precondition((limit ?? 0) >= 0, "a host's limit must be at least 0, not \(limit ?? 0)")
+        locked { state in
+            state.scheduler.setLimit(limit, forHost: host)
+            admit(in: &state)
+        }
+    }
+
+    /// Every host with downloads running or waiting, and every host with a limit of its own: how many run, how many
+    /// wait (paused ones not counted), and its limit. Counted over the waiting downloads: for a view, not for every
+    /// download.
+    public func hostStatuses() -> [HostStatus] {
+        let loads = locked { state in (state.scheduler.hostLoads(), state.scheduler.perHostLimit) }
+        return loads.0.map { load in
+            HostStatus(
+                host: load.host, running: load.running, waiting: load.waiting, ownLimit: load.limit,
+                limit: load.limit ?? loads.1)
+        }
     }
 
     /// Where one download stands, or `nil` when it is not in the queue (it ended: its handle's

@@ -264,6 +264,47 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test(
+        "a host's own limit: 0 holds its downloads back while another host's run, raising it lets that many start",
+        arguments: TransportKind.allCases)
+    func hostLimits(transport: TransportKind) async throws {
+        try await TestServer.withRunning(transport.server()) { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 10, perHostLimit: 4), transport: transport)
+            let held = server.held("x", gate: "a", host: "localhost")
+            let slow = DownloadQueue.hostKey(for: held)
+            #expect(slow.hasSuffix("://localhost:\(server.port)"))
+            queue.setLimit(0, forHost: slow)
+            var handles: [DownloadHandle] = []
+            for index in 0..<3 {
+                for host in ["localhost", "127.0.0.1"] {
+                    handles.append(
+                        queue.add(
+                            DownloadRequest(
+                                url: server.held("\(host)-\(index)", gate: host == "localhost" ? "a" : "b", host: host),
+                                destination: .directory(dir.url))))
+                }
+            }
+            try await eventually("the other host's three held") { server.heldCount(at: "b") == 3 }
+            let statuses = Dictionary(uniqueKeysWithValues: queue.hostStatuses().map { ($0.host, $0) })
+            #expect(statuses[slow] == HostStatus(host: slow, running: 0, waiting: 3, ownLimit: 0, limit: 0))
+            #expect(statuses[slow]?.isPaused == true)
+            let other = DownloadQueue.hostKey(for: server.held("y", host: "127.0.0.1"))
+            #expect(statuses[other] == HostStatus(host: other, running: 3, waiting: 0, ownLimit: nil, limit: 4))
+            #expect(server.heldCount(at: "a") == 0)
+            queue.setLimit(2, forHost: slow)
+            try await eventually("two of the held host's started") { server.heldCount(at: "a") == 2 }
+            #expect(queue.hostStatuses().first { $0.host == slow }?.waiting == 1)
+            server.openGate("a")
+            server.openGate("b")
+            for handle in handles { _ = try await handle.result }
+            // The server's own count: never more than two at once from the limited host.
+            #expect(server.stats.maxInFlightByHost["localhost:\(server.port)"] == 2)
+            queue.setLimit(nil, forHost: slow)
+            #expect(queue.hostStatuses().isEmpty)
+        }
+    }
+
     @Test("a speed limit set on a waiting download applies once it runs; pause and resume all")
     func limitWhileWaitingAndAll() async throws {
         try await TestServer.withRunning { server in

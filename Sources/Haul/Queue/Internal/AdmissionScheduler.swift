@@ -34,6 +34,8 @@ package struct AdmissionScheduler {
     }
     /// While paused nothing is admitted; running downloads go on.
     package var isPaused = false
+    /// Limits of single hosts, by name, in place of ``perHostLimit``: 0 holds a host's items back (a paused host).
+    package private(set) var hostLimits: [String: Int] = [:]
 
     /// A host's number: its index in ``hosts``.
     typealias HostNumber = Int
@@ -420,7 +422,42 @@ package struct AdmissionScheduler {
     }
 
     private func hasFreeSlot(_ host: HostNumber) -> Bool {
-        counters[host].running < (perHostLimit ?? Int.max)
+        // Most queues have no limit of a single host: no lookup of the name then.
+        let limit = hostLimits.isEmpty ? perHostLimit : hostLimits[names[host]] ?? perHostLimit
+        return counters[host].running < (limit ?? Int.max)
+    }
+
+    /// Sets the limit of the host `name` in place of ``perHostLimit`` (0 holds its items back; at least 0), or
+    /// returns it to ``perHostLimit`` (`nil`). Running items go on; a host below its new limit is offered again.
+    package mutating func setLimit(_ limit: Int?, forHost name: String) {
+        hostLimits[name] = limit.map { max(0, $0) }
+        if let number = numbers[name], hosts[number] != nil { offer(number) }
+    }
+
+    /// One host's load: its items running and waiting (paused ones not counted), and its own limit if it has one.
+    package struct HostLoad: Equatable, Sendable {
+        package var host: String
+        package var running: Int
+        package var waiting: Int
+        package var limit: Int?
+    }
+
+    /// The load of every host with items running or waiting, and of every host with a limit of its own, by name.
+    /// O(n) in the items waiting: for a view, not for admission.
+    package func hostLoads() -> [HostLoad] {
+        var loads: [String: HostLoad] = [:]
+        for (name, limit) in hostLimits {
+            loads[name] = HostLoad(host: name, running: 0, waiting: 0, limit: limit)
+        }
+        for (number, name) in names.enumerated() where hosts[number] != nil {
+            loads[name, default: HostLoad(host: name, running: 0, waiting: 0, limit: nil)].running =
+                counters[number].running
+        }
+        for item in waiting.values where item.sequence >= Self.frontFloor {
+            loads[names[item.host], default: HostLoad(host: names[item.host], running: 0, waiting: 0, limit: nil)]
+                .waiting += 1
+        }
+        return loads.values.sorted { $0.host < $1.host }
     }
 
     /// Pushes `host`'s current best waiting item as a candidate, if it has one, a free slot, and is not in the

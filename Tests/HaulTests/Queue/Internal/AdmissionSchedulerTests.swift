@@ -470,4 +470,26 @@ struct AdmissionSchedulerMoveTests {
         scheduler.isPaused = false
         #expect(drain(&scheduler) == [2, 3])
     }
+
+    @Test("a host's own limit: 0 holds it back, a number lets that many run, nil returns it to the per-host limit")
+    func hostLimits() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 10, perHostLimit: 3)
+        scheduler.setLimit(0, forHost: "a")
+        for id in 1...4 { scheduler.enqueue(UInt64(id), host: "a", priority: 0) }
+        for id in 5...6 { scheduler.enqueue(UInt64(id), host: "b", priority: 0) }
+        #expect(scheduler.admit() == [5, 6])
+        #expect(
+            scheduler.hostLoads() == [
+                .init(host: "a", running: 0, waiting: 4, limit: 0),
+                .init(host: "b", running: 2, waiting: 0, limit: nil),
+            ])
+        scheduler.setLimit(1, forHost: "a")
+        #expect(scheduler.admit() == [1])
+        #expect(scheduler.admit() == [])
+        scheduler.setLimit(nil, forHost: "a")
+        #expect(scheduler.admit() == [2, 3])
+        scheduler.finish(1)
+        #expect(scheduler.admit() == [4])
+        #expect(scheduler.hostLoads().map(\.running) == [3, 2])
+    }
 }
