@@ -64,6 +64,8 @@ public final class Daemon: Sendable {
         var stoppedCount = 0
         /// The rank of the next download added (after every unfinished one).
         var nextRank = 0
+        /// The hosts with settings of their own (``HostSettings``).
+        var hosts: [String: HostSettings] = [:]
         /// Set by ``Daemon/close()``: the downloads cancelled from now on stop with the daemon and come back with it.
         var closing = false
     }
@@ -149,6 +151,7 @@ public final class Daemon: Sendable {
                         "the global option \(name) kept at an earlier run is not applied: \(error.message)")
                 }
             }
+            for (host, settings) in try store.loadHosts() { apply(settings, to: host) }
             try restore(from: store)
         }
     }
@@ -265,6 +268,11 @@ public final class Daemon: Sendable {
             ]
         case "aria2.getSessionInfo": return ["sessionId": .string(sessionID)]
         case "aria2.saveSession": return try saveSession()
+        case "haul.getHosts": return getHosts()
+        case "haul.changeHostOption": return try changeHostOption(arguments)
+        case "haul.pauseHost": return try pauseHost(arguments, true)
+        case "haul.unpauseHost": return try pauseHost(arguments, false)
+        case "haul.tellHistory": return try tellHistory(arguments)
         case "aria2.shutdown", "aria2.forceShutdown":
             let handler = shutdownHandler.withLock { $0 }
             handler?(method == "aria2.forceShutdown")
@@ -277,7 +285,10 @@ public final class Daemon: Sendable {
 
     /// What `getVersion` lists: the protocols and capabilities there are, and Haul's own extensions (a client that
     /// knows them looks for them here).
-    static let features = ["HTTPS", "Async DNS", "GZip", "Firefox3 Cookie", "Checksum", "haul.onDownloadWaiting"]
+    static let features = [
+        "HTTPS", "Async DNS", "GZip", "Firefox3 Cookie", "Checksum", "haul.onDownloadWaiting", "haul.hosts",
+        "haul.history",
+    ]
 
     /// The methods `system.listMethods` lists: those ``call(_:_:)`` answers.
     static let methods = [
@@ -288,7 +299,8 @@ public final class Daemon: Sendable {
         "aria2.changePosition", "aria2.getGlobalStat", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",
         "aria2.getVersion", "aria2.getSessionInfo", "aria2.saveSession", "aria2.shutdown", "aria2.forceShutdown",
         "system.multicall",
-        "system.listMethods", "system.listNotifications",
+        "system.listMethods", "system.listNotifications", "haul.getHosts", "haul.changeHostOption", "haul.pauseHost",
+        "haul.unpauseHost", "haul.tellHistory",
     ]
 
     /// The notifications a WebSocket client may get.

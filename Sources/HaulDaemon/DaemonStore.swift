@@ -63,7 +63,37 @@ public final class DaemonStore: Sendable {
             try db.execute(
                 sql: "CREATE TABLE global_options (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID")
         }
+        migrator.registerMigration("hosts") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE hosts (
+                        host TEXT PRIMARY KEY NOT NULL, max_connections INTEGER, paused INTEGER NOT NULL DEFAULT 0
+                    ) WITHOUT ROWID
+                    """)
+        }
         try migrator.migrate(database)
+    }
+
+    /// The hosts with settings of their own.
+    func loadHosts() throws -> [(String, HostSettings)] {
+        try database.read { db in
+            try GRDB.Row.fetchAll(db, sql: "SELECT host, max_connections, paused FROM hosts ORDER BY host").map {
+                ($0["host"], HostSettings(limit: $0["max_connections"], paused: $0["paused"]))
+            }
+        }
+    }
+
+    /// Keeps the settings of `host` (none left: forgets it).
+    func saveHost(_ host: String, limit: Int?, paused: Bool) throws {
+        try database.write { db in
+            if limit == nil && !paused {
+                try db.execute(sql: "DELETE FROM hosts WHERE host = ?", arguments: [host])
+            } else {
+                try db.execute(
+                    sql: "INSERT OR REPLACE INTO hosts (host, max_connections, paused) VALUES (?, ?, ?)",
+                    arguments: [host, limit, paused])
+            }
+        }
     }
 
     /// The global options changed with `changeGlobalOption`, as given (a cumulative one's values joined by newlines).

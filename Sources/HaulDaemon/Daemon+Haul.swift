@@ -1,0 +1,135 @@
+import Foundation
+import Haul
+
+/// Haul's own methods beside aria2's (listed in `getVersion`'s `enabledFeatures`): per-host limits and pausing a
+/// host, and the whole history, paged and searched on the daemon.
+extension Daemon {
+    // MARK: - Hosts
+
+    /// The host an argument names: an origin (`https://example.org`) or any URL of it, as the queue counts hosts.
+    func host(_ arguments: Arguments, _ index: Int = 0) throws(RPCError) -> String {
+        let text = try arguments.string(index, "host")
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme),
+            url.host?.isEmpty == false
+        else { throw RPCError("'\(text)' is not a host such as https://example.org") }
+        return DownloadQueue.hostKey(for: url)
+    }
+
+    /// `haul.getHosts()`: each host with downloads running or waiting, or with a setting of its own: `host`,
+    /// `numActive`, `numWaiting`, `maxConnections` (its limit, empty for none), `ownLimit` (`true` when it has one of
+    /// its own) and `paused`.
+    func getHosts() -> JSON {
+        let settings = state.withLock { $0.hosts }
+        let perHost = queue.perHostLimit
+        return .array(
+            queue.hostStatuses().map { status in
+                let own = settings[status.host]
+                // A paused host shows the limit it goes back to.
+                let limit = own?.limit ?? perHost
+                return [
+                    "host": .string(status.host), "numActive": .string(String(status.running)),
+                    "numWaiting": .string(String(status.waiting)),
+                    "maxConnections": .string(limit.map(String.init) ?? ""),
+                    "ownLimit": own?.limit == nil ? "false" : "true", "paused": own?.paused == true ? "true" : "false",
+                ]
+            })
+    }
+
+    /// `haul.changeHostOption(host, {"max-connections": N})`: the most downloads running at once against the host,
+    /// in place of `--per-host` (an empty value returns it to that). Takes effect at once; kept across restarts.
+    func changeHostOption(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let host = try host(arguments)
+        let options = try arguments.options(1)
+        for name in options.keys where name != "max-connections" {
+            throw RPCError("No such host option: \(name) (haul.changeHostOption takes max-connections)")
+        }
+        guard let value = options["max-connections"]?.last else { return "OK" }
+        var limit: Int?
+        if !value.isEmpty {
+            guard let number = Int(value), number >= 1 else {
+                throw RPCError("max-connections must be a number of 1 or more, or empty for none, not '\(value)'")
+            }
+            limit = number
+        }
+        try changeHost(host) { $0.limit = limit }
+        return "OK"
+    }
+
+    /// `haul.pauseHost(host)` and `haul.unpauseHost(host)`: the host's waiting downloads are held back (running
+    /// ones go on), or let go again under its limit. Kept across restarts.
+    func pauseHost(_ arguments: Arguments, _ paused: Bool) throws(RPCError) -> JSON {
+        let host = try host(arguments)
+        try changeHost(host) { $0.paused = paused }
+        return "OK"
+    }
+
+    /// Changes the settings of `host`: stored before they apply (and before the call is answered).
+    private func changeHost(_ host: String, _ change: (inout HostSettings) -> Void) throws(RPCError) {
+        var settings = state.withLock { $0.hosts[host] } ?? HostSettings()
+        change(&settings)
+        try record { try $0.saveHost(host, limit: settings.limit, paused: settings.paused) }
+        apply(settings, to: host)
+    }
+
+    /// Gives the queue what `settings` say of `host`.
+    func apply(_ settings: HostSettings, to host: String) {
+        state.withLock { $0.hosts[host] = settings.isDefault ? nil : settings }
+        queue.setLimit(settings.paused ? 0 : settings.limit, forHost: host)
+    }
+
+    // MARK: - History
+
+    /// `haul.tellHistory(offset, num, filter?, keys?)`: the stopped downloads, newest first, without aria2's cap;
+    /// `filter` may hold `query` (found in the file's name or any of its URIs, case ignored) and `status` (a list of
+    /// `complete`, `error`, `removed`). Answers `{"total": N, "downloads": [...]}`, `total` counting every match.
+    func tellHistory(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let offset = try arguments.int(0, "offset")
+        let count = try arguments.int(1, "num")
+        guard offset >= 0, count >= 0 else {
+            throw .invalidParams("haul.tellHistory: offset and num must be 0 or more")
+        }
+        let filter = try arguments.options(2)
+        for name in filter.keys where !["query", "status"].contains(name) {
+            throw .invalidParams("haul.tellHistory: the filter takes query and status, not \(name)")
+        }
+        let query = filter["query"]?.last?.lowercased() ?? ""
+        let statuses = filter["status"].map(Set.init)
+        if let statuses, !statuses.isSubset(of: ["complete", "error", "removed"]) {
+            throw .invalidParams("haul.tellHistory: status must be complete, error or removed")
+        }
+        let keys = try arguments.strings(3, "keys")
+        let (total, page) = state.withLock { state -> (Int, [Item]) in
+            var total = 0
+            var page: [Item] = []
+            for gid in state.stopped.reversed() {
+                guard let item = state.items[gid], let ending = item.ending else { continue }
+                if let statuses, !statuses.contains(ending.status) { continue }
+                if !query.isEmpty, !Self.matches(item, query) { continue }
+                if total >= offset, page.count < count { page.append(item) }
+                total += 1
+            }
+            return (total, page)
+        }
+        return [
+            "total": .string(String(total)),
+            "downloads": .array(page.map { Aria2Status.object($0, status: nil, keys: keys, root: root) }),
+        ]
+    }
+
+    /// Whether `query` (lowercased) is in the name of `item`'s file or in one of its URIs.
+    private static func matches(_ item: Item, _ query: String) -> Bool {
+        let name = item.ending?.path.map { ($0 as NSString).lastPathComponent } ?? item.options["out"] ?? ""
+        if name.lowercased().contains(query) { return true }
+        return item.uris.contains { $0.absoluteString.lowercased().contains(query) }
+    }
+}
+
+/// What a user set for one host.
+struct HostSettings: Sendable, Hashable {
+    /// Its own limit, in place of `--per-host`.
+    var limit: Int?
+    /// Whether its downloads are held back.
+    var paused = false
+
+    var isDefault: Bool { limit == nil && !paused }
+}

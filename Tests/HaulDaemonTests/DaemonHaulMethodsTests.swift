@@ -1,0 +1,134 @@
+import Foundation
+import Haul
+import HaulDaemon
+import HaulNIO
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// Haul's own methods beside aria2's: a host's limit and its pause, obeyed as the test server counts them, and the
+/// whole history paged and searched.
+@Suite("haul daemon: haul.* methods", .timeLimit(.minutes(2)))
+struct DaemonHaulMethodsTests {
+    @Test("getVersion lists Haul's features; haul.* methods are listed")
+    func listed() async throws {
+        let harness = try await DaemonHarness()
+        let features = try await harness.call("aria2.getVersion").object?["enabledFeatures"]?.array ?? []
+        #expect(["haul.onDownloadWaiting", "haul.hosts", "haul.history"].allSatisfy { features.contains(.string($0)) })
+        let methods = try await harness.call("system.listMethods", [], token: nil).array ?? []
+        #expect(
+            ["haul.getHosts", "haul.changeHostOption", "haul.pauseHost", "haul.tellHistory"].allSatisfy {
+                methods.contains(.string($0))
+            })
+        await harness.stop()
+    }
+
+    @Test("a host paused holds its downloads back, its limit lets that many run, as the server counts them")
+    func hostLimitAndPause() async throws {
+        try await TestServer.withRunning { server in
+            let harness = try await DaemonHarness(maxConcurrent: 8)
+            let host = "http://localhost:\(server.port)"
+            #expect(try await harness.call("haul.pauseHost", [.string(host + "/any/path")]) == "OK")
+            var gids: [String] = []
+            for index in 0..<4 {
+                let url = server.url(path: "/bytes/h\(index)", query: ["hold": "h"], host: "localhost").absoluteString
+                gids.append(try #require(try await harness.call("aria2.addUri", [[.string(url)]]).string))
+            }
+            let other = try #require(
+                try await harness.call(
+                    "aria2.addUri", [[.string(server.url(path: "/bytes/o", query: ["hold": "o"]).absoluteString)]]
+                ).string)
+            try await eventually("the other host's download held") { server.heldCount(at: "o") == 1 }
+            #expect(server.heldCount(at: "h") == 0)
+            let hosts = try #require(try await harness.call("haul.getHosts").array)
+            #expect(
+                hosts.contains([
+                    "host": .string(host),
+                    "numActive": "0", "numWaiting": "4", "maxConnections": "", "ownLimit": "false", "paused": "true",
+                ]), "\(hosts)")
+            #expect(
+                try await harness.call("haul.changeHostOption", [.string(host), ["max-connections": "2"]]) == "OK")
+            #expect(try await harness.call("haul.unpauseHost", [.string(host)]) == "OK")
+            try await eventually("two of the paused host's started") { server.heldCount(at: "h") == 2 }
+            server.openGate("h")
+            server.openGate("o")
+            for gid in gids + [other] { try await harness.waitFor(gid, status: "complete") }
+            #expect(server.stats.maxInFlightByHost["localhost:\(server.port)"] == 2)
+            for bad: [JSON] in [
+                [.string(host), ["max-connections": "0"]], [.string(host), ["speed": "1"]],
+                ["ftp://example.org", ["max-connections": "1"]], ["not a host", [:]],
+            ] {
+                await #expect(throws: CallError.self, "\(bad)") {
+                    try await harness.call("haul.changeHostOption", bad)
+                }
+            }
+            await harness.stop()
+        }
+    }
+
+    @Test("the history: newest first, paged, searched by name and URI, filtered by status, with its total")
+    func history() async throws {
+        try await TestServer.withRunning { server in
+            let harness = try await DaemonHarness(maxConcurrent: 4)
+            var done: [String] = []
+            for index in 0..<6 {
+                let name = index % 2 == 0 ? "report-\(index).pdf" : "photo-\(index).jpg"
+                let url = server.url(path: "/bytes/\(name)", query: ["size": "100"]).absoluteString
+                let gid = try #require(try await harness.call("aria2.addUri", [[.string(url)]]).string)
+                try await harness.waitFor(gid, status: "complete")
+                done.append(gid)
+            }
+            let failed = try #require(
+                try await harness.call(
+                    "aria2.addUri",
+                    [[.string(server.url(path: "/bytes/missing-report", query: ["status": "404"]).absoluteString)]]
+                ).string)
+            try await harness.waitFor(failed, status: "error")
+            func page(_ offset: Int64, _ count: Int64, _ filter: JSON = [:]) async throws -> (Int, [String]) {
+                let answer = try await harness.call("haul.tellHistory", [.int(offset), .int(count), filter, ["gid"]])
+                let total = Int(answer.object?["total"]?.string ?? "") ?? -1
+                return (total, answer.object?["downloads"]?.array?.compactMap { $0.object?["gid"]?.string } ?? [])
+            }
+            let newestFirst = [failed] + done.reversed()
+            #expect(try await page(0, 3) == (7, Array(newestFirst.prefix(3))))
+            #expect(try await page(3, 10) == (7, Array(newestFirst.dropFirst(3))))
+            #expect(try await page(0, 10, ["query": "REPORT"]) == (4, [failed, done[4], done[2], done[0]]))
+            #expect(try await page(1, 1, ["query": "report", "status": ["complete"]]) == (3, [done[2]]))
+            #expect(try await page(0, 10, ["status": ["error"]]) == (1, [failed]))
+            #expect(try await page(0, 10, ["query": "no-such-name"]) == (0, []))
+            await #expect(throws: CallError.self) {
+                try await harness.call("haul.tellHistory", [0, 10, ["status": ["active"]]])
+            }
+            await #expect(throws: CallError.self) { try await harness.call("haul.tellHistory", [-1, 10]) }
+            await harness.stop()
+        }
+    }
+
+    @Test("host settings are kept across a restart")
+    func hostsKept() async throws {
+        let root = try TemporaryDirectory()
+        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
+        func start() throws -> (Daemon, DownloadQueue) {
+            let queue = DownloadQueue(
+                downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
+                configuration: .init(maxConcurrentDownloads: 2))
+            let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
+            return (try Daemon(queue: queue, configuration: .init(root: root.url, store: store)), queue)
+        }
+        let (first, _) = try start()
+        #expect(try first.call("haul.changeHostOption", ["https://a.example", ["max-connections": "3"]]) == "OK")
+        #expect(try first.call("haul.pauseHost", ["http://b.example:8080/x"]) == "OK")
+        first.close()
+        let (second, queue) = try start()
+        let hosts = queue.hostStatuses()
+        #expect(
+            hosts == [
+                HostStatus(host: "http://b.example:8080", running: 0, waiting: 0, ownLimit: 0, limit: 0),
+                HostStatus(host: "https://a.example:443", running: 0, waiting: 0, ownLimit: 3, limit: 3),
+            ])
+        let answer = try second.call("haul.getHosts", [])
+        #expect(answer.array?.first?.object?["paused"] == "true")
+        #expect(answer.array?.last?.object?["maxConnections"] == "3")
+        second.close()
+    }
+}
