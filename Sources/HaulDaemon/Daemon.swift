@@ -47,8 +47,8 @@ public final class Daemon: Sendable {
     let sessionID: String
     let state: Locked<State>
     private let watcher: Task<Void, Never>
-    private let shutdownHandler = Locked<(@Sendable (_ force: Bool) -> Void)?>(nil)
-    private let notificationHandler: Locked<(@Sendable (_ method: String, _ gid: String) -> Void)?>
+    private let shutdownHandler = Locked<Hook<Bool>?>(nil)
+    private let notificationHandler: Locked<Hook<(method: String, gid: String)>?>
 
     struct State {
         var items: [GID: Item] = [:]
@@ -116,7 +116,7 @@ public final class Daemon: Sendable {
         self.state = state
         let events = queue.events(including: [.started, .finished, .failed])
         let store = configuration.store
-        let notifications = Locked<(@Sendable (_ method: String, _ gid: String) -> Void)?>(nil)
+        let notifications = Locked<Hook<(method: String, gid: String)>?>(nil)
         notificationHandler = notifications
         watcher = Task {
             for await event in events {
@@ -130,14 +130,14 @@ public final class Daemon: Sendable {
                         if let gid { state.items[gid]?.started = true } else { state.startedEarly.insert(id) }
                         return gid
                     }
-                    if let gid { notifications.withLock { $0 }?("aria2.onDownloadStart", gid.description) }
+                    if let gid { notifications.withLock { $0 }?.call(("aria2.onDownloadStart", gid.description)) }
                     continue
                 default: continue
                 }
                 guard let ended else { continue }
                 if let store { Self.persist([ended], in: store, onError: configuration.onStoreError) }
                 if let method = Self.notification(for: ended) {
-                    notifications.withLock { $0 }?(method, ended.gid.description)
+                    notifications.withLock { $0 }?.call((method, ended.gid.description))
                 }
             }
         }
@@ -166,12 +166,12 @@ public final class Daemon: Sendable {
     /// Calls `body` with each notification for WebSocket clients (`aria2.onDownloadStart`, ..., and
     /// `haul.onDownloadWaiting` when a download starts waiting) and the GID it is about.
     public func onNotification(_ body: @escaping @Sendable (_ method: String, _ gid: String) -> Void) {
-        notificationHandler.withLock { $0 = body }
+        notificationHandler.withLock { $0 = Hook { body($0.method, $0.gid) } }
     }
 
     /// Sends the notification `method` about `gid`.
     func notify(_ method: String, _ gid: GID) {
-        notificationHandler.withLock { $0 }?(method, gid.description)
+        notificationHandler.withLock { $0 }?.call((method, gid.description))
     }
 
     /// aria2's notification for a download that ended: none for the removal of one that never started, as aria2.
@@ -186,7 +186,7 @@ public final class Daemon: Sendable {
 
     /// Calls `body` when a client asks the daemon to shut down (`aria2.shutdown`, `forceShutdown` with `force`).
     public func onShutdown(_ body: @escaping @Sendable (_ force: Bool) -> Void) {
-        shutdownHandler.withLock { $0 = body }
+        shutdownHandler.withLock { $0 = Hook(body) }
     }
 
     /// The daemon's endpoint: aria2's JSON-RPC, checking `secret`.
@@ -275,7 +275,7 @@ public final class Daemon: Sendable {
         case "haul.tellHistory": return try tellHistory(arguments)
         case "aria2.shutdown", "aria2.forceShutdown":
             let handler = shutdownHandler.withLock { $0 }
-            handler?(method == "aria2.forceShutdown")
+            handler?.call(method == "aria2.forceShutdown")
             return "OK"
         case "system.listMethods": return .array(Self.methods.map(JSON.string))
         case "system.listNotifications": return .array(Self.notifications.map(JSON.string))
@@ -308,4 +308,15 @@ public final class Daemon: Sendable {
         "aria2.onDownloadStart", "aria2.onDownloadPause", "aria2.onDownloadStop", "aria2.onDownloadComplete",
         "aria2.onDownloadError", "haul.onDownloadWaiting",
     ]
+}
+
+/// A closure set after a daemon is made and called on every event, kept in a class: a closure kept directly in a
+/// `Locked` is read and written back through a generic `inout` on every access, and each time it gains a layer of
+/// reabstraction thunks; after a few hundred thousand notifications the next call overflowed the stack.
+final class Hook<Argument>: Sendable {
+    private let body: @Sendable (Argument) -> Void
+
+    init(_ body: @escaping @Sendable (Argument) -> Void) { self.body = body }
+
+    func call(_ argument: Argument) { body(argument) }
 }

@@ -132,3 +132,40 @@ struct DaemonHaulMethodsTests {
         second.close()
     }
 }
+
+/// A daemon delivers one notification per event for as long as it runs: the ten-thousandth costs what the first did.
+@Suite("haul daemon: notifications for as long as it runs", .timeLimit(.minutes(2)))
+struct DaemonNotificationCountTests {
+    @Test("50,000 notifications in a row are delivered, each once, each from the same depth of the stack")
+    func manyNotifications() async throws {
+        let root = try TemporaryDirectory()
+        let queue = DownloadQueue(
+            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
+            configuration: .init(maxConcurrentDownloads: 1))
+        queue.pause()
+        let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+        let delivered = Locked(0)
+        // Where the handler's frame is: the calls below all come from the same place, so a handler reached through
+        // more and more layers (closures re-wrapped on every call) sits deeper every time.
+        let depths = Locked<(first: UInt?, last: UInt)>((nil, 0))
+        daemon.onNotification { _, _ in
+            var marker = 0
+            let address = withUnsafeMutablePointer(to: &marker) { UInt(bitPattern: $0) }
+            delivered.withLock { $0 += 1 }
+            depths.withLock { $0 = ($0.first ?? address, address) }
+        }
+        let gid = try #require(try daemon.call("aria2.addUri", [["http://127.0.0.1:1/n"], ["pause": "true"]]).string)
+        // Each unpause announces the download waiting again; each pause takes it back.
+        for _ in 0..<25_000 {
+            _ = try daemon.call("aria2.unpause", [.string(gid)])
+            _ = try daemon.call("aria2.pause", [.string(gid)])
+        }
+        #expect(delivered.withLock { $0 } == 25_000)
+        let (seen, last) = depths.withLock { $0 }
+        let first = try #require(seen)
+        #expect(max(first, last) - min(first, last) < 4096, "the handler went \(Int(first) - Int(last)) bytes deeper")
+        daemon.close()
+        queue.cancelAll()
+        await queue.waitUntilIdle()
+    }
+}

@@ -1,0 +1,118 @@
+"""The daemon's benchmark rows (bench/daemon/run.sh runs it): aria2 clients' calls against a running haul daemon.
+
+python3 rpc.py PORT SECRET PID ROOT_URL MODE
+  lists:   10,000 addUri (paused) in one system.multicall; 1,000 of them removed (the history); then
+           tellWaiting(0,1000) and tellStopped(-1,1000), each the median of 21 calls, all keys and AriaNg's keys;
+           then four clients polling once a second as AriaNg does for 20 s: the daemon's CPU over that time.
+  history: 100,000 downloads of ROOT_URL/small (4 bytes) added in batches of 10,000 and run to the end; the
+           daemon's peak RSS (VmHWM) then, with 100,000 finished downloads in its history.
+Prints one "row: value" line per measure.
+"""
+import http.client, json, statistics, sys, threading, time
+
+port, secret, pid, root_url, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+token = "token:" + secret
+ARIANG_KEYS = ["gid", "totalLength", "completedLength", "uploadSpeed", "downloadSpeed", "connections", "numSeeders",
+               "seeder", "status", "errorCode", "verifiedLength", "verifyIntegrityPending", "files", "bittorrent",
+               "infoHash"]
+
+
+class Client:
+    def __init__(self):
+        self.connection = http.client.HTTPConnection("127.0.0.1", port)
+
+    def call(self, method, params):
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        self.connection.request("POST", "/jsonrpc", body, {"Content-Type": "application/json"})
+        answer = json.loads(self.connection.getresponse().read())
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error']}")
+        return answer["result"]
+
+
+def cpu_seconds():
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
+
+
+def peak_rss_mib():
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+
+
+def median_ms(client, method, params, runs=21):
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        client.call(method, [token] + params)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def add_many(client, count, start, options):
+    calls = [{"methodName": "aria2.addUri",
+              "params": [token, [f"{root_url}/small?n={start + i}"], dict(options, out=f"f{start + i:06d}")]}
+             for i in range(count)]
+    began = time.perf_counter()
+    answers = client.call("system.multicall", [calls])
+    elapsed = time.perf_counter() - began
+    gids = [a[0] for a in answers if isinstance(a, list)]
+    if len(gids) != count:
+        raise RuntimeError(f"only {len(gids)} of {count} added: {answers[:3]}")
+    return gids, elapsed
+
+
+client = Client()
+if mode == "lists":
+    gids, elapsed = add_many(client, 10000, 0, {"pause": "true"})
+    print(f"multicall of 10,000 addUri: {elapsed:.2f} s")
+    removed = [{"methodName": "aria2.forceRemove", "params": [token, gid]} for gid in gids[:1000]]
+    client.call("system.multicall", [removed])
+    while int(client.call("aria2.getGlobalStat", [token])["numStopped"]) < 1000:
+        time.sleep(0.05)
+    print(f"tellWaiting(0,1000), 9,000 waiting: {median_ms(client, 'aria2.tellWaiting', [0, 1000]):.1f} ms")
+    print(f"tellWaiting(0,1000), AriaNg's keys: {median_ms(client, 'aria2.tellWaiting', [0, 1000, ARIANG_KEYS]):.1f} ms")
+    print(f"tellStopped(-1,1000), 1,000 stopped: {median_ms(client, 'aria2.tellStopped', [-1, 1000]):.1f} ms")
+    print(f"getGlobalStat: {median_ms(client, 'aria2.getGlobalStat', []):.2f} ms")
+
+    def poll(stop):
+        own = Client()
+        while not stop.is_set():
+            began = time.perf_counter()
+            own.call("system.multicall", [[
+                {"methodName": "aria2.getGlobalStat", "params": [token]},
+                {"methodName": "aria2.tellActive", "params": [token, ARIANG_KEYS]},
+                {"methodName": "aria2.tellWaiting", "params": [token, 0, 1000, ARIANG_KEYS]},
+                {"methodName": "aria2.tellStopped", "params": [token, -1, 1000, ARIANG_KEYS]}]])
+            stop.wait(max(0, 1 - (time.perf_counter() - began)))
+
+    stop = threading.Event()
+    clients = [threading.Thread(target=poll, args=(stop,)) for _ in range(4)]
+    before, began = cpu_seconds(), time.perf_counter()
+    for thread in clients:
+        thread.start()
+    time.sleep(20)
+    stop.set()
+    for thread in clients:
+        thread.join()
+    share = (cpu_seconds() - before) / (time.perf_counter() - began) * 100
+    print(f"four clients polling once a second: {share:.1f}% of a core")
+    print(f"peak RSS, 10,000 downloads: {peak_rss_mib():.0f} MiB")
+elif mode == "history":
+    total, added_time = 0, 0.0
+    for batch in range(10):
+        _, elapsed = add_many(client, 10000, batch * 10000, {})
+        added_time += elapsed
+    began = time.perf_counter()
+    while True:
+        stat = client.call("aria2.getGlobalStat", [token])
+        if int(stat["numActive"]) + int(stat["numWaiting"]) == 0:
+            break
+        time.sleep(0.2)
+    stopped = int(client.call("aria2.getGlobalStat", [token])["numStopped"])
+    print(f"100,000 downloads added in 10 multicalls: {added_time:.1f} s, all ended {time.perf_counter() - began:.1f} s later")
+    print(f"tellStopped(-1,1000), {stopped:,} stopped: {median_ms(client, 'aria2.tellStopped', [-1, 1000]):.1f} ms")
+    print(f"peak RSS, {stopped:,} finished downloads in history: {peak_rss_mib():.0f} MiB")

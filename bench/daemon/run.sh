@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# bench/daemon/run.sh: haul daemon under aria2 clients' load (issue 49's targets), measured by bench/daemon/rpc.py.
+#
+# 1. Lists: 10,000 addUri in one system.multicall (target < 2 s); with 9,000 waiting and 1,000 stopped,
+#    tellWaiting(0,1000) and tellStopped(-1,1000) (target < 20 ms each); four clients polling once a second as
+#    AriaNg does (target < 5% of a core).
+# 2. History: 100,000 downloads of a 4-byte file from `haul serve`, run to the end: peak RSS with 100,000 finished
+#    downloads in the history (target < 64 MiB).
+#
+# Each part on a fresh daemon in a fresh directory on the real disk. Builds haul like bench/compare (or
+# HAUL=path/to/haul).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source bench/lib.sh
+if [[ -z "${HAUL:-}" ]]; then build_haul; fi
+WORK=$(mktemp -d /var/tmp/haul-daemon.XXXXXX)
+mkdir -p "$WORK/www"
+printf 'haul' > "$WORK/www/small"
+start_nginx "$WORK/www"
+daemon_pid=
+trap 'kill $daemon_pid 2>/dev/null; stop_nginx; rm -rf "$WORK"' EXIT
+
+# run MODE: a fresh daemon in $WORK/MODE, the measures of rpc.py MODE.
+run() {
+    local dir=$WORK/$1 port
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    port=$(free_port)
+    "$HAUL" daemon -d "$dir" --rpc-listen "127.0.0.1:$port" -j 8 --retries 0 2> "$WORK/$1.log" &
+    daemon_pid=$!
+    for _ in $(seq 1 100); do grep -q 'serving aria2' "$WORK/$1.log" && break; sleep 0.1; done
+    python3 bench/daemon/rpc.py "$port" "$(cat "$dir/.haul/rpc-secret")" "$daemon_pid" \
+        "http://127.0.0.1:$NGINX_PORT" "$1"
+    kill -TERM "$daemon_pid"
+    wait "$daemon_pid" || true
+}
+
+run lists
+run history
