@@ -298,7 +298,7 @@ extension Daemon {
     func getUris(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
         guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
-        return Aria2Status.uris(item)
+        return item.shownURIs
     }
 
     func getFiles(_ arguments: Arguments) throws(RPCError) -> JSON {

@@ -90,6 +90,9 @@ extension Daemon {
                     status: row.state, path: row.path, length: row.length, completed: row.completed,
                     errorCode: row.errorCode, errorMessage: row.errorMessage)
                 item.stoppedOrder = row.stoppedOrder
+                if let path = row.path {
+                    (item.shownDirectory, item.shownPath) = (Aria2Status.directory(of: path), path)
+                }
                 state.withLock { state in
                     state.items[row.gid] = item
                     state.stopped.append(row.gid)

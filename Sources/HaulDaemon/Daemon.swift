@@ -77,6 +77,12 @@ public final class Daemon: Sendable {
         var uris: [URL]
         var options: [String: String]
         var request: DownloadRequest
+        /// Its URIs as `getUris` and the lists show them, made once: clients ask for them every second.
+        let shownURIs: JSON
+        /// Its file's directory and path as the lists show them (the path empty while a name from the response is
+        /// still to come), made once and again when it ends.
+        var shownDirectory: String
+        var shownPath: String
         var handle: DownloadHandle?
         var ending: Ending?
         /// Removed by a call (its cancellation is a removal, not an error).
@@ -90,6 +96,15 @@ public final class Daemon: Sendable {
         var rank = 0
         /// The order it stopped in.
         var stoppedOrder: Int?
+
+        init(gid: GID, uris: [URL], options: [String: String], request: DownloadRequest) {
+            self.gid = gid
+            self.uris = uris
+            self.options = options
+            self.request = request
+            shownURIs = Aria2Status.uris(uris)
+            (shownDirectory, shownPath) = Aria2Status.destination(of: request)
+        }
     }
 
     /// How a download ended.
@@ -216,7 +231,7 @@ public final class Daemon: Sendable {
         switch outcome {
         case .success(let result):
             item.ending = Ending(
-                status: "complete", path: result.fileURL.path, length: result.size, completed: result.size,
+                status: "complete", path: result.filePath, length: result.size, completed: result.size,
                 errorCode: 0, errorMessage: "")
         case .failure(let error) where error.isCancellation && item.removing:
             item.ending = Ending(
@@ -227,6 +242,9 @@ public final class Daemon: Sendable {
                 status: "error", path: error.path, length: total?.totalBytes ?? 0,
                 completed: total?.bytesWritten ?? 0, errorCode: Aria2Status.exitCode(of: error),
                 errorMessage: error.message)
+        }
+        if let path = item.ending?.path {
+            (item.shownDirectory, item.shownPath) = (Aria2Status.directory(of: path), path)
         }
         item.handle = nil
         state.items[gid] = item

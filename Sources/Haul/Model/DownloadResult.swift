@@ -12,6 +12,13 @@ public struct DownloadResult: Sendable, Equatable {
         }
         set { location = .url(newValue) }
     }
+    /// The file's path: ``fileURL``'s, without making the URL.
+    public var filePath: String {
+        switch location {
+        case .path(let path): path
+        case .url(let url): url.path
+        }
+    }
     /// The engine's results keep the file's path and make its URL when asked: most results of a large batch are
     /// only counted, and a file URL percent-encodes its path (bench/compare, s3).
     private var location: Location

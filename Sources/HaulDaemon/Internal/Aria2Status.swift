@@ -40,31 +40,36 @@ enum Aria2Status {
         members["uploadSpeed"] = "0"
         members["pieceLength"] = .string(String(pieceLength))
         members["numPieces"] = .string(String((total + pieceLength - 1) / pieceLength))
-        let (directory, path) = destination(of: item)
-        members["dir"] = .string(directory)
+        members["dir"] = .string(item.shownDirectory)
         members["files"] = [
             [
-                "index": "1", "path": .string(path), "length": .string(String(total)),
-                "completedLength": .string(String(completed)), "selected": "true", "uris": uris(item),
+                "index": "1", "path": .string(item.shownPath), "length": .string(String(total)),
+                "completedLength": .string(String(completed)), "selected": "true", "uris": item.shownURIs,
             ]
         ]
         guard let keys, !keys.isEmpty else { return .object(members) }
         return .object(members.filter { keys.contains($0.key) })
     }
 
-    /// The directory and the file's path (empty while a name from the response is still to come).
-    static func destination(of item: Daemon.Item) -> (directory: String, path: String) {
-        if let path = item.ending?.path { return ((path as NSString).deletingLastPathComponent, path) }
-        switch item.request.destination {
-        case .file(let url): return (url.deletingLastPathComponent().path, url.path)
-        case .directory(let url, _): return (url.path, item.request.plannedFileURL?.path ?? "")
+    /// The directory and the file's path of `request` (the path empty while a name from the response is still to
+    /// come).
+    static func destination(of request: DownloadRequest) -> (directory: String, path: String) {
+        switch request.destination {
+        case .file(let url): (url.deletingLastPathComponent().path, url.path)
+        case .directory(let url, _): (url.path, request.plannedFileURL?.path ?? "")
         }
     }
 
+    /// The directory of the file at `path`.
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
     /// `getUris`: the first URI is used, the mirrors wait.
-    static func uris(_ item: Daemon.Item) -> JSON {
+    static func uris(_ uris: [URL]) -> JSON {
         .array(
-            item.uris.enumerated().map { index, uri in
+            uris.enumerated().map { index, uri in
                 ["uri": .string(uri.redactedString), "status": index == 0 ? "used" : "waiting"]
             })
     }
