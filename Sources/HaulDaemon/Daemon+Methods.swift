@@ -252,9 +252,13 @@ extension Daemon {
         guard count >= 0 else { throw .invalidParams("\(arguments.method): num must be 0 or more") }
         let keys = try arguments.strings(2, "keys")
         if stopped {
-            let items = state.withLock { state in state.stopped.compactMap { state.items[$0] } }
-            let page = Self.page(items.count, offset: offset, count: count)
-            var objects = page.map { Aria2Status.object(items[$0], status: nil, keys: keys, root: root) }
+            // Only the page's items are taken: the history has no cap.
+            let items = state.withLock { state in
+                Self.page(state.stopped.count, offset: offset, count: count).compactMap {
+                    state.items[state.stopped[$0]]
+                }
+            }
+            var objects = items.map { Aria2Status.object($0, status: nil, keys: keys, root: root) }
             if offset < 0 { objects.reverse() }
             return .array(objects)
         }

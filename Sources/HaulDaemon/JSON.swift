@@ -90,13 +90,21 @@ public enum JSON: Sendable, Hashable {
     }
 
     private static let nullText = Array("null".utf8)
+    private static let hexDigits = Array("0123456789abcdef".utf8)
     private static let trueText = Array("true".utf8)
     private static let falseText = Array("false".utf8)
 
     /// Appends `text` as a JSON string: `"` and `\` escaped, control characters as `\n`, `\t`... or `\u00XX`.
     private static func write(_ text: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
+        // Most strings (GIDs, numbers, paths) need no escape: copied whole.
+        let utf8 = text.utf8
+        if !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            output.append(contentsOf: utf8)
+            output.append(UInt8(ascii: "\""))
+            return
+        }
+        for byte in utf8 {
             switch byte {
             case UInt8(ascii: "\""): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
             case UInt8(ascii: "\\"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
@@ -104,10 +112,9 @@ public enum JSON: Sendable, Hashable {
             case 0x0D: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
             case 0x09: output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
             case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                output.append(contentsOf: Array("\\u00".utf8))
-                output.append(hex[Int(byte >> 4)])
-                output.append(hex[Int(byte & 0x0F)])
+                output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+                output.append(Self.hexDigits[Int(byte >> 4)])
+                output.append(Self.hexDigits[Int(byte & 0x0F)])
             default: output.append(byte)
             }
         }
