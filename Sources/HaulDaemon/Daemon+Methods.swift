@@ -70,8 +70,7 @@ extension Daemon {
         }
         // Announced before it can start (the start is announced by the queue's event).
         if !plan.paused { notify("haul.onDownloadWaiting", gid) }
-        let handle = queue.add(plan.request)
-        if plan.paused { handle.pause() }
+        let handle = queue.add(plan.request, paused: plan.paused)
         let (ended, started) = attach(handle, to: gid)
         if started { notify("aria2.onDownloadStart", gid) }
         if let ended, let store = configuration.store {

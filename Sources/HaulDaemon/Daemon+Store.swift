@@ -123,8 +123,7 @@ extension Daemon {
                 state.items[row.gid] = item
                 state.nextRank = max(state.nextRank, row.rank + 1)
             }
-            let handle = queue.add(plan.request)
-            if row.state == "paused" { handle.pause() }
+            let handle = queue.add(plan.request, paused: row.state == "paused")
             if let finished = attach(handle, to: row.gid).ended { ended.append(finished) }
         }
         if !ended.isEmpty { try store.save(ended.map(Self.row)) }

@@ -110,6 +110,14 @@ public final class DownloadQueue: Sendable {
         add(requests, unlessEndedDuringScan: false)
     }
 
+    /// Adds `request` paused, or not: a paused download is paused as it is added, under the same lock, so it never
+    /// starts before ``resume(_:)`` (adding and then pausing could let it start in between, and a download paused
+    /// while it runs moves to the front of the waiting order). Joining a download already in the queue leaves that
+    /// one as it is.
+    public func add(_ request: DownloadRequest, paused: Bool) -> DownloadHandle {
+        add([request], unlessEndedDuringScan: false, paused: paused)[0]
+    }
+
     /// ``add(_:)-([DownloadRequest])``; with `unlessEndedDuringScan`, leaves out the requests whose download ended
     /// while ``resumeUnfinished(includingFailed:)`` read the journal (their records there are older than their end).
     /// Adds one request of a stream; `absentPath` as ``DestinationSnapshot/Listing`` found it.
@@ -118,7 +126,8 @@ public final class DownloadQueue: Sendable {
     }
 
     private func add(
-        _ requests: [DownloadRequest], unlessEndedDuringScan: Bool, absent given: [String?]? = nil
+        _ requests: [DownloadRequest], unlessEndedDuringScan: Bool, absent given: [String?]? = nil,
+        paused: Bool = false
     ) -> [DownloadHandle] {
         if recordsRequests, let journal = downloader.configuration.journal {
             Self.recordRequested(requests, in: journal)
@@ -147,7 +156,15 @@ public final class DownloadQueue: Sendable {
                         added.append(nil)
                         continue
                     }
-                    added.append(enqueue(request, absentPath: absent?[index], in: &state))
+                    let entered = enqueue(request, absentPath: absent?[index], in: &state)
+                    // A new entry only: one joined is another caller's download.
+                    if paused, let entry = state.entries[entered.0.rawValue], entry.handles == 1, !entry.paused,
+                        state.scheduler.pause(entered.0.rawValue)
+                    {
+                        entry.paused = true
+                        if state.wants(.paused) { state.publish(.paused(entered.0)) }
+                    }
+                    added.append(entered)
                 }
                 admit(in: &state)
             }

@@ -57,6 +57,33 @@ struct DownloadQueueControlTests {
     }
 
     @Test(
+        "a download added paused never starts, keeps the order it was added in, and runs once resumed",
+        arguments: TransportKind.allCases)
+    func addPaused(transport: TransportKind) async throws {
+        try await TestServer.withRunning(transport.server()) { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 4), transport: transport)
+            let events = queue.events(including: [.paused])
+            // Free slots: added then paused, they could start in between; added paused, they cannot.
+            let handles = ["a", "b", "c"].map { name in
+                queue.add(
+                    DownloadRequest(url: server.url(path: "/bytes/\(name)"), destination: .directory(dir.url)),
+                    paused: true)
+            }
+            #expect(queue.statuses().map(\.id) == handles.map(\.id))
+            #expect(queue.statuses().allSatisfy { $0.state == .paused } && queue.runningCount == 0)
+            #expect(server.stats.requestCount == 0)
+            #expect(queue.resumeAll() == 3)
+            for handle in handles { _ = try await handle.result }
+            #expect(server.stats.requests.count == 3)
+            queue.finishEvents()
+            var paused: [DownloadID] = []
+            for await case .paused(let id) in events { paused.append(id) }
+            #expect(paused == handles.map(\.id))
+        }
+    }
+
+    @Test(
         "a running download paused stops, keeps its partial, waits at the front, and resumes it with Range",
         arguments: TransportKind.allCases)
     func pauseRunning(transport: TransportKind) async throws {
