@@ -8,7 +8,9 @@ extension Daemon {
     /// session file read again at the next start) is left as it is. Every entry is checked before any is added: a
     /// file with a bad one adds nothing.
     ///
-    /// - Parameter name: the file as errors name it.
+    /// - Parameters:
+    ///   - entries: the file's downloads, as ``Aria2Files/readInput(_:name:)`` read them.
+    ///   - name: the file as errors name it.
     /// - Returns: how many downloads were added.
     /// - Throws: ``RPCError`` naming the file and line of every entry that is wrong.
     @discardableResult

@@ -26,7 +26,7 @@ public enum JSON: Sendable, Hashable {
     public var object: [String: JSON]? { if case .object(let value) = self { value } else { nil } }
 
     /// Parses `bytes` as one JSON text (RFC 8259): at most ``maximumDepth`` arrays and objects deep, strings valid
-    /// UTF-8; a number without a fraction or exponent that fits is an ``int``, any other a ``double``.
+    /// UTF-8; a number without a fraction or exponent that fits is an ``int(_:)``, any other a ``double(_:)``.
     ///
     /// - Throws: ``JSONParseError`` saying where the text went wrong.
     public static func parse(_ bytes: some Collection<UInt8>) throws -> JSON {
