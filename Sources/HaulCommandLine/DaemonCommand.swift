@@ -152,7 +152,9 @@ struct DaemonCommand: AsyncParsableCommand {
 
     mutating func run() async throws {
         Interruption.install()
-        let conf = try confPath.map(AriaConfiguration.init(path:)) ?? AriaConfiguration()
+        var conf = try confPath.map(AriaConfiguration.init(path:)) ?? AriaConfiguration()
+        // A flag given wins over the configuration file, as in aria2.
+        if concurrency.maxConcurrent != nil { conf.globalOptions["max-concurrent-downloads"] = nil }
         for note in conf.notes { Console.err("haul daemon: \(note)\n") }
         if destination.directory == ".", let dir = conf.daemon["dir"] { destination.directory = dir }
         if listen == Self.defaultListen, let port = conf.daemon["rpc-listen-port"] {

@@ -80,7 +80,7 @@ struct Aria2MigrationTests {
 
         """.write(to: conf, atomically: true, encoding: .utf8)
         chmod(conf.path, 0o600)
-        let daemon = try HaulProcess(["daemon", "--conf-path", conf.path])
+        let daemon = try HaulProcess(["daemon", "--conf-path", conf.path, "-j", "3"])
         try await eventually("the daemon serves", within: .seconds(30)) {
             daemon.stderrSoFar.contains("serving aria2 JSON-RPC on http://127.0.0.1:\(port)/") || daemon.hasExited
         }
@@ -95,7 +95,8 @@ struct Aria2MigrationTests {
         #expect(uris?.compactMap { $0["uri"] as? String } == ["http://127.0.0.1:1/a.bin", "http://127.0.0.1:2/a.bin"])
         let global = try #require(
             try await Self.call(port: port, secret: secret, "aria2.getGlobalOption") as? [String: Any])
-        #expect(global["max-concurrent-downloads"] as? String == "2" && global["split"] as? String == "3")
+        // -j given wins over the file's max-concurrent-downloads; the file's split is the default.
+        #expect(global["max-concurrent-downloads"] as? String == "3" && global["split"] as? String == "3")
         let said = daemon.stderrSoFar
         #expect(said.contains("not used by haul daemon: enable-rpc, continue"), "\(said)")
         #expect(said.contains("rpc-listen-all=true is not followed") && said.contains("added 2 downloads"), "\(said)")
