@@ -96,6 +96,26 @@ struct DaemonCommandTests {
         #expect(outside.status == 2 && outside.stderr.contains("loopback only"), "\(outside)")
     }
 
+    @Test("--rpc-no-secret: a warning at every start, calls without a token answered, Host and Origin still checked")
+    func noSecret() async throws {
+        let dir = try TemporaryDirectory()
+        let daemon = try await Self.start(dir, ["--rpc-no-secret"])
+        #expect(daemon.process.stderrSoFar.contains("warning: --rpc-no-secret"))
+        #expect(!FileManager.default.fileExists(atPath: dir.file(".haul/rpc-secret").path))
+        let open = Running(process: daemon.process, port: daemon.port, secret: nil)
+        #expect((try await open.result("aria2.getVersion") as? [String: Any])?["version"] != nil)
+        let body = Array(#"{"jsonrpc":"2.0","id":1,"method":"aria2.getVersion"}"#.utf8)
+        let rebound = try await RawHTTP.send(
+            port: daemon.port, headers: [("Host", "attacker.example:\(daemon.port)")], body: body)
+        #expect(rebound.status == 403 || rebound.status == 421, "\(rebound.text)")
+        let foreign = try await RawHTTP.send(
+            port: daemon.port,
+            headers: [("Host", "127.0.0.1:\(daemon.port)"), ("Origin", "http://attacker.example")], body: body)
+        #expect(foreign.status == 403, "\(foreign.text)")
+        daemon.process.send(SIGTERM)
+        _ = await daemon.process.finish()
+    }
+
     @Test("killed with SIGKILL at any moment, restarted: every download it answered for is back, in order")
     func killAndRestart() async throws {
         try await TestServer.withRunning { server in
