@@ -1,10 +1,5 @@
 import Foundation
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import Haul
 
 /// aria2's own files, read and written as aria2 reads and writes them, so that a user moves over with the files they
 /// have: its configuration file (`--conf-path`) and its input and session files (`-i`, `saveSession`).
@@ -117,33 +112,14 @@ public enum Aria2Files {
         line.count > 80 ? String(line.prefix(77)) + "..." : line
     }
 
-    /// Writes `text` to `path` as aria2 writes its session (a file beside it, then renamed over it), readable by its
-    /// owner only, flushed before the rename: a crash leaves the old file or the new one, never half of one.
+    /// Writes `text` to `path` whole (``PrivateFile``): readable by its owner only, a crash leaves the old file or
+    /// the new one, never half of one.
     static func save(_ text: String, to path: String) throws(RPCError) {
-        let temporary = path + "__temp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw RPCError("Failed to serialize session to '\(path)': \(errorText())") }
-        let bytes = Array(text.utf8)
-        var written = 0
-        while written < bytes.count {
-            let count = bytes[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if count < 0, errno == EINTR { continue }
-            guard count > 0 else {
-                let message = errorText()
-                close(fd)
-                unlink(temporary)
-                throw RPCError("Failed to serialize session to '\(path)': \(message)")
-            }
-            written += count
-        }
-        let synced = fsync(fd) == 0
-        let closed = close(fd) == 0
-        guard synced, closed, rename(temporary, path) == 0 else {
-            let message = errorText()
-            unlink(temporary)
-            throw RPCError("Failed to serialize session to '\(path)': \(message)")
+        do {
+            try PrivateFile.replace(path, with: Array(text.utf8))
+        } catch {
+            throw RPCError("Failed to serialize session to '\(path)': \(error.reason)")
         }
     }
 
-    private static func errorText() -> String { String(cString: strerror(errno)) }
 }

@@ -272,48 +272,22 @@ private enum CookieFileIO {
         }
     }
 
-    /// Replaces `file` with `bytes` through a temporary file in the same directory, so a reader (or a crash) sees
-    /// the old file or the new one, never a part; created 0600 so the cookies are never readable by others.
+    /// Replaces `file` with `bytes` (``PrivateFile``): a reader or a crash sees the old file or the new one, never a
+    /// part; 0600, so the cookies are never readable by others.
     static func replace(_ file: URL, with bytes: [UInt8]) throws(CookieFileError) {
         let path = file.path(percentEncoded: false)
-        let suffix = String(UInt64.random(in: .min ... .max), radix: 16)
-        let temporary = file.deletingLastPathComponent()
-            .appendingPathComponent(".\(file.lastPathComponent).\(suffix).tmp").path(percentEncoded: false)
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw failure(path, "cannot create a temporary file beside it", errno) }
         do {
-            try fill(descriptor, with: bytes, path: path)
+            try PrivateFile.replace(path, with: bytes)
         } catch {
-            close(descriptor)
-            unlink(temporary)
-            throw error
+            let what =
+                switch error.step {
+                case .create: "cannot create a temporary file beside it"
+                case .setMode: "cannot set mode 0600"
+                case .write: "cannot write the cookie file"
+                case .replace: "cannot replace the cookie file"
+                }
+            throw failure(path, what, error.code)
         }
-        guard close(descriptor) == 0 else {
-            let code = errno
-            unlink(temporary)
-            throw failure(path, "cannot write the cookie file", code)
-        }
-        guard rename(temporary, path) == 0 else {
-            let code = errno
-            unlink(temporary)
-            throw failure(path, "cannot replace the cookie file", code)
-        }
-    }
-
-    private static func fill(_ descriptor: Int32, with bytes: [UInt8], path: String) throws(CookieFileError) {
-        // open(2)'s mode is reduced by the umask; set it whole so the result is 0600 whatever the umask.
-        guard fchmod(descriptor, 0o600) == 0 else { throw failure(path, "cannot set mode 0600", errno) }
-        var offset = 0
-        while offset < bytes.count {
-            let count = bytes[offset...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw failure(path, "cannot write the cookie file", errno)
-            }
-            offset += count
-        }
-        // Without it, a crash soon after the rename could leave an empty file where the cookies were.
-        guard DiskSync.toDisk(descriptor) == 0 else { throw failure(path, "cannot write the cookie file", errno) }
     }
 
     private static func failure(_ path: String, _ what: String, _ code: Int32) -> CookieFileError {

@@ -1,0 +1,68 @@
+import Foundation
+
+#if canImport(Darwin)
+import Darwin
+#elseif canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A small file only its owner may read (a cookie jar, a session file), replaced whole.
+package enum PrivateFile {
+    /// The step of ``replace(_:with:)`` that failed, and the `errno` it failed with.
+    package struct Failure: Error {
+        package enum Step: Sendable {
+            case create, setMode, write, replace
+        }
+        package var step: Step
+        package var code: Int32
+        /// `strerror`'s words for ``code``.
+        package var reason: String { String(cString: strerror(code)) }
+    }
+
+    /// Replaces the file at `path` with `bytes` through a temporary file beside it: mode 0600 whatever the umask,
+    /// written through to the disk before it is renamed over `path`, so a reader (or a crash) sees the old file or
+    /// the new one, never a part. No temporary file is left behind when a step fails.
+    package static func replace(_ path: String, with bytes: [UInt8]) throws(Failure) {
+        // Beside it: `.NAME.RANDOM.tmp` in the same directory, so the rename stays on one file system.
+        let nameStart = path.lastIndex(of: "/").map { path.index(after: $0) } ?? path.startIndex
+        let suffix = String(UInt64.random(in: .min ... .max), radix: 16)
+        let temporary = "\(path[..<nameStart]).\(path[nameStart...]).\(suffix).tmp"
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw Failure(step: .create, code: errno) }
+        do throws(Failure) {
+            try fill(descriptor, with: bytes)
+        } catch {
+            close(descriptor)
+            unlink(temporary)
+            throw error
+        }
+        guard close(descriptor) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw Failure(step: .write, code: code)
+        }
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw Failure(step: .replace, code: code)
+        }
+    }
+
+    private static func fill(_ descriptor: Int32, with bytes: [UInt8]) throws(Failure) {
+        // open(2)'s mode is reduced by the umask; set it whole so the result is 0600 whatever the umask.
+        guard fchmod(descriptor, 0o600) == 0 else { throw Failure(step: .setMode, code: errno) }
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes[offset...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw Failure(step: .write, code: errno)
+            }
+            offset += count
+        }
+        // Without it, a crash soon after the rename could leave an empty file where the old one was.
+        guard DiskSync.toDisk(descriptor) == 0 else { throw Failure(step: .write, code: errno) }
+    }
+}
