@@ -274,11 +274,7 @@ struct DaemonCommand: AsyncParsableCommand {
         }
         if let value = conf.daemon["rpc-secret"], let confPath {
             // Kept in clear there, as aria2 keeps it: only a file its owner alone can read may hold it.
-            var info = stat()
-            guard stat(confPath, &info) == 0, info.st_mode & 0o077 == 0 else {
-                throw ValidationError(
-                    "--conf-path '\(confPath)' holds rpc-secret and can be read by other users; chmod 600 it")
-            }
+            try Self.checkOwnerOnly(confPath, named: "--conf-path '\(confPath)', which holds rpc-secret,")
             guard let secret = RPCSecret(value) else { throw ValidationError("\(confPath): rpc-secret is empty") }
             return secret
         }
@@ -303,9 +299,8 @@ struct DaemonCommand: AsyncParsableCommand {
         return RPCSecret(value)
     }
 
-    /// The first line of the file at `path`, which only its owner may read.
-    static func readSecret(at path: String, option: String?) throws -> RPCSecret {
-        let named = option.map { "\($0) '\(path)'" } ?? "'\(path)'"
+    /// Refuses the file at `path`, which holds a secret, when users other than its owner can read it.
+    static func checkOwnerOnly(_ path: String, named: String) throws {
         var info = stat()
         guard stat(path, &info) == 0 else {
             throw ValidationError("\(named): \(String(cString: strerror(errno)))")
@@ -314,6 +309,12 @@ struct DaemonCommand: AsyncParsableCommand {
             throw ValidationError(
                 "\(named) can be read by other users (mode \(String(info.st_mode & 0o777, radix: 8))); chmod 600 it")
         }
+    }
+
+    /// The first line of the file at `path`, which only its owner may read.
+    static func readSecret(at path: String, option: String?) throws -> RPCSecret {
+        let named = option.map { "\($0) '\(path)'" } ?? "'\(path)'"
+        try checkOwnerOnly(path, named: named)
         guard let text = try? String(contentsOfFile: path, encoding: .utf8),
             let line = text.split(whereSeparator: \.isNewline).first.map(String.init),
             let secret = RPCSecret(line.trimmingCharacters(in: .whitespaces))

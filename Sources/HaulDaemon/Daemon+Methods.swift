@@ -369,14 +369,9 @@ extension Daemon {
     /// start applies it again.
     func changeGlobalOption(_ arguments: Arguments) throws(RPCError) -> JSON {
         let change = try globalChange(arguments.options(0))
-        try record { try $0.saveGlobalOptions(Self.keptGlobalOptions(change.given)) }
+        try record { try $0.saveGlobalOptions(DownloadPlan.withoutCredentials(change.given)) }
         apply(change)
         return "OK"
-    }
-
-    /// The global options of a change as they are kept: without secrets, nor half a credential.
-    static func keptGlobalOptions(_ given: [String: String]) -> [String: String] {
-        DownloadPlan.withoutCredentials(given)
     }
 
     /// A change of global options, checked.

@@ -187,24 +187,34 @@ private struct JSONParser {
         return try body(&self)
     }
 
+    /// Consumes `byte` if it comes next.
+    mutating func take(_ byte: UInt8) -> Bool {
+        guard index < bytes.count, bytes[index] == byte else { return false }
+        index += 1
+        return true
+    }
+
+    /// After an element of an array or object: whether `close` ends it, else the `,` before the next element.
+    mutating func ends(with close: UInt8, _ what: String) throws(JSONParseError) -> Bool {
+        skipWhitespace()
+        if take(close) { return true }
+        guard index < bytes.count else { throw failure("\(what) is not closed") }
+        guard take(UInt8(ascii: ",")) else {
+            throw failure("expected ',' or '\(Character(Unicode.Scalar(close)))' in \(what)")
+        }
+        return false
+    }
+
     mutating func array() throws(JSONParseError) -> JSON {
         try nested { (parser: inout JSONParser) throws(JSONParseError) -> JSON in
             parser.index += 1
             var elements: [JSON] = []
             parser.skipWhitespace()
-            if parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "]") {
-                parser.index += 1
-                return .array(elements)
-            }
-            while true {
+            if parser.take(UInt8(ascii: "]")) { return .array(elements) }
+            repeat {
                 elements.append(try parser.value())
-                parser.skipWhitespace()
-                guard parser.index < parser.bytes.count else { throw parser.failure("an array is not closed") }
-                let byte = parser.bytes[parser.index]
-                parser.index += 1
-                if byte == UInt8(ascii: "]") { return .array(elements) }
-                guard byte == UInt8(ascii: ",") else { throw parser.failure("expected ',' or ']' in an array") }
-            }
+            } while try !parser.ends(with: UInt8(ascii: "]"), "an array")
+            return .array(elements)
         }
     }
 
@@ -213,29 +223,18 @@ private struct JSONParser {
             parser.index += 1
             var members: [String: JSON] = [:]
             parser.skipWhitespace()
-            if parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "}") {
-                parser.index += 1
-                return .object(members)
-            }
-            while true {
+            if parser.take(UInt8(ascii: "}")) { return .object(members) }
+            repeat {
                 parser.skipWhitespace()
                 guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "\"") else {
                     throw parser.failure("expected a member's name in quotes")
                 }
                 let name = try parser.string()
                 parser.skipWhitespace()
-                guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: ":") else {
-                    throw parser.failure("expected ':' after a member's name")
-                }
-                parser.index += 1
+                guard parser.take(UInt8(ascii: ":")) else { throw parser.failure("expected ':' after a member's name") }
                 members[name] = try parser.value()
-                parser.skipWhitespace()
-                guard parser.index < parser.bytes.count else { throw parser.failure("an object is not closed") }
-                let byte = parser.bytes[parser.index]
-                parser.index += 1
-                if byte == UInt8(ascii: "}") { return .object(members) }
-                guard byte == UInt8(ascii: ",") else { throw parser.failure("expected ',' or '}' in an object") }
-            }
+            } while try !parser.ends(with: UInt8(ascii: "}"), "an object")
+            return .object(members)
         }
     }
 
