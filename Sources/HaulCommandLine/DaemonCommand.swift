@@ -23,9 +23,11 @@ struct DaemonCommand: AsyncParsableCommand {
             daemon makes one on its first start, keeps it in DIR/.haul/rpc-secret (readable by you only) and \
             prints it once. A secret is never taken as an option's value: other users see a command line.
 
-            Only loopback addresses are listened on. A request must name the daemon in its Host header (a page \
-            of another site reaching it through DNS rebinding names its own), and a browser page's call is \
-            refused unless its Origin is the daemon's own or one given with --rpc-allow-origin. A download's dir \
+            It listens on loopback by default. Another address needs TLS (--rpc-certificate and \
+            --rpc-private-key) or an explicit --rpc-insecure-listen. A request must name the daemon in its Host \
+            header (a page of another site reaching it through DNS rebinding names its own): a loopback name, an \
+            address it listens on, or a name given with --rpc-allow-host. A browser page's call is refused \
+            unless its Origin is the daemon's own or one given with --rpc-allow-origin. A download's dir \
             and out stay inside DIR: no '..', no absolute path outside it, no symbolic link leading out, no name \
             starting with a dot.
 
@@ -44,8 +46,33 @@ struct DaemonCommand: AsyncParsableCommand {
     @Option(
         name: .customLong("rpc-listen"),
         help: ArgumentHelp(
-            "Loopback address and port to serve the RPC on.", valueName: "HOST:PORT"))
+            "Address and port to serve the RPC on; an address other than loopback needs --rpc-certificate or "
+                + "--rpc-insecure-listen.",
+            valueName: "HOST:PORT"))
     var listen = Self.defaultListen
+
+    @Option(
+        name: .customLong("rpc-certificate"),
+        help: ArgumentHelp(
+            "PEM certificate (chain) to serve the RPC over TLS with (https://, wss://).", valueName: "FILE"))
+    var certificate: String?
+
+    @Option(
+        name: .customLong("rpc-private-key"),
+        help: ArgumentHelp("PEM private key of --rpc-certificate (no other user may read it).", valueName: "FILE"))
+    var privateKey: String?
+
+    @Flag(
+        name: .customLong("rpc-insecure-listen"),
+        help: "Listen on an address other than loopback without TLS: the secret crosses the network in clear.")
+    var insecureListen = false
+
+    @Option(
+        name: .customLong("rpc-allow-host"),
+        help: ArgumentHelp(
+            "A name other machines reach the daemon by, accepted in a request's Host header; repeatable.",
+            valueName: "NAME"))
+    var allowedHosts: [String] = []
 
     static let defaultListen = "127.0.0.1:6800"
 
@@ -69,7 +96,8 @@ struct DaemonCommand: AsyncParsableCommand {
         name: .customLong("conf-path"),
         help: ArgumentHelp(
             "aria2's configuration file (name=value lines): its download options become the defaults, its dir, "
-                + "rpc-listen-port, rpc-secret, input-file and save-session apply where no flag gives them.",
+                + "rpc-listen-port, rpc-secret, input-file, save-session and rpc-secure (with rpc-certificate and "
+                + "rpc-private-key) apply where no flag gives them.",
             valueName: "FILE"))
     var confPath: String?
 
@@ -117,10 +145,25 @@ struct DaemonCommand: AsyncParsableCommand {
         if let perHost, perHost < 1 { throw ValidationError("--per-host must be at least 1, not \(perHost)") }
         if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
         let (host, _) = try Self.parseListen(listen)
-        guard ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") else {
-            throw ValidationError(
-                "--rpc-listen '\(listen)': haul daemon listens on loopback only (127.0.0.1, ::1); put a TLS proxy in "
-                    + "front of it to reach it from elsewhere")
+        if (certificate == nil) != (privateKey == nil) {
+            throw ValidationError("--rpc-certificate and --rpc-private-key go together: give both, or neither")
+        }
+        if !Self.isLoopback(host) {
+            guard certificate != nil || insecureListen else {
+                throw ValidationError(
+                    "--rpc-listen '\(listen)' is not a loopback address: serve it over TLS (--rpc-certificate and "
+                        + "--rpc-private-key) or, knowing the secret then crosses the network in clear, add "
+                        + "--rpc-insecure-listen")
+            }
+            guard !noSecret else {
+                throw ValidationError(
+                    "--rpc-no-secret serves loopback only; --rpc-listen '\(listen)' is reached from other machines")
+            }
+        }
+        for name in allowedHosts {
+            guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || "-.:[]".contains($0) }) else {
+                throw ValidationError("--rpc-allow-host '\(name)' is not a host name such as nas.local")
+            }
         }
         if network.user != nil {
             throw ValidationError(
@@ -137,6 +180,12 @@ struct DaemonCommand: AsyncParsableCommand {
                 throw ValidationError("--rpc-allow-origin '\(origin)' is not an origin such as http://127.0.0.1:8080")
             }
         }
+    }
+
+    /// Whether `host` (a name or address of --rpc-listen) is this machine's loopback only.
+    static func isLoopback(_ host: String) -> Bool {
+        ["::1", "localhost"].contains(host.lowercased())
+            || (host.hasPrefix("127.") && host.split(separator: ".").count == 4)
     }
 
     /// `HOST:PORT` (`[::1]:6800` for IPv6), the port from 0 (any free one) to 65535.
@@ -162,6 +211,12 @@ struct DaemonCommand: AsyncParsableCommand {
                 throw ValidationError("\(confPath ?? ""): rpc-listen-port must be a port number, not '\(port)'")
             }
             listen = "127.0.0.1:\(number)"
+        }
+        if certificate == nil, conf.daemon["rpc-secure"] == "true" {
+            guard let file = conf.daemon["rpc-certificate"], let key = conf.daemon["rpc-private-key"] else {
+                throw ValidationError("\(confPath ?? ""): rpc-secure=true needs rpc-certificate and rpc-private-key")
+            }
+            (certificate, privateKey) = (file, key)
         }
         let directory = destination.url
         try FileManager.default.createDirectory(
@@ -216,11 +271,19 @@ struct DaemonCommand: AsyncParsableCommand {
             }
         }
         let (host, port) = try Self.parseListen(listen)
+        let tls = try loadTLS()
+        if !Self.isLoopback(host) && tls == nil {
+            Console.err(
+                "haul daemon: warning: --rpc-insecure-listen: the RPC secret and every call cross the network in "
+                    + "clear on \(listen)\n")
+        }
         let server: RPCServer
         do {
             server = try await RPCServer.start(
                 endpoint: daemon.endpoint(secret: secret), host: host, port: port,
-                access: RPCAccess(allowedOrigins: Set(allowedOrigins.map { $0.lowercased() })))
+                access: RPCAccess(
+                    allowedOrigins: Set(allowedOrigins.map { $0.lowercased() }), allowedHosts: Set(allowedHosts)),
+                tls: tls)
         } catch {
             Console.err("haul daemon: cannot listen on \(listen): \(error)\n")
             Foundation.exit(1)
@@ -231,7 +294,8 @@ struct DaemonCommand: AsyncParsableCommand {
         let interruption = Interruption { stop.resolve(()) }
         let shown = "\(host.contains(":") ? "[\(host)]" : host):\(server.port)"
         Console.err(
-            "haul daemon: serving aria2 JSON-RPC on http://\(shown)/jsonrpc, downloading into \(directory.path)\n")
+            "haul daemon: serving aria2 JSON-RPC on \(tls == nil ? "http" : "https")://\(shown)/jsonrpc, downloading "
+                + "into \(directory.path)\n")
         await stop.wait()
         interruption.stop()
         await server.stop()
@@ -299,13 +363,27 @@ struct DaemonCommand: AsyncParsableCommand {
         return RPCSecret(value)
     }
 
-    /// Refuses the file at `path`, which holds a secret, when users other than its owner can read it.
-    static func checkOwnerOnly(_ path: String, named: String) throws {
+    /// The certificate and key of --rpc-certificate and --rpc-private-key, `nil` without them.
+    func loadTLS() throws -> RPCTLS? {
+        guard let certificate, let privateKey else { return nil }
+        // A group may share a key (Debian's ssl-cert group reads /etc/ssl/private), every user may not.
+        try Self.checkOwnerOnly(privateKey, named: "--rpc-private-key '\(privateKey)'", others: 0o007)
+        do {
+            return try RPCTLS(certificateFile: certificate, privateKeyFile: privateKey)
+        } catch {
+            let option = error.file == certificate ? "--rpc-certificate" : "--rpc-private-key"
+            throw ValidationError("\(option) \(error)")
+        }
+    }
+
+    /// Refuses the file at `path`, which holds a secret, when users other than its owner can read it (`others`: the
+    /// mode bits no one else may have).
+    static func checkOwnerOnly(_ path: String, named: String, others: mode_t = 0o077) throws {
         var info = stat()
         guard stat(path, &info) == 0 else {
             throw ValidationError("\(named): \(String(cString: strerror(errno)))")
         }
-        guard info.st_mode & 0o077 == 0 else {
+        guard info.st_mode & others == 0 else {
             throw ValidationError(
                 "\(named) can be read by other users (mode \(String(info.st_mode & 0o777, radix: 8))); chmod 600 it")
         }
@@ -325,7 +403,8 @@ struct DaemonCommand: AsyncParsableCommand {
 
 /// What an aria2 configuration file (`--conf-path`) says to `haul daemon`.
 struct AriaConfiguration {
-    /// The settings of the daemon itself: `dir`, `rpc-listen-port`, `rpc-secret`, `input-file`, `save-session`.
+    /// The settings of the daemon itself: `dir`, `rpc-listen-port`, `rpc-secret`, `input-file`, `save-session`, and
+    /// `rpc-secure` with `rpc-certificate` and `rpc-private-key`.
     var daemon: [String: String] = [:]
     /// The global options (download defaults, `max-concurrent-downloads`, `max-overall-download-limit`), a cumulative
     /// one's values joined by newlines.
@@ -333,7 +412,10 @@ struct AriaConfiguration {
     /// What to tell the user: options of aria2 that change nothing here.
     var notes: [String] = []
 
-    static let daemonSettings: Set<String> = ["dir", "rpc-listen-port", "rpc-secret", "input-file", "save-session"]
+    static let daemonSettings: Set<String> = [
+        "dir", "rpc-listen-port", "rpc-secret", "input-file", "save-session", "rpc-secure", "rpc-certificate",
+        "rpc-private-key",
+    ]
 
     init() {}
 
@@ -357,8 +439,8 @@ struct AriaConfiguration {
                     if setting.value == "true" {
                         notes.append(
                             "\(path):\(setting.line): \(setting.name)=true is not followed: haul daemon listens on "
-                                + "loopback only and answers pages of other origins only when --rpc-allow-origin "
-                                + "names them")
+                                + "loopback unless --rpc-listen names another address (with TLS), and answers pages "
+                                + "of other origins only when --rpc-allow-origin names them")
                     }
                 case (_, .globalOption):
                     if let earlier = globalOptions[setting.name], setting.name == "header" {

@@ -2,12 +2,16 @@ public import NIOCore
 import NIOHTTP1
 import HaulOperations
 import NIOPosix
+import NIOSSL
 import NIOWebSocket
 
 /// Who may talk to the daemon over its socket, besides knowing the secret.
 public struct RPCAccess: Sendable {
     /// Origins (`scheme://host[:port]`) whose pages may call the daemon from a browser, besides its own.
     public var allowedOrigins: Set<String>
+    /// Names the daemon answers to in a request's `Host` (its port added), besides its loopback names and the
+    /// addresses it listens on: the DNS names of a machine other machines reach it by.
+    public var allowedHosts: Set<String>
     /// The largest request body accepted (aria2's `--rpc-max-request-size`, 2 MiB).
     public var maxRequestSize: Int
     /// How long an answer to a call with a wrong secret is held back (aria2: 1 s), to slow guessing.
@@ -15,9 +19,11 @@ public struct RPCAccess: Sendable {
 
     /// Access for the daemon's own origin and `allowedOrigins`.
     public init(
-        allowedOrigins: Set<String> = [], maxRequestSize: Int = 2 << 20, unauthorizedDelay: Duration = .seconds(1)
+        allowedOrigins: Set<String> = [], allowedHosts: Set<String> = [], maxRequestSize: Int = 2 << 20,
+        unauthorizedDelay: Duration = .seconds(1)
     ) {
         self.allowedOrigins = allowedOrigins
+        self.allowedHosts = allowedHosts
         self.maxRequestSize = maxRequestSize
         self.unauthorizedDelay = unauthorizedDelay
     }
@@ -54,16 +60,33 @@ public final class RPCServer: Sendable {
     private let channel: any Channel
     private let sessions: WebSocketSessions
 
-    /// The host names the daemon answers to on `port` (loopback names and the address bound).
-    static func hostNames(boundTo address: SocketAddress) -> Set<String> {
+    /// The host names the daemon answers to (without the port): its loopback names, the address bound (every
+    /// interface's address when bound to all of them) and `allowed`.
+    static func hostNames(boundTo address: SocketAddress, allowed: Set<String>) -> Set<String> {
         var names: Set<String> = ["localhost", "127.0.0.1", "[::1]"]
-        if let ip = address.ipAddress { names.insert(address.protocol == .inet6 ? "[\(ip)]" : ip) }
-        return names
+        func add(_ address: SocketAddress) {
+            guard var ip = address.ipAddress else { return }
+            if address.protocol == .inet6 {
+                // A link-local address's zone (`%eth0`) is not part of a Host header.
+                if let zone = ip.firstIndex(of: "%") { ip = String(ip[..<zone]) }
+                ip = "[\(ip)]"
+            }
+            names.insert(ip)
+        }
+        if ["0.0.0.0", "::"].contains(address.ipAddress ?? "") {
+            for device in (try? System.enumerateDevices()) ?? [] {
+                if let interface = device.address { add(interface) }
+            }
+        } else {
+            add(address)
+        }
+        return names.union(allowed.map { $0.lowercased() })
     }
 
-    /// Starts serving `endpoint` on `host`:`port` (0 picks a free port) on `group` (NIO's shared one by default).
+    /// Starts serving `endpoint` on `host`:`port` (0 picks a free port) on `group` (NIO's shared one by default),
+    /// over TLS when `tls` is given.
     public static func start(
-        endpoint: RPCEndpoint, host: String, port: Int, access: RPCAccess = RPCAccess(),
+        endpoint: RPCEndpoint, host: String, port: Int, access: RPCAccess = RPCAccess(), tls: RPCTLS? = nil,
         group: (any EventLoopGroup)? = nil
     ) async throws -> RPCServer {
         let group = group ?? MultiThreadedEventLoopGroup.singleton
@@ -76,6 +99,9 @@ public final class RPCServer: Sendable {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let checks = checks.withLock({ $0 }) else { throw ChannelError.ioOnClosedChannel }
+                    if let tls {
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls.context))
+                    }
                     let upgrader = NIOWebSocketServerUpgrader(
                         maxFrameSize: access.maxRequestSize,
                         shouldUpgrade: { channel, head in
@@ -112,11 +138,13 @@ public final class RPCServer: Sendable {
             try? await channel.close()
             throw ChannelError.unknownLocalAddress
         }
-        let names = hostNames(boundTo: address)
+        let names = hostNames(boundTo: address, allowed: access.allowedHosts)
+        let scheme = tls == nil ? "http" : "https"
+        // Browsers leave the scheme's own port out of Host and Origin.
+        let authorities = names.map { "\($0):\(bound)" } + (bound == (tls == nil ? 80 : 443) ? Array(names) : [])
         checks.withLock {
             $0 = RequestChecks(
-                hosts: Set(names.map { "\($0):\(bound)" }),
-                origins: access.allowedOrigins.union(names.map { "http://\($0):\(bound)" }))
+                hosts: Set(authorities), origins: access.allowedOrigins.union(authorities.map { "\(scheme)://\($0)" }))
         }
         return RPCServer(address: address, channel: channel, sessions: sessions)
     }

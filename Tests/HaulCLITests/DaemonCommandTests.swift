@@ -50,8 +50,10 @@ struct DaemonCommandTests {
             ["daemon", "-d", dir.path, "--rpc-listen", "127.0.0.1:0", "-j", "1"] + extra, environment: environment)
         var port: Int?
         try await eventually("the daemon serves", within: .seconds(30)) {
-            let marker = "serving aria2 JSON-RPC on http://127.0.0.1:"
-            let line = process.stderrSoFar.split(separator: "\n").first { $0.contains(marker) }
+            let marker = "://127.0.0.1:"
+            let line = process.stderrSoFar.split(separator: "\n").first {
+                $0.contains("serving aria2 JSON-RPC on ") && $0.contains(marker)
+            }
             port = line.flatMap { line in
                 line.range(of: marker).flatMap { Int(line[$0.upperBound...].prefix { $0.isNumber }) }
             }
@@ -93,7 +95,97 @@ struct DaemonCommandTests {
         #expect(refused.status != 0 && refused.stderr.contains("can be read by other users"), "\(refused)")
         #expect(!refused.stderr.contains("open-secret"))
         let outside = try await HaulProcess.run(["daemon", "-d", dir.path, "--rpc-listen", "0.0.0.0:6800"])
-        #expect(outside.status == 2 && outside.stderr.contains("loopback only"), "\(outside)")
+        #expect(outside.status == 2 && outside.stderr.contains("--rpc-insecure-listen"), "\(outside)")
+    }
+
+    /// Runs `script` with the test Python (aria2p's); its last line of output, parsed.
+    static func runPython(_ script: String, _ arguments: [String], environment: [String: String] = [:]) async throws
+        -> [String: Any]
+    {
+        let scratch = try TemporaryDirectory()
+        let file = scratch.file("script.py")
+        try script.write(to: file, atomically: true, encoding: .utf8)
+        let child = try ChildProcess(
+            try Aria2pTests.python(), [file.path] + arguments, input: "",
+            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
+        let (status, stdout, stderr) = await child.finish()
+        try #require(status == 0, "the script failed: \(stderr)")
+        let line = try #require(stdout.split(separator: "\n").last.map(String.init), "no output: \(stderr)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+    }
+
+    @Test("--rpc-certificate: aria2p calls over https and hears notifications over wss; plain http is not answered")
+    func tls() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let issued = try TestTLS.authority.serverCertificate(.valid)
+            let certificate = dir.file("cert.pem")
+            let key = dir.file("key.pem")
+            let authority = dir.file("ca.pem")
+            try issued.certificatePEM.write(to: certificate, atomically: true, encoding: .utf8)
+            try issued.keyPEM.write(to: key, atomically: true, encoding: .utf8)
+            try TestTLS.authority.certificatePEM.write(to: authority, atomically: true, encoding: .utf8)
+            chmod(key.path, 0o644)
+            let loose = try await HaulProcess.run([
+                "daemon", "-d", dir.path, "--rpc-listen", "127.0.0.1:0", "--rpc-certificate", certificate.path,
+                "--rpc-private-key", key.path,
+            ])
+            #expect(loose.status != 0 && loose.stderr.contains("--rpc-private-key"), "\(loose)")
+            #expect(!loose.stderr.contains("PRIVATE KEY"))
+            chmod(key.path, 0o600)
+            let notKey = try await HaulProcess.run([
+                "daemon", "-d", dir.path, "--rpc-listen", "127.0.0.1:0", "--rpc-certificate", certificate.path,
+                "--rpc-private-key", certificate.path,
+            ])
+            #expect(notKey.status != 0 && notKey.stderr.contains("--rpc-private-key '\(certificate.path)'"), "\(notKey)")
+
+            let daemon = try await Self.start(
+                dir, ["--rpc-certificate", certificate.path, "--rpc-private-key", key.path])
+            #expect(daemon.process.stderrSoFar.contains("https://127.0.0.1:\(daemon.port)/jsonrpc"))
+            let url = server.url(path: "/bytes/tls.bin", query: ["size": "5000"]).absoluteString
+            let script = #"""
+                import faulthandler, json, sys, time
+                import aria2p, requests
+                faulthandler.dump_traceback_later(60, exit=True)
+                port, secret, url = sys.argv[1:4]
+                out = {}
+                try:
+                    requests.post("http://127.0.0.1:%s/jsonrpc" % port, json={"jsonrpc": "2.0", "id": 1,
+                                  "method": "aria2.getVersion", "params": ["token:" + secret]}, timeout=10)
+                    out["plain"] = "answered"
+                except requests.exceptions.RequestException:
+                    out["plain"] = "refused"
+                api = aria2p.API(aria2p.Client(host="https://127.0.0.1", port=int(port), secret=secret))
+                done = []
+                api.listen_to_notifications(threaded=True, timeout=1,
+                                            on_download_complete=lambda api, gid: done.append(gid))
+                time.sleep(0.5)
+                out["version"] = api.client.get_version()["version"]
+                download = api.add_uris([url])
+                for _ in range(200):
+                    if download.gid in done:
+                        break
+                    time.sleep(0.05)
+                api.stop_listening()
+                download.update()
+                out["status"] = download.status
+                out["notified"] = download.gid in done
+                print(json.dumps(out))
+                """#
+            let seen = await catching {
+                try await Self.runPython(
+                    script, [String(daemon.port), try #require(daemon.secret), url],
+                    environment: [
+                        "REQUESTS_CA_BUNDLE": authority.path, "WEBSOCKET_CLIENT_CA_BUNDLE": authority.path,
+                    ])
+            }
+            daemon.process.send(SIGTERM)
+            _ = await daemon.process.finish()
+            let out = try seen.get()
+            #expect(out["plain"] as? String == "refused", "\(out)")
+            #expect(out["version"] is String && out["status"] as? String == "complete", "\(out)")
+            #expect(out["notified"] as? Bool == true, "\(out)")
+        }
     }
 
     @Test("--rpc-no-secret: a warning at every start, calls without a token answered, Host and Origin still checked")

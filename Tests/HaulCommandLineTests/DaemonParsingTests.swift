@@ -32,8 +32,16 @@ struct DaemonParsingTests {
     @Test(
         "refused: another address than loopback, a bad HOST:PORT, no secret with a secret file, a bad origin, -u",
         arguments: [
-            (["--rpc-listen", "0.0.0.0:6800"], ["--rpc-listen", "0.0.0.0:6800", "loopback"]),
-            (["--rpc-listen", "192.168.1.2:6800"], ["--rpc-listen", "192.168.1.2:6800"]),
+            (["--rpc-listen", "0.0.0.0:6800"], ["--rpc-listen", "0.0.0.0:6800", "--rpc-insecure-listen"]),
+            (["--rpc-listen", "192.168.1.2:6800"], ["--rpc-listen", "192.168.1.2:6800", "--rpc-certificate"]),
+            (["--rpc-listen", "127.example:6800"], ["127.example:6800", "loopback"]),
+            (["--rpc-certificate", "c.pem"], ["--rpc-certificate", "--rpc-private-key"]),
+            (["--rpc-private-key", "k.pem"], ["--rpc-certificate", "--rpc-private-key"]),
+            (
+                ["--rpc-listen", "0.0.0.0:6800", "--rpc-insecure-listen", "--rpc-no-secret"],
+                ["--rpc-no-secret", "0.0.0.0:6800"]
+            ),
+            (["--rpc-allow-host", "a b"], ["--rpc-allow-host", "a b"]),
             (["--rpc-listen", "6800"], ["--rpc-listen", "6800"]),
             (["--rpc-listen", "127.0.0.1:70000"], ["--rpc-listen", "70000"]),
             (["--rpc-no-secret", "--rpc-secret-file", "s"], ["--rpc-no-secret", "--rpc-secret-file"]),
@@ -44,6 +52,23 @@ struct DaemonParsingTests {
         ])
     func refused(arguments: [String], words: [String]) {
         expectUsageError(["daemon"] + arguments, naming: words)
+    }
+
+    @Test("another address than loopback: with TLS, or with --rpc-insecure-listen said outright")
+    func otherAddresses() throws {
+        let tls = try parse(
+            [
+                "daemon", "--rpc-listen", "0.0.0.0:6800", "--rpc-certificate", "c.pem", "--rpc-private-key", "k.pem",
+                "--rpc-allow-host", "nas.local", "--rpc-allow-host", "[fd00::2]",
+            ],
+            as: DaemonCommand.self)
+        #expect(tls.certificate == "c.pem" && tls.privateKey == "k.pem" && !tls.insecureListen)
+        #expect(tls.allowedHosts == ["nas.local", "[fd00::2]"])
+        let insecure = try parse(
+            ["daemon", "--rpc-listen", "192.168.1.2:6800", "--rpc-insecure-listen"], as: DaemonCommand.self)
+        #expect(insecure.insecureListen && insecure.certificate == nil)
+        #expect(DaemonCommand.isLoopback("127.0.0.2") && DaemonCommand.isLoopback("::1"))
+        #expect(!DaemonCommand.isLoopback("0.0.0.0") && !DaemonCommand.isLoopback("::"))
     }
 
     @Test("a secret is never an option's value: there is no --rpc-secret")

@@ -51,6 +51,30 @@ struct DaemonSecurityTests {
         await harness.stop()
     }
 
+    @Test("a name given as an allowed host is answered, with its port; others are still refused")
+    func allowedHosts() async throws {
+        let harness = try await DaemonHarness(
+            access: RPCAccess(allowedHosts: ["NAS.example"], unauthorizedDelay: .milliseconds(300)))
+        let call: JSON = [
+            "jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion",
+            "params": [.string("token:\(DaemonHarness.secret)")],
+        ]
+        for (host, status) in [
+            ("nas.example:\(harness.port)", 200), ("NAS.EXAMPLE:\(harness.port)", 200), ("nas.example", 403),
+            ("nas.example:1", 403), ("other.example:\(harness.port)", 403),
+        ] {
+            let answer = try await RawHTTP.send(port: harness.port, headers: [("Host", host)], body: call.encoded())
+            #expect(answer.status == status, "\(host)")
+        }
+        // The allowed name's page is the daemon's own origin.
+        let page = try await RawHTTP.send(
+            port: harness.port,
+            headers: [("Host", "nas.example:\(harness.port)"), ("Origin", "http://nas.example:\(harness.port)")],
+            body: call.encoded())
+        #expect(page.status == 200 && page.json?.object?["result"] != nil)
+        await harness.stop()
+    }
+
     @Test("another origin's page is refused, its preflight too; an allowed origin gets CORS headers")
     func origins() async throws {
         let harness = try await DaemonHarness(
