@@ -112,15 +112,15 @@ extension Daemon {
         }
         return [
             "total": .string(String(total)),
-            "downloads": .array(page.map { Aria2Status.object($0, status: nil, keys: keys, root: root) }),
+            "downloads": Aria2Status.list(page.lazy.map { ($0, nil) }, keys: keys),
         ]
     }
 
     /// Whether `query` (lowercased) is in the name of `item`'s file or in one of its URIs.
     private static func matches(_ item: Item, _ query: String) -> Bool {
-        let name = item.ending?.path.map { ($0 as NSString).lastPathComponent } ?? item.options["out"] ?? ""
+        let name = item.shownFile.isEmpty ? item.options["out"] ?? "" : (item.shownFile as NSString).lastPathComponent
         if name.lowercased().contains(query) { return true }
-        return item.uris.contains { $0.absoluteString.lowercased().contains(query) }
+        return item.uris.contains { $0.lowercased().contains(query) }
     }
 }
 

@@ -49,11 +49,12 @@ extension Daemon {
             } else {
                 while state.items[gid] != nil { gid = GID.random() }
             }
-            var item = Item(gid: gid, uris: plan.uris, options: plan.storedOptions, request: plan.request)
+            var item = Item(
+                gid: gid, uris: plan.uris.map(\.absoluteString), options: plan.storedOptions, request: plan.request)
             item.withheldSecrets = plan.withholdsSecrets
             item.rank = state.nextRank
             state.nextRank += 1
-            state.items[gid] = item
+            state.keep(item)
             return .success(item)
         }.get()
         let gid = item.gid
@@ -182,7 +183,7 @@ extension Daemon {
         let running = queue.runningStatuses().filter { $0.state == .running }.map(\.id)
         if paused { queue.pauseAll() } else { queue.resumeAll() }
         let (gids, announced) = state.withLock { state in
-            (state.items.values.filter { $0.handle != nil }.map(\.gid), running.compactMap { state.byDownload[$0] })
+            (Array(state.byDownload.values), running.compactMap { state.byDownload[$0] })
         }
         if paused { for gid in announced { notify("aria2.onDownloadPause", gid) } }
         try persistOrder(paused: Dictionary(uniqueKeysWithValues: gids.map { ($0, paused) }))
@@ -234,13 +235,13 @@ extension Daemon {
         let gid = try gid(arguments)
         let keys = try arguments.strings(1, "keys")
         guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
-        return Aria2Status.object(item, status: item.handle?.status, keys: keys, root: root)
+        return Aria2Status.object(item, status: item.handle?.status, keys: keys)
     }
 
     func tellActive(_ arguments: Arguments) throws(RPCError) -> JSON {
         let keys = try arguments.strings(0, "keys")
         // A download stopping for a pause is still admitted: it shows as paused, not active.
-        return .array(listed(queue.runningStatuses().filter { $0.state == .running }, keys: keys))
+        return listed(queue.runningStatuses().filter { $0.state == .running }, keys: keys)
     }
 
     /// `tellWaiting(offset, num, keys?)` and `tellStopped`: aria2's pages, a negative offset counting from the end
@@ -257,15 +258,13 @@ extension Daemon {
                     state.items[state.stopped[$0]]
                 }
             }
-            var objects = items.map { Aria2Status.object($0, status: nil, keys: keys, root: root) }
-            if offset < 0 { objects.reverse() }
-            return .array(objects)
+            let ordered = offset < 0 ? items.reversed() : items
+            return Aria2Status.list(ordered.lazy.map { ($0, nil) }, keys: keys)
         }
         // Only the page's statuses are made: clients ask for 1,000 of many thousands every second.
         let page = Self.page(queue.waitingCount, offset: offset, count: count)
-        var objects = listed(queue.waitingStatuses(page), keys: keys)
-        if offset < 0 { objects.reverse() }
-        return .array(objects)
+        let statuses = queue.waitingStatuses(page)
+        return listed(offset < 0 ? statuses.reversed() : statuses, keys: keys)
     }
 
     /// The indices of aria2's page of `count` items from `offset` in a list of `size` (its `getPaginationRange`).
@@ -288,27 +287,27 @@ extension Daemon {
         return Int(offset)..<Int(min(size, offset + count))
     }
 
-    /// Status objects of the queue's downloads the daemon knows.
-    private func listed(_ statuses: [DownloadStatus], keys: [String]?) -> [JSON] {
+    /// The status objects of the queue's downloads the daemon knows.
+    private func listed(_ statuses: [DownloadStatus], keys: [String]?) -> JSON {
         let items = state.withLock { state in
             statuses.map { status in state.byDownload[status.id].flatMap { state.items[$0] } }
         }
-        return zip(statuses, items).compactMap { status, item in
-            item.map { Aria2Status.object($0, status: status, keys: keys, root: root) }
-        }
+        return Aria2Status.list(
+            zip(items, statuses).lazy.compactMap { item, status in item.map { ($0, status) } }, keys: keys)
     }
 
     func getUris(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
         guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
-        return item.shownURIs
+        var output: [UInt8] = []
+        Aria2Status.writeURIs(item.uris, to: &output)
+        return .encoded(EncodedJSON(output))
     }
 
     func getFiles(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
         guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
-        return Aria2Status.object(item, status: item.handle?.status, keys: ["files"], root: root).object?["files"]
-            ?? []
+        return Aria2Status.object(item, status: item.handle?.status, keys: ["files"]).object?["files"] ?? []
     }
 
     /// `getServers(gid)`: the source an active download is fetched from.
@@ -431,7 +430,8 @@ extension Daemon {
     func getGlobalStat() -> JSON {
         let batch = queue.progress
         let (pending, stopped) = state.withLock { state in
-            (state.items.values.reduce(0) { $0 + ($1.handle != nil && $1.ending == nil ? 1 : 0) }, state.stopped.count)
+            // The downloads in the queue: counted without walking a history of any length.
+            (state.byDownload.count, state.stopped.count)
         }
         let active = min(batch.runningFiles, pending)
         return [

@@ -51,7 +51,7 @@ extension Daemon {
         var text = ""
         for (item, paused) in items {
             let withoutUserInfo = item.uris.map(Self.withoutUserInfo)
-            if withoutUserInfo != item.uris.map(\.absoluteString) || item.withheldSecrets {
+            if withoutUserInfo != item.uris || item.withheldSecrets {
                 text += "# \(item.gid): its credentials are not written here; give them again\n"
             }
             text += withoutUserInfo.map { $0 + "\t" }.joined() + "\n"
@@ -81,12 +81,12 @@ extension Daemon {
         _ = try saveSession()
     }
 
-    private static func withoutUserInfo(_ url: URL) -> String {
-        guard url.user != nil || url.password != nil,
+    private static func withoutUserInfo(_ uri: String) -> String {
+        guard let url = URL(string: uri), url.user != nil || url.password != nil,
             var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
-        else { return url.absoluteString }
+        else { return uri }
         components.user = nil
         components.password = nil
-        return components.url?.absoluteString ?? url.absoluteString
+        return components.url?.absoluteString ?? uri
     }
 }

@@ -6,12 +6,12 @@ extension Daemon {
     /// The stored form of `item`.
     static func row(_ item: Item) -> DaemonStore.Row {
         var row = DaemonStore.Row(
-            gid: item.gid, uris: item.uris.map(\.absoluteString), options: item.options,
+            gid: item.gid, uris: item.uris, options: item.options,
             state: item.handle?.status.state == .paused ? "paused" : "waiting", rank: item.rank,
             withheldSecrets: item.withheldSecrets)
         if let ending = item.ending {
             row.state = ending.status
-            row.path = ending.path
+            row.path = item.shownFile.isEmpty ? nil : item.shownPath
             row.length = ending.length
             row.completed = ending.completed
             row.errorCode = ending.errorCode
@@ -79,22 +79,22 @@ extension Daemon {
         var ended: [Item] = []
         for row in rows {
             // What is kept of a download that will not run again: its URIs and options (its request is not used).
-            let uris = row.uris.compactMap { URL(string: $0) }
+            let first = row.uris.first.flatMap { URL(string: $0) } ?? URL(fileURLWithPath: "/")
             var item = Item(
-                gid: row.gid, uris: uris, options: row.options,
-                request: DownloadRequest(
-                    url: uris.first ?? URL(fileURLWithPath: "/"), destination: .directory(URL(fileURLWithPath: root))))
+                gid: row.gid, uris: row.uris, options: row.options,
+                request: DownloadRequest(url: first, destination: .directory(URL(fileURLWithPath: root))))
             item.rank = row.rank
             if row.stoppedOrder != nil {
                 item.ending = Ending(
-                    status: row.state, path: row.path, length: row.length, completed: row.completed,
-                    errorCode: row.errorCode, errorMessage: row.errorMessage)
+                    status: row.state, length: row.length, completed: row.completed, errorCode: row.errorCode,
+                    errorMessage: row.errorMessage)
                 item.stoppedOrder = row.stoppedOrder
                 if let path = row.path {
-                    (item.shownDirectory, item.shownPath) = (Aria2Status.directory(of: path), path)
+                    item.shownDirectory = Aria2Status.directory(of: path)
+                    item.show(path)
                 }
                 state.withLock { state in
-                    state.items[row.gid] = item
+                    state.keep(item)
                     state.stopped.append(row.gid)
                     state.stoppedCount = max(state.stoppedCount, row.stoppedOrder ?? 0)
                 }
@@ -110,17 +110,18 @@ extension Daemon {
                     defaults: [:], root: root, base: queue.downloader.configuration)
             } catch {
                 item.withheldSecrets = row.withheldSecrets
-                let failure = DownloadError(.invalidRequest, message: error.message, url: item.request.url)
+                let failure = DownloadError(.invalidRequest, message: error.message, url: first)
                 state.withLock { state in
-                    state.items[row.gid] = item
+                    state.keep(item)
                     if let item = Self.end(row.gid, with: .failure(failure), in: &state) { ended.append(item) }
                 }
                 continue
             }
-            item = Item(gid: row.gid, uris: plan.uris, options: plan.options, request: plan.request)
+            item = Item(
+                gid: row.gid, uris: plan.uris.map(\.absoluteString), options: plan.options, request: plan.request)
             item.rank = row.rank
             state.withLock { state in
-                state.items[row.gid] = item
+                state.keep(item)
                 state.nextRank = max(state.nextRank, row.rank + 1)
             }
             let handle = queue.add(plan.request, paused: row.state == "paused")

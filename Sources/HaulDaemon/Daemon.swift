@@ -68,21 +68,38 @@ public final class Daemon: Sendable {
         var hosts: [String: HostSettings] = [:]
         /// Set by ``Daemon/close()``: the downloads cancelled from now on stop with the daemon and come back with it.
         var closing = false
+        /// The directories downloads are shown in, each kept once however many downloads it holds.
+        var directories: Set<String> = []
+
+        /// `directory`, as the one string kept for it.
+        mutating func intern(_ directory: String) -> String {
+            if let known = directories.firstIndex(of: directory) { return directories[known] }
+            directories.insert(directory)
+            return directory
+        }
+
+        /// Keeps `item` under its GID, its directory shared with the others'.
+        mutating func keep(_ item: Item) {
+            var item = item
+            item.shownDirectory = intern(item.shownDirectory)
+            items[item.gid] = item
+        }
     }
 
-    /// One download the daemon knows: its URIs, options and request, its handle while it is in the queue, and how it
-    /// ended once it has.
+    /// One download the daemon knows: its URIs and options, its handle while it is in the queue, and how it ended
+    /// once it has. Kept small: a history of a hundred thousand downloads stays in memory, as aria2's clients expect
+    /// every list answered from memory.
     struct Item {
         let gid: GID
-        var uris: [URL]
+        /// Its URIs as given (user info and all: a restart and the session file need them); the first is used, the
+        /// others are its mirrors.
+        var uris: [String]
         var options: [String: String]
-        var request: DownloadRequest
-        /// Its URIs as `getUris` and the lists show them, made once: clients ask for them every second.
-        let shownURIs: JSON
-        /// Its file's directory and path as the lists show them (the path empty while a name from the response is
-        /// still to come), made once and again when it ends.
+        /// Its file's directory as the lists show it (one string shared by the downloads of a directory,
+        /// ``State/intern(_:)``), and the file's path: relative to that directory, or absolute when it is not under
+        /// it; empty while a name from the response is still to come.
         var shownDirectory: String
-        var shownPath: String
+        var shownFile: String
         var handle: DownloadHandle?
         var ending: Ending?
         /// Removed by a call (its cancellation is a removal, not an error).
@@ -97,20 +114,31 @@ public final class Daemon: Sendable {
         /// The order it stopped in.
         var stoppedOrder: Int?
 
-        init(gid: GID, uris: [URL], options: [String: String], request: DownloadRequest) {
+        init(gid: GID, uris: [String], options: [String: String], request: DownloadRequest) {
             self.gid = gid
             self.uris = uris
             self.options = options
-            self.request = request
-            shownURIs = Aria2Status.uris(uris)
-            (shownDirectory, shownPath) = Aria2Status.destination(of: request)
+            let (directory, path) = Aria2Status.destination(of: request)
+            (shownDirectory, shownFile) = (directory, "")
+            show(path)
+        }
+
+        /// The path of its file as the lists show it.
+        var shownPath: String {
+            if shownFile.isEmpty || shownFile.hasPrefix("/") { return shownFile }
+            return shownDirectory == "/" ? "/" + shownFile : shownDirectory + "/" + shownFile
+        }
+
+        /// Shows `path` as its file's path, its directory kept.
+        mutating func show(_ path: String) {
+            let prefix = shownDirectory == "/" ? "/" : shownDirectory + "/"
+            shownFile = path.hasPrefix(prefix) && path.count > prefix.count ? String(path.dropFirst(prefix.count)) : path
         }
     }
 
-    /// How a download ended.
+    /// How a download ended (its file's path is the item's).
     struct Ending {
         var status: String
-        var path: String?
         var length: Int64
         var completed: Int64
         var errorCode: Int
@@ -228,30 +256,32 @@ public final class Daemon: Sendable {
         guard var item = state.items[gid], item.ending == nil else { return nil }
         if state.closing, case .failure(let error) = outcome, error.isCancellation, !item.removing { return nil }
         let total = item.handle?.status.progress
+        let path: String?
         switch outcome {
         case .success(let result):
+            path = result.filePath
             item.ending = Ending(
-                status: "complete", path: result.filePath, length: result.size, completed: result.size,
-                errorCode: 0, errorMessage: "")
+                status: "complete", length: result.size, completed: result.size, errorCode: 0, errorMessage: "")
         case .failure(let error) where error.isCancellation && item.removing:
+            path = nil
             item.ending = Ending(
-                status: "removed", path: nil, length: total?.totalBytes ?? 0, completed: total?.bytesWritten ?? 0,
-                errorCode: 0, errorMessage: "")
+                status: "removed", length: total?.totalBytes ?? 0, completed: total?.bytesWritten ?? 0, errorCode: 0,
+                errorMessage: "")
         case .failure(let error):
+            path = error.path
             item.ending = Ending(
-                status: "error", path: error.path, length: total?.totalBytes ?? 0,
-                completed: total?.bytesWritten ?? 0, errorCode: Aria2Status.exitCode(of: error),
-                errorMessage: error.message)
+                status: "error", length: total?.totalBytes ?? 0, completed: total?.bytesWritten ?? 0,
+                errorCode: Aria2Status.exitCode(of: error), errorMessage: error.message)
         }
-        if let path = item.ending?.path {
-            (item.shownDirectory, item.shownPath) = (Aria2Status.directory(of: path), path)
+        if let path {
+            item.shownDirectory = Aria2Status.directory(of: path)
+            item.show(path)
         }
         item.handle = nil
-        state.items[gid] = item
         state.stopped.append(gid)
         state.stoppedCount += 1
         item.stoppedOrder = state.stoppedCount
-        state.items[gid] = item
+        state.keep(item)
         return item
     }
 

@@ -1,7 +1,7 @@
 import Foundation
 
 /// A JSON value as JSON-RPC carries it: parameters of any shape in, answers built by hand out.
-public enum JSON: Sendable, Hashable {
+public enum JSON: Sendable {
     case null
     case bool(Bool)
     case int(Int64)
@@ -9,21 +9,32 @@ public enum JSON: Sendable, Hashable {
     case string(String)
     case array([JSON])
     case object([String: JSON])
+    /// JSON text the daemon wrote itself, carried as it is into an answer: the status lists clients ask for every
+    /// second are written straight to bytes instead of being built as values first. Read through the accessors
+    /// (and compared) as the value it encodes.
+    case encoded(EncodedJSON)
 
     /// The string, if this is one.
-    public var string: String? { if case .string(let value) = self { value } else { nil } }
+    public var string: String? { if case .string(let value) = decoded { value } else { nil } }
     /// The integer, if this is one (a number without a fraction).
     public var int: Int64? {
-        switch self {
+        switch decoded {
         case .int(let value): value
         case .double(let value) where value.rounded() == value && abs(value) < 9e15: Int64(value)
         default: nil
         }
     }
     /// The elements, if this is an array.
-    public var array: [JSON]? { if case .array(let value) = self { value } else { nil } }
+    public var array: [JSON]? { if case .array(let value) = decoded { value } else { nil } }
     /// The members, if this is an object.
-    public var object: [String: JSON]? { if case .object(let value) = self { value } else { nil } }
+    public var object: [String: JSON]? { if case .object(let value) = decoded { value } else { nil } }
+
+    /// The value itself, an ``encoded(_:)`` text parsed.
+    public var decoded: JSON {
+        guard case .encoded(let text) = self else { return self }
+        // Written by the daemon's own writer: valid JSON (JSONTests and the status tests read it back).
+        return (try? JSON.parse(text.bytes)) ?? .null
+    }
 
     /// Parses `bytes` as one JSON text (RFC 8259): at most ``maximumDepth`` arrays and objects deep, strings valid
     /// UTF-8; a number without a fraction or exponent that fits is an ``int(_:)``, any other a ``double(_:)``.
@@ -68,6 +79,7 @@ public enum JSON: Sendable, Hashable {
                 output.append(contentsOf: Self.nullText)
             }
         case .string(let value): Self.write(value, to: &output)
+        case .encoded(let text): output.append(contentsOf: text.bytes)
         case .array(let elements):
             output.append(UInt8(ascii: "["))
             for (index, element) in elements.enumerated() {
@@ -95,13 +107,18 @@ public enum JSON: Sendable, Hashable {
     private static let falseText = Array("false".utf8)
 
     /// Appends `text` as a JSON string: `"` and `\` escaped, control characters as `\n`, `\t`... or `\u00XX`.
-    private static func write(_ text: String, to output: inout [UInt8]) {
+    static func write(_ text: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
+        writeContents(text, to: &output)
+        output.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends `text` escaped as inside a JSON string, without the quotes.
+    static func writeContents(_ text: String, to output: inout [UInt8]) {
         // Most strings (GIDs, numbers, paths) need no escape: copied whole.
         let utf8 = text.utf8
         if !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
             output.append(contentsOf: utf8)
-            output.append(UInt8(ascii: "\""))
             return
         }
         for byte in utf8 {
@@ -118,8 +135,52 @@ public enum JSON: Sendable, Hashable {
             default: output.append(byte)
             }
         }
-        output.append(UInt8(ascii: "\""))
     }
+}
+
+extension JSON: Hashable {
+    /// Whether the two are the same value, however each is held.
+    public static func == (left: JSON, right: JSON) -> Bool {
+        switch (left, right) {
+        case (.encoded(let a), .encoded(let b)) where a == b: true
+        case (.encoded, _), (_, .encoded): left.decoded.same(as: right.decoded)
+        default: left.same(as: right)
+        }
+    }
+
+    private func same(as other: JSON) -> Bool {
+        switch (self, other) {
+        case (.null, .null): true
+        case (.bool(let a), .bool(let b)): a == b
+        case (.int(let a), .int(let b)): a == b
+        case (.double(let a), .double(let b)): a == b
+        case (.string(let a), .string(let b)): a == b
+        case (.array(let a), .array(let b)): a == b
+        case (.object(let a), .object(let b)): a == b
+        default: false
+        }
+    }
+
+    /// Hashes the value, however it is held.
+    public func hash(into hasher: inout Hasher) {
+        switch decoded {
+        case .null: hasher.combine(0)
+        case .bool(let value): hasher.combine(value)
+        case .int(let value): hasher.combine(value)
+        case .double(let value): hasher.combine(value)
+        case .string(let value): hasher.combine(value)
+        case .array(let value): hasher.combine(value)
+        case .object(let value): hasher.combine(value)
+        case .encoded: hasher.combine(1)
+        }
+    }
+}
+
+/// JSON text written by the daemon itself (see ``JSON/encoded(_:)``); made only inside this module, so it is valid.
+public struct EncodedJSON: Sendable, Hashable {
+    let bytes: [UInt8]
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
 }
 
 /// Why a text is not JSON, and where.
@@ -388,6 +449,7 @@ extension JSON: Codable {
         case .string(let value): try container.encode(value)
         case .array(let value): try container.encode(value)
         case .object(let value): try container.encode(value)
+        case .encoded: try container.encode(decoded)
         }
     }
 }
