@@ -157,6 +157,7 @@ extension Daemon {
                 return .failure(RPCError("Active Download not found for GID#\(gid)"))
             }
             state.items[gid]?.removing = true
+            state.touch(gid)
             return .success(handle)
         }.get()
         handle.cancel()
@@ -168,6 +169,7 @@ extension Daemon {
         let handle = try handle(of: gid)
         let wasRunning = handle.status.state == .running
         guard handle.pause() else { throw RPCError("GID#\(gid) cannot be paused now") }
+        state.withLock { $0.touch(gid) }
         // A running one goes to the front of the waiting order; as in aria2, only its pause is announced.
         if wasRunning {
             notify("aria2.onDownloadPause", gid)
@@ -183,7 +185,9 @@ extension Daemon {
         let running = queue.runningStatuses().filter { $0.state == .running }.map(\.id)
         if paused { queue.pauseAll() } else { queue.resumeAll() }
         let (gids, announced) = state.withLock { state in
-            (Array(state.byDownload.values), running.compactMap { state.byDownload[$0] })
+            let gids = Array(state.byDownload.values)
+            for gid in gids { state.touch(gid) }
+            return (gids, running.compactMap { state.byDownload[$0] })
         }
         if paused { for gid in announced { notify("aria2.onDownloadPause", gid) } }
         try persistOrder(paused: Dictionary(uniqueKeysWithValues: gids.map { ($0, paused) }))
@@ -202,6 +206,7 @@ extension Daemon {
         // Announced before it can start again.
         notify("haul.onDownloadWaiting", gid)
         guard handle.resume() else { throw RPCError("GID#\(gid) cannot be unpaused now") }
+        state.withLock { $0.touch(gid) }
         try persistPaused([gid: false])
         return .string(gid.description)
     }
@@ -347,6 +352,7 @@ extension Daemon {
             handle.setMaxBytesPerSecond(limit == 0 ? nil : limit)
             let item = state.withLock { state -> Item? in
                 state.items[gid]?.options["max-download-limit"] = value
+                state.touch(gid)
                 return state.items[gid]
             }
             if let item { try record { try $0.save([Self.row(item)]) } }
@@ -449,6 +455,7 @@ extension Daemon {
             }
             state.items[gid] = nil
             state.stopped.removeAll { $0 == gid }
+            state.touch(gid)
             return .success(())
         }.get()
         try record { try $0.save([], removing: [gid]) }
@@ -457,7 +464,10 @@ extension Daemon {
 
     func purgeDownloadResult() throws(RPCError) -> JSON {
         state.withLock { state in
-            for gid in state.stopped { state.items[gid] = nil }
+            for gid in state.stopped {
+                state.items[gid] = nil
+                state.touch(gid)
+            }
             state.stopped = []
         }
         try record { try $0.purgeStopped() }

@@ -57,6 +57,7 @@ extension Daemon {
 
     /// Stores the waiting order (the active downloads first) and, for `paused`, whether each is paused.
     func persistOrder(paused: [GID: Bool] = [:]) throws(RPCError) {
+        state.withLock { $0.orderChanges += 1 }
         guard configuration.store != nil else { return }
         let statuses = queue.statuses()
         let ranks = state.withLock { state -> [(GID, Int)] in

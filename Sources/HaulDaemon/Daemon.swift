@@ -70,6 +70,14 @@ public final class Daemon: Sendable {
         var closing = false
         /// The directories downloads are shown in, each kept once however many downloads it holds.
         var directories: Set<String> = []
+        /// Whether changes are logged for `haul.subscribe` (from its first call on).
+        var logsChanges = false
+        /// The downloads that changed, in order (``touch(_:)``); `changeLogStart` counts those dropped before its
+        /// first element.
+        var changeLog: [GID] = []
+        var changeLogStart = 0
+        /// How many times the waiting order changed by a call.
+        var orderChanges = 0
 
         /// `directory`, as the one string kept for it.
         mutating func intern(_ directory: String) -> String {
@@ -83,6 +91,7 @@ public final class Daemon: Sendable {
             var item = item
             item.shownDirectory = intern(item.shownDirectory)
             items[item.gid] = item
+            touch(item.gid)
         }
     }
 
@@ -170,7 +179,12 @@ public final class Daemon: Sendable {
                 case .download(let id, .started(1, _)):
                     let gid = state.withLock { state in
                         let gid = state.byDownload[id]
-                        if let gid { state.items[gid]?.started = true } else { state.startedEarly.insert(id) }
+                        if let gid {
+                            state.items[gid]?.started = true
+                            state.touch(gid)
+                        } else {
+                            state.startedEarly.insert(id)
+                        }
                         return gid
                     }
                     if let gid { notifications.withLock { $0 }?.call(("aria2.onDownloadStart", gid.description)) }
@@ -234,7 +248,9 @@ public final class Daemon: Sendable {
 
     /// The daemon's endpoint: aria2's JSON-RPC, checking `secret`.
     public func endpoint(secret: RPCSecret?) -> RPCEndpoint {
-        RPCEndpoint(secret: secret) { [self] method, params throws(RPCError) in try call(method, params) }
+        RPCEndpoint(secret: secret) { [self] method, params, session throws(RPCError) in
+            try call(method, params, session: session)
+        }
     }
 
     /// Notes how the download `id` ended; returns its item to store.
@@ -285,10 +301,13 @@ public final class Daemon: Sendable {
         return item
     }
 
-    /// Answers one aria2 method (its secret already checked).
-    public func call(_ method: String, _ params: [JSON]) throws(RPCError) -> JSON {
+    /// Answers one aria2 method (its secret already checked); `session` is the WebSocket session it came on, for
+    /// `haul.subscribe`.
+    public func call(_ method: String, _ params: [JSON], session: RPCSession? = nil) throws(RPCError) -> JSON {
         let arguments = Arguments(method: method, params: params)
         switch method {
+        case "haul.subscribe": return try subscribe(arguments, session: session)
+        case "haul.unsubscribe": return try unsubscribe(session: session)
         case "aria2.addUri": return try addUri(arguments)
         case "aria2.remove", "aria2.forceRemove": return try remove(arguments)
         case "aria2.pause", "aria2.forcePause": return try pause(arguments)
@@ -335,7 +354,7 @@ public final class Daemon: Sendable {
     /// knows them looks for them here).
     static let features = [
         "HTTPS", "Async DNS", "GZip", "Firefox3 Cookie", "Checksum", "haul.onDownloadWaiting", "haul.hosts",
-        "haul.history",
+        "haul.history", "haul.subscribe",
     ]
 
     /// The methods `system.listMethods` lists: those ``call(_:_:)`` answers.
@@ -348,13 +367,13 @@ public final class Daemon: Sendable {
         "aria2.getVersion", "aria2.getSessionInfo", "aria2.saveSession", "aria2.shutdown", "aria2.forceShutdown",
         "system.multicall",
         "system.listMethods", "system.listNotifications", "haul.getHosts", "haul.changeHostOption", "haul.pauseHost",
-        "haul.unpauseHost", "haul.tellHistory",
+        "haul.unpauseHost", "haul.tellHistory", "haul.subscribe", "haul.unsubscribe",
     ]
 
     /// The notifications a WebSocket client may get.
     static let notifications = [
         "aria2.onDownloadStart", "aria2.onDownloadPause", "aria2.onDownloadStop", "aria2.onDownloadComplete",
-        "aria2.onDownloadError", "haul.onDownloadWaiting",
+        "aria2.onDownloadError", "haul.onDownloadWaiting", "haul.onChange",
     ]
 }
 

@@ -125,7 +125,7 @@ public final class DaemonStore: Sendable {
             ).compactMap { row -> Row? in
                 guard let gid = GID(hex: row["gid"]) else { return nil }
                 return Row(
-                    gid: gid, uris: Self.decode(row["uris"]) ?? [], options: Self.decode(row["options"]) ?? [:],
+                    gid: gid, uris: Self.strings(row["uris"]), options: Self.options(row["options"]),
                     state: row["state"], rank: row["rank"], path: row["path"], length: row["length"],
                     completed: row["completed"], errorCode: row["error_code"], errorMessage: row["error_message"],
                     stoppedOrder: row["stopped_order"], withheldSecrets: row["withheld_secrets"])
@@ -144,7 +144,8 @@ public final class DaemonStore: Sendable {
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
-                        row.gid.description, Self.encode(row.uris), Self.encode(row.options), row.state, row.rank,
+                        row.gid.description, Self.text(.array(row.uris.map(JSON.string))),
+                        Self.text(.object(row.options.mapValues(JSON.string))), row.state, row.rank,
                         row.path, row.length, row.completed, row.errorCode, row.errorMessage, row.stoppedOrder,
                         row.withheldSecrets,
                     ])
@@ -173,11 +174,15 @@ public final class DaemonStore: Sendable {
         try database.write { db in try db.execute(sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL") }
     }
 
-    private static func encode(_ value: some Encodable) -> String {
-        (try? String(decoding: JSONEncoder().encode(value), as: UTF8.self)) ?? "null"
+    // URIs and options are kept as JSON text, written and read with the daemon's own JSON (a store written with
+    // Foundation's encoder, `/` escaped, reads the same).
+    private static func text(_ value: JSON) -> String { String(decoding: value.encoded(), as: UTF8.self) }
+
+    private static func strings(_ text: String) -> [String] {
+        (try? JSON.parse(Array(text.utf8)))?.array?.compactMap(\.string) ?? []
     }
 
-    private static func decode<T: Decodable>(_ text: String) -> T? {
-        try? JSONDecoder().decode(T.self, from: Data(text.utf8))
+    private static func options(_ text: String) -> [String: String] {
+        (try? JSON.parse(Array(text.utf8)))?.object?.compactMapValues(\.string) ?? [:]
     }
 }

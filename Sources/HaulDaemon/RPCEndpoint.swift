@@ -35,22 +35,34 @@ public struct RPCError: Error, Sendable, Hashable {
 public struct RPCEndpoint: Sendable {
     /// What answers the calls that passed the secret check.
     public typealias Methods = @Sendable (_ method: String, _ params: [JSON]) throws(RPCError) -> JSON
+    /// What answers the calls that passed the secret check, told the WebSocket session a call came on (`nil` over
+    /// HTTP), for methods that push to it.
+    public typealias SessionMethods =
+        @Sendable (_ method: String, _ params: [JSON], _ session: RPCSession?) throws(RPCError) -> JSON
 
     /// The secret every call must carry; `nil` for none (the daemon's `--rpc-no-secret`).
     let secret: RPCSecret?
-    let methods: Methods
+    let methods: SessionMethods
     /// The methods answered without a secret.
     static let open: Set<String> = ["system.listMethods", "system.listNotifications"]
 
     /// An endpoint checking `secret` and answering with `methods`.
     public init(secret: RPCSecret?, methods: @escaping Methods) {
         self.secret = secret
-        self.methods = methods
+        self.methods = { method, params, _ throws(RPCError) in try methods(method, params) }
+    }
+
+    /// An endpoint checking `secret` and answering with `methods`, which are told the session of each call.
+    public init(secret: RPCSecret?, sessionMethods: @escaping SessionMethods) {
+        self.secret = secret
+        self.methods = sessionMethods
     }
 
     /// The answer to `body`, one JSON-RPC call or a batch (`nil` when every call was a notification, which has no
-    /// answer), and whether some call carried a wrong or no secret.
-    public func handle(_ body: some Collection<UInt8>) -> (answer: [UInt8]?, unauthorized: Bool) {
+    /// answer), and whether some call carried a wrong or no secret. `session` is the WebSocket session it came on.
+    public func handle(_ body: some Collection<UInt8>, session: RPCSession? = nil) -> (
+        answer: [UInt8]?, unauthorized: Bool
+    ) {
         let parsed: JSON
         do {
             parsed = try JSON.parse(body)
@@ -61,16 +73,16 @@ public struct RPCEndpoint: Sendable {
         switch parsed {
         case .array(let calls):
             guard !calls.isEmpty else { return (Self.response(id: .null, error: .invalidRequest).encoded(), false) }
-            let answers = calls.compactMap { answer(to: $0, unauthorized: &unauthorized) }
+            let answers = calls.compactMap { answer(to: $0, session: session, unauthorized: &unauthorized) }
             return (answers.isEmpty ? nil : JSON.array(answers).encoded(), unauthorized)
         default:
-            let answer = answer(to: parsed, unauthorized: &unauthorized)
+            let answer = answer(to: parsed, session: session, unauthorized: &unauthorized)
             return (answer?.encoded(), unauthorized)
         }
     }
 
     /// The answer to one call, `nil` for a notification (no `id`).
-    private func answer(to request: JSON, unauthorized: inout Bool) -> JSON? {
+    private func answer(to request: JSON, session: RPCSession?, unauthorized: inout Bool) -> JSON? {
         guard let members = request.object, let method = members["method"]?.string else {
             return Self.response(id: request.object?["id"] ?? .null, error: .invalidRequest)
         }
@@ -83,7 +95,7 @@ public struct RPCEndpoint: Sendable {
         }
         let result: Result<JSON, RPCError>
         do throws(RPCError) {
-            result = .success(try dispatch(method, params, unauthorized: &unauthorized))
+            result = .success(try dispatch(method, params, session: session, unauthorized: &unauthorized))
         } catch {
             result = .failure(error)
         }
@@ -95,26 +107,28 @@ public struct RPCEndpoint: Sendable {
     }
 
     /// Checks the secret of one call (its first parameter) and answers it.
-    private func dispatch(_ method: String, _ params: [JSON], unauthorized: inout Bool) throws(RPCError) -> JSON {
+    private func dispatch(
+        _ method: String, _ params: [JSON], session: RPCSession?, unauthorized: inout Bool
+    ) throws(RPCError) -> JSON {
         var params = params
         var token: String?
         if let first = params.first?.string, first.hasPrefix("token:") {
             token = String(first.dropFirst("token:".count))
             params.removeFirst()
         }
-        if method == "system.multicall" { return try multicall(params, unauthorized: &unauthorized) }
+        if method == "system.multicall" { return try multicall(params, session: session, unauthorized: &unauthorized) }
         if let secret, !Self.open.contains(method) {
             guard let token, secret.matches(token) else {
                 unauthorized = true
                 throw .unauthorized
             }
         }
-        return try methods(method, params)
+        return try methods(method, params, session)
     }
 
     /// `system.multicall([{methodName, params}, ...])`: each call's result in a one-element array, or its error
     /// object.
-    private func multicall(_ params: [JSON], unauthorized: inout Bool) throws(RPCError) -> JSON {
+    private func multicall(_ params: [JSON], session: RPCSession?, unauthorized: inout Bool) throws(RPCError) -> JSON {
         guard params.count == 1, let calls = params[0].array else {
             throw .invalidParams("system.multicall takes one array of calls")
         }
@@ -130,7 +144,8 @@ public struct RPCEndpoint: Sendable {
             }
             do throws(RPCError) {
                 let inner = members["params"]?.array ?? []
-                results.append(.array([try dispatch(method, inner, unauthorized: &unauthorized)]))
+                results.append(
+                    .array([try dispatch(method, inner, session: session, unauthorized: &unauthorized)]))
             } catch {
                 results.append(error.json)
             }

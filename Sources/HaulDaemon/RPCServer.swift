@@ -33,13 +33,13 @@ extension RPCAccess {
     /// Answers `bytes` with `endpoint` off the event loop (a method may touch the file system: an add makes its
     /// directories), then hands the answer to `deliver` on `loop`, held back when a call carried a wrong secret.
     func answer(
-        _ bytes: [UInt8], with endpoint: RPCEndpoint, on loop: any EventLoop,
+        _ bytes: [UInt8], with endpoint: RPCEndpoint, session: RPCSession? = nil, on loop: any EventLoop,
         deliver: @escaping @Sendable ([UInt8]?) -> Void
     ) {
         let (seconds, attoseconds) = unauthorizedDelay.components
         let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
         Task {
-            let (answer, unauthorized) = endpoint.handle(bytes)
+            let (answer, unauthorized) = endpoint.handle(bytes, session: session)
             loop.scheduleTask(in: unauthorized ? delay : .zero) { deliver(answer) }
         }
     }
@@ -192,6 +192,60 @@ final class WebSocketSessions: Sendable {
     }
 }
 
+/// A WebSocket client's connection, as the methods it calls see it: what they push to it (`haul.subscribe`'s
+/// changes) goes out as JSON-RPC notifications, until it closes.
+public final class RPCSession: Sendable {
+    private let channel: any Channel
+    private let push = Locked<RepeatedTask?>(nil)
+
+    init(channel: any Channel) { self.channel = channel }
+
+    /// Sends `message` (a JSON-RPC notification) to the client.
+    public func send(_ message: JSON) {
+        let frame = WebSocketFrame(
+            fin: true, opcode: .text, data: channel.allocator.buffer(bytes: message.encoded()))
+        channel.writeAndFlush(frame, promise: nil)
+    }
+
+    /// Calls `produce` every `interval`, off the event loop, the next call only after the last one's message went
+    /// out, and sends what it returns (nothing for `nil`); replaces the session's earlier push, ends with the session.
+    public func every(_ interval: Duration, _ produce: @escaping @Sendable () -> JSON?) {
+        let (seconds, attoseconds) = interval.components
+        let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let channel = self.channel
+        let task = channel.eventLoop.scheduleRepeatedAsyncTask(initialDelay: delay, delay: delay) { task in
+            let sent = channel.eventLoop.makePromise(of: Void.self)
+            // Asked for as the session closed: it ends here.
+            guard channel.isActive else {
+                task.cancel()
+                sent.succeed(())
+                return sent.futureResult
+            }
+            Task {
+                guard let message = produce() else { return sent.succeed(()) }
+                let frame = WebSocketFrame(
+                    fin: true, opcode: .text, data: channel.allocator.buffer(bytes: message.encoded()))
+                // The next one waits for this one to be written: a slow reader is not sent more than it reads.
+                channel.writeAndFlush(frame).whenComplete { _ in sent.succeed(()) }
+            }
+            return sent.futureResult
+        }
+        let earlier = push.withLock { push in
+            defer { push = task }
+            return push
+        }
+        earlier?.cancel()
+    }
+
+    /// Stops what ``every(_:_:)`` pushes.
+    public func stopPushing() {
+        push.withLock { push in
+            defer { push = nil }
+            return push
+        }?.cancel()
+    }
+}
+
 /// One WebSocket session: each text message a JSON-RPC call or batch, answered in a text message (a wrong secret's
 /// answer held back as over HTTP); pings answered; notifications sent to it.
 private final class WebSocketRPCHandler: ChannelInboundHandler {
@@ -202,6 +256,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     let access: RPCAccess
     let sessions: WebSocketSessions
     private var message: ByteBuffer?
+    private var session: RPCSession?
 
     init(endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions) {
         self.endpoint = endpoint
@@ -209,9 +264,18 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
         self.sessions = sessions
     }
 
-    func handlerAdded(context: ChannelHandlerContext) { sessions.add(context.channel) }
-    func handlerRemoved(context: ChannelHandlerContext) { sessions.remove(context.channel) }
+    func handlerAdded(context: ChannelHandlerContext) {
+        session = RPCSession(channel: context.channel)
+        sessions.add(context.channel)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        session?.stopPushing()
+        sessions.remove(context.channel)
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
+        session?.stopPushing()
         sessions.remove(context.channel)
         context.fireChannelInactive()
     }
@@ -246,7 +310,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
 
     private func answer(_ bytes: [UInt8], context: ChannelHandlerContext) {
         let channel = context.channel
-        access.answer(bytes, with: endpoint, on: channel.eventLoop) { answer in
+        access.answer(bytes, with: endpoint, session: session, on: channel.eventLoop) { answer in
             guard let answer else { return }
             let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: answer))
             channel.writeAndFlush(frame, promise: nil)
