@@ -63,12 +63,20 @@ extension Daemon {
         return "OK"
     }
 
-    /// Changes the settings of `host`: stored before they apply (and before the call is answered).
+    /// Changes the settings of `host`: stored before they apply (and before the call is answered). One change at a
+    /// time: two calls at once (a limit and a pause of one host) each start from what the other left.
     private func changeHost(_ host: String, _ change: (inout HostSettings) -> Void) throws(RPCError) {
-        var settings = state.withLock { $0.hosts[host] } ?? HostSettings()
-        change(&settings)
-        try record { try $0.saveHost(host, limit: settings.limit, paused: settings.paused) }
-        apply(settings, to: host)
+        try hostChanges.withLock { _ -> Result<Void, RPCError> in
+            var settings = state.withLock { $0.hosts[host] } ?? HostSettings()
+            change(&settings)
+            do throws(RPCError) {
+                try record { try $0.saveHost(host, limit: settings.limit, paused: settings.paused) }
+            } catch {
+                return .failure(error)
+            }
+            apply(settings, to: host)
+            return .success(())
+        }.get()
     }
 
     /// Gives the queue what `settings` say of `host`.

@@ -47,6 +47,8 @@ public final class Daemon: Sendable {
     let sessionID: String
     let state: Locked<State>
     private let watcher: Task<Void, Never>
+    /// Held while a host's settings change (read, stored, applied), one change at a time.
+    let hostChanges = Locked(())
     private let shutdownHandler = Locked<Hook<Bool>?>(nil)
     private let notificationHandler: Locked<Hook<(method: String, gid: String)>?>
 

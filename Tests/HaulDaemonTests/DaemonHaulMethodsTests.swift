@@ -131,6 +131,28 @@ struct DaemonHaulMethodsTests {
         #expect(answer.array?.last?.object?["maxConnections"] == "3")
         second.close()
     }
+
+    @Test("a limit and a pause of one host at once: both hold")
+    func hostChangesAtOnce() async throws {
+        let root = try TemporaryDirectory()
+        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
+        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
+        let queue = DownloadQueue(
+            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
+            configuration: .init(maxConcurrentDownloads: 2))
+        let daemon = try Daemon(queue: queue, configuration: .init(root: root.url, store: store))
+        for round in 1...40 {
+            async let limit = Task.detached {
+                try daemon.call("haul.changeHostOption", ["http://c.example", ["max-connections": .string("\(round)")]])
+            }.value
+            async let pause = Task.detached { try daemon.call("haul.pauseHost", ["http://c.example"]) }.value
+            _ = try await (limit, pause)
+            let host = try #require(try daemon.call("haul.getHosts", []).array?.first?.object, "round \(round)")
+            #expect(host["paused"] == "true" && host["maxConnections"] == .string("\(round)"), "round \(round)")
+            #expect(try daemon.call("haul.unpauseHost", ["http://c.example"]) == "OK")
+        }
+        daemon.close()
+    }
 }
 
 /// A daemon delivers one notification per event for as long as it runs: the ten-thousandth costs what the first did.
