@@ -106,29 +106,56 @@ extension Daemon {
             throw .invalidParams("haul.tellHistory: status must be complete, error or removed")
         }
         let keys = try arguments.strings(3, "keys")
-        let (total, page) = state.withLock { state -> (Int, [Item]) in
-            var total = 0
-            var page: [Item] = []
-            for gid in state.stopped.reversed() {
-                guard let item = state.items[gid], let ending = item.ending else { continue }
-                if let statuses, !statuses.contains(ending.status) { continue }
-                if !query.isEmpty, !Self.matches(item, query) { continue }
-                if total >= offset, page.count < count { page.append(item) }
-                total += 1
-            }
-            return (total, page)
-        }
+        let (total, page) = try history(offset: Int(offset), count: Int(count), statuses: statuses, query: query)
         return [
             "total": .string(String(total)),
             "downloads": Aria2Status.list(page.lazy.map { ($0, nil) }, keys: keys),
         ]
     }
 
-    /// Whether `query` (lowercased) is in the name of `item`'s file or in one of its URIs.
-    private static func matches(_ item: Item, _ query: String) -> Bool {
-        let name = item.shownFile.isEmpty ? item.options["out"] ?? "" : (item.shownFile as NSString).lastPathComponent
+    /// The stopped downloads that match, newest first: how many, and the page from `offset`.
+    private func history(offset: Int, count: Int, statuses: Set<String>?, query: String) throws(RPCError) -> (
+        Int, [Item]
+    ) {
+        guard let store = configuration.store else {
+            return state.withLock { state in
+                var total = 0
+                var page: [Item] = []
+                for gid in state.stopped.reversed() {
+                    guard let item = state.items[gid], let ending = item.ending else { continue }
+                    if let statuses, !statuses.contains(ending.status) { continue }
+                    if !query.isEmpty, !Self.matches(item.shownPath, item.options, item.uris, query) { continue }
+                    if total >= offset, page.count < count { page.append(item) }
+                    total += 1
+                }
+                return (total, page)
+            }
+        }
+        if statuses == nil, query.isEmpty {
+            // Newest first: the page counted from the end.
+            let total = state.withLock { $0.stoppedTotal }
+            let end = max(0, total - offset)
+            let items = try stoppedItems(max(0, end - count)..<end)
+            return (total, items.reversed())
+        }
+        // Every stopped download is stored as it stops: the search reads the store, narrowed there first.
+        let rows: [DaemonStore.Row]
+        do {
+            rows = try store.history(states: statuses, holding: query)
+        } catch {
+            throw RPCError("cannot read the download history: \(error)")
+        }
+        let matching = query.isEmpty ? rows : rows.filter { Self.matches($0.path ?? "", $0.options, $0.uris, query) }
+        return (matching.count, matching.dropFirst(offset).prefix(count).map(stoppedItem))
+    }
+
+    /// Whether `query` (lowercased) is in the name of the file at `path` (its `out` option while it has none) or
+    /// in one of its URIs.
+    private static func matches(_ path: String, _ options: [String: String], _ uris: [String], _ query: String) -> Bool
+    {
+        let name = path.isEmpty ? options["out"] ?? "" : (path as NSString).lastPathComponent
         if name.lowercased().contains(query) { return true }
-        return item.uris.contains { $0.lowercased().contains(query) }
+        return uris.contains { $0.lowercased().contains(query) }
     }
 }
 

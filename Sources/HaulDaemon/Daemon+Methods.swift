@@ -42,6 +42,8 @@ extension Daemon {
         } else if case .file(let file) = plan.request.destination {
             try makeDirectories(file.deletingLastPathComponent().path)
         }
+        // One stopped long ago is only in the store (read before the lock is taken: no disk under it).
+        if let gid = plan.gid, try item(gid) != nil { throw RPCError("GID \(gid) is not unique.") }
         let item = try state.withLock { state -> Result<Item, RPCError> in
             var gid = plan.gid ?? GID.random()
             if plan.gid != nil {
@@ -132,13 +134,18 @@ extension Daemon {
             throw RPCError("Invalid GID \(text)")
         }
         let prefix = text.lowercased()
-        return try state.withLock { state -> Result<GID, RPCError> in
-            if text.utf8.count == 16, let gid = GID(hex: prefix), state.items[gid] != nil { return .success(gid) }
-            let matches = state.items.keys.filter { $0.description.hasPrefix(prefix) }
-            guard let first = matches.first else { return .failure(RPCError("GID \(text) is not found")) }
-            guard matches.count == 1 else { return .failure(RPCError("GID \(text) is not unique")) }
-            return .success(first)
-        }.get()
+        if text.utf8.count == 16, let gid = GID(hex: prefix), try item(gid) != nil { return gid }
+        var matches = Set(state.withLock { $0.items.keys.filter { $0.description.hasPrefix(prefix) } })
+        if matches.count < 2, let store = configuration.store {
+            do {
+                matches.formUnion(try store.stoppedGIDs(prefix: prefix, limit: 2))
+            } catch {
+                throw RPCError("cannot read the download history: \(error)")
+            }
+        }
+        guard let first = matches.first else { throw RPCError("GID \(text) is not found") }
+        guard matches.count == 1 else { throw RPCError("GID \(text) is not unique") }
+        return first
     }
 
     private func handle(of gid: GID) throws(RPCError) -> DownloadHandle {
@@ -239,7 +246,7 @@ extension Daemon {
     func tellStatus(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
         let keys = try arguments.strings(1, "keys")
-        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        guard let item = try item(gid) else { throw RPCError("GID \(gid) is not found") }
         return Aria2Status.object(item, status: item.handle?.status, keys: keys)
     }
 
@@ -258,11 +265,8 @@ extension Daemon {
         let keys = try arguments.strings(2, "keys")
         if stopped {
             // Only the page's items are taken: the history has no cap.
-            let items = state.withLock { state in
-                Self.page(state.stopped.count, offset: offset, count: count).compactMap {
-                    state.items[state.stopped[$0]]
-                }
-            }
+            let items = try stoppedItems(
+                Self.page(state.withLock { $0.stoppedTotal }, offset: offset, count: count))
             let ordered = offset < 0 ? items.reversed() : items
             return Aria2Status.list(ordered.lazy.map { ($0, nil) }, keys: keys)
         }
@@ -303,7 +307,7 @@ extension Daemon {
 
     func getUris(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
-        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        guard let item = try item(gid) else { throw RPCError("GID \(gid) is not found") }
         var output: [UInt8] = []
         Aria2Status.writeURIs(item.uris, to: &output)
         return .encoded(EncodedJSON(output))
@@ -311,7 +315,7 @@ extension Daemon {
 
     func getFiles(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
-        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        guard let item = try item(gid) else { throw RPCError("GID \(gid) is not found") }
         return Aria2Status.object(item, status: item.handle?.status, keys: ["files"]).object?["files"] ?? []
     }
 
@@ -332,7 +336,7 @@ extension Daemon {
 
     func getOption(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
-        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        guard let item = try item(gid) else { throw RPCError("GID \(gid) is not found") }
         var options = Aria2Status.shown(item.options)
         if let limit = item.handle?.status.maxBytesPerSecond { options["max-download-limit"] = .string(String(limit)) }
         return .object(options)
@@ -437,7 +441,7 @@ extension Daemon {
         let batch = queue.progress
         let (pending, stopped) = state.withLock { state in
             // The downloads in the queue: counted without walking a history of any length.
-            (state.byDownload.count, state.stopped.count)
+            (state.byDownload.count, state.stoppedTotal)
         }
         let active = min(batch.runningFiles, pending)
         return [
@@ -449,16 +453,17 @@ extension Daemon {
 
     func removeDownloadResult(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
-        try state.withLock { state -> Result<Void, RPCError> in
-            guard state.items[gid]?.ending != nil else {
-                return .failure(RPCError("Could not remove download result of GID#\(gid)"))
-            }
-            state.items[gid] = nil
-            state.stopped.removeAll { $0 == gid }
-            state.touch(gid)
-            return .success(())
-        }.get()
+        guard try item(gid)?.ending != nil else { throw RPCError("Could not remove download result of GID#\(gid)") }
+        // Gone from the store first: a download that is neither in memory nor stored is not counted.
         try record { try $0.save([], removing: [gid]) }
+        state.withLock { state in
+            if state.items.removeValue(forKey: gid) != nil {
+                state.stopped.removeAll { $0 == gid }
+            } else {
+                state.storedStopped -= 1
+            }
+            state.touch(gid)
+        }
         return "OK"
     }
 
@@ -469,6 +474,7 @@ extension Daemon {
                 state.touch(gid)
             }
             state.stopped = []
+            state.storedStopped = 0
         }
         try record { try $0.purgeStopped() }
         return "OK"

@@ -22,7 +22,7 @@ extension Daemon {
             do throws(RPCError) {
                 let plan = try plan(uris: entry.uris, options: entry.options)
                 if let gid = plan.gid {
-                    if state.withLock({ $0.items[gid] != nil }) { continue }
+                    if try item(gid) != nil { continue }
                     guard seen.insert(gid).inserted else { throw RPCError("GID \(gid) is given twice") }
                 }
                 plans.append(plan)
@@ -41,8 +41,12 @@ extension Daemon {
     /// not written: a URI's user and password are left out, with a comment saying so.
     public func session() -> String {
         let statuses = queue.statuses()
+        // With a store, the failed ones of the whole history are read from it.
+        let stored = configuration.store.flatMap { try? $0.history(states: ["error"], holding: nil) }
         let items = state.withLock { state -> [(Item, paused: Bool)] in
-            let failed = state.stopped.compactMap { state.items[$0] }.filter { $0.ending?.status == "error" }
+            let failed =
+                stored.map { $0.reversed().map(stoppedItem) }
+                ?? state.stopped.compactMap { state.items[$0] }.filter { $0.ending?.status == "error" }
             let unfinished = statuses.compactMap { status in
                 state.byDownload[status.id].flatMap { state.items[$0] }.map { ($0, status.state == .paused) }
             }

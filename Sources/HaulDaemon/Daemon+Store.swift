@@ -76,31 +76,26 @@ extension Daemon {
     /// Brings back what the store holds: the stopped downloads as history, the others into the queue in their order
     /// (the active ones waiting again, the paused ones paused), resumed from their partial files by the journal.
     func restore(from store: DaemonStore) throws {
-        let rows = try store.load()
+        // The newest stopped ones come back into memory; the others stay in the store, read from there when asked.
+        let (count, last) = try store.stoppedCount()
+        let recent = try store.stopped(
+            offset: max(0, count - Self.stoppedInMemory), limit: Self.stoppedInMemory
+        ).map(stoppedItem)
+        state.withLock { state in
+            state.storedStopped = count - recent.count
+            state.stoppedCount = last
+            for item in recent {
+                state.keep(item)
+                state.stopped.append(item.gid)
+            }
+        }
         var ended: [Item] = []
-        for row in rows {
-            // What is kept of a download that will not run again: its URIs and options (its request is not used).
+        for row in try store.loadUnfinished() {
             let first = row.uris.first.flatMap { URL(string: $0) } ?? URL(fileURLWithPath: "/")
             var item = Item(
                 gid: row.gid, uris: row.uris, options: row.options,
                 request: DownloadRequest(url: first, destination: .directory(URL(fileURLWithPath: root))))
             item.rank = row.rank
-            if row.stoppedOrder != nil {
-                item.ending = Ending(
-                    status: row.state, length: row.length, completed: row.completed, errorCode: row.errorCode,
-                    errorMessage: row.errorMessage)
-                item.stoppedOrder = row.stoppedOrder
-                if let path = row.path {
-                    item.shownDirectory = Aria2Status.directory(of: path)
-                    item.show(path)
-                }
-                state.withLock { state in
-                    state.keep(item)
-                    state.stopped.append(row.gid)
-                    state.stoppedCount = max(state.stoppedCount, row.stoppedOrder ?? 0)
-                }
-                continue
-            }
             let plan: DownloadPlan
             do throws(RPCError) {
                 guard !row.withheldSecrets else {

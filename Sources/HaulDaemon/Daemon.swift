@@ -55,8 +55,12 @@ public final class Daemon: Sendable {
     struct State {
         var items: [GID: Item] = [:]
         var byDownload: [DownloadID: GID] = [:]
-        /// Stopped downloads (complete, error, removed) in the order they stopped.
+        /// Stopped downloads (complete, error, removed) in the order they stopped: the newest, with a store (see
+        /// ``Daemon/stoppedInMemory``); older ones, `storedStopped` of them, are in the store only.
         var stopped: [GID] = []
+        var storedStopped = 0
+        /// Whether there is a store to leave old stopped downloads to.
+        var hasStore = false
         /// Outcomes of downloads that ended before their GID was recorded (an add answered at once).
         var early: [DownloadID: Result<DownloadResult, DownloadError>] = [:]
         /// Downloads that started before their GID was recorded: their start is announced once it is.
@@ -166,7 +170,9 @@ public final class Daemon: Sendable {
         root = String(cString: real)
         free(real)
         sessionID = GID.random().description + GID.random().description
-        let state = Locked(State(globalOptions: [:]))
+        var initial = State(globalOptions: [:])
+        initial.hasStore = configuration.store != nil
+        let state = Locked(initial)
         self.state = state
         let events = queue.events(including: [.started, .finished, .failed])
         let store = configuration.store
@@ -300,6 +306,8 @@ public final class Daemon: Sendable {
         state.stoppedCount += 1
         item.stoppedOrder = state.stoppedCount
         state.keep(item)
+        // Stored long ago (each stopped one is stored as it stops): from now on read from there.
+        state.leaveOldStoppedToStore()
         return item
     }
 

@@ -117,12 +117,63 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    /// Every stored download: the stopped ones in the order they stopped, then the unfinished ones by rank.
-    func load() throws -> [Row] {
+    /// The unfinished downloads, by rank.
+    func loadUnfinished() throws -> [Row] {
+        try rows("WHERE stopped_order IS NULL ORDER BY rank")
+    }
+
+    /// How many stopped downloads there are, and the last one's place in the order they stopped (0 for none).
+    func stoppedCount() throws -> (count: Int, last: Int) {
         try database.read { db in
-            try GRDB.Row.fetchAll(
-                db, sql: "SELECT * FROM downloads ORDER BY stopped_order IS NULL, stopped_order, rank"
-            ).compactMap { row -> Row? in
+            let row = try GRDB.Row.fetchOne(
+                db, sql: "SELECT COUNT(*), COALESCE(MAX(stopped_order), 0) FROM downloads WHERE stopped_order IS NOT NULL")
+            return (row?[0] ?? 0, row?[1] ?? 0)
+        }
+    }
+
+    /// The stopped downloads from the `offset`-th (the oldest is the 0th), at most `limit`, oldest first.
+    func stopped(offset: Int, limit: Int) throws -> [Row] {
+        try rows("WHERE stopped_order IS NOT NULL ORDER BY stopped_order LIMIT ? OFFSET ?", [limit, offset])
+    }
+
+    /// The stopped download `gid`, if it is stored.
+    func stopped(_ gid: GID) throws -> Row? {
+        try rows("WHERE gid = ? AND stopped_order IS NOT NULL", [gid.description]).first
+    }
+
+    /// The GIDs of stored stopped downloads starting with `prefix` (lowercase hex), at most `limit`.
+    func stoppedGIDs(prefix: String, limit: Int) throws -> [GID] {
+        try database.read { db in
+            try String.fetchAll(
+                db,
+                sql: "SELECT gid FROM downloads WHERE gid >= ? AND gid < ? AND stopped_order IS NOT NULL LIMIT ?",
+                arguments: [prefix, prefix + "g", limit]
+            ).compactMap { GID(hex: $0) }
+        }
+    }
+
+    /// The stopped downloads newest first, only those whose state is in `states` (all for `nil`) and, for a `text`
+    /// (lowercase), whose path, URIs or options hold it.
+    func history(states: Set<String>?, holding text: String?) throws -> [Row] {
+        var conditions = ["stopped_order IS NOT NULL"]
+        var arguments: [(any DatabaseValueConvertible)?] = []
+        if let states {
+            conditions.append("state IN (\(states.map { _ in "?" }.joined(separator: ", ")))")
+            arguments += states.sorted().map { $0 }
+        }
+        if let text, !text.isEmpty {
+            conditions.append("(instr(lower(path), ?) OR instr(lower(uris), ?) OR instr(lower(options), ?))")
+            arguments += [text, text, text]
+        }
+        return try rows(
+            "WHERE \(conditions.joined(separator: " AND ")) ORDER BY stopped_order DESC",
+            StatementArguments(arguments))
+    }
+
+    private func rows(_ clause: String, _ arguments: StatementArguments = []) throws -> [Row] {
+        try database.read { db in
+            try GRDB.Row.fetchAll(db, sql: "SELECT * FROM downloads " + clause, arguments: arguments).compactMap {
+                row -> Row? in
                 guard let gid = GID(hex: row["gid"]) else { return nil }
                 return Row(
                     gid: gid, uris: Self.strings(row["uris"]), options: Self.options(row["options"]),

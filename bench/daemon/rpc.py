@@ -113,6 +113,9 @@ elif mode == "history":
             break
         time.sleep(0.2)
     stopped = int(client.call("aria2.getGlobalStat", [token])["numStopped"])
+    complete = int(client.call("haul.tellHistory", [token, 0, 1, {"status": ["complete"]}])["total"])
+    if complete != 100000:
+        raise RuntimeError(f"only {complete:,} of 100,000 downloads completed")
     print(f"100,000 downloads added in 10 multicalls: {added_time:.1f} s, all ended {time.perf_counter() - began:.1f} s later")
     print(f"tellStopped(-1,1000), {stopped:,} stopped: {median_ms(client, 'aria2.tellStopped', [-1, 1000]):.1f} ms")
     print(f"peak RSS, {stopped:,} finished downloads in history: {peak_rss_mib():.0f} MiB")

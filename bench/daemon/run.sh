@@ -14,6 +14,7 @@ cd "$(dirname "$0")/../.."
 source bench/lib.sh
 if [[ -z "${HAUL:-}" ]]; then build_haul; fi
 WORK=$(mktemp -d /var/tmp/haul-daemon.XXXXXX)
+chmod 755 "$WORK"   # nginx workers run as www-data
 mkdir -p "$WORK/www"
 printf 'haul' > "$WORK/www/small"
 start_nginx "$WORK/www"

@@ -1,0 +1,69 @@
+import Foundation
+import Haul
+import HaulDaemon
+import HaulNIO
+import HaulTestSupport
+import Testing
+
+/// A history longer than what is kept in memory: the newest in memory, every one in the store, the pages, lookups,
+/// searches and removals the same over both, and after a restart.
+@Suite("haul daemon: a long history", .timeLimit(.minutes(3)))
+struct DaemonHistoryTests {
+    static let count = 1205
+
+    func start(_ root: TemporaryDirectory) throws -> Daemon {
+        let queue = DownloadQueue(
+            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
+            configuration: .init(maxConcurrentDownloads: 1))
+        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
+        return try Daemon(queue: queue, configuration: .init(root: root.url, store: store))
+    }
+
+    func gids(_ answer: JSON) -> [String] { answer.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
+
+    @Test("1,205 stopped: pages across memory and store, lookups by GID and prefix, search, removal, restart")
+    func longHistory() async throws {
+        let root = try TemporaryDirectory()
+        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
+        let daemon = try start(root)
+        // One at a time, refused at once: they stop in the order they were added.
+        let all = try (0..<Self.count).map { index in
+            try #require(try daemon.call("aria2.addUri", [[.string("http://127.0.0.1:9/file-\(index).bin")]]).string)
+        }
+        try await eventually("all stopped", within: .seconds(60)) {
+            (try? daemon.call("aria2.getGlobalStat", []))?.object?["numStopped"] == .string(String(Self.count))
+        }
+        // The oldest are read from the store, the newest from memory, and a page across the two in one order.
+        #expect(gids(try daemon.call("aria2.tellStopped", [0, 10, ["gid"]])) == Array(all[0..<10]))
+        #expect(gids(try daemon.call("aria2.tellStopped", [195, 20, ["gid"]])) == Array(all[195..<215]))
+        #expect(gids(try daemon.call("aria2.tellStopped", [-1, 1000, ["gid"]])) == Array(all.suffix(1000).reversed()))
+        #expect(gids(try daemon.call("aria2.tellStopped", [0, 2000, ["gid"]])) == all)
+        let oldest = try daemon.call("aria2.tellStatus", [.string(all[0])]).object
+        #expect(oldest?["status"] == "error" && oldest?["errorCode"] != "0")
+        #expect(oldest?["files"]?.array?.first?.object?["uris"]?.array?.first?.object?["uri"] == "http://127.0.0.1:9/file-0.bin")
+        #expect(try daemon.call("aria2.getUris", [.string(String(all[1].prefix(12)))]).array?.count == 1)
+        // History: newest first, searched in the store.
+        let newest = try daemon.call("haul.tellHistory", [0, 3, .null, ["gid"]]).object
+        #expect(newest?["total"] == .string(String(Self.count)))
+        #expect(gids(newest?["downloads"] ?? []) == Array(all.suffix(3).reversed()))
+        let found = try daemon.call("haul.tellHistory", [0, 10, ["query": "FILE-7.bin"], ["gid"]]).object
+        #expect(found?["total"] == "1" && gids(found?["downloads"] ?? []) == [all[7]])
+        // An old one removed from the store, a gid of an old one not given again.
+        #expect(try daemon.call("aria2.removeDownloadResult", [.string(all[0])]) == "OK")
+        #expect(throws: RPCError.self) { try daemon.call("aria2.tellStatus", [.string(all[0])]) }
+        #expect(throws: RPCError.self) {
+            try daemon.call("aria2.addUri", [["http://127.0.0.1:9/again"], ["gid": .string(all[1]), "pause": "true"]])
+        }
+        #expect(try daemon.call("aria2.getGlobalStat", []).object?["numStopped"] == .string(String(Self.count - 1)))
+        daemon.close()
+
+        let restarted = try start(root)
+        #expect(try restarted.call("aria2.getGlobalStat", []).object?["numStopped"] == .string(String(Self.count - 1)))
+        #expect(gids(try restarted.call("aria2.tellStopped", [0, 2000, ["gid"]])) == Array(all.dropFirst()))
+        #expect(try restarted.call("aria2.tellStatus", [.string(all[1]), ["status"]]) == ["status": "error"])
+        #expect(try restarted.call("aria2.purgeDownloadResult", []) == "OK")
+        #expect(try restarted.call("aria2.getGlobalStat", []).object?["numStopped"] == "0")
+        #expect(try restarted.call("aria2.tellStopped", [0, 10]) == [])
+        restarted.close()
+    }
+}
