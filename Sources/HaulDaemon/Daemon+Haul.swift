@@ -139,14 +139,14 @@ extension Daemon {
             return (total, items.reversed())
         }
         // Every stopped download is stored as it stops: the search reads the store, narrowed there first.
-        let rows: [DaemonStore.Row]
         do {
-            rows = try store.history(states: statuses, holding: query)
+            let (total, page) = try store.history(states: statuses, holding: query, offset: offset, limit: count) {
+                Self.matches($0.path ?? "", $0.options, $0.uris, query)
+            }
+            return (total, page.map(stoppedItem))
         } catch {
             throw RPCError("cannot read the download history: \(error)")
         }
-        let matching = query.isEmpty ? rows : rows.filter { Self.matches($0.path ?? "", $0.options, $0.uris, query) }
-        return (matching.count, matching.dropFirst(offset).prefix(count).map(stoppedItem))
     }
 
     /// Whether `query` (lowercased) is in the name of the file at `path` (its `out` option while it has none) or

@@ -264,11 +264,21 @@ extension Daemon {
         guard count >= 0 else { throw .invalidParams("\(arguments.method): num must be 0 or more") }
         let keys = try arguments.strings(2, "keys")
         if stopped {
+            let (total, version) = state.withLock { ($0.stoppedTotal, $0.stoppedVersion) }
+            if let page = stoppedPage.withLock({ $0 }), page.version == version, page.offset == offset,
+                page.count == count, page.keys == keys
+            {
+                return page.answer
+            }
             // Only the page's items are taken: the history has no cap.
-            let items = try stoppedItems(
-                Self.page(state.withLock { $0.stoppedTotal }, offset: offset, count: count))
+            let items = try stoppedItems(Self.page(total, offset: offset, count: count))
             let ordered = offset < 0 ? items.reversed() : items
-            return Aria2Status.list(ordered.lazy.map { ($0, nil) }, keys: keys)
+            let answer = Aria2Status.list(ordered.lazy.map { ($0, nil) }, keys: keys)
+            // Kept with the version it was made from: a download that stopped meanwhile makes it out of date.
+            stoppedPage.withLock {
+                $0 = StoppedPage(offset: offset, count: count, keys: keys, version: version, answer: answer)
+            }
+            return answer
         }
         // Only the page's statuses are made: clients ask for 1,000 of many thousands every second.
         let page = Self.page(queue.waitingCount, offset: offset, count: count)
@@ -462,6 +472,7 @@ extension Daemon {
             } else {
                 state.storedStopped -= 1
             }
+            state.stoppedVersion += 1
             state.touch(gid)
         }
         return "OK"
@@ -475,6 +486,7 @@ extension Daemon {
             }
             state.stopped = []
             state.storedStopped = 0
+            state.stoppedVersion += 1
         }
         try record { try $0.purgeStopped() }
         return "OK"

@@ -42,11 +42,10 @@ extension Daemon {
     public func session() -> String {
         let statuses = queue.statuses()
         // With a store, the failed ones of the whole history are read from it.
-        let stored = configuration.store.flatMap { try? $0.history(states: ["error"], holding: nil) }
+        let stored = configuration.store.flatMap { try? $0.failed().map(stoppedItem) }
         let items = state.withLock { state -> [(Item, paused: Bool)] in
             let failed =
-                stored.map { $0.reversed().map(stoppedItem) }
-                ?? state.stopped.compactMap { state.items[$0] }.filter { $0.ending?.status == "error" }
+                stored ?? state.stopped.compactMap { state.items[$0] }.filter { $0.ending?.status == "error" }
             let unfinished = statuses.compactMap { status in
                 state.byDownload[status.id].flatMap { state.items[$0] }.map { ($0, status.state == .paused) }
             }

@@ -49,6 +49,18 @@ public final class Daemon: Sendable {
     private let watcher: Task<Void, Never>
     /// Held while a host's settings change (read, stored, applied), one change at a time.
     let hostChanges = Locked(())
+    /// The last page of stopped downloads answered: every client asks for the same one every second, and a stopped
+    /// download does not change.
+    let stoppedPage = Locked<StoppedPage?>(nil)
+
+    /// A page of ``tellList(_:stopped:)`` for the stopped downloads as they were at `version`.
+    struct StoppedPage {
+        var offset: Int64
+        var count: Int64
+        var keys: [String]?
+        var version: Int
+        var answer: JSON
+    }
     private let shutdownHandler = Locked<Hook<Bool>?>(nil)
     private let notificationHandler: Locked<Hook<(method: String, gid: String)>?>
 
@@ -59,6 +71,8 @@ public final class Daemon: Sendable {
         /// ``Daemon/stoppedInMemory``); older ones, `storedStopped` of them, are in the store only.
         var stopped: [GID] = []
         var storedStopped = 0
+        /// Changed whenever the stopped downloads do: a page of them answered before stays right while it holds.
+        var stoppedVersion = 0
         /// Whether there is a store to leave old stopped downloads to.
         var hasStore = false
         /// Outcomes of downloads that ended before their GID was recorded (an add answered at once).
@@ -303,6 +317,7 @@ public final class Daemon: Sendable {
         }
         item.handle = nil
         state.stopped.append(gid)
+        state.stoppedVersion += 1
         state.stoppedCount += 1
         item.stoppedOrder = state.stoppedCount
         state.keep(item)

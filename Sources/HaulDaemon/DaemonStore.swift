@@ -152,36 +152,64 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    /// The stopped downloads newest first, only those whose state is in `states` (all for `nil`) and, for a `text`
-    /// (lowercase), whose path, URIs or options hold it.
-    func history(states: Set<String>?, holding text: String?) throws -> [Row] {
+    /// The stopped downloads whose state is in `states` (all for `nil`), newest first, that `matches` takes (it is
+    /// asked only of those whose path, URIs or options hold `text`, lowercase): how many, and the page of `limit` from
+    /// `offset`. Read one at a time: a search of a long history keeps only its page in memory.
+    func history(
+        states: Set<String>?, holding text: String, offset: Int, limit: Int, matching matches: (Row) -> Bool
+    ) throws -> (total: Int, page: [Row]) {
         var conditions = ["stopped_order IS NOT NULL"]
         var arguments: [(any DatabaseValueConvertible)?] = []
         if let states {
             conditions.append("state IN (\(states.map { _ in "?" }.joined(separator: ", ")))")
             arguments += states.sorted().map { $0 }
         }
-        if let text, !text.isEmpty {
-            conditions.append("(instr(lower(path), ?) OR instr(lower(uris), ?) OR instr(lower(options), ?))")
-            arguments += [text, text, text]
+        let filter = "WHERE " + conditions.joined(separator: " AND ")
+        if text.isEmpty {
+            let total = try database.read { db in
+                try Int.fetchOne(
+                    db, sql: "SELECT COUNT(*) FROM downloads " + filter, arguments: StatementArguments(arguments))
+            }
+            let page = try rows(
+                filter + " ORDER BY stopped_order DESC LIMIT ? OFFSET ?", StatementArguments(arguments + [limit, offset]))
+            return (total ?? 0, page)
         }
-        return try rows(
-            "WHERE \(conditions.joined(separator: " AND ")) ORDER BY stopped_order DESC",
-            StatementArguments(arguments))
+        let narrowed =
+            filter + " AND (instr(lower(path), ?) OR instr(lower(uris), ?) OR instr(lower(options), ?))"
+            + " ORDER BY stopped_order DESC"
+        return try database.read { db in
+            let cursor = try GRDB.Row.fetchCursor(
+                db, sql: "SELECT * FROM downloads " + narrowed, arguments: StatementArguments(arguments + [text, text, text]))
+            var total = 0
+            var page: [Row] = []
+            while let stored = try cursor.next() {
+                guard let row = Self.row(stored), matches(row) else { continue }
+                if total >= offset, page.count < limit { page.append(row) }
+                total += 1
+            }
+            return (total, page)
+        }
+    }
+
+    /// The stopped downloads that failed, in the order they stopped.
+    func failed() throws -> [Row] {
+        try rows("WHERE stopped_order IS NOT NULL AND state = 'error' ORDER BY stopped_order")
     }
 
     private func rows(_ clause: String, _ arguments: StatementArguments = []) throws -> [Row] {
         try database.read { db in
-            try GRDB.Row.fetchAll(db, sql: "SELECT * FROM downloads " + clause, arguments: arguments).compactMap {
-                row -> Row? in
-                guard let gid = GID(hex: row["gid"]) else { return nil }
-                return Row(
-                    gid: gid, uris: Self.strings(row["uris"]), options: Self.options(row["options"]),
-                    state: row["state"], rank: row["rank"], path: row["path"], length: row["length"],
-                    completed: row["completed"], errorCode: row["error_code"], errorMessage: row["error_message"],
-                    stoppedOrder: row["stopped_order"], withheldSecrets: row["withheld_secrets"])
-            }
+            try GRDB.Row.fetchAll(db, sql: "SELECT * FROM downloads " + clause, arguments: arguments).compactMap(
+                Self.row)
         }
+    }
+
+    private static func row(_ row: GRDB.Row) -> Row? {
+        guard let gid = GID(hex: row["gid"]) else { return nil }
+        return Row(
+            gid: gid, uris: strings(row["uris"]), options: options(row["options"]), state: row["state"],
+            rank: row["rank"], path: row["path"], length: row["length"], completed: row["completed"],
+            errorCode: row["error_code"], errorMessage: row["error_message"], stoppedOrder: row["stopped_order"],
+            withheldSecrets: row["withheld_secrets"])
     }
 
     /// Writes `rows` (a new download, or one that changed) and removes `removed`, in one transaction.

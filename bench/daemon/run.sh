@@ -4,8 +4,8 @@
 # 1. Lists: 10,000 addUri in one system.multicall (target < 2 s); with 9,000 waiting and 1,000 stopped,
 #    tellWaiting(0,1000) and tellStopped(-1,1000) (target < 20 ms each); four clients polling once a second as
 #    AriaNg does (target < 5% of a core).
-# 2. History: 100,000 downloads of a 4-byte file from `haul serve`, run to the end: peak RSS with 100,000 finished
-#    downloads in the history (target < 64 MiB).
+# 2. History: 100,000 downloads of a 4-byte file from nginx, 1,000 per multicall, each thousand run to the end before
+#    the next: peak RSS with 100,000 finished downloads in the history (target < 64 MiB).
 #
 # Each part on a fresh daemon in a fresh directory on the real disk. Builds haul like bench/compare (or
 # HAUL=path/to/haul).
