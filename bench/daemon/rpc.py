@@ -1,6 +1,6 @@
 """The daemon's benchmark rows (bench/daemon/run.sh runs it): aria2 clients' calls against a running haul daemon.
 
-python3 rpc.py PORT SECRET PID ROOT_URL MODE
+python3 rpc.py PORT SECRET PID ROOT_URL MODE DIR
   lists:   10,000 addUri (paused) in one system.multicall; 1,000 of them removed (the history); then
            tellWaiting(0,1000) and tellStopped(-1,1000), each the median of 21 calls, all keys and AriaNg's keys;
            then four clients polling once a second as AriaNg does for 20 s: the daemon's CPU over that time.
@@ -8,11 +8,15 @@ python3 rpc.py PORT SECRET PID ROOT_URL MODE
            previous thousand ended, as a client feeding a queue does) and run to the end; the daemon's peak RSS
            (VmHWM) then, with 100,000 finished downloads in its history. (The lists mode's peak RSS is that of
            10,000 downloads waiting at once.)
+  throughput: ROOT_URL/m/ (200 x 1 MiB) and ROOT_URL/k/ (10,000 x 4 KiB) at width 8, through the daemon (one
+           multicall, timed until every download completed) and with `$HAUL get -q -j 8 -i LIST`, alternating, each
+           run into a new directory under DIR (the daemon's root); medians of ROUNDS (default 9) after a warm-up.
 Prints one "row: value" line per measure.
 """
-import http.client, json, statistics, sys, threading, time
+import http.client, json, os, shutil, statistics, subprocess, sys, threading, time
 
 port, secret, pid, root_url, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+directory = sys.argv[6]
 token = "token:" + secret
 ARIANG_KEYS = ["gid", "totalLength", "completedLength", "uploadSpeed", "downloadSpeed", "connections", "numSeeders",
                "seeder", "status", "errorCode", "verifiedLength", "verifyIntegrityPending", "files", "bittorrent",
@@ -121,3 +125,57 @@ elif mode == "history":
     print(f"100,000 downloads in 100 multicalls: {added_time:.1f} s adding, {time.perf_counter() - began:.1f} s in all")
     print(f"tellStopped(-1,1000), {stopped:,} stopped: {median_ms(client, 'aria2.tellStopped', [-1, 1000]):.1f} ms")
     print(f"peak RSS, {stopped:,} finished downloads in history: {peak_rss_mib():.0f} MiB")
+elif mode == "throughput":
+    rows = {"s2w8": ("m", 200, 1 << 20), "s3": ("k", 10000, 4096)}
+    rounds = int(os.environ.get("ROUNDS", "9"))
+
+    def through_daemon(urls, dest):
+        calls = [{"methodName": "aria2.addUri", "params": [token, [url], {"dir": dest}]} for url in urls]
+        began = time.perf_counter()
+        answers = client.call("system.multicall", [calls])
+        gids = [a[0] for a in answers if isinstance(a, list)]
+        if len(gids) != len(urls):
+            raise RuntimeError(f"only {len(gids)} of {len(urls)} added: {answers[:3]}")
+        while True:
+            stat = client.call("aria2.getGlobalStat", [token])
+            if int(stat["numActive"]) + int(stat["numWaiting"]) == 0:
+                break
+            time.sleep(0.002)
+        elapsed = time.perf_counter() - began
+        client.call("aria2.purgeDownloadResult", [token])
+        return elapsed
+
+    def through_get(urls, dest):
+        listing = dest + ".list"
+        with open(listing, "w") as f:
+            f.write("".join(url + "\n" for url in urls))
+        began = time.perf_counter()
+        subprocess.run([os.environ["HAUL"], "get", "-q", "-j", "8", "--retries", "0", "-d", dest, "-i", listing],
+                       check=True)
+        elapsed = time.perf_counter() - began
+        os.remove(listing)
+        return elapsed
+
+    def check(dest, count, size):
+        names = [n for n in os.listdir(dest) if not n.startswith(".")]
+        if len(names) != count or any(os.path.getsize(os.path.join(dest, n)) != size for n in names):
+            raise RuntimeError(f"{dest}: {len(names)} files, not {count} of {size} bytes")
+
+    for key, (folder, count, size) in rows.items():
+        urls = [f"{root_url}/{folder}/f{i:0{3 if folder == 'm' else 5}d}" for i in range(count)]
+        times = {"daemon": [], "get": []}
+        for run in range(rounds + 1):  # the first is a warm-up
+            order = [("daemon", through_daemon), ("get", through_get)]
+            if run % 2:
+                order.reverse()
+            for name, how in order:
+                dest = os.path.join(directory, f"{key}-{name}-{run}")
+                os.makedirs(dest)
+                elapsed = how(urls, dest)
+                check(dest, count, size)
+                shutil.rmtree(dest)
+                if run > 0:
+                    times[name].append(elapsed)
+        daemon, get = statistics.median(times["daemon"]), statistics.median(times["get"])
+        print(f"{key} ({count:,} files, width 8): daemon {daemon:.3f} s, haul get {get:.3f} s, "
+              f"daemon at {get / daemon:.2f}x haul get")

@@ -7,16 +7,28 @@
 # 2. History: 100,000 downloads of a 4-byte file from nginx, 1,000 per multicall, each thousand run to the end before
 #    the next: peak RSS with 100,000 finished downloads in the history (target < 64 MiB).
 #
+# 3. Throughput: bench/compare's s2w8 (200 x 1 MiB) and s3 (10,000 x 4 KiB) at width 8 through the daemon (every
+#    URL in one multicall, timed until the last one completed) against `haul get -j 8 -i LIST` (its whole run), the
+#    two alternating, each run into a new directory (target: the daemon within 5% of haul get). ROUNDS (default 9).
+#
 # Each part on a fresh daemon in a fresh directory on the real disk. Builds haul like bench/compare (or
-# HAUL=path/to/haul).
+# HAUL=path/to/haul). MODES picks parts (default "lists history throughput").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/lib.sh
 if [[ -z "${HAUL:-}" ]]; then build_haul; fi
 WORK=$(mktemp -d /var/tmp/haul-daemon.XXXXXX)
 chmod 755 "$WORK"   # nginx workers run as www-data
-mkdir -p "$WORK/www"
+mkdir -p "$WORK/www/m" "$WORK/www/k"
 printf 'haul' > "$WORK/www/small"
+python3 - "$WORK/www" <<'PY'
+import os, sys
+root = sys.argv[1]
+for i in range(200):
+    with open(f"{root}/m/f{i:03d}", "wb") as f: f.write(os.urandom(1 << 20))
+for i in range(10000):
+    with open(f"{root}/k/f{i:05d}", "wb") as f: f.write(os.urandom(4096))
+PY
 start_nginx "$WORK/www"
 daemon_pid=
 trap 'kill $daemon_pid 2>/dev/null; stop_nginx; rm -rf "$WORK"' EXIT
@@ -30,11 +42,10 @@ run() {
     "$HAUL" daemon -d "$dir" --rpc-listen "127.0.0.1:$port" -j 8 --retries 0 2> "$WORK/$1.log" &
     daemon_pid=$!
     for _ in $(seq 1 100); do grep -q 'serving aria2' "$WORK/$1.log" && break; sleep 0.1; done
-    python3 bench/daemon/rpc.py "$port" "$(cat "$dir/.haul/rpc-secret")" "$daemon_pid" \
-        "http://127.0.0.1:$NGINX_PORT" "$1"
+    HAUL="$HAUL" python3 bench/daemon/rpc.py "$port" "$(cat "$dir/.haul/rpc-secret")" "$daemon_pid" \
+        "http://127.0.0.1:$NGINX_PORT" "$1" "$dir"
     kill -TERM "$daemon_pid"
     wait "$daemon_pid" || true
 }
 
-run lists
-run history
+for mode in ${MODES:-lists history throughput}; do run "$mode"; done
