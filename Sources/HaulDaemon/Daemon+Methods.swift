@@ -76,9 +76,6 @@ extension Daemon {
         let handle = queue.add(plan.request, paused: plan.paused)
         let (ended, started) = attach(handle, to: gid)
         if started { notify("aria2.onDownloadStart", gid) }
-        if let ended, let store = configuration.store {
-            Self.persist([ended], in: store, onError: configuration.onStoreError)
-        }
         if let position {
             handle.move(toPosition: Int(clamping: position))
             try persistOrder()

@@ -21,14 +21,6 @@ extension Daemon {
         return row
     }
 
-    static func persist(_ items: [Item], in store: DaemonStore, onError: @Sendable (String) -> Void) {
-        do {
-            try store.save(items.map(row))
-        } catch {
-            onError("cannot record \(items.map(\.gid.description).joined(separator: ", ")): \(error)")
-        }
-    }
-
     /// Writes a change a call made to the store, if there is one, before the call is answered; a failure is the
     /// call's.
     func record(_ change: (DaemonStore) throws -> Void) throws(RPCError) {
@@ -123,6 +115,7 @@ extension Daemon {
             let handle = queue.add(plan.request, paused: row.state == "paused")
             if let finished = attach(handle, to: row.gid).ended { ended.append(finished) }
         }
-        if !ended.isEmpty { try store.save(ended.map(Self.row)) }
+        // Those that could not come back were written as they ended; at once, as a restart's first act.
+        if !ended.isEmpty { store.flush() }
     }
 }

@@ -75,6 +75,10 @@ public final class Daemon: Sendable {
         var stoppedVersion = 0
         /// Whether there is a store to leave old stopped downloads to.
         var hasStore = false
+        /// Where how a download ended is written (``DaemonStore/saveSoon(_:onError:)``), from inside the lock that
+        /// records it: a call that removes the download after it ended finds its row written first.
+        var store: DaemonStore?
+        var onStoreError: Hook<String>?
         /// Outcomes of downloads that ended before their GID was recorded (an add answered at once).
         var early: [DownloadID: Result<DownloadResult, DownloadError>] = [:]
         /// Downloads that started before their GID was recorded: their start is announced once it is.
@@ -186,10 +190,11 @@ public final class Daemon: Sendable {
         sessionID = GID.random().description + GID.random().description
         var initial = State(globalOptions: [:])
         initial.hasStore = configuration.store != nil
+        initial.store = configuration.store
+        initial.onStoreError = Hook(configuration.onStoreError)
         let state = Locked(initial)
         self.state = state
         let events = queue.events(including: [.started, .finished, .failed])
-        let store = configuration.store
         let notifications = Locked<Hook<(method: String, gid: String)>?>(nil)
         notificationHandler = notifications
         watcher = Task {
@@ -214,7 +219,6 @@ public final class Daemon: Sendable {
                 default: continue
                 }
                 guard let ended else { continue }
-                if let store { Self.persist([ended], in: store, onError: configuration.onStoreError) }
                 if let method = Self.notification(for: ended) {
                     notifications.withLock { $0 }?.call((method, ended.gid.description))
                 }
@@ -240,6 +244,7 @@ public final class Daemon: Sendable {
     public func close() {
         state.withLock { $0.closing = true }
         watcher.cancel()
+        configuration.store?.flush()
     }
 
     /// Calls `body` with each notification for WebSocket clients (`aria2.onDownloadStart`, ..., and
@@ -321,6 +326,10 @@ public final class Daemon: Sendable {
         state.stoppedCount += 1
         item.stoppedOrder = state.stoppedCount
         state.keep(item)
+        if let store = state.store {
+            let hook = state.onStoreError
+            store.saveSoon(row(item)) { hook?.call($0) }
+        }
         // Stored long ago (each stopped one is stored as it stops): from now on read from there.
         state.leaveOldStoppedToStore()
         return item

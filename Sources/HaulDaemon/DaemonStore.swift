@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import HaulOperations
 
 /// Where the daemon keeps its downloads across restarts: one SQLite database (DIR/.haul/daemon.sqlite) holding each
 /// download's URIs, options, place in the waiting order, and how it ended.
@@ -76,7 +77,8 @@ public final class DaemonStore: Sendable {
 
     /// The hosts with settings of their own.
     func loadHosts() throws -> [(String, HostSettings)] {
-        try database.read { db in
+        writePending()
+        return try database.read { db in
             try GRDB.Row.fetchAll(db, sql: "SELECT host, max_connections, paused FROM hosts ORDER BY host").map {
                 ($0["host"], HostSettings(limit: $0["max_connections"], paused: $0["paused"]))
             }
@@ -85,6 +87,7 @@ public final class DaemonStore: Sendable {
 
     /// Keeps the settings of `host` (none left: forgets it).
     func saveHost(_ host: String, limit: Int?, paused: Bool) throws {
+        writePending()
         try database.write { db in
             if limit == nil && !paused {
                 try db.execute(sql: "DELETE FROM hosts WHERE host = ?", arguments: [host])
@@ -98,7 +101,8 @@ public final class DaemonStore: Sendable {
 
     /// The global options changed with `changeGlobalOption`, as given (a cumulative one's values joined by newlines).
     func loadGlobalOptions() throws -> [String: String] {
-        try database.read { db in
+        writePending()
+        return try database.read { db in
             var options: [String: String] = [:]
             for row in try GRDB.Row.fetchAll(db, sql: "SELECT name, value FROM global_options") {
                 options[row["name"]] = row["value"]
@@ -109,6 +113,7 @@ public final class DaemonStore: Sendable {
 
     /// Keeps `options` (the global options a call changed), over those kept before.
     func saveGlobalOptions(_ options: [String: String]) throws {
+        writePending()
         try database.write { db in
             for (name, value) in options {
                 try db.execute(
@@ -119,12 +124,14 @@ public final class DaemonStore: Sendable {
 
     /// The unfinished downloads, by rank.
     func loadUnfinished() throws -> [Row] {
-        try rows("WHERE stopped_order IS NULL ORDER BY rank")
+        writePending()
+        return try rows("WHERE stopped_order IS NULL ORDER BY rank")
     }
 
     /// How many stopped downloads there are, and the last one's place in the order they stopped (0 for none).
     func stoppedCount() throws -> (count: Int, last: Int) {
-        try database.read { db in
+        writePending()
+        return try database.read { db in
             let row = try GRDB.Row.fetchOne(
                 db, sql: "SELECT COUNT(*), COALESCE(MAX(stopped_order), 0) FROM downloads WHERE stopped_order IS NOT NULL")
             return (row?[0] ?? 0, row?[1] ?? 0)
@@ -133,17 +140,20 @@ public final class DaemonStore: Sendable {
 
     /// The stopped downloads from the `offset`-th (the oldest is the 0th), at most `limit`, oldest first.
     func stopped(offset: Int, limit: Int) throws -> [Row] {
-        try rows("WHERE stopped_order IS NOT NULL ORDER BY stopped_order LIMIT ? OFFSET ?", [limit, offset])
+        writePending()
+        return try rows("WHERE stopped_order IS NOT NULL ORDER BY stopped_order LIMIT ? OFFSET ?", [limit, offset])
     }
 
     /// The stopped download `gid`, if it is stored.
     func stopped(_ gid: GID) throws -> Row? {
-        try rows("WHERE gid = ? AND stopped_order IS NOT NULL", [gid.description]).first
+        writePending()
+        return try rows("WHERE gid = ? AND stopped_order IS NOT NULL", [gid.description]).first
     }
 
     /// The GIDs of stored stopped downloads starting with `prefix` (lowercase hex), at most `limit`.
     func stoppedGIDs(prefix: String, limit: Int) throws -> [GID] {
-        try database.read { db in
+        writePending()
+        return try database.read { db in
             try String.fetchAll(
                 db,
                 sql: "SELECT gid FROM downloads WHERE gid >= ? AND gid < ? AND stopped_order IS NOT NULL LIMIT ?",
@@ -158,6 +168,7 @@ public final class DaemonStore: Sendable {
     func history(
         states: Set<String>?, holding text: String, offset: Int, limit: Int, matching matches: (Row) -> Bool
     ) throws -> (total: Int, page: [Row]) {
+        writePending()
         var conditions = ["stopped_order IS NOT NULL"]
         var arguments: [(any DatabaseValueConvertible)?] = []
         if let states {
@@ -193,7 +204,8 @@ public final class DaemonStore: Sendable {
 
     /// The stopped downloads that failed, in the order they stopped.
     func failed() throws -> [Row] {
-        try rows("WHERE stopped_order IS NOT NULL AND state = 'error' ORDER BY stopped_order")
+        writePending()
+        return try rows("WHERE stopped_order IS NOT NULL AND state = 'error' ORDER BY stopped_order")
     }
 
     private func rows(_ clause: String, _ arguments: StatementArguments = []) throws -> [Row] {
@@ -212,8 +224,59 @@ public final class DaemonStore: Sendable {
             withheldSecrets: row["withheld_secrets"])
     }
 
+    /// The rows of downloads that ended, gathered for a while and written together (``saveSoon(_:onError:)``), and
+    /// what to tell of a failure to write them.
+    private let pending = Locked<(rows: [Row], scheduled: Bool, onError: (@Sendable (String) -> Void)?)>(
+        ([], false, nil))
+    /// Held while pending rows are written: whatever is done to the store after them waits until they are in it.
+    private let writingPending = Locked(())
+    /// How long ended downloads' rows are gathered before they are written in one transaction: thousands of small
+    /// files end each second, and a transaction for each cost the daemon more than the downloads did.
+    static let gathering: DispatchTimeInterval = .milliseconds(20)
+
+    /// Writes `row`, a download that ended, within ``gathering`` together with the others ending meanwhile. Every
+    /// other use of the store writes it first (a removal of the download follows its row, never precedes it);
+    /// ``flush()`` writes it at once. No call waits on it: how a download ended is not an answer a client was given.
+    func saveSoon(_ row: Row, onError: @escaping @Sendable (String) -> Void) {
+        let schedule = pending.withLock { pending in
+            pending.rows.append(row)
+            pending.onError = onError
+            defer { pending.scheduled = true }
+            return !pending.scheduled
+        }
+        if schedule {
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.gathering) { [self] in writePending() }
+        }
+    }
+
+    /// Writes what ``saveSoon(_:onError:)`` gathered, now.
+    public func flush() { writePending() }
+
+    private func writePending() {
+        writingPending.withLock { _ in
+            let (rows, onError) = pending.withLock { pending in
+                defer {
+                    pending.rows = []
+                    pending.scheduled = false
+                }
+                return (pending.rows, pending.onError)
+            }
+            guard !rows.isEmpty else { return }
+            do {
+                try write(rows, removing: [])
+            } catch {
+                onError?("cannot record how \(rows.count) download\(rows.count == 1 ? "" : "s") ended: \(error)")
+            }
+        }
+    }
+
     /// Writes `rows` (a new download, or one that changed) and removes `removed`, in one transaction.
     func save(_ rows: [Row], removing removed: [GID] = []) throws {
+        writePending()
+        try write(rows, removing: removed)
+    }
+
+    private func write(_ rows: [Row], removing removed: [GID]) throws {
         try database.write { db in
             for row in rows {
                 try db.execute(
@@ -237,6 +300,7 @@ public final class DaemonStore: Sendable {
 
     /// Sets the ranks of unfinished downloads (their new waiting order) and, where given, their state.
     func update(ranks: [(GID, Int)], states: [GID: String] = [:]) throws {
+        writePending()
         try database.write { db in
             for (gid, rank) in ranks {
                 try db.execute(sql: "UPDATE downloads SET rank = ? WHERE gid = ?", arguments: [rank, gid.description])
@@ -250,6 +314,7 @@ public final class DaemonStore: Sendable {
 
     /// Removes every stopped download.
     func purgeStopped() throws {
+        writePending()
         try database.write { db in try db.execute(sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL") }
     }
 

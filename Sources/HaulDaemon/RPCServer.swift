@@ -157,6 +157,8 @@ public final class RPCServer: Sendable {
 
     /// Sends the notification `method` (`aria2.onDownloadStart`...) about `gid` to every WebSocket session.
     public func notify(_ method: String, gid: String) {
+        // Made only for someone: a batch of small files is thousands of notifications nobody may be listening to.
+        guard !sessions.isEmpty else { return }
         let message: JSON = ["jsonrpc": "2.0", "method": .string(method), "params": [["gid": .string(gid)]]]
         sessions.send(message.encoded())
     }
@@ -171,6 +173,8 @@ public final class RPCServer: Sendable {
 /// The WebSocket sessions open now, to send notifications to.
 final class WebSocketSessions: Sendable {
     private let channels = Locked<[ObjectIdentifier: any Channel]>([:])
+
+    var isEmpty: Bool { channels.withLock { $0.isEmpty } }
 
     func add(_ channel: any Channel) { channels.withLock { $0[ObjectIdentifier(channel)] = channel } }
     func remove(_ channel: any Channel) { _ = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) } }

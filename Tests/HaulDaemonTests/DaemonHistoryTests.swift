@@ -76,4 +76,29 @@ struct DaemonHistoryTests {
         #expect(try restarted.call("aria2.tellStopped", [0, 10]) == [])
         restarted.close()
     }
+
+    @Test("a result removed the moment it ended does not come back after a restart; one just ended does")
+    func removedAsItEnds() async throws {
+        let root = try TemporaryDirectory()
+        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
+        let daemon = try start(root)
+        var removed: Set<String> = []
+        let all = try (0..<60).map { index in
+            try #require(try daemon.call("aria2.addUri", [[.string("http://127.0.0.1:9/r\(index)")]]).string)
+        }
+        // Each removed as soon as it is listed as stopped, within the time its row is gathered to be written.
+        try await eventually("all removed", within: .seconds(30)) {
+            for gid in gids((try? daemon.call("aria2.tellStopped", [0, 100, ["gid"]])) ?? []) where gid != all.last {
+                if (try? daemon.call("aria2.removeDownloadResult", [.string(gid)])) == "OK" { removed.insert(gid) }
+            }
+            return removed.count == all.count - 1
+        }
+        try await eventually("the last one stopped") {
+            (try? daemon.call("aria2.tellStatus", [.string(all.last ?? ""), ["status"]])) == ["status": "error"]
+        }
+        daemon.close()
+        let restarted = try start(root)
+        #expect(gids(try restarted.call("aria2.tellStopped", [0, 100, ["gid"]])) == [all.last])
+        restarted.close()
+    }
 }
