@@ -134,7 +134,8 @@ struct DaemonSecurityTests {
         let refused: [JSON] = [
             ["dir": "../x"], ["dir": "a/../../x"], ["dir": "/etc"], ["dir": .string(outside.path)], ["dir": ".ssh"],
             ["dir": "a/.git/hooks"], ["out": "../x"], ["out": ".bashrc"], ["out": "a/b"], ["dir": "link"],
-            ["dir": "link/sub"], ["out": ".."],
+            ["dir": "link/sub"], ["dir": .string(harness.daemon.rootPath + "/link/sub")],
+            ["dir": .string(harness.daemon.rootPath + "/a/../../x")], ["out": ".."],
         ]
         for options in refused {
             await #expect(throws: CallError.self, "\(options)") {

@@ -253,7 +253,11 @@ struct DownloadPlan {
     static func directory(_ dir: String?, root: String) throws(RPCError) -> String {
         guard let dir, !dir.isEmpty else { return root }
         var relative = dir
-        if dir.hasPrefix("/") {
+        if dir == root || dir.hasPrefix(root + "/") {
+            // Named under the root as it is: every name is checked below, and a symbolic link on the way is followed
+            // only when it leads inside the root, as the directories are made (no path resolved for every add).
+            relative = String(dir.dropFirst(root.count))
+        } else if dir.hasPrefix("/") {
             let standardized = (dir as NSString).standardizingPath
             guard standardized == root || standardized.hasPrefix(root + "/") else {
                 throw RPCError("dir '\(dir)' is outside the download root")
