@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/lib.sh
 if [[ -z "${HAUL:-}" ]]; then build_haul; fi
-WORK=$(mktemp -d /var/tmp/haul-daemon.XXXXXX)
+WORK=$(mktemp -d ${BENCH_DIR:-/var/tmp}/haul-daemon.XXXXXX)
 chmod 755 "$WORK"   # nginx workers run as www-data
 mkdir -p "$WORK/www/m" "$WORK/www/k"
 printf 'haul' > "$WORK/www/small"
