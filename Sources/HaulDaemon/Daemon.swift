@@ -165,7 +165,8 @@ public final class Daemon: Sendable {
         /// Shows `path` as its file's path, its directory kept.
         mutating func show(_ path: String) {
             let prefix = shownDirectory == "/" ? "/" : shownDirectory + "/"
-            shownFile = path.hasPrefix(prefix) && path.count > prefix.count ? String(path.dropFirst(prefix.count)) : path
+            shownFile =
+                path.hasPrefix(prefix) && path.count > prefix.count ? String(path.dropFirst(prefix.count)) : path
         }
     }
 

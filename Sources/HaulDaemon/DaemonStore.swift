@@ -133,7 +133,8 @@ public final class DaemonStore: Sendable {
         writePending()
         return try database.read { db in
             let row = try GRDB.Row.fetchOne(
-                db, sql: "SELECT COUNT(*), COALESCE(MAX(stopped_order), 0) FROM downloads WHERE stopped_order IS NOT NULL")
+                db,
+                sql: "SELECT COUNT(*), COALESCE(MAX(stopped_order), 0) FROM downloads WHERE stopped_order IS NOT NULL")
             return (row?[0] ?? 0, row?[1] ?? 0)
         }
     }
@@ -182,7 +183,8 @@ public final class DaemonStore: Sendable {
                     db, sql: "SELECT COUNT(*) FROM downloads " + filter, arguments: StatementArguments(arguments))
             }
             let page = try rows(
-                filter + " ORDER BY stopped_order DESC LIMIT ? OFFSET ?", StatementArguments(arguments + [limit, offset]))
+                filter + " ORDER BY stopped_order DESC LIMIT ? OFFSET ?",
+                StatementArguments(arguments + [limit, offset]))
             return (total ?? 0, page)
         }
         let narrowed =
@@ -190,7 +192,8 @@ public final class DaemonStore: Sendable {
             + " ORDER BY stopped_order DESC"
         return try database.read { db in
             let cursor = try GRDB.Row.fetchCursor(
-                db, sql: "SELECT * FROM downloads " + narrowed, arguments: StatementArguments(arguments + [text, text, text]))
+                db, sql: "SELECT * FROM downloads " + narrowed,
+                arguments: StatementArguments(arguments + [text, text, text]))
             var total = 0
             var page: [Row] = []
             while let stored = try cursor.next() {

@@ -137,7 +137,8 @@ struct DaemonCommandTests {
                 "daemon", "-d", dir.path, "--rpc-listen", "127.0.0.1:0", "--rpc-certificate", certificate.path,
                 "--rpc-private-key", certificate.path,
             ])
-            #expect(notKey.status != 0 && notKey.stderr.contains("--rpc-private-key '\(certificate.path)'"), "\(notKey)")
+            #expect(
+                notKey.status != 0 && notKey.stderr.contains("--rpc-private-key '\(certificate.path)'"), "\(notKey)")
 
             let daemon = try await Self.start(
                 dir, ["--rpc-certificate", certificate.path, "--rpc-private-key", key.path])

@@ -7,16 +7,17 @@ import Testing
 /// aria2's members with every number a string, `keys` honoured, user info never shown.
 @Suite("aria2 status objects (no I/O)")
 struct Aria2StatusTests {
-    static func item(directory: String, name: String, uris: [String]) -> Daemon.Item {
+    static func item(directory: String, name: String, uris: [String]) throws -> Daemon.Item {
         let root = URL(fileURLWithPath: directory, isDirectory: true)
         return Daemon.Item(
-            gid: GID(0x0123_4567_89ab_cdef)!, uris: uris, options: [:],
-            request: DownloadRequest(url: URL(string: uris[0])!, destination: .file(root.appendingPathComponent(name))))
+            gid: try #require(GID(0x0123_4567_89ab_cdef)), uris: uris, options: [:],
+            request: DownloadRequest(
+                url: try #require(URL(string: uris[0])), destination: .file(root.appendingPathComponent(name))))
     }
 
     @Test("an ended download: every member, escaped names read back by Foundation, user info left out, mirrors waiting")
     func ended() throws {
-        var item = Self.item(
+        var item = try Self.item(
             directory: "/data/a \"quoted\" dir\\x", name: "new\nline\u{1}.bin",
             uris: ["http://user:pw@example.com/f", "http://mirror.example/f"])
         item.ending = Daemon.Ending(
@@ -39,7 +40,7 @@ struct Aria2StatusTests {
 
     @Test("keys choose the members; an unknown key is left out; a waiting download has no error members")
     func keys() throws {
-        let item = Self.item(directory: "/", name: "top.bin", uris: ["http://example.com/top.bin"])
+        let item = try Self.item(directory: "/", name: "top.bin", uris: ["http://example.com/top.bin"])
         let chosen = Aria2Status.object(item, status: nil, keys: ["status", "files", "bittorrent", "errorCode"])
         let members = try #require(chosen.object)
         #expect(Set(members.keys) == ["status", "files"] && members["status"] == "waiting")

@@ -143,7 +143,8 @@ struct DaemonHaulMethodsTests {
         let daemon = try Daemon(queue: queue, configuration: .init(root: root.url, store: store))
         for round in 1...40 {
             async let limit = Task.detached {
-                try daemon.call("haul.changeHostOption", ["http://c.example", ["max-connections": .string("\(round)")]])
+                try daemon.call(
+                    "haul.changeHostOption", ["http://c.example", ["max-connections": .string("\(round)")]])
             }.value
             async let pause = Task.detached { try daemon.call("haul.pauseHost", ["http://c.example"]) }.value
             _ = try await (limit, pause)

@@ -40,7 +40,9 @@ struct DaemonHistoryTests {
         #expect(gids(try daemon.call("aria2.tellStopped", [0, 2000, ["gid"]])) == all)
         let oldest = try daemon.call("aria2.tellStatus", [.string(all[0])]).object
         #expect(oldest?["status"] == "error" && oldest?["errorCode"] != "0")
-        #expect(oldest?["files"]?.array?.first?.object?["uris"]?.array?.first?.object?["uri"] == "http://127.0.0.1:9/file-0.bin")
+        #expect(
+            oldest?["files"]?.array?.first?.object?["uris"]?.array?.first?.object?["uri"]
+                == "http://127.0.0.1:9/file-0.bin")
         #expect(try daemon.call("aria2.getUris", [.string(String(all[1].prefix(12)))]).array?.count == 1)
         // History: newest first, searched in the store.
         let newest = try daemon.call("haul.tellHistory", [0, 3, .null, ["gid"]]).object
@@ -57,9 +59,11 @@ struct DaemonHistoryTests {
         #expect(try daemon.call("aria2.getGlobalStat", []).object?["numStopped"] == .string(String(Self.count - 1)))
         // A page answered again is the same page until the history changes, and right after it does.
         #expect(gids(try daemon.call("aria2.tellStopped", [0, 10, ["gid"]])) == Array(all[1..<11]))
-        #expect(gids(try daemon.call("aria2.tellStopped", [-1, 2, ["gid"]])) == [all[Self.count - 1], all[Self.count - 2]])
+        #expect(
+            gids(try daemon.call("aria2.tellStopped", [-1, 2, ["gid"]])) == [all[Self.count - 1], all[Self.count - 2]])
         #expect(try daemon.call("aria2.removeDownloadResult", [.string(all[Self.count - 1])]) == "OK")
-        #expect(gids(try daemon.call("aria2.tellStopped", [-1, 2, ["gid"]])) == [all[Self.count - 2], all[Self.count - 3]])
+        #expect(
+            gids(try daemon.call("aria2.tellStopped", [-1, 2, ["gid"]])) == [all[Self.count - 2], all[Self.count - 3]])
         _ = try daemon.call("aria2.addUri", [["http://127.0.0.1:9/late.bin"]])
         try await eventually("the late one stopped") {
             (try? daemon.call("aria2.tellStopped", [-1, 1, ["files"]]))?.array?.first?.object?["files"]?.array?.first?
@@ -69,7 +73,9 @@ struct DaemonHistoryTests {
 
         let restarted = try start(root)
         #expect(try restarted.call("aria2.getGlobalStat", []).object?["numStopped"] == .string(String(Self.count - 1)))
-        #expect(gids(try restarted.call("aria2.tellStopped", [0, 2000, ["gid"]])).prefix(Self.count - 2) == all[1..<(Self.count - 1)])
+        #expect(
+            gids(try restarted.call("aria2.tellStopped", [0, 2000, ["gid"]])).prefix(Self.count - 2)
+                == all[1..<(Self.count - 1)])
         #expect(try restarted.call("aria2.tellStatus", [.string(all[1]), ["status"]]) == ["status": "error"])
         #expect(try restarted.call("aria2.purgeDownloadResult", []) == "OK")
         #expect(try restarted.call("aria2.getGlobalStat", []).object?["numStopped"] == "0")

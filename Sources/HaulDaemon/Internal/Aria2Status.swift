@@ -209,7 +209,8 @@ enum Aria2Status {
             if index > 0 { output.append(UInt8(ascii: ",")) }
             output.append(contentsOf: #"{"uri":"#.utf8)
             // Only a URI with user info has something to hide: the others are not parsed again for every list.
-            JSON.write(uri.utf8.contains(UInt8(ascii: "@")) ? URL(string: uri)?.redactedString ?? uri : uri, to: &output)
+            JSON.write(
+                uri.utf8.contains(UInt8(ascii: "@")) ? URL(string: uri)?.redactedString ?? uri : uri, to: &output)
             output.append(contentsOf: (index == 0 ? #","status":"used"}"# : #","status":"waiting"}"#).utf8)
         }
         output.append(UInt8(ascii: "]"))
