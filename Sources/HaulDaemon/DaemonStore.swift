@@ -256,7 +256,7 @@ public final class DaemonStore: Sendable {
     public func flush() { writePending() }
 
     private func writePending() {
-        writingPending.withLock { _ in
+        let failure = writingPending.withLock { _ -> (message: String, tell: @Sendable (String) -> Void)? in
             let (rows, onError) = pending.withLock { pending in
                 defer {
                     pending.rows = []
@@ -264,13 +264,17 @@ public final class DaemonStore: Sendable {
                 }
                 return (pending.rows, pending.onError)
             }
-            guard !rows.isEmpty else { return }
+            guard !rows.isEmpty else { return nil }
             do {
                 try write(rows, removing: [])
+                return nil
             } catch {
-                onError?("cannot record how \(rows.count) download\(rows.count == 1 ? "" : "s") ended: \(error)")
+                let message = "cannot record how \(rows.count) download\(rows.count == 1 ? "" : "s") ended: \(error)"
+                return onError.map { (message, $0) }
             }
         }
+        // Told after the lock: the caller's code never runs under it.
+        if let failure { failure.tell(failure.message) }
     }
 
     /// Writes `rows` (a new download, or one that changed) and removes `removed`, in one transaction.
