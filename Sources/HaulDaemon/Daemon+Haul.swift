@@ -66,7 +66,7 @@ extension Daemon {
     /// Changes the settings of `host`: stored before they apply (and before the call is answered). One change at a
     /// time: two calls at once (a limit and a pause of one host) each start from what the other left.
     private func changeHost(_ host: String, _ change: (inout HostSettings) -> Void) throws(RPCError) {
-        try hostChanges.withLock { _ -> Result<Void, RPCError> in
+        try hostChanges.withLock { changes -> Result<Void, RPCError> in
             var settings = state.withLock { $0.hosts[host] } ?? HostSettings()
             change(&settings)
             do throws(RPCError) {
@@ -75,6 +75,7 @@ extension Daemon {
                 return .failure(error)
             }
             apply(settings, to: host)
+            changes += 1
             return .success(())
         }.get()
     }

@@ -232,7 +232,9 @@ public final class DaemonStore: Sendable {
     private let pending = Locked<(rows: [Row], scheduled: Bool, onError: (@Sendable (String) -> Void)?)>(
         ([], false, nil))
     /// Held while pending rows are written: whatever is done to the store after them waits until they are in it.
-    private let writingPending = Locked(())
+    /// Its value counts the transactions that wrote them (a lock on a value of no size would share the mutex's
+    /// address, which ThreadSanitizer takes for a race).
+    private let writingPending = Locked(0)
     /// How long ended downloads' rows are gathered before they are written in one transaction: thousands of small
     /// files end each second, and a transaction for each cost the daemon more than the downloads did.
     static let gathering: DispatchTimeInterval = .milliseconds(20)
@@ -256,7 +258,7 @@ public final class DaemonStore: Sendable {
     public func flush() { writePending() }
 
     private func writePending() {
-        let failure = writingPending.withLock { _ -> (message: String, tell: @Sendable (String) -> Void)? in
+        let failure = writingPending.withLock { written -> (message: String, tell: @Sendable (String) -> Void)? in
             let (rows, onError) = pending.withLock { pending in
                 defer {
                     pending.rows = []
@@ -267,6 +269,7 @@ public final class DaemonStore: Sendable {
             guard !rows.isEmpty else { return nil }
             do {
                 try write(rows, removing: [])
+                written += 1
                 return nil
             } catch {
                 let message = "cannot record how \(rows.count) download\(rows.count == 1 ? "" : "s") ended: \(error)"
