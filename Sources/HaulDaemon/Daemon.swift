@@ -2,7 +2,7 @@ public import Foundation
 public import Haul
 import HaulOperations
 
-/// Downloads as a service: a `DownloadQueue` driven through aria2's JSON-RPC methods (``call(_:_:)``), with every
+/// Downloads as a service: a `DownloadQueue` driven through aria2's JSON-RPC methods (``call(_:_:session:)``), with every
 /// download's identity (a GID), options and outcome kept while the daemon runs.
 ///
 /// It holds no download logic: adding, pausing, moving and limiting go through the queue's public API, and every
@@ -394,7 +394,7 @@ public final class Daemon: Sendable {
         "haul.history", "haul.subscribe",
     ]
 
-    /// The methods `system.listMethods` lists: those ``call(_:_:)`` answers.
+    /// The methods `system.listMethods` lists: those ``call(_:_:session:)`` answers.
     static let methods = [
         "aria2.addUri", "aria2.remove", "aria2.forceRemove", "aria2.pause", "aria2.pauseAll", "aria2.forcePause",
         "aria2.forcePauseAll", "aria2.unpause", "aria2.unpauseAll", "aria2.tellStatus", "aria2.getUris",

@@ -254,7 +254,7 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    /// Writes what ``saveSoon(_:onError:)`` gathered, now.
+    /// Writes the endings of downloads gathered to be written together, now (the daemon does at close).
     public func flush() { writePending() }
 
     private func writePending() {
