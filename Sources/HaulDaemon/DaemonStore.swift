@@ -77,8 +77,7 @@ public final class DaemonStore: Sendable {
 
     /// The hosts with settings of their own.
     func loadHosts() throws -> [(String, HostSettings)] {
-        writePending()
-        return try database.read { db in
+        try reading { db in
             try GRDB.Row.fetchAll(db, sql: "SELECT host, max_connections, paused FROM hosts ORDER BY host").map {
                 ($0["host"], HostSettings(limit: $0["max_connections"], paused: $0["paused"]))
             }
@@ -87,8 +86,7 @@ public final class DaemonStore: Sendable {
 
     /// Keeps the settings of `host` (none left: forgets it).
     func saveHost(_ host: String, limit: Int?, paused: Bool) throws {
-        writePending()
-        try database.write { db in
+        try writing { db in
             if limit == nil && !paused {
                 try db.execute(sql: "DELETE FROM hosts WHERE host = ?", arguments: [host])
             } else {
@@ -101,8 +99,7 @@ public final class DaemonStore: Sendable {
 
     /// The global options changed with `changeGlobalOption`, as given (a cumulative one's values joined by newlines).
     func loadGlobalOptions() throws -> [String: String] {
-        writePending()
-        return try database.read { db in
+        try reading { db in
             var options: [String: String] = [:]
             for row in try GRDB.Row.fetchAll(db, sql: "SELECT name, value FROM global_options") {
                 options[row["name"]] = row["value"]
@@ -113,8 +110,7 @@ public final class DaemonStore: Sendable {
 
     /// Keeps `options` (the global options a call changed), over those kept before.
     func saveGlobalOptions(_ options: [String: String]) throws {
-        writePending()
-        try database.write { db in
+        try writing { db in
             for (name, value) in options {
                 try db.execute(
                     sql: "INSERT OR REPLACE INTO global_options (name, value) VALUES (?, ?)", arguments: [name, value])
@@ -124,14 +120,12 @@ public final class DaemonStore: Sendable {
 
     /// The unfinished downloads, by rank.
     func loadUnfinished() throws -> [Row] {
-        writePending()
-        return try rows("WHERE stopped_order IS NULL ORDER BY rank")
+        try rows("WHERE stopped_order IS NULL ORDER BY rank")
     }
 
     /// How many stopped downloads there are, and the last one's place in the order they stopped (0 for none).
     func stoppedCount() throws -> (count: Int, last: Int) {
-        writePending()
-        return try database.read { db in
+        try reading { db in
             let row = try GRDB.Row.fetchOne(
                 db,
                 sql: "SELECT COUNT(*), COALESCE(MAX(stopped_order), 0) FROM downloads WHERE stopped_order IS NOT NULL")
@@ -141,20 +135,17 @@ public final class DaemonStore: Sendable {
 
     /// The stopped downloads from the `offset`-th (the oldest is the 0th), at most `limit`, oldest first.
     func stopped(offset: Int, limit: Int) throws -> [Row] {
-        writePending()
-        return try rows("WHERE stopped_order IS NOT NULL ORDER BY stopped_order LIMIT ? OFFSET ?", [limit, offset])
+        try rows("WHERE stopped_order IS NOT NULL ORDER BY stopped_order LIMIT ? OFFSET ?", [limit, offset])
     }
 
     /// The stopped download `gid`, if it is stored.
     func stopped(_ gid: GID) throws -> Row? {
-        writePending()
-        return try rows("WHERE gid = ? AND stopped_order IS NOT NULL", [gid.description]).first
+        try rows("WHERE gid = ? AND stopped_order IS NOT NULL", [gid.description]).first
     }
 
     /// The GIDs of stored stopped downloads starting with `prefix` (lowercase hex), at most `limit`.
     func stoppedGIDs(prefix: String, limit: Int) throws -> [GID] {
-        writePending()
-        return try database.read { db in
+        try reading { db in
             try String.fetchAll(
                 db,
                 sql: "SELECT gid FROM downloads WHERE gid >= ? AND gid < ? AND stopped_order IS NOT NULL LIMIT ?",
@@ -169,7 +160,6 @@ public final class DaemonStore: Sendable {
     func history(
         states: Set<String>?, holding text: String, offset: Int, limit: Int, matching matches: (Row) -> Bool
     ) throws -> (total: Int, page: [Row]) {
-        writePending()
         var conditions = ["stopped_order IS NOT NULL"]
         var arguments: [(any DatabaseValueConvertible)?] = []
         if let states {
@@ -178,7 +168,7 @@ public final class DaemonStore: Sendable {
         }
         let filter = "WHERE " + conditions.joined(separator: " AND ")
         if text.isEmpty {
-            let total = try database.read { db in
+            let total = try reading { db in
                 try Int.fetchOne(
                     db, sql: "SELECT COUNT(*) FROM downloads " + filter, arguments: StatementArguments(arguments))
             }
@@ -190,7 +180,7 @@ public final class DaemonStore: Sendable {
         let narrowed =
             filter + " AND (instr(lower(path), ?) OR instr(lower(uris), ?) OR instr(lower(options), ?))"
             + " ORDER BY stopped_order DESC"
-        return try database.read { db in
+        return try reading { db in
             let cursor = try GRDB.Row.fetchCursor(
                 db, sql: "SELECT * FROM downloads " + narrowed,
                 arguments: StatementArguments(arguments + [text, text, text]))
@@ -207,12 +197,11 @@ public final class DaemonStore: Sendable {
 
     /// The stopped downloads that failed, in the order they stopped.
     func failed() throws -> [Row] {
-        writePending()
-        return try rows("WHERE stopped_order IS NOT NULL AND state = 'error' ORDER BY stopped_order")
+        try rows("WHERE stopped_order IS NOT NULL AND state = 'error' ORDER BY stopped_order")
     }
 
     private func rows(_ clause: String, _ arguments: StatementArguments = []) throws -> [Row] {
-        try database.read { db in
+        try reading { db in
             try GRDB.Row.fetchAll(db, sql: "SELECT * FROM downloads " + clause, arguments: arguments).compactMap(
                 Self.row)
         }
@@ -268,7 +257,7 @@ public final class DaemonStore: Sendable {
             }
             guard !rows.isEmpty else { return nil }
             do {
-                try write(rows, removing: [])
+                try database.write { db in try Self.put(rows, removing: [], in: db) }
                 written += 1
                 return nil
             } catch {
@@ -282,36 +271,45 @@ public final class DaemonStore: Sendable {
 
     /// Writes `rows` (a new download, or one that changed) and removes `removed`, in one transaction.
     func save(_ rows: [Row], removing removed: [GID] = []) throws {
-        writePending()
-        try write(rows, removing: removed)
+        try writing { db in try Self.put(rows, removing: removed, in: db) }
     }
 
-    private func write(_ rows: [Row], removing removed: [GID]) throws {
-        try database.write { db in
-            for row in rows {
-                try db.execute(
-                    sql: """
-                        INSERT OR REPLACE INTO downloads (gid, uris, options, state, rank, path, length, completed,
-                            error_code, error_message, stopped_order, withheld_secrets)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """,
-                    arguments: [
-                        row.gid.description, Self.text(.array(row.uris.map(JSON.string))),
-                        Self.text(.object(row.options.mapValues(JSON.string))), row.state, row.rank,
-                        row.path, row.length, row.completed, row.errorCode, row.errorMessage, row.stoppedOrder,
-                        row.withheldSecrets,
-                    ])
-            }
-            for gid in removed {
-                try db.execute(sql: "DELETE FROM downloads WHERE gid = ?", arguments: [gid.description])
-            }
+    /// Every read of the store: what was gathered to be written is written first.
+    private func reading<T>(_ body: (Database) throws -> T) throws -> T {
+        writePending()
+        return try database.read(body)
+    }
+
+    /// Every write of the store but the gathered rows' own: those are written first, so that nothing done after
+    /// them (a removal of a download that just ended) lands before them.
+    private func writing<T>(_ body: (Database) throws -> T) throws -> T {
+        writePending()
+        return try database.write(body)
+    }
+
+    private static func put(_ rows: [Row], removing removed: [GID], in db: Database) throws {
+        for row in rows {
+            try db.execute(
+                sql: """
+                    INSERT OR REPLACE INTO downloads (gid, uris, options, state, rank, path, length, completed,
+                        error_code, error_message, stopped_order, withheld_secrets)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    row.gid.description, Self.text(.array(row.uris.map(JSON.string))),
+                    Self.text(.object(row.options.mapValues(JSON.string))), row.state, row.rank,
+                    row.path, row.length, row.completed, row.errorCode, row.errorMessage, row.stoppedOrder,
+                    row.withheldSecrets,
+                ])
+        }
+        for gid in removed {
+            try db.execute(sql: "DELETE FROM downloads WHERE gid = ?", arguments: [gid.description])
         }
     }
 
     /// Sets the ranks of unfinished downloads (their new waiting order) and, where given, their state.
     func update(ranks: [(GID, Int)], states: [GID: String] = [:]) throws {
-        writePending()
-        try database.write { db in
+        try writing { db in
             for (gid, rank) in ranks {
                 try db.execute(sql: "UPDATE downloads SET rank = ? WHERE gid = ?", arguments: [rank, gid.description])
             }
@@ -324,8 +322,7 @@ public final class DaemonStore: Sendable {
 
     /// Removes every stopped download.
     func purgeStopped() throws {
-        writePending()
-        try database.write { db in try db.execute(sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL") }
+        try writing { db in try db.execute(sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL") }
     }
 
     // URIs and options are kept as JSON text, written and read with the daemon's own JSON (a store written with
