@@ -36,8 +36,7 @@ extension RPCAccess {
         _ bytes: [UInt8], with endpoint: RPCEndpoint, session: RPCSession? = nil, on loop: any EventLoop,
         deliver: @escaping @Sendable ([UInt8]?) -> Void
     ) {
-        let (seconds, attoseconds) = unauthorizedDelay.components
-        let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let delay = TimeAmount(unauthorizedDelay)
         Task {
             let (answer, unauthorized) = endpoint.handle(bytes, session: session)
             loop.scheduleTask(in: unauthorized ? delay : .zero) { deliver(answer) }
@@ -181,10 +180,7 @@ final class WebSocketSessions: Sendable {
 
     func send(_ text: [UInt8]) {
         let open = channels.withLock { Array($0.values) }
-        for channel in open {
-            let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: text))
-            channel.writeAndFlush(frame, promise: nil)
-        }
+        for channel in open { channel.writeAndFlush(WebSocketFrame.text(text, on: channel), promise: nil) }
     }
 
     func closeAll() {
@@ -204,18 +200,10 @@ public final class RPCSession: Sendable {
 
     init(channel: any Channel) { self.channel = channel }
 
-    /// Sends `message` (a JSON-RPC notification) to the client.
-    public func send(_ message: JSON) {
-        let frame = WebSocketFrame(
-            fin: true, opcode: .text, data: channel.allocator.buffer(bytes: message.encoded()))
-        channel.writeAndFlush(frame, promise: nil)
-    }
-
     /// Calls `produce` every `interval`, off the event loop, the next call only after the last one's message went
     /// out, and sends what it returns (nothing for `nil`); replaces the session's earlier push, ends with the session.
     public func every(_ interval: Duration, _ produce: @escaping @Sendable () -> JSON?) {
-        let (seconds, attoseconds) = interval.components
-        let delay = TimeAmount.nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        let delay = TimeAmount(interval)
         let channel = self.channel
         let task = channel.eventLoop.scheduleRepeatedAsyncTask(initialDelay: delay, delay: delay) { task in
             let sent = channel.eventLoop.makePromise(of: Void.self)
@@ -227,10 +215,10 @@ public final class RPCSession: Sendable {
             }
             Task {
                 guard let message = produce() else { return sent.succeed(()) }
-                let frame = WebSocketFrame(
-                    fin: true, opcode: .text, data: channel.allocator.buffer(bytes: message.encoded()))
                 // The next one waits for this one to be written: a slow reader is not sent more than it reads.
-                channel.writeAndFlush(frame).whenComplete { _ in sent.succeed(()) }
+                channel.writeAndFlush(WebSocketFrame.text(message.encoded(), on: channel)).whenComplete { _ in
+                    sent.succeed(())
+                }
             }
             return sent.futureResult
         }
@@ -247,6 +235,13 @@ public final class RPCSession: Sendable {
             defer { push = nil }
             return push
         }?.cancel()
+    }
+}
+
+extension WebSocketFrame {
+    /// A whole text message of `bytes` (a JSON-RPC answer or notification) for `channel`.
+    static func text(_ bytes: [UInt8], on channel: any Channel) -> WebSocketFrame {
+        WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: bytes))
     }
 }
 
@@ -316,8 +311,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
         let channel = context.channel
         access.answer(bytes, with: endpoint, session: session, on: channel.eventLoop) { answer in
             guard let answer else { return }
-            let frame = WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: answer))
-            channel.writeAndFlush(frame, promise: nil)
+            channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil)
         }
     }
 
