@@ -20,14 +20,26 @@ extension Daemon {
         }
     }
 
-    /// A stopped download as the store holds it.
-    func stoppedItem(_ row: DaemonStore.Row) -> Item {
-        let first = row.uris.first.flatMap { URL(string: $0) } ?? URL(fileURLWithPath: "/")
+    /// A download as the store holds it (its request is not kept: its file is shown in the root until a path is
+    /// known).
+    func storedItem(_ row: DaemonStore.Row) -> Item {
         var item = Item(
             gid: row.gid, uris: row.uris, options: row.options,
-            request: DownloadRequest(url: first, destination: .directory(URL(fileURLWithPath: root))))
+            request: DownloadRequest(
+                url: Self.firstURL(of: row.uris), destination: .directory(URL(fileURLWithPath: root))))
         item.rank = row.rank
         item.withheldSecrets = row.withheldSecrets
+        return item
+    }
+
+    /// The URL of the first of `uris` (the root of the file system for one that is not a URL).
+    static func firstURL(of uris: [String]) -> URL {
+        uris.first.flatMap { URL(string: $0) } ?? URL(fileURLWithPath: "/")
+    }
+
+    /// A stopped download as the store holds it.
+    func stoppedItem(_ row: DaemonStore.Row) -> Item {
+        var item = storedItem(row)
         item.ending = Ending(
             status: row.state, length: row.length, completed: row.completed, errorCode: row.errorCode,
             errorMessage: row.errorMessage)
@@ -67,7 +79,7 @@ extension Daemon.State {
 
     /// Leaves the oldest stopped downloads to the store, past ``Daemon/stoppedInMemory`` (when there is a store).
     mutating func leaveOldStoppedToStore() {
-        guard hasStore, stopped.count > Daemon.stoppedInMemory else { return }
+        guard store != nil, stopped.count > Daemon.stoppedInMemory else { return }
         let old = stopped.count - Daemon.stoppedInMemory
         for gid in stopped[..<old] { items[gid] = nil }
         stopped.removeFirst(old)

@@ -131,8 +131,15 @@ extension Daemon {
             throw RPCError("Invalid GID \(text)")
         }
         let prefix = text.lowercased()
-        if text.utf8.count == 16, let gid = GID(hex: prefix), try item(gid) != nil { return gid }
-        var matches = Set(state.withLock { $0.items.keys.filter { $0.description.hasPrefix(prefix) } })
+        // A whole GID is looked up, not matched against every one; the store is asked whether it holds it only (the
+        // method reads the download itself).
+        var matches: Set<GID>
+        if text.utf8.count == 16, let gid = GID(hex: prefix) {
+            if state.withLock({ $0.items[gid] != nil }) { return gid }
+            matches = []
+        } else {
+            matches = Set(state.withLock { $0.items.keys.filter { $0.description.hasPrefix(prefix) } })
+        }
         if matches.count < 2, let store = configuration.store {
             do {
                 matches.formUnion(try store.stoppedGIDs(prefix: prefix, limit: 2))

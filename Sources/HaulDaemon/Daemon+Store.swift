@@ -81,13 +81,7 @@ extension Daemon {
                 state.stopped.append(item.gid)
             }
         }
-        var ended: [Item] = []
         for row in try store.loadUnfinished() {
-            let first = row.uris.first.flatMap { URL(string: $0) } ?? URL(fileURLWithPath: "/")
-            var item = Item(
-                gid: row.gid, uris: row.uris, options: row.options,
-                request: DownloadRequest(url: first, destination: .directory(URL(fileURLWithPath: root))))
-            item.rank = row.rank
             let plan: DownloadPlan
             do throws(RPCError) {
                 guard !row.withheldSecrets else {
@@ -97,15 +91,15 @@ extension Daemon {
                     uris: row.uris, options: row.options.mapValues { $0.components(separatedBy: "\n") },
                     defaults: [:], root: root, base: queue.downloader.configuration)
             } catch {
-                item.withheldSecrets = row.withheldSecrets
-                let failure = DownloadError(.invalidRequest, message: error.message, url: first)
+                let failure = DownloadError(.invalidRequest, message: error.message, url: Self.firstURL(of: row.uris))
+                let item = storedItem(row)
                 state.withLock { state in
                     state.keep(item)
-                    if let item = Self.end(row.gid, with: .failure(failure), in: &state) { ended.append(item) }
+                    Self.end(row.gid, with: .failure(failure), in: &state)
                 }
                 continue
             }
-            item = Item(
+            var item = Item(
                 gid: row.gid, uris: plan.uris.map(\.absoluteString), options: plan.options, request: plan.request)
             item.rank = row.rank
             state.withLock { state in
@@ -113,9 +107,9 @@ extension Daemon {
                 state.nextRank = max(state.nextRank, row.rank + 1)
             }
             let handle = queue.add(plan.request, paused: row.state == "paused")
-            if let finished = attach(handle, to: row.gid).ended { ended.append(finished) }
+            _ = attach(handle, to: row.gid)
         }
-        // Those that could not come back were written as they ended; at once, as a restart's first act.
-        if !ended.isEmpty { store.flush() }
+        // Those that could not come back, or ended at once, are written as they ended: now, as a restart's first act.
+        store.flush()
     }
 }

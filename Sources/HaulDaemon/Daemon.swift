@@ -75,10 +75,9 @@ public final class Daemon: Sendable {
         var storedStopped = 0
         /// Changed whenever the stopped downloads do: a page of them answered before stays right while it holds.
         var stoppedVersion = 0
-        /// Whether there is a store to leave old stopped downloads to.
-        var hasStore = false
         /// Where how a download ended is written (``DaemonStore/saveSoon(_:onError:)``), from inside the lock that
-        /// records it: a call that removes the download after it ended finds its row written first.
+        /// records it: a call that removes the download after it ended finds its row written first; and where old
+        /// stopped downloads are left to.
         var store: DaemonStore?
         var onStoreError: Hook<String>?
         /// Outcomes of downloads that ended before their GID was recorded (an add answered at once).
@@ -192,7 +191,6 @@ public final class Daemon: Sendable {
         free(real)
         sessionID = GID.random().description + GID.random().description
         var initial = State(globalOptions: [:])
-        initial.hasStore = configuration.store != nil
         initial.store = configuration.store
         initial.onStoreError = Hook(configuration.onStoreError)
         let state = Locked(initial)
