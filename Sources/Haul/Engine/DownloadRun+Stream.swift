@@ -353,8 +353,13 @@ extension DownloadRun {
                 try await writer.write(chunk, url: url)
                 received += count
                 tally.bytesTransferred += count
-                if tally.meter.record(chunk.count, now: .now) { emitProgress(start + received) }
-                if limitsBandwidth { try await waitForBandwidth(chunk.count) }
+                let first = received == count && received != length
+                if tally.meter.record(chunk.count, now: .now, first: first) { emitProgress(start + received) }
+                if limitsBandwidth {
+                    try await waitForBandwidth(chunk.count) {
+                        if tally.meter.reportBeforeWaiting(now: .now) { emitProgress(start + received) }
+                    }
+                }
                 if let handOver, handOver(received) {
                     try await writer.drain()
                     return chunks
@@ -424,13 +429,17 @@ extension DownloadRun {
     var limitsBandwidth: Bool { sharedLimit.current?.isLimited == true || ownBandwidth?.isLimited == true }
 
     /// Takes `count` bytes from the bandwidth limits and waits as long as they say (ending at the time limit); the
-    /// wait is no stall for `clock` either (a connection's own).
-    func waitForBandwidth(_ count: Int, clock: ActivityClock? = nil) async throws {
+    /// wait is no stall for `clock` either (a connection's own). A wait longer than the progress interval first calls
+    /// `beforeLongWait`, so progress not yet told is told before the download holds still.
+    func waitForBandwidth(
+        _ count: Int, clock: ActivityClock? = nil, beforeLongWait: () -> Void
+    ) async throws {
         var now = ContinuousClock.now
         let ownBandwidth = self.ownBandwidth
         let sharedBandwidth = sharedLimit.current
         var sharedUntil = now + (sharedBandwidth?.take(count, now: now) ?? .zero)
         var ownUntil = now + (ownBandwidth?.take(count, now: now) ?? .zero)
+        if max(sharedUntil, ownUntil) - now > configuration.progressInterval { beforeLongWait() }
         // Either limit may change while the download waits (its queue sets, lowers or lifts its own; the downloader's
         // owner the shared one): the wait is looked at again when one has, at least every quarter of a second.
         let versions = (shared: sharedBandwidth?.version, own: ownBandwidth?.version)

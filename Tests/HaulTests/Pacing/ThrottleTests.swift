@@ -8,6 +8,30 @@ import Testing
 struct ThrottleTests {
     let start = ContinuousClock.now
 
+    @Test(
+        "progress is told at most once an interval, the first bytes at once, and what was not told yet before a long wait"
+    )
+    func progressBeforeWaiting() {
+        var meter = ProgressMeter(interval: .milliseconds(100), now: start)
+        func record(atMilliseconds ms: Int) -> Bool { meter.record(1000, now: start + .milliseconds(ms)) }
+        func ask(atMilliseconds ms: Int) -> Bool { meter.reportBeforeWaiting(now: start + .milliseconds(ms)) }
+        // Nothing recorded: nothing to tell before a wait.
+        #expect(ask(atMilliseconds: 0) == false)
+        #expect(record(atMilliseconds: 50) == false)
+        #expect(record(atMilliseconds: 100) == true)
+        // Told at 100 ms: a chunk 10 ms later is not due, and would go unseen for the whole wait without the ask.
+        #expect(record(atMilliseconds: 110) == false)
+        #expect(ask(atMilliseconds: 110) == true)
+        #expect(ask(atMilliseconds: 111) == false)
+        // The ask counts as an event: the next is due an interval after it.
+        #expect(record(atMilliseconds: 200) == false)
+        #expect(record(atMilliseconds: 210) == true)
+        #expect(ask(atMilliseconds: 210) == false)
+        // The first bytes of a body are told at once, whenever the last event was.
+        let first = meter.record(1, now: start + .milliseconds(211), first: true)
+        #expect(first)
+    }
+
     @Test("a token bucket holds its takers to the rate, however they take, together")
     func bucketRate() {
         let bucket = TokenBucket(bytesPerSecond: 1000, now: start)

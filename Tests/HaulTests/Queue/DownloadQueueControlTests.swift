@@ -240,10 +240,12 @@ struct DownloadQueueControlTests {
             let handle = queue.add(DownloadRequest(url: url, destination: .directory(dir.url)))
             try await eventually("bytes written") { handle.status.progress.bytesWritten > 0 }
             #expect(handle.status.maxBytesPerSecond == nil)
-            // One byte a second: after the stall, the first chunk read puts the download in debt for hours.
+            // Taken before the limit: a chunk read after it is told before the download waits (however soon after
+            // the last progress event it came), even one still on its way from before the stall.
+            let before = handle.status.progress.bytesWritten
+            // One byte a second: the first chunk read puts the download in debt for hours.
             #expect(handle.setMaxBytesPerSecond(1))
             #expect(handle.status.maxBytesPerSecond == 1)
-            let before = handle.status.progress.bytesWritten
             server.openGate("s")
             try await eventually("a chunk after the stall") { handle.status.progress.bytesWritten > before }
             // Held back: not finished, though the server sends it all as fast as the client reads.
@@ -275,9 +277,9 @@ struct DownloadQueueControlTests {
             }
             try await eventually("bytes written") { handles.allSatisfy { $0.status.progress.bytesWritten > 0 } }
             #expect(queue.downloader.maxBytesPerSecond == nil)
+            let before = handles.map(\.status.progress.bytesWritten)
             queue.downloader.setMaxBytesPerSecond(1)
             #expect(queue.downloader.maxBytesPerSecond == 1)
-            let before = handles.map(\.status.progress.bytesWritten)
             server.openGate("s")
             try await eventually("a chunk after the stall") {
                 zip(handles, before).contains { $0.status.progress.bytesWritten > $1 }
@@ -344,9 +346,10 @@ struct DownloadQueueControlTests {
             #expect(limited.setMaxBytesPerSecond(1))
             #expect(queue.pauseAll() == 2)
             #expect(queue.statuses().map(\.state) == [.paused, .paused])
-            // The running one stops; nothing else starts while both are paused.
-            try await eventually("first stopped") { first.status.position == 0 }
-            #expect(queue.runningCount == 0 && queue.waitingCount == 2)
+            // The running one stops (its place in the order at once, its slot once its run has wound down); nothing
+            // else starts while both are paused.
+            try await eventually("first stopped") { first.status.position == 0 && queue.runningCount == 0 }
+            #expect(queue.waitingCount == 2)
             server.openGate("g")
             #expect(queue.resumeAll() == 2)
             _ = try await first.result

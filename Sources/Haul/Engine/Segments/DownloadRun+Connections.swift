@@ -511,7 +511,7 @@ extension DownloadRun {
                 let checkpoint = state.unrecorded >= threshold
                 if checkpoint { state.unrecorded = 0 }
                 let progress =
-                    state.meter.record(count, now: now)
+                    state.meter.record(count, now: now, first: state.table.written == Int64(count))
                     ? DownloadProgress(
                         bytesWritten: state.table.written, totalBytes: transfer.total,
                         bytesPerSecond: state.meter.bytesPerSecond) : nil
@@ -523,7 +523,17 @@ extension DownloadRun {
             if checkpoint { context.sink.yield(.checkpoint) }
             // The piece is in (a response longer than asked for is not read on), or a faster connection took the rest.
             if exhausted { return }
-            if limitsBandwidth { try await waitForBandwidth(count, clock: clock) }
+            if limitsBandwidth {
+                try await waitForBandwidth(count, clock: clock) {
+                    let progress = transfer.state.withLock { state -> DownloadProgress? in
+                        guard state.meter.reportBeforeWaiting(now: .now) else { return nil }
+                        return DownloadProgress(
+                            bytesWritten: state.table.written, totalBytes: transfer.total,
+                            bytesPerSecond: state.meter.bytesPerSecond)
+                    }
+                    if let progress { context.tell(.progress(progress)) }
+                }
+            }
         }
         let left = transfer.state.withLock { state in
             min(pieceEnd, state.table.segments[segment].end) - state.table.reserved(segment)
