@@ -227,6 +227,7 @@ let package = Package(
             name: "HaulDaemonTests",
             dependencies: [
                 "HaulDaemon", "Haul", "HaulNIO", "HaulTestServer", "HaulTestSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]

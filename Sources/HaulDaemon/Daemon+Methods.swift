@@ -14,6 +14,47 @@ extension Daemon {
 
     /// `addUri(uris, options?, position?)`: the URIs are mirrors of one file.
     func addUri(_ arguments: Arguments) throws(RPCError) -> JSON {
+        try addUris([arguments.params])[0].get()
+    }
+
+    /// A run of consecutive `addUri` calls (a batch, or a `system.multicall` of many), each call's parameters in
+    /// order: answered as the calls one by one would be, but recorded a few hundred at a time, each group in one
+    /// transaction, so that a run of thousands costs a few commits rather than one each. A group's downloads start
+    /// once it is recorded, while the next is read.
+    func addUris(_ calls: [[JSON]]) -> [Result<JSON, RPCError>] {
+        var results: [Result<JSON, RPCError>] = []
+        results.reserveCapacity(calls.count)
+        var start = 0
+        while start < calls.count {
+            let group = calls[start..<min(start + Self.addGroup, calls.count)]
+            start = group.endIndex
+            var planned: [Result<(plan: DownloadPlan, position: Int64?), RPCError>] = []
+            for params in group {
+                do throws(RPCError) {
+                    planned.append(.success(try addition(Arguments(method: "aria2.addUri", params: params))))
+                } catch {
+                    planned.append(.failure(error))
+                }
+            }
+            let added = add(planned.compactMap { try? $0.get() })
+            var next = added.startIndex
+            for plan in planned {
+                switch plan {
+                case .success:
+                    results.append(added[next].map { .string($0.description) })
+                    next += 1
+                case .failure(let error): results.append(.failure(error))
+                }
+            }
+        }
+        return results
+    }
+
+    /// How many `addUri` calls of a run are recorded together.
+    static let addGroup = 256
+
+    /// The plan and position of one `addUri` call.
+    private func addition(_ arguments: Arguments) throws(RPCError) -> (plan: DownloadPlan, position: Int64?) {
         guard let list = arguments.optional(0)?.array, !list.isEmpty else { throw RPCError("No URI to download.") }
         let uris = try list.map { value throws(RPCError) -> String in
             guard let uri = value.string else { throw .invalidParams("aria2.addUri: each URI must be a string") }
@@ -22,8 +63,7 @@ extension Daemon {
         let options = try arguments.options(1)
         let position = arguments.optional(2) == nil ? nil : try arguments.int(2, "position")
         if let position, position < 0 { throw .invalidParams("aria2.addUri: position must be 0 or more") }
-        let plan = try self.plan(uris: uris, options: options)
-        return .string(try add(plan, position: position).description)
+        return (try plan(uris: uris, options: options), position)
     }
 
     /// The plan of a download of `uris` with `options` over the global options in force.
@@ -33,55 +73,105 @@ extension Daemon {
             uris: uris, options: options, defaults: defaults, root: root, base: queue.downloader.configuration)
     }
 
-    /// Adds the download `plan` describes, at `position` in the waiting order if given; returns its GID. It is
-    /// recorded in the store before this returns.
-    func add(_ plan: DownloadPlan, position: Int64?) throws(RPCError) -> GID {
-        // The destination's directories are made now, inside the root (the plan checked every name).
-        if case .directory(let directory, _) = plan.request.destination {
-            try makeDirectories(directory.path)
-        } else if case .file(let file) = plan.request.destination {
-            try makeDirectories(file.deletingLastPathComponent().path)
-        }
-        // One stopped long ago is only in the store (read before the lock is taken: no disk under it).
-        if let gid = plan.gid, try item(gid) != nil { throw RPCError("GID \(gid) is not unique.") }
-        let item = try state.withLock { state -> Result<Item, RPCError> in
-            var gid = plan.gid ?? GID.random()
-            if plan.gid != nil {
-                guard state.items[gid] == nil else { return .failure(RPCError("GID \(gid) is not unique.")) }
-            } else {
-                while state.items[gid] != nil { gid = GID.random() }
-            }
-            var item = Item(
-                gid: gid, uris: plan.uris.map(\.absoluteString), options: plan.storedOptions, request: plan.request)
-            item.withheldSecrets = plan.withholdsSecrets
-            item.rank = state.nextRank
-            state.nextRank += 1
-            state.keep(item)
-            return .success(item)
-        }.get()
-        let gid = item.gid
-        // Recorded before it is answered: an add the caller was told of survives a kill.
-        if let store = configuration.store {
-            var row = Self.row(item)
-            if plan.paused { row.state = "paused" }
-            do {
-                try store.save([row])
+    /// Adds the downloads `additions` describe, each at its position in the waiting order if it has one, as that
+    /// many `addUri` calls one after another would; returns each one's GID, or why it was not added. They are
+    /// recorded in the store together, before any of them can start and before this returns: an add the caller was
+    /// told of survives a kill, and a failed write adds none of them.
+    func add(_ additions: [(plan: DownloadPlan, position: Int64?)]) -> [Result<GID, RPCError>] {
+        var results: [Result<GID, RPCError>?] = []
+        var made: Set<String> = []
+        var given: Set<GID> = []
+        for (plan, _) in additions {
+            do throws(RPCError) {
+                // The destination's directories are made now, inside the root (the plan checked every name).
+                let directory =
+                    switch plan.request.destination {
+                    case .directory(let directory, _): directory.path
+                    case .file(let file): file.deletingLastPathComponent().path
+                    }
+                if !made.contains(directory) {
+                    try makeDirectories(directory)
+                    made.insert(directory)
+                }
+                // One stopped long ago is only in the store (read before the lock is taken: no disk under it).
+                if let gid = plan.gid {
+                    guard try item(gid) == nil, given.insert(gid).inserted else {
+                        throw RPCError("GID \(gid) is not unique.")
+                    }
+                }
+                results.append(nil)
             } catch {
-                state.withLock { $0.items[gid] = nil }
-                throw RPCError("cannot record the download: \(error)")
+                results.append(.failure(error))
             }
         }
-        // Announced before it can start (the start is announced by the queue's event).
-        if !plan.paused { notify("haul.onDownloadWaiting", gid) }
-        let handle = queue.add(plan.request, paused: plan.paused)
-        let (ended, started) = attach(handle, to: gid)
-        if started { notify("aria2.onDownloadStart", gid) }
-        if let position {
-            handle.move(toPosition: Int(clamping: position))
-            try persistOrder()
+        // Kept in memory, in order, under one lock.
+        let kept = state.withLock { state -> [(index: Int, item: Item)] in
+            var kept: [(index: Int, item: Item)] = []
+            for (index, (plan, _)) in additions.enumerated() where results[index] == nil {
+                var gid = plan.gid ?? GID.random()
+                if plan.gid != nil {
+                    guard state.items[gid] == nil else {
+                        results[index] = .failure(RPCError("GID \(gid) is not unique."))
+                        continue
+                    }
+                } else {
+                    while state.items[gid] != nil { gid = GID.random() }
+                }
+                var item = Item(
+                    gid: gid, uris: plan.uris.map(\.absoluteString), options: plan.storedOptions, request: plan.request)
+                item.withheldSecrets = plan.withholdsSecrets
+                item.rank = state.nextRank
+                state.nextRank += 1
+                state.keep(item)
+                kept.append((index, item))
+            }
+            return kept
         }
-        if let ended, let method = Self.notification(for: ended) { notify(method, gid) }
-        return gid
+        // Recorded before any is answered or started.
+        if let store = configuration.store, !kept.isEmpty {
+            do {
+                try store.save(
+                    kept.map { index, item in
+                        var row = Self.row(item)
+                        if additions[index].plan.paused { row.state = "paused" }
+                        return row
+                    })
+            } catch {
+                state.withLock { state in for (_, item) in kept { state.items[item.gid] = nil } }
+                let failure = RPCError("cannot record the download: \(error)")
+                for (index, _) in kept { results[index] = .failure(failure) }
+                return Self.answered(results)
+            }
+        }
+        var moved: [Int] = []
+        for (index, item) in kept {
+            let (plan, position) = additions[index]
+            results[index] = .success(item.gid)
+            // Announced before it can start (the start is announced by the queue's event).
+            if !plan.paused { notify("haul.onDownloadWaiting", item.gid) }
+            let handle = queue.add(plan.request, paused: plan.paused)
+            let (ended, started) = attach(handle, to: item.gid)
+            if started { notify("aria2.onDownloadStart", item.gid) }
+            if let position {
+                handle.move(toPosition: Int(clamping: position))
+                moved.append(index)
+            }
+            if let ended, let method = Self.notification(for: ended) { notify(method, item.gid) }
+        }
+        if !moved.isEmpty {
+            // Each call that gave a position hears of a failure to store the order (its download is added).
+            do throws(RPCError) {
+                try persistOrder()
+            } catch {
+                for index in moved { results[index] = .failure(error) }
+            }
+        }
+        return Self.answered(results)
+    }
+
+    /// Each addition's result; every one has one by then (a missing one would say so rather than stop the daemon).
+    private static func answered(_ results: [Result<GID, RPCError>?]) -> [Result<GID, RPCError>] {
+        results.map { $0 ?? .failure(RPCError("the download was not added")) }
     }
 
     /// Makes `path` (inside the root) and the directories between, one by one: an existing one that is a symbolic link

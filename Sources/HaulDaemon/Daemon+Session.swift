@@ -31,7 +31,7 @@ extension Daemon {
             }
         }
         guard problems.isEmpty else { throw RPCError(problems.joined(separator: "\n")) }
-        for plan in plans { _ = try add(plan, position: nil) }
+        for result in add(plans.map { ($0, nil) }) { _ = try result.get() }
         return plans.count
     }
 

@@ -276,9 +276,13 @@ public final class Daemon: Sendable {
 
     /// The daemon's endpoint: aria2's JSON-RPC, checking `secret`.
     public func endpoint(secret: RPCSecret?) -> RPCEndpoint {
-        RPCEndpoint(secret: secret) { [self] method, params, session throws(RPCError) in
-            try call(method, params, session: session)
-        }
+        RPCEndpoint(
+            secret: secret,
+            sessionMethods: { [self] method, params, session throws(RPCError) in
+                try call(method, params, session: session)
+            },
+            together: ["aria2.addUri"],
+            runMethods: { [self] _, calls, _ in addUris(calls) })
     }
 
     /// Notes how the download `id` ended; returns its item to store.

@@ -31,7 +31,9 @@ public struct RPCError: Error, Sendable, Hashable {
 ///
 /// Every `aria2.*` call but the two listings needs the secret as its first parameter, `"token:SECRET"`; a first
 /// parameter starting with `token:` is taken off whether a secret is set or not. Calls inside `system.multicall`
-/// carry their own. Methods themselves are the ``Methods``' business.
+/// carry their own. Methods themselves are the ``Methods``' business; a run of consecutive calls of one method named
+/// in `together` (a batch or a multicall of thousands of `aria2.addUri`) is handed to ``RunMethods`` whole, so that
+/// the run can be recorded at once rather than call by call.
 public struct RPCEndpoint: Sendable {
     /// What answers the calls that passed the secret check.
     public typealias Methods = @Sendable (_ method: String, _ params: [JSON]) throws(RPCError) -> JSON
@@ -39,23 +41,35 @@ public struct RPCEndpoint: Sendable {
     /// HTTP), for methods that push to it.
     public typealias SessionMethods =
         @Sendable (_ method: String, _ params: [JSON], _ session: RPCSession?) throws(RPCError) -> JSON
+    /// What answers a run of consecutive calls of one method, each call's parameters in order: one result per call,
+    /// in the same order.
+    public typealias RunMethods =
+        @Sendable (_ method: String, _ calls: [[JSON]], _ session: RPCSession?) -> [Result<JSON, RPCError>]
 
     /// The secret every call must carry; `nil` for none (the daemon's `--rpc-no-secret`).
     let secret: RPCSecret?
     let methods: SessionMethods
+    /// The methods whose consecutive calls are answered together, by `runMethods`.
+    let together: Set<String>
+    let runMethods: RunMethods?
     /// The methods answered without a secret.
     static let open: Set<String> = ["system.listMethods", "system.listNotifications"]
 
     /// An endpoint checking `secret` and answering with `methods`.
     public init(secret: RPCSecret?, methods: @escaping Methods) {
-        self.secret = secret
-        self.methods = { method, params, _ throws(RPCError) in try methods(method, params) }
+        self.init(secret: secret) { method, params, _ throws(RPCError) in try methods(method, params) }
     }
 
-    /// An endpoint checking `secret` and answering with `methods`, which are told the session of each call.
-    public init(secret: RPCSecret?, sessionMethods: @escaping SessionMethods) {
+    /// An endpoint checking `secret` and answering with `methods`, which are told the session of each call; a run of
+    /// consecutive calls of a method in `together` is answered by `runMethods` instead, in one go.
+    public init(
+        secret: RPCSecret?, sessionMethods: @escaping SessionMethods, together: Set<String> = [],
+        runMethods: RunMethods? = nil
+    ) {
         self.secret = secret
         self.methods = sessionMethods
+        self.together = runMethods == nil ? [] : together
+        self.runMethods = runMethods
     }
 
     /// The answer to `body`, one JSON-RPC call or a batch (`nil` when every call was a notification, which has no
@@ -70,60 +84,106 @@ public struct RPCEndpoint: Sendable {
             return (Self.response(id: .null, error: .parseError).encoded(), false)
         }
         var unauthorized = false
+        let requests: [JSON]
         switch parsed {
         case .array(let calls):
             guard !calls.isEmpty else { return (Self.response(id: .null, error: .invalidRequest).encoded(), false) }
-            let answers = calls.compactMap { answer(to: $0, session: session, unauthorized: &unauthorized) }
-            return (answers.isEmpty ? nil : JSON.array(answers).encoded(), unauthorized)
-        default:
-            let answer = answer(to: parsed, session: session, unauthorized: &unauthorized)
-            return (answer?.encoded(), unauthorized)
+            requests = calls
+        default: requests = [parsed]
         }
+        // Each request read first (a malformed one answered as such), then the calls answered in order.
+        var answers: [JSON?] = []
+        var calls: [(index: Int, id: JSON?, step: Step)] = []
+        for request in requests {
+            answers.append(nil)
+            guard let members = request.object, let method = members["method"]?.string else {
+                answers[answers.count - 1] = Self.response(id: request.object?["id"] ?? .null, error: .invalidRequest)
+                continue
+            }
+            let id = members["id"]
+            let step: Step
+            switch members["params"] {
+            case nil, .null?: step = check(method, [], unauthorized: &unauthorized)
+            case .array(let list)?: step = check(method, list, unauthorized: &unauthorized)
+            default: step = .failed(.invalidParams("params must be an array"))
+            }
+            calls.append((answers.count - 1, id, step))
+        }
+        let results = perform(calls.map(\.step), session: session, unauthorized: &unauthorized)
+        for (call, result) in zip(calls, results) {
+            guard let id = call.id else { continue }  // a notification
+            switch result {
+            case .success(let value): answers[call.index] = ["jsonrpc": "2.0", "id": id, "result": value]
+            case .failure(let error): answers[call.index] = Self.response(id: id, error: error)
+            }
+        }
+        if case .array = parsed {
+            let given = answers.compactMap { $0 }
+            return (given.isEmpty ? nil : JSON.array(given).encoded(), unauthorized)
+        }
+        return (answers[0]?.encoded(), unauthorized)
     }
 
-    /// The answer to one call, `nil` for a notification (no `id`).
-    private func answer(to request: JSON, session: RPCSession?, unauthorized: inout Bool) -> JSON? {
-        guard let members = request.object, let method = members["method"]?.string else {
-            return Self.response(id: request.object?["id"] ?? .null, error: .invalidRequest)
-        }
-        let id = members["id"]
-        let params: [JSON]
-        switch members["params"] {
-        case nil, .null?: params = []
-        case .array(let list)?: params = list
-        default: return id.map { Self.response(id: $0, error: .invalidParams("params must be an array")) }
-        }
-        let result: Result<JSON, RPCError>
-        do throws(RPCError) {
-            result = .success(try dispatch(method, params, session: session, unauthorized: &unauthorized))
-        } catch {
-            result = .failure(error)
-        }
-        guard let id else { return nil }
-        switch result {
-        case .success(let value): return ["jsonrpc": "2.0", "id": id, "result": value]
-        case .failure(let error): return Self.response(id: id, error: error)
-        }
+    /// One call to answer: its secret checked and taken off, or already failed.
+    private enum Step {
+        case call(method: String, params: [JSON])
+        case failed(RPCError)
     }
 
-    /// Checks the secret of one call (its first parameter) and answers it.
-    private func dispatch(
-        _ method: String, _ params: [JSON], session: RPCSession?, unauthorized: inout Bool
-    ) throws(RPCError) -> JSON {
+    /// Checks the secret of one call (its first parameter) and takes it off. `system.multicall` needs none of its
+    /// own: each of its calls carries one.
+    private func check(_ method: String, _ params: [JSON], unauthorized: inout Bool) -> Step {
         var params = params
         var token: String?
         if let first = params.first?.string, first.hasPrefix("token:") {
             token = String(first.dropFirst("token:".count))
             params.removeFirst()
         }
-        if method == "system.multicall" { return try multicall(params, session: session, unauthorized: &unauthorized) }
-        if let secret, !Self.open.contains(method) {
+        if let secret, method != "system.multicall", !Self.open.contains(method) {
             guard let token, secret.matches(token) else {
                 unauthorized = true
-                throw .unauthorized
+                return .failed(.unauthorized)
             }
         }
-        return try methods(method, params, session)
+        return .call(method: method, params: params)
+    }
+
+    /// The results of `steps`, in order: consecutive calls of a method answered together go to `runMethods` as one
+    /// run, every other call on its own.
+    private func perform(_ steps: [Step], session: RPCSession?, unauthorized: inout Bool) -> [Result<JSON, RPCError>] {
+        var results: [Result<JSON, RPCError>] = []
+        results.reserveCapacity(steps.count)
+        var run: (method: String, calls: [[JSON]])?
+        for step in steps {
+            if case .call(let method, let params) = step, together.contains(method) {
+                if run?.method == method {
+                    run?.calls.append(params)
+                } else {
+                    if let run, let runMethods { results += runMethods(run.method, run.calls, session) }
+                    run = (method, [params])
+                }
+                continue
+            }
+            if let finished = run, let runMethods {
+                results += runMethods(finished.method, finished.calls, session)
+                run = nil
+            }
+            switch step {
+            case .failed(let error): results.append(.failure(error))
+            case .call(let method, let params):
+                do throws(RPCError) {
+                    if method == "system.multicall" {
+                        results.append(.success(try multicall(params, session: session, unauthorized: &unauthorized)))
+                    } else {
+                        results.append(.success(try methods(method, params, session)))
+                    }
+                } catch {
+                    results.append(.failure(error))
+                }
+            }
+        }
+        if let run, let runMethods { results += runMethods(run.method, run.calls, session) }
+        return results
     }
 
     /// `system.multicall([{methodName, params}, ...])`: each call's result in a one-element array, or its error
@@ -132,25 +192,22 @@ public struct RPCEndpoint: Sendable {
         guard params.count == 1, let calls = params[0].array else {
             throw .invalidParams("system.multicall takes one array of calls")
         }
-        var results: [JSON] = []
-        for call in calls {
+        let steps = calls.map { call -> Step in
             guard let members = call.object, let method = members["methodName"]?.string else {
-                results.append(RPCError.invalidParams("each call needs a methodName").json)
-                continue
+                return .failed(.invalidParams("each call needs a methodName"))
             }
             guard method != "system.multicall" else {
-                results.append(RPCError("Recursive system.multicall forbidden.").json)
-                continue
+                return .failed(RPCError("Recursive system.multicall forbidden."))
             }
-            do throws(RPCError) {
-                let inner = members["params"]?.array ?? []
-                results.append(
-                    .array([try dispatch(method, inner, session: session, unauthorized: &unauthorized)]))
-            } catch {
-                results.append(error.json)
-            }
+            return check(method, members["params"]?.array ?? [], unauthorized: &unauthorized)
         }
-        return .array(results)
+        return .array(
+            perform(steps, session: session, unauthorized: &unauthorized).map { result in
+                switch result {
+                case .success(let value): .array([value])
+                case .failure(let error): error.json
+                }
+            })
     }
 
     static func response(id: JSON, error: RPCError) -> JSON {

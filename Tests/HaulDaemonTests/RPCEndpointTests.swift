@@ -1,5 +1,7 @@
 import Foundation
+import Haul
 import HaulDaemon
+import HaulTestSupport
 import Testing
 
 /// The JSON-RPC layer with no I/O: aria2's framing, secrets, batches and multicall, and its error objects.
@@ -77,6 +79,46 @@ struct RPCEndpointTests {
         #expect(results[1] == ["code": .int(1), "message": "it failed"])
         #expect(results[2] == ["code": .int(1), "message": "Unauthorized"])
         #expect(results[3].object?["code"] == .int(1))
+    }
+
+    @Test("consecutive calls of a method answered together go as one run, in batches and multicalls alike")
+    func runs() throws {
+        let runs = Locked<[[JSON]]>([])
+        let endpoint = RPCEndpoint(
+            secret: RPCSecret("s3cret"),
+            sessionMethods: { method, params, _ throws(RPCError) in
+                guard method == "aria2.echo" else { throw RPCError("No such method: \(method)") }
+                return .array(params)
+            },
+            together: ["aria2.add"],
+            runMethods: { _, calls, _ in
+                runs.withLock { $0.append(calls.map { JSON.array($0) }) }
+                return calls.map { params in params.first == "bad" ? .failure(RPCError("refused")) : .success(params[0])
+                }
+            })
+        func call(_ text: String) throws -> JSON? {
+            try endpoint.handle(Array(text.utf8)).answer.map { try JSON.parse($0) }
+        }
+        // A multicall: two adds, an echo between runs, a wrong secret (no side effect, but it ends the run), two more.
+        let multicall = try call(
+            #"{"id":1,"method":"system.multicall","params":[[{"methodName":"aria2.add","params":["token:s3cret","a"]},{"methodName":"aria2.add","params":["token:s3cret","bad"]},{"methodName":"aria2.echo","params":["token:s3cret","e"]},{"methodName":"aria2.add","params":["token:s3cret","c"]},{"methodName":"aria2.add","params":["token:nope","x"]},{"methodName":"aria2.add","params":["token:s3cret","d"]},{"methodName":"aria2.add","params":["token:s3cret","f"]}]]}"#
+        )
+        #expect(
+            multicall?.object?["result"]
+                == [
+                    ["a"], ["code": .int(1), "message": "refused"], [["e"]], ["c"],
+                    ["code": .int(1), "message": "Unauthorized"], ["d"], ["f"],
+                ])
+        #expect(runs.withLock { $0 } == [[["a"], ["bad"]], [["c"]], [["d"], ["f"]]])
+        // A batch: a run with a notification in it (done, not answered), then an invalid request.
+        runs.withLock { $0 = [] }
+        let batch = try call(
+            #"[{"id":1,"method":"aria2.add","params":["token:s3cret","g"]},{"method":"aria2.add","params":["token:s3cret","h"]},{"id":3,"method":"aria2.add","params":["token:s3cret","i"]},{"id":4}]"#
+        )
+        #expect(batch?.array?.count == 3)
+        #expect(batch?.array?[0].object?["result"] == "g" && batch?.array?[1].object?["result"] == "i")
+        #expect(batch?.array?[2].object?["error"]?.object?["code"] == .int(-32600))
+        #expect(runs.withLock { $0 } == [[["g"], ["h"], ["i"]]])
     }
 
     @Test("the secret is compared whole: a prefix, an extension or another length never matches")
