@@ -143,20 +143,40 @@ extension Daemon {
                 return Self.answered(results)
             }
         }
+        // Into the queue as the calls came, a stretch of them at a time (those paused alike, with no position): the
+        // destinations of those that start now listed once per directory, as `haul get` does with its list, so that
+        // each download does not look its file up again as it starts.
+        var listing = DestinationSnapshot.Listing()
         var moved: [Int] = []
-        for (index, item) in kept {
-            let (plan, position) = additions[index]
-            results[index] = .success(item.gid)
-            // Announced before it can start (the start is announced by the queue's event).
-            if !plan.paused { notify("haul.onDownloadWaiting", item.gid) }
-            let handle = queue.add(plan.request, paused: plan.paused)
-            let (ended, started) = attach(handle, to: item.gid)
-            if started { notify("aria2.onDownloadStart", item.gid) }
-            if let position {
-                handle.move(toPosition: Int(clamping: position))
-                moved.append(index)
+        var next = kept.startIndex
+        while next < kept.endIndex {
+            let paused = additions[kept[next].index].plan.paused
+            var end = next + 1
+            if additions[kept[next].index].position == nil {
+                while end < kept.endIndex, additions[kept[end].index].position == nil,
+                    additions[kept[end].index].plan.paused == paused
+                {
+                    end += 1
+                }
             }
-            if let ended, let method = Self.notification(for: ended) { notify(method, item.gid) }
+            let stretch = kept[next..<end]
+            next = end
+            // Announced before they can start (a start is announced by the queue's event).
+            if !paused { for (_, item) in stretch { notify("haul.onDownloadWaiting", item.gid) } }
+            let requests = stretch.map { additions[$0.index].plan.request }
+            let handles = queue.add(
+                requests, absentPaths: paused ? requests.map { _ in nil } : requests.map { listing.absentPath(of: $0) },
+                paused: paused)
+            for ((index, item), handle) in zip(stretch, handles) {
+                results[index] = .success(item.gid)
+                let (ended, started) = attach(handle, to: item.gid)
+                if started { notify("aria2.onDownloadStart", item.gid) }
+                if let position = additions[index].position {
+                    handle.move(toPosition: Int(clamping: position))
+                    moved.append(index)
+                }
+                if let ended, let method = Self.notification(for: ended) { notify(method, item.gid) }
+            }
         }
         if !moved.isEmpty {
             // Each call that gave a position hears of a failure to store the order (its download is added).

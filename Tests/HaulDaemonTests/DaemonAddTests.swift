@@ -69,6 +69,28 @@ struct DaemonAddTests {
         restarted.close()
     }
 
+    @Test("paused and started adds mixed in one multicall: each as asked, in order, the started ones run")
+    func mixed() async throws {
+        let root = try TemporaryDirectory()
+        let daemon = try start(root)
+        // Even ones paused, odd ones started (to a closed port: each ends at once with an error).
+        let calls = (0..<40).map { index in
+            index.isMultiple(of: 2) ? Self.add("p\(index)") : Self.add("s\(index)", ["pause": "false"])
+        }
+        let gids = try multicall(daemon, calls).compactMap { $0.array?.first?.string }
+        #expect(gids.count == 40)
+        try await eventually("the started ones stopped") {
+            (try? daemon.call("aria2.tellStopped", [0, 100, ["gid"]]))?.array?.count == 20
+        }
+        let stopped = try daemon.call("aria2.tellStopped", [0, 100, ["gid", "status"]]).array ?? []
+        #expect(
+            Set(stopped.compactMap { $0.object?["gid"]?.string })
+                == Set(gids.enumerated().filter { $0.0 % 2 == 1 }.map(\.1)))
+        #expect(stopped.allSatisfy { $0.object?["status"] == "error" })
+        #expect(try waiting(daemon) == gids.enumerated().filter { $0.0.isMultiple(of: 2) }.map(\.1))
+        daemon.close()
+    }
+
     @Test("a write the store refuses fails every add of its group and adds none of them; the next group is added")
     func refusedWrite() throws {
         let root = try TemporaryDirectory()

@@ -306,7 +306,7 @@ extension DownloadRequest {
     }
 
     /// ``plannedFileURL`` as the path the engine writes, made without building a URL.
-    var plannedPath: String? {
+    package var plannedPath: String? {
         switch destination {
         case .file(let file): file.path
         case .directory(_, useContentDisposition: true): nil

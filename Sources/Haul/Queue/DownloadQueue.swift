@@ -125,6 +125,12 @@ public final class DownloadQueue: Sendable {
         add([request], unlessEndedDuringScan: false, absent: [absentPath])[0]
     }
 
+    /// Adds `requests` in order, paused or not (see ``add(_:paused:)``); `absentPaths`, one per request, as a
+    /// ``DestinationSnapshot/Listing`` taken as they were read found them (a service adding what its callers send).
+    package func add(_ requests: [DownloadRequest], absentPaths: [String?], paused: Bool) -> [DownloadHandle] {
+        add(requests, unlessEndedDuringScan: false, absent: absentPaths, paused: paused)
+    }
+
     private func add(
         _ requests: [DownloadRequest], unlessEndedDuringScan: Bool, absent given: [String?]? = nil,
         paused: Bool = false

@@ -192,7 +192,7 @@ enum Aria2Status {
     static func destination(of request: DownloadRequest) -> (directory: String, path: String) {
         switch request.destination {
         case .file(let url): (url.deletingLastPathComponent().path, url.path)
-        case .directory(let url, _): (url.path, request.plannedFileURL?.path ?? "")
+        case .directory(let url, _): (url.path, request.plannedPath ?? "")
         }
     }
 
