@@ -154,20 +154,20 @@ public struct RPCEndpoint: Sendable {
         var results: [Result<JSON, RPCError>] = []
         results.reserveCapacity(steps.count)
         var run: (method: String, calls: [[JSON]])?
+        func finishRun() {
+            if let finished = run, let runMethods { results += runMethods(finished.method, finished.calls, session) }
+            run = nil
+        }
         for step in steps {
             if case .call(let method, let params) = step, together.contains(method) {
-                if run?.method == method {
-                    run?.calls.append(params)
-                } else {
-                    if let run, let runMethods { results += runMethods(run.method, run.calls, session) }
-                    run = (method, [params])
+                if run?.method != method {
+                    finishRun()
+                    run = (method, [])
                 }
+                run?.calls.append(params)
                 continue
             }
-            if let finished = run, let runMethods {
-                results += runMethods(finished.method, finished.calls, session)
-                run = nil
-            }
+            finishRun()
             switch step {
             case .failed(let error): results.append(.failure(error))
             case .call(let method, let params):
@@ -182,7 +182,7 @@ public struct RPCEndpoint: Sendable {
                 }
             }
         }
-        if let run, let runMethods { results += runMethods(run.method, run.calls, session) }
+        finishRun()
         return results
     }
 

@@ -512,9 +512,7 @@ extension DownloadRun {
                 if checkpoint { state.unrecorded = 0 }
                 let progress =
                     state.meter.record(count, now: now, first: state.table.written == Int64(count))
-                    ? DownloadProgress(
-                        bytesWritten: state.table.written, totalBytes: transfer.total,
-                        bytesPerSecond: state.meter.bytesPerSecond) : nil
+                    ? state.progress : nil
                 let reserved = state.table.reserved(segment)
                 return (progress, checkpoint, state.table.isExhausted(segment) || reserved >= pieceEnd)
             }
@@ -525,11 +523,8 @@ extension DownloadRun {
             if exhausted { return }
             if limitsBandwidth {
                 try await waitForBandwidth(count, clock: clock) {
-                    let progress = transfer.state.withLock { state -> DownloadProgress? in
-                        guard state.meter.reportBeforeWaiting(now: .now) else { return nil }
-                        return DownloadProgress(
-                            bytesWritten: state.table.written, totalBytes: transfer.total,
-                            bytesPerSecond: state.meter.bytesPerSecond)
+                    let progress = transfer.state.withLock { state in
+                        state.meter.reportBeforeWaiting(now: .now) ? state.progress : nil
                     }
                     if let progress { context.tell(.progress(progress)) }
                 }

@@ -68,6 +68,11 @@ final class SegmentedTransfer: @unchecked Sendable {
         var runStart: (time: ContinuousClock.Instant, written: Int64) = (.now, 0)
         /// Set when the stream that started the file found it slow enough: more connections open at once.
         var worthMore = false
+
+        /// The progress the written bytes make, to tell.
+        var progress: DownloadProgress {
+            DownloadProgress(bytesWritten: table.written, totalBytes: table.total, bytesPerSecond: meter.bytesPerSecond)
+        }
     }
 
     let state: Locked<State>
