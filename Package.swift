@@ -221,8 +221,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 // The daemon's downloads and history across restarts (DaemonStore), as the journal keeps its files.
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // The dashboard's session tokens are looked up by their digest.
+                .product(name: "Crypto", package: "swift-crypto"),
+                "HaulDashboardAssets",
             ]
         ),
+        // The dashboard's page, style and script, readable files under `assets/` compiled into the binary with C23's
+        // `#embed`: a release binary serves them with nothing beside it, and no generator or plugin is built first.
+        .target(name: "HaulDashboardAssets", exclude: ["assets"]),
         .testTarget(
             name: "HaulDaemonTests",
             dependencies: [

@@ -18,8 +18,9 @@ struct DaemonCommand: AsyncParsableCommand {
         commandName: "daemon",
         abstract: "Run downloads as a service, driven by aria2's JSON-RPC (aria2p, AriaNg, webui-aria2...).",
         discussion: """
-            Serves aria2's JSON-RPC 2.0 over HTTP POST at http://HOST:PORT/jsonrpc. Every call carries the \
-            secret as its first parameter, "token:SECRET". Without --rpc-secret-file or $HAUL_RPC_SECRET the \
+            Serves aria2's JSON-RPC 2.0 over HTTP POST at http://HOST:PORT/jsonrpc, and a dashboard for a \
+            browser at http://HOST:PORT/ (sign in with the secret). Every call carries the secret as its first \
+            parameter, "token:SECRET". Without --rpc-secret-file or $HAUL_RPC_SECRET the \
             daemon makes one on its first start, keeps it in DIR/.haul/rpc-secret (readable by you only) and \
             prints it once. A secret is never taken as an option's value: other users see a command line.
 
@@ -293,8 +294,9 @@ struct DaemonCommand: AsyncParsableCommand {
         daemon.onShutdown { _ in stop.resolve(()) }
         let interruption = Interruption { stop.resolve(()) }
         let shown = "\(host.contains(":") ? "[\(host)]" : host):\(server.port)"
+        let origin = "\(tls == nil ? "http" : "https")://\(shown)"
         Console.err(
-            "haul daemon: serving aria2 JSON-RPC on \(tls == nil ? "http" : "https")://\(shown)/jsonrpc, downloading "
+            "haul daemon: serving aria2 JSON-RPC on \(origin)/jsonrpc and the dashboard on \(origin)/, downloading "
                 + "into \(directory.path)\n")
         await stop.wait()
         interruption.stop()

@@ -114,6 +114,51 @@ extension Daemon {
         ]
     }
 
+    /// `haul.tellQueue(offset, num, filter?, keys?)`: the downloads not stopped, running ones first and then the
+    /// waiting order, as `tellActive` and `tellWaiting` list them but in one list that can be searched: `filter` may
+    /// hold `query` (as ``tellHistory(_:)``'s) and `status` (a list of `active`, `waiting`, `paused`). Answers
+    /// `{"total": N, "downloads": [...]}`, `total` counting every match.
+    func tellQueue(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let offset = try arguments.int(0, "offset")
+        let count = try arguments.int(1, "num")
+        guard offset >= 0, count >= 0 else { throw .invalidParams("haul.tellQueue: offset and num must be 0 or more") }
+        let filter = try arguments.options(2)
+        for name in filter.keys where !["query", "status"].contains(name) {
+            throw .invalidParams("haul.tellQueue: the filter takes query and status, not \(name)")
+        }
+        let query = filter["query"]?.last?.lowercased() ?? ""
+        let statuses = filter["status"].map(Set.init)
+        if let statuses, !statuses.isSubset(of: ["active", "waiting", "paused"]) {
+            throw .invalidParams("haul.tellQueue: status must be active, waiting or paused")
+        }
+        let keys = try arguments.strings(3, "keys")
+        let all = queue.runningStatuses() + queue.waitingStatuses(0..<queue.waitingCount)
+        let (total, page) = state.withLock { state -> (Int, [(Item, DownloadStatus?)]) in
+            var total = 0
+            var page: [(Item, DownloadStatus?)] = []
+            // The two lists are read one after the other: one that started between them shows once.
+            var seen = Set<GID>()
+            for status in all {
+                guard let gid = state.byDownload[status.id], seen.insert(gid).inserted, let item = state.items[gid]
+                else { continue }
+                if let statuses {
+                    let name =
+                        switch status.state {
+                        case .running: "active"
+                        case .paused: "paused"
+                        default: "waiting"
+                        }
+                    guard statuses.contains(name) else { continue }
+                }
+                if !query.isEmpty, !Self.matches(item.shownPath, item.options, item.uris, query) { continue }
+                if total >= offset, page.count < count { page.append((item, status)) }
+                total += 1
+            }
+            return (total, page)
+        }
+        return ["total": .string(String(total)), "downloads": Aria2Status.list(page, keys: keys)]
+    }
+
     /// The stopped downloads that match, newest first: how many, and the page from `offset`.
     private func history(offset: Int, count: Int, statuses: Set<String>?, query: String) throws(RPCError) -> (
         Int, [Item]

@@ -379,6 +379,7 @@ public final class Daemon: Sendable {
         case "haul.pauseHost": return try pauseHost(arguments, true)
         case "haul.unpauseHost": return try pauseHost(arguments, false)
         case "haul.tellHistory": return try tellHistory(arguments)
+        case "haul.tellQueue": return try tellQueue(arguments)
         case "aria2.shutdown", "aria2.forceShutdown":
             let handler = shutdownHandler.withLock { $0 }
             handler?.call(method == "aria2.forceShutdown")
@@ -406,7 +407,7 @@ public final class Daemon: Sendable {
         "aria2.getVersion", "aria2.getSessionInfo", "aria2.saveSession", "aria2.shutdown", "aria2.forceShutdown",
         "system.multicall",
         "system.listMethods", "system.listNotifications", "haul.getHosts", "haul.changeHostOption", "haul.pauseHost",
-        "haul.unpauseHost", "haul.tellHistory", "haul.subscribe", "haul.unsubscribe",
+        "haul.unpauseHost", "haul.tellHistory", "haul.tellQueue", "haul.subscribe", "haul.unsubscribe",
     ]
 
     /// The notifications a WebSocket client may get.

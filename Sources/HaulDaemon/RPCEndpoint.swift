@@ -47,7 +47,7 @@ public struct RPCEndpoint: Sendable {
         @Sendable (_ method: String, _ calls: [[JSON]], _ session: RPCSession?) -> [Result<JSON, RPCError>]
 
     /// The secret every call must carry; `nil` for none (the daemon's `--rpc-no-secret`).
-    let secret: RPCSecret?
+    private(set) var secret: RPCSecret?
     let methods: SessionMethods
     /// The methods whose consecutive calls are answered together, by `runMethods`.
     let together: Set<String>
@@ -73,10 +73,17 @@ public struct RPCEndpoint: Sendable {
     }
 
     /// The answer to `body`, one JSON-RPC call or a batch (`nil` when every call was a notification, which has no
-    /// answer), and whether some call carried a wrong or no secret. `session` is the WebSocket session it came on.
-    public func handle(_ body: some Collection<UInt8>, session: RPCSession? = nil) -> (
+    /// answer), and whether some call carried a wrong or no secret. `session` is the WebSocket session it came on;
+    /// `signedIn` when it came from a page signed in to the dashboard, whose calls carry no secret (the page never
+    /// holds it): a `token:` parameter is still taken off.
+    public func handle(_ body: some Collection<UInt8>, session: RPCSession? = nil, signedIn: Bool = false) -> (
         answer: [UInt8]?, unauthorized: Bool
     ) {
+        if signedIn, secret != nil {
+            var open = self
+            open.secret = nil
+            return open.handle(body, session: session)
+        }
         let parsed: JSON
         do {
             parsed = try JSON.parse(body)

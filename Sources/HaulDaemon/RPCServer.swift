@@ -1,3 +1,4 @@
+import Foundation
 public import NIOCore
 import NIOHTTP1
 import HaulOperations
@@ -33,21 +34,26 @@ extension RPCAccess {
     /// Answers `bytes` with `endpoint` off the event loop (a method may touch the file system: an add makes its
     /// directories), then hands the answer to `deliver` on `loop`, held back when a call carried a wrong secret.
     func answer(
-        _ bytes: [UInt8], with endpoint: RPCEndpoint, session: RPCSession? = nil, on loop: any EventLoop,
+        _ bytes: [UInt8], with endpoint: RPCEndpoint, session: RPCSession? = nil, signedIn: Bool,
+        on loop: any EventLoop,
         deliver: @escaping @Sendable ([UInt8]?) -> Void
     ) {
         let delay = TimeAmount(unauthorizedDelay)
         Task {
-            let (answer, unauthorized) = endpoint.handle(bytes, session: session)
+            let (answer, unauthorized) = endpoint.handle(bytes, session: session, signedIn: signedIn)
             loop.scheduleTask(in: unauthorized ? delay : .zero) { deliver(answer) }
         }
     }
 }
 
-/// aria2's JSON-RPC over HTTP POST and WebSocket at `/jsonrpc`, on swift-nio, hostile input assumed: a request (and a
-/// WebSocket upgrade) must name the daemon in its `Host` (a DNS-rebinding page names its own), come from no origin or
-/// an allowed one (a page of another site is refused, its CORS preflight too), and stay within the size limit; then
-/// the endpoint checks the secret of every call.
+/// aria2's JSON-RPC over HTTP POST and WebSocket at `/jsonrpc`, and the dashboard at `/`, on swift-nio, hostile input
+/// assumed: a request (and a WebSocket upgrade) must name the daemon in its `Host` (a DNS-rebinding page names its
+/// own), come from no origin or an allowed one (a page of another site is refused, its CORS preflight too), and stay
+/// within the size limit; then the endpoint checks the secret of every call.
+///
+/// The dashboard signs in at `/session` (`POST {"secret": ...}`) for a session cookie and a CSRF token; a call that
+/// carries both (the token in the `X-Haul-CSRF` header, or the `csrf` query parameter of a WebSocket upgrade) needs no
+/// secret of its own.
 ///
 /// Notifications (``notify(_:gid:)``) go to every WebSocket session, as aria2 sends them: they carry a GID only,
 /// which is of no use without the secret.
@@ -91,6 +97,7 @@ public final class RPCServer: Sendable {
         let group = group ?? MultiThreadedEventLoopGroup.singleton
         let checks = Locked<RequestChecks?>(nil)
         let sessions = WebSocketSessions()
+        let dashboard = DashboardSessions()
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
@@ -113,15 +120,18 @@ public final class RPCServer: Sendable {
                             // Refused: the request goes on as plain HTTP, where it is answered 403 or 405.
                             return channel.eventLoop.makeSucceededFuture(refused ? nil : HTTPHeaders())
                         },
-                        upgradePipelineHandler: { channel, _ in
+                        upgradePipelineHandler: { channel, head in
+                            let signedIn = dashboard.isSignedIn(
+                                cookieHeader: head.headers.cookie, csrf: Self.queryValue("csrf", in: head.uri))
                             // The HTTP handler goes; the session's takes its place.
-                            channel.eventLoop.makeCompletedFuture {
+                            return channel.eventLoop.makeCompletedFuture {
                                 let handler = try channel.pipeline.syncOperations.handler(
                                     type: RPCConnectionHandler.self)
                                 return channel.pipeline.syncOperations.removeHandler(handler)
                             }.flatMap { $0 }.flatMapThrowing {
                                 try channel.pipeline.syncOperations.addHandler(
-                                    WebSocketRPCHandler(endpoint: endpoint, access: access, sessions: sessions))
+                                    WebSocketRPCHandler(
+                                        endpoint: endpoint, access: access, sessions: sessions, signedIn: signedIn))
                             }
                         })
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(
@@ -129,7 +139,9 @@ public final class RPCServer: Sendable {
                         withServerUpgrade: (upgraders: [upgrader], completionHandler: { _ in })
                     )
                     try channel.pipeline.syncOperations.addHandler(
-                        RPCConnectionHandler(endpoint: endpoint, checks: checks, access: access))
+                        RPCConnectionHandler(
+                            endpoint: endpoint, checks: checks, access: access, dashboard: dashboard, secure: tls != nil
+                        ))
                 }
             }
             .bind(host: host, port: port).get()
@@ -152,6 +164,16 @@ public final class RPCServer: Sendable {
         self.address = address
         self.channel = channel
         self.sessions = sessions
+    }
+
+    /// The value of the query parameter `name` in a request target, percent-decoded.
+    static func queryValue(_ name: String, in uri: String) -> String? {
+        guard let query = uri.split(separator: "?", maxSplits: 1).dropFirst().first else { return nil }
+        for pair in query.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            if parts.first == Substring(name) { return parts.count > 1 ? String(parts[1]).removingPercentEncoding : "" }
+        }
+        return nil
     }
 
     /// Sends the notification `method` (`aria2.onDownloadStart`...) about `gid` to every WebSocket session.
@@ -254,13 +276,16 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     let endpoint: RPCEndpoint
     let access: RPCAccess
     let sessions: WebSocketSessions
+    /// Opened by a page signed in to the dashboard: its calls need no secret.
+    let signedIn: Bool
     private var message: ByteBuffer?
     private var session: RPCSession?
 
-    init(endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions) {
+    init(endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions, signedIn: Bool) {
         self.endpoint = endpoint
         self.access = access
         self.sessions = sessions
+        self.signedIn = signedIn
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -309,7 +334,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
 
     private func answer(_ bytes: [UInt8], context: ChannelHandlerContext) {
         let channel = context.channel
-        access.answer(bytes, with: endpoint, session: session, on: channel.eventLoop) { answer in
+        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn, on: channel.eventLoop) { answer in
             guard let answer else { return }
             channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil)
         }
@@ -345,14 +370,19 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     let endpoint: RPCEndpoint
     let checks: RequestChecks
     let access: RPCAccess
+    let dashboard: DashboardSessions
+    /// Served over TLS: the session cookie is marked `Secure`.
+    let secure: Bool
     private var head: HTTPRequestHead?
     private var body: ByteBuffer?
     private var tooLarge = false
 
-    init(endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess) {
+    init(endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess, dashboard: DashboardSessions, secure: Bool) {
         self.endpoint = endpoint
         self.checks = checks
         self.access = access
+        self.dashboard = dashboard
+        self.secure = secure
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -387,8 +417,16 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
             return write(status: .forbidden, text: refusal + "\n", head: head, origin: nil, context: context)
         }
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+        if path == "/session" { return session(head: head, body: body, origin: origin, context: context) }
         guard path == "/jsonrpc" else {
-            return write(status: .notFound, text: "not found\n", head: head, origin: origin, context: context)
+            guard head.method == .GET || head.method == .HEAD, let file = DashboardFiles.byPath[path] else {
+                return write(status: .notFound, text: "not found\n", head: head, origin: origin, context: context)
+            }
+            var headers = HTTPHeaders(DashboardFiles.securityHeaders)
+            if head.method == .HEAD { headers.add(name: "Content-Type", value: file.contentType) }
+            return write(
+                status: .ok, bytes: head.method == .HEAD ? [] : file.bytes, type: file.contentType, extra: headers,
+                head: head, origin: nil, context: context)
         }
         switch head.method {
         case .OPTIONS:
@@ -413,11 +451,76 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
                 head: head, origin: origin, context: context)
         }
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        access.answer(Array(body.readableBytesView), with: endpoint, on: context.eventLoop) { answer in
+        let signedIn = dashboard.isSignedIn(
+            cookieHeader: head.headers.cookie, csrf: head.headers.first(name: DashboardSessions.csrfHeader))
+        access.answer(Array(body.readableBytesView), with: endpoint, signedIn: signedIn, on: context.eventLoop) {
+            answer in
             let (handler, context) = bound.value
             handler.write(
                 status: .ok, bytes: answer ?? [], type: answer == nil ? nil : "application/json-rpc",
                 extra: HTTPHeaders(), head: head, origin: origin, context: context)
+        }
+    }
+
+    /// A wrong secret's answer: `200 OK` saying so, as a JSON-RPC call with a wrong token is answered (a `401`
+    /// would be logged in the browser's console as a failed load).
+    private static let wrongSecret = (["signedIn": false, "secretNeeded": true, "error": "wrong secret"] as JSON)
+        .encoded()
+
+    /// `/session`: `GET` tells the page whether it is signed in (and its CSRF token), `POST {"secret": ...}` signs
+    /// in (a wrong secret answered late, as a wrong RPC token, with `"error": "wrong secret"`), `DELETE` with the
+    /// CSRF token signs out.
+    private func session(head: HTTPRequestHead, body: ByteBuffer?, origin: String?, context: ChannelHandlerContext) {
+        var headers = HTTPHeaders([("Cache-Control", "no-store")])
+        func answer(_ status: HTTPResponseStatus, _ json: JSON) {
+            write(
+                status: status, bytes: json.encoded(), type: "application/json", extra: headers, head: head,
+                origin: origin, context: context)
+        }
+        let cookieHeader = head.headers.cookie
+        switch head.method {
+        case .GET:
+            if endpoint.secret == nil { return answer(.ok, ["signedIn": true, "secretNeeded": false]) }
+            guard let csrf = dashboard.csrf(cookieHeader: cookieHeader) else {
+                return answer(.ok, ["signedIn": false, "secretNeeded": true])
+            }
+            answer(.ok, ["signedIn": true, "secretNeeded": true, "csrf": .string(csrf)])
+        case .POST:
+            guard !tooLarge, let body, let given = (try? JSON.parse(body.readableBytesView))?.object?["secret"]?.string
+            else {
+                return answer(.badRequest, ["error": "send {\"secret\": \"...\"} as JSON"])
+            }
+            guard let secret = endpoint.secret else {
+                return answer(.ok, ["signedIn": true, "secretNeeded": false])
+            }
+            guard secret.matches(given) else {
+                let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+                let headers = headers
+                context.eventLoop.scheduleTask(in: TimeAmount(access.unauthorizedDelay)) {
+                    let (handler, context) = bound.value
+                    handler.write(
+                        status: .ok, bytes: Self.wrongSecret,
+                        type: "application/json", extra: headers, head: head, origin: origin, context: context)
+                }
+                return
+            }
+            let (cookie, csrf) = dashboard.start()
+            headers.add(name: "Set-Cookie", value: DashboardSessions.setCookie(cookie, secure: secure))
+            answer(.ok, ["signedIn": true, "secretNeeded": true, "csrf": .string(csrf)])
+        case .DELETE:
+            guard
+                dashboard.isSignedIn(
+                    cookieHeader: cookieHeader, csrf: head.headers.first(name: DashboardSessions.csrfHeader))
+            else {
+                return answer(.forbidden, ["error": "not signed in"])
+            }
+            dashboard.end(cookieHeader: cookieHeader)
+            headers.add(name: "Set-Cookie", value: DashboardSessions.setCookie(nil, secure: secure))
+            answer(.ok, ["signedIn": false, "secretNeeded": true])
+        default:
+            write(
+                status: .methodNotAllowed, text: "GET, POST or DELETE /session\n", head: head, origin: origin,
+                context: context)
         }
     }
 
@@ -462,5 +565,13 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         // A refused WebSocket upgrade is said so on its way here; the request follows, and is answered 403 or 405.
         if error is NIOWebSocketUpgradeError { return }
         context.close(promise: nil)
+    }
+}
+
+extension HTTPHeaders {
+    /// The request's cookies, every `Cookie` header joined.
+    var cookie: String? {
+        let values = self["cookie"]
+        return values.isEmpty ? nil : values.joined(separator: "; ")
     }
 }

@@ -1,0 +1,278 @@
+import Foundation
+import Haul
+import HaulDaemon
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// The dashboard in a real headless Chromium (Debian's, through chromedriver), against a daemon and a test server
+/// on loopback: what a user does in the page, checked on the daemon, on the test server's own counters and on disk.
+@Suite("Dashboard in a browser", .serialized, .timeLimit(.minutes(3)))
+struct DashboardBrowserTests {
+    /// Every download row shown: gid, name, status, percent.
+    private static let rowsScript = """
+        return [...document.querySelectorAll('#downloads tbody tr')].map((row) => ({
+          gid: row.dataset.gid, name: row.querySelector('.detail').textContent,
+          status: row.querySelector('.status').textContent,
+          percent: Number(row.querySelector('.bar').getAttribute('aria-valuenow')) }));
+        """
+
+    private struct Row: Equatable {
+        var gid: String
+        var name: String
+        var status: String
+        var percent: Int
+    }
+
+    private func rows(_ browser: Browser) async throws -> [Row] {
+        let list = try await browser.run(Self.rowsScript) as? [[String: Any]] ?? []
+        return list.map {
+            Row(
+                gid: $0["gid"] as? String ?? "", name: $0["name"] as? String ?? "",
+                status: $0["status"] as? String ?? "", percent: ($0["percent"] as? NSNumber)?.intValue ?? -1)
+        }
+    }
+
+    /// A daemon (its secret `DaemonHarness.secret`), a test server and a browser, the page open and signed in.
+    private func withDashboard(
+        maxConcurrent: Int = 4, signedIn: Bool = true, journal: (any Journal)? = nil,
+        _ body: (DaemonHarness, TestServer, Browser) async throws -> Void
+    ) async throws {
+        try await TestServer.withRunning { server in
+            let harness = try await DaemonHarness(maxConcurrent: maxConcurrent, journal: journal)
+            let browser = try await Browser.start()
+            do {
+                try await browser.open("http://\(harness.host)/")
+                try await browser.waitUntil("the sign-in form", "return !document.getElementById('signin').hidden")
+                if signedIn { try await signIn(browser) }
+                try await body(harness, server, browser)
+                let errors = try await browser.consoleErrors()
+                #expect(errors.isEmpty, "console errors: \(errors)")
+            } catch {
+                await browser.close()
+                await harness.stop()
+                throw error
+            }
+            await browser.close()
+            await harness.stop()
+        }
+    }
+
+    private func signIn(_ browser: Browser, secret: String = DaemonHarness.secret) async throws {
+        try await browser.type(secret, into: "#secret")
+        try await browser.click("#signin-form button[type=submit]")
+        try await browser.waitUntil("the downloads shown", "return !document.getElementById('app').hidden")
+    }
+
+    @Test("sign in: a wrong secret is refused and says so, the right one shows the downloads; signing out ends it")
+    func signingIn() async throws {
+        try await withDashboard(signedIn: false) { harness, _, browser in
+            try await browser.type("wrong-secret", into: "#secret")
+            try await browser.click("#signin-form button[type=submit]")
+            try await browser.waitUntil(
+                "the refusal shown", "return !document.getElementById('signin-error').hidden")
+            #expect(try await browser.text("#signin-error").contains("not the daemon's secret"))
+            #expect(try await browser.run("return document.getElementById('app').hidden") as? Bool == true)
+            try await signIn(browser)
+            // The secret is nowhere in the page, its storage or its cookies (the session cookie is HttpOnly).
+            let visible = try await browser.run(
+                "return document.documentElement.outerHTML + document.cookie + JSON.stringify(localStorage)")
+            #expect((visible as? String)?.contains(DaemonHarness.secret) == false)
+            #expect((visible as? String)?.contains("haul_session") == false)
+            // Reloaded, the page is still signed in; signed out, it is not, even reloaded.
+            try await browser.open("http://\(harness.host)/")
+            try await browser.waitUntil("still signed in", "return !document.getElementById('app').hidden")
+            try await browser.click("#signout")
+            try await browser.waitUntil("signed out", "return !document.getElementById('signin').hidden")
+            try await browser.open("http://\(harness.host)/")
+            try await browser.waitUntil("the sign-in form again", "return !document.getElementById('signin').hidden")
+        }
+    }
+
+    @Test("two URLs added through the dialog: both bars move and reach done, the files on disk")
+    func addTwo() async throws {
+        try await withDashboard { harness, server, browser in
+            let urls = ["one", "two"].map {
+                server.url(path: "/bytes/\($0).bin", query: ["size": "300000", "rate": "100000"]).absoluteString
+            }
+            try await browser.click("#add-open")
+            try await browser.type(urls.joined(separator: "\n"), into: "#add-urls")
+            try await browser.type("2", into: "#add-split")
+            try await browser.click("#add-form button[type=submit]")
+            var seen: [String: Set<Int>] = [:]
+            let deadline = ContinuousClock.now + .seconds(30)
+            while ContinuousClock.now < deadline {
+                let shown = try await rows(browser)
+                for row in shown { seen[row.name, default: []].insert(row.percent) }
+                if shown.count == 2, shown.allSatisfy({ $0.status == "complete" && $0.percent == 100 }) { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let shown = try await rows(browser)
+            #expect(Set(shown.map(\.name)) == ["one.bin", "two.bin"])
+            #expect(shown.allSatisfy { $0.status == "complete" && $0.percent == 100 }, "\(shown)")
+            for name in ["one.bin", "two.bin"] {
+                #expect(
+                    seen[name, default: []].contains { (1...99).contains($0) }, "\(name)'s bar never moved: \(seen)")
+                let file = harness.root.url.appendingPathComponent(name)
+                #expect((try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int) == 300_000)
+            }
+            #expect(try await browser.run("return document.getElementById('add-dialog').open") as? Bool == false)
+        }
+    }
+
+    @Test("pause and resume from the page: the server is asked for the rest with Range; remove from the page")
+    func pauseResumeRemove() async throws {
+        // The journal keeps what a resume needs (the partial's validator), as the daemon's own does.
+        try await withDashboard(journal: MemoryJournal()) { harness, server, browser in
+            let url = server.url(path: "/bytes/paused.bin", query: ["size": "400000", "rate": "100000"])
+            let gid = try #require(try await harness.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
+            let row = "tr[data-gid='\(gid)']"
+            try await browser.waitUntil(
+                "some of it received",
+                "const r = document.querySelector(arguments[0]); return !!r && Number(r.querySelector('.bar').getAttribute('aria-valuenow')) > 0",
+                [row])
+            try await browser.click("\(row) button[data-action=pause]")
+            try await harness.waitFor(gid, status: "paused")
+            try await browser.waitUntil(
+                "shown paused", "return document.querySelector(arguments[0] + ' .status').textContent === 'paused'",
+                [row])
+            try await browser.click("\(row) button[data-action=resume]")
+            try await harness.waitFor(gid, status: "complete")
+            let asked = server.stats.requests.filter { $0.path == "/bytes/paused.bin" }
+            #expect(asked.count == 2)
+            let range = try #require(asked.last?.range)
+            let from = try #require(Int(range.dropFirst("bytes=".count).prefix { $0 != "-" }))
+            #expect(from > 0 && from < 400_000, "\(range)")
+
+            let held = server.url(path: "/bytes/removed.bin", query: ["size": "1000", "hold": "r"])
+            let removed = try #require(try await harness.call("aria2.addUri", [[.string(held.absoluteString)]]).string)
+            try await eventually("held") { server.heldCount(at: "r") == 1 }
+            try await browser.click("tr[data-gid='\(removed)'] button[data-action=remove]")
+            try await harness.waitFor(removed, status: "removed")
+            try await browser.waitUntil(
+                "shown removed",
+                "const r = document.querySelector(arguments[0]); return !!r && r.className === 'removed'",
+                ["tr[data-gid='\(removed)']"])
+            server.openGate("r")
+        }
+    }
+
+    @Test("a host's limit set in the page holds on the test server's own in-flight count")
+    func hostLimit() async throws {
+        try await withDashboard(maxConcurrent: 6) { harness, server, browser in
+            func add(_ name: String, gate: String) async throws {
+                let url = server.url(path: "/bytes/\(name)", query: ["size": "1000", "hold": gate])
+                _ = try await harness.call("aria2.addUri", [[.string(url.absoluteString)]])
+            }
+            try await add("first", gate: "first")
+            try await eventually("the first held") { server.heldCount(at: "first") == 1 }
+            try await browser.click("nav button[data-view=hosts]")
+            try await browser.waitUntil(
+                "the host listed", "return document.querySelectorAll('#hosts tbody tr').length === 1")
+            try await browser.type("2", into: "#hosts .limit")
+            try await browser.click("#hosts .host-limit button")
+            try await eventuallyAsync("the limit taken") {
+                let hosts = try? await harness.call("haul.getHosts")
+                return hosts?.array?.first?.object?["maxConnections"] == "2"
+            }
+            try await browser.waitUntil(
+                "the limit shown", "return document.querySelector('#hosts .running').textContent.endsWith('of 2')")
+            for index in 0..<5 { try await add("h\(index)", gate: "h") }
+            try await eventually("a second held") { server.heldCount(at: "h") == 1 }
+            server.openGate("first")
+            server.openGate("h")
+            try await eventuallyAsync("all six done", within: .seconds(20)) {
+                let stat = try? await harness.call("aria2.getGlobalStat")
+                return stat?.object?["numStopped"] == "6"
+            }
+            #expect(server.stats.maxInFlightByHost.values.max() == 2)
+            #expect(server.stats.requestCount == 6)
+        }
+    }
+
+    @Test("the search finds one download among 10,000 waiting, counted and paged on the daemon")
+    func search() async throws {
+        try await withDashboard { harness, server, browser in
+            var calls: [JSON] = []
+            for index in 0..<10_000 {
+                let name = index == 6_789 ? "needle-report.pdf" : String(format: "file-%05d.bin", index)
+                let url = server.url(path: "/bytes/\(name)", query: ["size": "10"]).absoluteString
+                calls.append([
+                    "methodName": "aria2.addUri",
+                    "params": [.string("token:\(DaemonHarness.secret)"), [.string(url)], ["pause": "true"]],
+                ])
+            }
+            _ = try await harness.call("system.multicall", [.array(calls)], token: nil)
+            try await browser.waitUntil(
+                "10,000 counted", "return document.getElementById('range').textContent === '1–50 of 10000'")
+            #expect(try await rows(browser).count == 50)
+            try await browser.type("NEEDLE", into: "#search")
+            try await browser.waitUntil(
+                "one found", "return document.getElementById('range').textContent === '1–1 of 1'")
+            let found = try await rows(browser)
+            #expect(found.map(\.name) == ["needle-report.pdf"])
+            #expect(found.first?.status == "paused")
+            try await browser.click("#states button[data-state=complete]")
+            try await browser.waitUntil("none complete", "return !document.getElementById('empty').hidden")
+        }
+    }
+
+    @Test("a page of another origin cannot drive the API: its POSTs and WebSocket are refused, nothing is added")
+    func anotherOrigin() async throws {
+        try await withDashboard { harness, _, browser in
+            // A page of another origin on the same site (127.0.0.1, another port): SameSite lets the session
+            // cookie go with its requests, so the daemon's Origin check and CSRF token are what stop it.
+            let site = try TemporaryDirectory()
+            try Data("<!doctype html><title>elsewhere</title>".utf8).write(
+                to: site.url.appendingPathComponent("x.html"))
+            let port = try freeLoopbackPort()
+            let other = try ChildProcess(
+                "python3", ["-m", "http.server", "--bind", "127.0.0.1", "--directory", site.path, String(port)],
+                signalsAtDefault: true)
+            defer { other.send(SIGTERM) }
+            try await eventuallyAsync("the other site up") {
+                (try? await RawHTTP.send(port: port, method: "GET", path: "/x.html", headers: [("Host", "127.0.0.1")]))?
+                    .status == 200
+            }
+            try await browser.open("http://127.0.0.1:\(port)/x.html")
+            let outcome =
+                try await browser.runAsync(
+                    """
+                    const [daemon, done] = arguments;
+                    (async () => {
+                    const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "aria2.addUri",
+                      params: [["http://127.0.0.1:9/evil"]] });
+                    const results = {};
+                    // A blind write, as a form would send it: no preflight, the answer unread.
+                    await fetch(daemon + "/jsonrpc", { method: "POST", mode: "no-cors", credentials: "include",
+                      headers: { "Content-Type": "text/plain" }, body: call });
+                    try {
+                      const session = await fetch(daemon + "/session", { credentials: "include" });
+                      results.session = "read " + (await session.text());
+                    } catch (error) { results.session = "refused"; }
+                    try {
+                      await fetch(daemon + "/jsonrpc", { method: "POST", credentials: "include",
+                        headers: { "Content-Type": "application/json", "X-Haul-CSRF": "guess" }, body: call });
+                      results.post = "answered";
+                    } catch (error) { results.post = "refused"; }
+                    results.socket = await new Promise((resolve) => {
+                      const socket = new WebSocket(daemon.replace("http", "ws") + "/jsonrpc");
+                      socket.onopen = () => resolve("opened");
+                      socket.onerror = () => resolve("refused");
+                    });
+                    done(results);
+                    })();
+                    """, ["http://\(harness.host)"]) as? [String: String]
+            #expect(outcome == ["session": "refused", "post": "refused", "socket": "refused"])
+            let queued = try await harness.call("haul.tellQueue", [0, 10])
+            let stopped = try await harness.call("haul.tellHistory", [0, 10])
+            #expect(queued.object?["total"] == "0" && stopped.object?["total"] == "0")
+            // The other page's refused loads are in its console (which shows the console is read at all); the
+            // dashboard's is checked clean after this.
+            let refusals = try await browser.consoleErrors()
+            #expect(!refusals.isEmpty)
+            try await browser.open("http://\(harness.host)/")
+            try await browser.waitUntil("still signed in", "return !document.getElementById('app').hidden")
+        }
+    }
+}
