@@ -17,20 +17,39 @@ extension Daemon {
 
     /// `haul.getHosts()`: each host with downloads running or waiting, or with a setting of its own: `host`,
     /// `numActive`, `numWaiting`, `maxConnections` (its limit, empty for none), `ownLimit` (`true` when it has one of
-    /// its own) and `paused`.
+    /// its own), `paused`, `downloadSpeed` (its running downloads' bytes per second) and `oldestWait` (the seconds its
+    /// longest-waiting download has waited since it was added, `0` with none waiting).
     func getHosts() -> JSON {
         let settings = state.withLock { $0.hosts }
         let perHost = queue.perHostLimit
+        var speeds: [String: Double] = [:]
+        for status in queue.runningStatuses() where status.state == .running {
+            speeds[DownloadQueue.hostKey(for: status.request.url), default: 0] += status.progress.bytesPerSecond
+        }
+        let waiting = queue.waitingStatuses(0..<queue.waitingCount).filter { $0.state == .waiting }
+        let now = ContinuousClock.now
+        let oldest = state.withLock { state in
+            var oldest: [String: ContinuousClock.Instant] = [:]
+            for status in waiting {
+                guard let added = state.byDownload[status.id].flatMap({ state.items[$0] })?.addedAt else { continue }
+                let host = DownloadQueue.hostKey(for: status.request.url)
+                oldest[host] = min(oldest[host] ?? added, added)
+            }
+            return oldest
+        }
         return .array(
             queue.hostStatuses().map { status in
                 let own = settings[status.host]
                 // A paused host shows the limit it goes back to.
                 let limit = own?.limit ?? perHost
+                let waited = oldest[status.host].map { (now - $0).components.seconds } ?? 0
                 return [
                     "host": .string(status.host), "numActive": .string(String(status.running)),
                     "numWaiting": .string(String(status.waiting)),
                     "maxConnections": .string(limit.map(String.init) ?? ""),
                     "ownLimit": own?.limit == nil ? "false" : "true", "paused": own?.paused == true ? "true" : "false",
+                    "downloadSpeed": .string(String(Int64(speeds[status.host] ?? 0))),
+                    "oldestWait": .string(String(waited)),
                 ]
             })
     }

@@ -81,7 +81,10 @@ extension Daemon.State {
     mutating func leaveOldStoppedToStore() {
         guard store != nil, stopped.count > Daemon.stoppedInMemory else { return }
         let old = stopped.count - Daemon.stoppedInMemory
-        for gid in stopped[..<old] { items[gid] = nil }
+        for gid in stopped[..<old] {
+            items[gid] = nil
+            trails[gid] = nil
+        }
         stopped.removeFirst(old)
         storedStopped += old
     }

@@ -581,6 +581,7 @@ extension Daemon {
         // Gone from the store first: a download that is neither in memory nor stored is not counted.
         try record { try $0.save([], removing: [gid]) }
         state.withLock { state in
+            state.trails[gid] = nil
             if state.items.removeValue(forKey: gid) != nil {
                 state.stopped.removeAll { $0 == gid }
             } else {
@@ -596,6 +597,7 @@ extension Daemon {
         state.withLock { state in
             for gid in state.stopped {
                 state.items[gid] = nil
+                state.trails[gid] = nil
                 state.touch(gid)
             }
             state.stopped = []

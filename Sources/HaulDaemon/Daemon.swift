@@ -103,6 +103,8 @@ public final class Daemon: Sendable {
         var changeLogStart = 0
         /// How many times the waiting order changed by a call.
         var orderChanges = 0
+        /// What happened to the downloads in memory that something noteworthy happened to (``Trail``).
+        var trails: [GID: Trail] = [:]
 
         /// `directory`, as the one string kept for it.
         mutating func intern(_ directory: String) -> String {
@@ -145,6 +147,8 @@ public final class Daemon: Sendable {
         var withheldSecrets = false
         /// Its place among the unfinished downloads when stored.
         var rank = 0
+        /// When it was added (or brought back at a start): how long it has waited.
+        var addedAt = ContinuousClock.now
         /// The order it stopped in.
         var stoppedOrder: Int?
 
@@ -195,7 +199,7 @@ public final class Daemon: Sendable {
         initial.onStoreError = Hook(configuration.onStoreError)
         let state = Locked(initial)
         self.state = state
-        let events = queue.events(including: [.started, .finished, .failed])
+        let events = queue.events(including: Self.trailKinds)
         let notifications = Locked<Hook<(method: String, gid: String)>?>(nil)
         notificationHandler = notifications
         watcher = Task {
@@ -204,7 +208,10 @@ public final class Daemon: Sendable {
                 switch event {
                 case .download(let id, .finished(let result)): ended = Self.record(.success(result), of: id, in: state)
                 case .download(let id, .failed(let error)): ended = Self.record(.failure(error), of: id, in: state)
-                case .download(let id, .started(1, _)):
+                case .download(let id, .started(1, let resumingAt)):
+                    if resumingAt > 0 {
+                        Self.recordTrail(.started(attempt: 1, resumingAt: resumingAt), of: id, in: state)
+                    }
                     let gid = state.withLock { state in
                         let gid = state.byDownload[id]
                         if let gid {
@@ -216,6 +223,15 @@ public final class Daemon: Sendable {
                         return gid
                     }
                     if let gid { notifications.withLock { $0 }?.call(("aria2.onDownloadStart", gid.description)) }
+                    continue
+                case .download(let id, let other):
+                    Self.recordTrail(other, of: id, in: state)
+                    continue
+                case .paused(let id):
+                    Self.noteTrail("paused", "paused, its partial file kept", of: id, in: state)
+                    continue
+                case .resumed(let id):
+                    Self.noteTrail("resumed", "resumed: waiting for a slot", of: id, in: state)
                     continue
                 default: continue
                 }
@@ -325,6 +341,11 @@ public final class Daemon: Sendable {
             item.shownDirectory = Aria2Status.directory(of: path)
             item.show(path)
         }
+        // Only a download something happened to has a trail: the end of a plain one is in its status.
+        switch outcome {
+        case .success(let result): state.trails[gid]?.record(.finished(result), firstSource: "")
+        case .failure(let error): state.trails[gid]?.record(.failed(error), firstSource: "")
+        }
         item.handle = nil
         state.stopped.append(gid)
         state.stoppedVersion += 1
@@ -380,6 +401,7 @@ public final class Daemon: Sendable {
         case "haul.unpauseHost": return try pauseHost(arguments, false)
         case "haul.tellHistory": return try tellHistory(arguments)
         case "haul.tellQueue": return try tellQueue(arguments)
+        case "haul.tellDetail": return try tellDetail(arguments)
         case "aria2.shutdown", "aria2.forceShutdown":
             let handler = shutdownHandler.withLock { $0 }
             handler?.call(method == "aria2.forceShutdown")
@@ -407,7 +429,8 @@ public final class Daemon: Sendable {
         "aria2.getVersion", "aria2.getSessionInfo", "aria2.saveSession", "aria2.shutdown", "aria2.forceShutdown",
         "system.multicall",
         "system.listMethods", "system.listNotifications", "haul.getHosts", "haul.changeHostOption", "haul.pauseHost",
-        "haul.unpauseHost", "haul.tellHistory", "haul.tellQueue", "haul.subscribe", "haul.unsubscribe",
+        "haul.unpauseHost", "haul.tellHistory", "haul.tellQueue", "haul.tellDetail", "haul.subscribe",
+        "haul.unsubscribe",
     ]
 
     /// The notifications a WebSocket client may get.

@@ -40,11 +40,15 @@ struct DaemonHaulMethodsTests {
                 ).string)
             try await eventually("the other host's download held") { server.heldCount(at: "o") == 1 }
             #expect(server.heldCount(at: "h") == 0)
-            let hosts = try #require(try await harness.call("haul.getHosts").array)
+            // How long they waited depends on the machine's speed; every other member is known.
+            let hosts = try #require(try await harness.call("haul.getHosts").array).map {
+                JSON.object($0.object?.filter { $0.key != "oldestWait" } ?? [:])
+            }
             #expect(
                 hosts.contains([
                     "host": .string(host),
                     "numActive": "0", "numWaiting": "4", "maxConnections": "", "ownLimit": "false", "paused": "true",
+                    "downloadSpeed": "0",
                 ]), "\(hosts)")
             #expect(
                 try await harness.call("haul.changeHostOption", [.string(host), ["max-connections": "2"]]) == "OK")
@@ -100,6 +104,131 @@ struct DaemonHaulMethodsTests {
                 try await harness.call("haul.tellHistory", [0, 10, ["status": ["active"]]])
             }
             await #expect(throws: CallError.self) { try await harness.call("haul.tellHistory", [-1, 10]) }
+            await harness.stop()
+        }
+    }
+
+    @Test("haul.tellQueue: running first, then the waiting order, searched and filtered by state, with its total")
+    func queueListing() async throws {
+        try await TestServer.withRunning { server in
+            let harness = try await DaemonHarness(maxConcurrent: 1)
+            var gids: [String] = []
+            for name in ["alpha", "beta", "gamma", "delta"] {
+                let url = server.url(path: "/bytes/\(name).bin", query: ["size": "100", "hold": "q"])
+                let options: JSON = name == "gamma" ? ["pause": "true"] : [:]
+                gids.append(
+                    try #require(
+                        try await harness.call("aria2.addUri", [[.string(url.absoluteString)], options]).string))
+            }
+            try await eventually("the first held") { server.heldCount(at: "q") == 1 }
+            func listed(_ filter: JSON, offset: Int64 = 0, num: Int64 = 10) async throws -> (Int, [String], [String]) {
+                let page = try await harness.call(
+                    "haul.tellQueue", [.int(offset), .int(num), filter, ["gid", "status"]])
+                let downloads = page.object?["downloads"]?.array ?? []
+                return (
+                    Int(page.object?["total"]?.string ?? "") ?? -1,
+                    downloads.compactMap { $0.object?["gid"]?.string },
+                    downloads.compactMap { $0.object?["status"]?.string }
+                )
+            }
+            let all = try await listed([:])
+            #expect(all.0 == 4 && all.1 == gids && all.2 == ["active", "waiting", "paused", "waiting"])
+            #expect(try await listed([:], offset: 1, num: 2).1 == Array(gids[1...2]))
+            #expect(try await listed(["status": ["waiting"]]).1 == [gids[1], gids[3]])
+            #expect(try await listed(["status": ["paused", "active"]]).1 == [gids[0], gids[2]])
+            let found = try await listed(["query": "GAMMA"])
+            #expect(found.0 == 1 && found.1 == [gids[2]])
+            await #expect(throws: CallError.self) {
+                try await harness.call("haul.tellQueue", [0, 10, ["status": ["complete"]]])
+            }
+            await #expect(throws: CallError.self) { try await harness.call("haul.tellQueue", [-1, 10]) }
+            server.openGate("q")
+            await harness.stop()
+        }
+    }
+
+    @Test("haul.tellDetail: a download's redirect, retries and segments in words, its sources, no credentials")
+    func detail() async throws {
+        try await TestServer.withRunning { server in
+            let harness = try await DaemonHarness()
+            // Slow enough for more connections to be worth it (the rest would take over a second on one).
+            let split = server.url(path: "/bytes/split.bin", query: ["size": String(3 << 20), "rate": "1000000"])
+            let segmented = try #require(
+                try await harness.call(
+                    "aria2.addUri",
+                    [
+                        [.string(split.absoluteString)],
+                        ["split": "3", "max-connection-per-server": "3", "min-split-size": "1M"],
+                    ]
+                ).string)
+            // Alone, so that its extra connections find free slots at once.
+            try await harness.waitFor(segmented, status: "complete")
+            let target = server.url(path: "/bytes/flaky.bin", query: ["size": "2000", "fail": "1"]).absoluteString
+            var redirecting = URLComponents(
+                url: server.url(path: "/bytes/start.bin", query: ["redirectTo": target, "redirectStatus": "301"]),
+                resolvingAgainstBaseURL: false)
+            redirecting?.user = "carol"
+            redirecting?.password = "hunter2-secret"
+            let start = try #require(redirecting?.url?.absoluteString)
+            let flaky = try #require(try await harness.call("aria2.addUri", [[.string(start)]]).string)
+            let plain = try #require(
+                try await harness.call(
+                    "aria2.addUri",
+                    [[.string(server.url(path: "/bytes/plain.bin", query: ["size": "10"]).absoluteString)]]
+                ).string)
+            for gid in [flaky, segmented, plain] { try await harness.waitFor(gid, status: "complete") }
+
+            let detail = try await harness.call("haul.tellDetail", [.string(flaky)])
+            let events = detail.object?["events"]?.array ?? []
+            let kinds = events.compactMap { $0.object?["kind"]?.string }
+            // The second attempt starts from the URL given, and is redirected again.
+            #expect(kinds == ["redirected", "retrying", "started", "redirected", "finished"], "\(events)")
+            let messages = events.compactMap { $0.object?["message"]?.string }
+            // Its credentials went into the request's Authorization: the URL shown has none.
+            #expect(messages.first?.hasPrefix("301 from http://127.0.0.1:") == true, "\(messages)")
+            #expect(
+                messages.dropFirst().first?.hasPrefix("attempt 1 failed: server answered 503") == true, "\(messages)")
+            #expect(messages.dropFirst().first?.hasSuffix("attempt 2 in 0.5 s") == true, "\(messages)")
+            let time = Double(events.first?.object?["time"]?.string ?? "") ?? 0
+            #expect(abs(time / 1000 - Date().timeIntervalSince1970) < 60)
+            let served = detail.object?["servedBy"]?.array?.compactMap(\.string) ?? []
+            #expect(served.count == 1 && served.first?.contains("/bytes/flaky.bin") == true)
+            let text = String(decoding: detail.encoded(), as: UTF8.self)
+            #expect(!text.contains("hunter2-secret"), "\(text)")
+
+            let segments =
+                try await harness.call("haul.tellDetail", [.string(segmented)]).object?["segments"]?.array ?? []
+            // The first response's bytes come before the split; from there the segments cover the rest, end to end.
+            #expect(segments.count >= 2, "\(segments)")
+            #expect(segments.allSatisfy { $0.object?["state"] == "done" })
+            let bounds = segments.map {
+                (Int($0.object?["from"]?.string ?? "") ?? -1, Int($0.object?["to"]?.string ?? "") ?? -1)
+            }
+            #expect(zip(bounds, bounds.dropFirst()).allSatisfy { $0.1 == $1.0 }, "\(bounds)")
+            #expect(bounds.last?.1 == 3 << 20)
+            #expect(Set(segments.compactMap { $0.object?["connection"]?.string }).count >= 2)
+
+            let quiet = try await harness.call("haul.tellDetail", [.string(plain)])
+            #expect(quiet.object?["events"]?.array?.isEmpty == true)
+            await #expect(throws: CallError.self) { try await harness.call("haul.tellDetail", ["0123456789abcdef"]) }
+            await harness.stop()
+        }
+    }
+
+    @Test("haul.getHosts tells each host's speed and how long its oldest download has waited")
+    func hostLoad() async throws {
+        try await TestServer.withRunning { server in
+            let harness = try await DaemonHarness(maxConcurrent: 1)
+            let slow = server.url(path: "/bytes/slow.bin", query: ["size": "2000000", "rate": "200000"])
+            let waiting = server.url(path: "/bytes/next.bin", query: ["size": "10"])
+            let first = try #require(try await harness.call("aria2.addUri", [[.string(slow.absoluteString)]]).string)
+            _ = try await harness.call("aria2.addUri", [[.string(waiting.absoluteString)]])
+            try await eventuallyAsync("some speed and a wait of a second", within: .seconds(8)) {
+                let host = (try? await harness.call("haul.getHosts"))?.array?.first?.object
+                return (Int(host?["downloadSpeed"]?.string ?? "") ?? 0) > 0 && host?["oldestWait"] != "0"
+                    && host?["numWaiting"] == "1"
+            }
+            _ = try await harness.call("aria2.remove", [.string(first)])
             await harness.stop()
         }
     }

@@ -143,6 +143,17 @@ struct DashboardBrowserTests {
             let range = try #require(asked.last?.range)
             let from = try #require(Int(range.dropFirst("bytes=".count).prefix { $0 != "-" }))
             #expect(from > 0 && from < 400_000, "\(range)")
+            // Its detail tells the resume in words, and where its bytes came from.
+            try await browser.click("\(row) button.detail")
+            try await browser.waitUntil(
+                "the detail open", "return document.getElementById('detail-dialog').open")
+            try await browser.waitUntil(
+                "the resume told",
+                "return document.getElementById('detail-events').textContent.includes('resuming at byte ' + arguments[0])",
+                [String(from)])
+            #expect(try await browser.text("#detail-events").contains("paused, its partial file kept"))
+            #expect(try await browser.text("#detail-uris").contains("/bytes/paused.bin"))
+            try await browser.click("#detail-close")
 
             let held = server.url(path: "/bytes/removed.bin", query: ["size": "1000", "hold": "r"])
             let removed = try #require(try await harness.call("aria2.addUri", [[.string(held.absoluteString)]]).string)
@@ -187,6 +198,15 @@ struct DashboardBrowserTests {
             }
             #expect(server.stats.maxInFlightByHost.values.max() == 2)
             #expect(server.stats.requestCount == 6)
+            // The global limits, edited in the page, are the daemon's at once.
+            try await browser.type("3", into: "#max-concurrent")
+            try await browser.type("1M", into: "#max-overall")
+            try await browser.click("#limits button[type=submit]")
+            try await browser.waitUntil(
+                "saved", "return document.getElementById('limits-message').textContent === 'Saved.'")
+            let options = try await harness.call("aria2.getGlobalOption").object
+            #expect(options?["max-concurrent-downloads"] == "3")
+            #expect(options?["max-overall-download-limit"] == "1048576")
         }
     }
 

@@ -455,6 +455,7 @@ async function showHosts() {
     row.dataset.host = host.host;
     row.innerHTML = `
       <td class="host"></td><td class="number waiting"></td><td class="number running"></td>
+      <td class="number speed"></td><td class="number oldest"></td>
       <td><form class="host-limit"><input type="number" min="1" class="limit" placeholder="none">
         <button type="submit">Set</button></form></td>
       <td><button type="button" class="pause-host"></button></td>`;
@@ -462,6 +463,8 @@ async function showHosts() {
     row.querySelector(".waiting").textContent = host.numWaiting;
     row.querySelector(".running").textContent =
       host.maxConnections ? `${host.numActive} of ${host.maxConnections}` : host.numActive;
+    row.querySelector(".speed").textContent = `${bytes(host.downloadSpeed)}/s`;
+    row.querySelector(".oldest").textContent = Number(host.numWaiting) > 0 ? duration(Number(host.oldestWait)) : "";
     const limit = row.querySelector(".limit");
     limit.value = host.ownLimit === "true" ? host.maxConnections : "";
     limit.setAttribute("aria-label", `Limit for ${host.host}`);
@@ -611,7 +614,8 @@ function showAddError(message) {
 // MARK: - A download's detail
 
 async function showDetail(gid) {
-  const [status, uris] = await Promise.all([call("aria2.tellStatus", gid), call("aria2.getUris", gid)]);
+  const [status, uris, detail] = await Promise.all([
+    call("aria2.tellStatus", gid), call("aria2.getUris", gid), call("haul.tellDetail", gid)]);
   $("detail-title").textContent = nameOf(status);
   const facts = [
     ["Status", status.status],
@@ -629,9 +633,38 @@ async function showDetail(gid) {
     dd.textContent = value || "—";
     return [dt, dd];
   }));
+  const served = new Set(detail.servedBy);
   $("detail-uris").replaceChildren(...uris.map((entry) => {
     const item = document.createElement("li");
-    item.textContent = `${entry.uri} (${entry.status === "used" ? "used" : "not used"})`;
+    const role = served.has(entry.uri) ? "sent bytes of the file" : entry.status === "used" ? "in use" : "a mirror";
+    item.textContent = `${entry.uri} (${role})`;
+    return item;
+  }));
+  for (const uri of detail.servedBy) {
+    if (uris.some((entry) => entry.uri === uri)) continue;
+    const item = document.createElement("li");
+    item.textContent = `${uri} (sent bytes of the file, reached by a redirect)`;
+    $("detail-uris").append(item);
+  }
+  $("detail-segments-section").hidden = detail.segments.length === 0;
+  $("detail-segments").tBodies[0].replaceChildren(...detail.segments.map((segment) => {
+    const row = document.createElement("tr");
+    for (const [text, number] of [[segment.connection, true], [`${segment.from}–${Number(segment.to) - 1}`, true],
+      [segment.uri, false], [segment.state, false]]) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      if (number) cell.className = "number";
+      row.append(cell);
+    }
+    return row;
+  }));
+  $("detail-no-events").hidden = detail.events.length > 0;
+  $("detail-events").replaceChildren(...detail.events.map((event) => {
+    const item = document.createElement("li");
+    const time = document.createElement("time");
+    time.dateTime = new Date(Number(event.time)).toISOString();
+    time.textContent = new Date(Number(event.time)).toLocaleTimeString();
+    item.append(time, ` ${event.kind}: ${event.message}`);
     return item;
   }));
   $("detail-dialog").showModal();
