@@ -108,25 +108,21 @@ extension Daemon {
     // MARK: - History
 
     /// `haul.tellHistory(offset, num, filter?, keys?)`: the stopped downloads, newest first, without aria2's cap;
-    /// `filter` may hold `query` (found in the file's name or any of its URIs, case ignored) and `status` (a list of
-    /// `complete`, `error`, `removed`). Answers `{"total": N, "downloads": [...]}`, `total` counting every match.
+    /// `filter` may hold `query` (found in the file's name or any of its URIs, case ignored), `status` (a list of
+    /// `complete`, `error`, `removed`) and `sort` (`newest`, the default, `oldest`, `path` or `size`; a leading `-`
+    /// reverses `path` and `size`). Answers `{"total": N, "downloads": [...]}`, `total` counting every match.
     func tellHistory(_ arguments: Arguments) throws(RPCError) -> JSON {
-        let offset = try arguments.int(0, "offset")
-        let count = try arguments.int(1, "num")
-        guard offset >= 0, count >= 0 else {
-            throw .invalidParams("haul.tellHistory: offset and num must be 0 or more")
-        }
-        let filter = try arguments.options(2)
-        for name in filter.keys where !["query", "status"].contains(name) {
-            throw .invalidParams("haul.tellHistory: the filter takes query and status, not \(name)")
-        }
-        let query = filter["query"]?.last?.lowercased() ?? ""
-        let statuses = filter["status"].map(Set.init)
-        if let statuses, !statuses.isSubset(of: ["complete", "error", "removed"]) {
-            throw .invalidParams("haul.tellHistory: status must be complete, error or removed")
-        }
+        let (offset, count, query, statuses, sort) = try listing(
+            arguments, statuses: ["complete", "error", "removed"], sorts: ["newest", "oldest", "path", "size"])
         let keys = try arguments.strings(3, "keys")
-        let (total, page) = try history(offset: Int(offset), count: Int(count), statuses: statuses, query: query)
+        var order = DaemonStore.HistoryOrder.newest
+        switch sort?.key {
+        case "oldest": order = .init(key: .stopped, descending: false)
+        case "path": order = .init(key: .path, descending: sort?.descending ?? false)
+        case "size": order = .init(key: .size, descending: sort?.descending ?? false)
+        default: break
+        }
+        let (total, page) = try history(offset: offset, count: count, statuses: statuses, query: query, order: order)
         return [
             "total": .string(String(total)),
             "downloads": Aria2Status.list(page.lazy.map { ($0, nil) }, keys: keys),
@@ -135,26 +131,16 @@ extension Daemon {
 
     /// `haul.tellQueue(offset, num, filter?, keys?)`: the downloads not stopped, running ones first and then the
     /// waiting order, as `tellActive` and `tellWaiting` list them but in one list that can be searched: `filter` may
-    /// hold `query` (as ``tellHistory(_:)``'s) and `status` (a list of `active`, `waiting`, `paused`). Answers
+    /// hold `query` (as ``tellHistory(_:)``'s), `status` (a list of `active`, `waiting`, `paused`) and `sort`
+    /// (`position`, the default, `name`, `size` or `progress`; a leading `-` reverses it). Answers
     /// `{"total": N, "downloads": [...]}`, `total` counting every match.
     func tellQueue(_ arguments: Arguments) throws(RPCError) -> JSON {
-        let offset = try arguments.int(0, "offset")
-        let count = try arguments.int(1, "num")
-        guard offset >= 0, count >= 0 else { throw .invalidParams("haul.tellQueue: offset and num must be 0 or more") }
-        let filter = try arguments.options(2)
-        for name in filter.keys where !["query", "status"].contains(name) {
-            throw .invalidParams("haul.tellQueue: the filter takes query and status, not \(name)")
-        }
-        let query = filter["query"]?.last?.lowercased() ?? ""
-        let statuses = filter["status"].map(Set.init)
-        if let statuses, !statuses.isSubset(of: ["active", "waiting", "paused"]) {
-            throw .invalidParams("haul.tellQueue: status must be active, waiting or paused")
-        }
+        let (offset, count, query, statuses, sort) = try listing(
+            arguments, statuses: ["active", "waiting", "paused"], sorts: ["position", "name", "size", "progress"])
         let keys = try arguments.strings(3, "keys")
         let all = queue.runningStatuses() + queue.waitingStatuses(0..<queue.waitingCount)
-        let (total, page) = state.withLock { state -> (Int, [(Item, DownloadStatus?)]) in
-            var total = 0
-            var page: [(Item, DownloadStatus?)] = []
+        var matches = state.withLock { state -> [(Item, DownloadStatus)] in
+            var matches: [(Item, DownloadStatus)] = []
             // The two lists are read one after the other: one that started between them shows once.
             var seen = Set<GID>()
             for status in all {
@@ -170,42 +156,120 @@ extension Daemon {
                     guard statuses.contains(name) else { continue }
                 }
                 if !query.isEmpty, !Self.matches(item.shownPath, item.options, item.uris, query) { continue }
-                if total >= offset, page.count < count { page.append((item, status)) }
-                total += 1
+                matches.append((item, status))
             }
-            return (total, page)
+            return matches
         }
-        return ["total": .string(String(total)), "downloads": Aria2Status.list(page, keys: keys)]
+        if let sort, sort.key != "position" {
+            // Ties keep the queue's order (the sort is stable), so that a page is always the same page.
+            let keyed = matches.enumerated().map { index, match in (index, Self.sortKey(sort.key, match), match) }
+            matches = keyed.sorted { left, right in
+                if left.1 != right.1 { return sort.descending ? left.1 > right.1 : left.1 < right.1 }
+                return left.0 < right.0
+            }.map(\.2)
+        } else if sort?.descending == true {
+            matches.reverse()
+        }
+        let page = matches.dropFirst(offset).prefix(count)
+        return [
+            "total": .string(String(matches.count)),
+            "downloads": Aria2Status.list(page.lazy.map { ($0.0, $0.1) }, keys: keys),
+        ]
     }
 
-    /// The stopped downloads that match, newest first: how many, and the page from `offset`.
-    private func history(offset: Int, count: Int, statuses: Set<String>?, query: String) throws(RPCError) -> (
-        Int, [Item]
+    /// What a listing's sort key compares for one download.
+    private enum SortKey: Comparable {
+        case text(String)
+        case number(Double)
+    }
+
+    private static func sortKey(_ key: String, _ match: (Item, DownloadStatus)) -> SortKey {
+        let (item, status) = match
+        switch key {
+        case "name":
+            // Before the response names it: its `out`, or the last part of its URL's path.
+            let name =
+                item.shownFile.isEmpty
+                ? item.options["out"] ?? item.uris.first.flatMap(URL.init(string:))?.lastPathComponent ?? ""
+                : (item.shownPath as NSString).lastPathComponent
+            return .text(name.lowercased())
+        case "size": return .number(Double(status.progress.totalBytes ?? -1))
+        default: return .number(status.progress.fractionCompleted ?? 0)
+        }
+    }
+
+    /// A listing's parameters: offset and count, then the filter's query (lowercased), statuses (checked against
+    /// `statuses`) and sort (checked against `sorts`, a leading `-` for the reverse order).
+    private func listing(_ arguments: Arguments, statuses known: Set<String>, sorts: Set<String>) throws(RPCError) -> (
+        offset: Int, count: Int, query: String, statuses: Set<String>?, sort: (key: String, descending: Bool)?
     ) {
+        let method = arguments.method
+        let offset = try arguments.int(0, "offset")
+        let count = try arguments.int(1, "num")
+        guard offset >= 0, count >= 0 else { throw .invalidParams("\(method): offset and num must be 0 or more") }
+        let filter = try arguments.options(2)
+        for name in filter.keys where !["query", "status", "sort"].contains(name) {
+            throw .invalidParams("\(method): the filter takes query, status and sort, not \(name)")
+        }
+        let statuses = filter["status"].map(Set.init)
+        if let statuses, !statuses.isSubset(of: known) {
+            throw .invalidParams("\(method): status must be one of \(known.sorted().joined(separator: ", "))")
+        }
+        var sort: (key: String, descending: Bool)?
+        if let value = filter["sort"]?.last {
+            let key = value.hasPrefix("-") ? String(value.dropFirst()) : value
+            guard sorts.contains(key) else {
+                throw .invalidParams(
+                    "\(method): sort must be one of \(sorts.sorted().joined(separator: ", ")) (- before it to reverse), not \(value)"
+                )
+            }
+            sort = (key, value.hasPrefix("-"))
+        }
+        return (Int(offset), Int(count), filter["query"]?.last?.lowercased() ?? "", statuses, sort)
+    }
+
+    /// The stopped downloads that match, in `order`: how many, and the page from `offset`.
+    private func history(
+        offset: Int, count: Int, statuses: Set<String>?, query: String, order: DaemonStore.HistoryOrder
+    ) throws(RPCError) -> (Int, [Item]) {
         guard let store = configuration.store else {
             return state.withLock { state in
-                var total = 0
-                var page: [Item] = []
+                var matches: [Item] = []
                 for gid in state.stopped.reversed() {
                     guard let item = state.items[gid], let ending = item.ending else { continue }
                     if let statuses, !statuses.contains(ending.status) { continue }
                     if !query.isEmpty, !Self.matches(item.shownPath, item.options, item.uris, query) { continue }
-                    if total >= offset, page.count < count { page.append(item) }
-                    total += 1
+                    matches.append(item)
                 }
-                return (total, page)
+                switch order.key {
+                case .stopped: if !order.descending { matches.reverse() }
+                case .path:
+                    matches = matches.enumerated().sorted { left, right in
+                        let (a, b) = (left.1.shownPath.lowercased(), right.1.shownPath.lowercased())
+                        return a != b ? (order.descending ? a > b : a < b) : left.0 < right.0
+                    }.map(\.1)
+                case .size:
+                    matches = matches.enumerated().sorted { left, right in
+                        let (a, b) = (left.1.ending?.length ?? 0, right.1.ending?.length ?? 0)
+                        return a != b ? (order.descending ? a > b : a < b) : left.0 < right.0
+                    }.map(\.1)
+                }
+                return (matches.count, Array(matches.dropFirst(offset).prefix(count)))
             }
         }
-        if statuses == nil, query.isEmpty {
-            // Newest first: the page counted from the end.
+        if statuses == nil, query.isEmpty, order.key == .stopped {
+            // The page counted from the end for the newest first, from the start for the oldest.
             let total = state.withLock { $0.stoppedTotal }
+            if !order.descending { return (total, try stoppedItems(min(offset, total)..<min(offset + count, total))) }
             let end = max(0, total - offset)
             let items = try stoppedItems(max(0, end - count)..<end)
             return (total, items.reversed())
         }
         // Every stopped download is stored as it stops: the search reads the store, narrowed there first.
         do {
-            let (total, page) = try store.history(states: statuses, holding: query, offset: offset, limit: count) {
+            let (total, page) = try store.history(
+                states: statuses, holding: query, order: order, offset: offset, limit: count
+            ) {
                 Self.matches($0.path ?? "", $0.options, $0.uris, query)
             }
             return (total, page.map(stoppedItem))

@@ -167,7 +167,8 @@ public final class DaemonStore: Sendable {
     /// asked only of those whose path, URIs or options hold `text`, lowercase): how many, and the page of `limit` from
     /// `offset`. Read one at a time: a search of a long history keeps only its page in memory.
     func history(
-        states: Set<String>?, holding text: String, offset: Int, limit: Int, matching matches: (Row) -> Bool
+        states: Set<String>?, holding text: String, order: HistoryOrder = .newest, offset: Int, limit: Int,
+        matching matches: (Row) -> Bool
     ) throws -> (total: Int, page: [Row]) {
         var conditions = ["stopped_order IS NOT NULL"]
         var arguments: [(any DatabaseValueConvertible)?] = []
@@ -182,13 +183,13 @@ public final class DaemonStore: Sendable {
                     db, sql: "SELECT COUNT(*) FROM downloads " + filter, arguments: StatementArguments(arguments))
             }
             let page = try rows(
-                filter + " ORDER BY stopped_order DESC LIMIT ? OFFSET ?",
+                filter + " ORDER BY \(order.sql) LIMIT ? OFFSET ?",
                 StatementArguments(arguments + [limit, offset]))
             return (total ?? 0, page)
         }
         let narrowed =
             filter + " AND (instr(lower(path), ?) OR instr(lower(uris), ?) OR instr(lower(options), ?))"
-            + " ORDER BY stopped_order DESC"
+            + " ORDER BY \(order.sql)"
         return try reading { db in
             let cursor = try GRDB.Row.fetchCursor(
                 db, sql: "SELECT * FROM downloads " + narrowed,
@@ -201,6 +202,25 @@ public final class DaemonStore: Sendable {
                 total += 1
             }
             return (total, page)
+        }
+    }
+
+    /// The order of a page of the history.
+    struct HistoryOrder: Sendable, Equatable {
+        enum Key: String, Sendable { case stopped, path, size }
+        var key: Key
+        var descending: Bool
+
+        static let newest = HistoryOrder(key: .stopped, descending: true)
+
+        /// The `ORDER BY` clause: ties broken by the newest first, so that a page is always the same page.
+        var sql: String {
+            let direction = descending ? "DESC" : "ASC"
+            switch key {
+            case .stopped: return "stopped_order \(direction)"
+            case .path: return "lower(path) \(direction), stopped_order DESC"
+            case .size: return "length \(direction), stopped_order DESC"
+            }
         }
     }
 

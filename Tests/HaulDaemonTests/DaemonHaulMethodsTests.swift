@@ -147,6 +147,75 @@ struct DaemonHaulMethodsTests {
         }
     }
 
+    @Test(
+        "the lists sorted on the daemon: the queue by name, size and progress; the history by age, size and path, with and without a store"
+    )
+    func sorted() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
+            let stored = try Daemon(
+                queue: DownloadQueue(
+                    downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
+                    configuration: .init(maxConcurrentDownloads: 1)),
+                configuration: .init(
+                    root: root.url, store: try DaemonStore(path: root.file(".haul/daemon.sqlite").path)))
+            let harness = try await DaemonHarness(maxConcurrent: 1)
+            let files = [("b.bin", 300), ("a.bin", 100), ("c.bin", 200)]
+            func names(_ answer: JSON) -> [String] {
+                answer.object?["downloads"]?.array?.compactMap {
+                    $0.object?["files"]?.array?.first?.object?["path"]?.string.map {
+                        ($0 as NSString).lastPathComponent
+                    }
+                } ?? []
+            }
+            for call in [
+                { (method: String, params: [JSON]) in try stored.call(method, params) },
+                { try harness.daemon.call($0, $1) },
+            ] {
+                var gids: [String] = []
+                for (name, size) in files {
+                    let url = server.url(path: "/bytes/\(name)", query: ["size": String(size)])
+                    gids.append(try #require(try call("aria2.addUri", [[.string(url.absoluteString)]]).string))
+                }
+                try await eventually("all three complete") {
+                    (try? call("aria2.getGlobalStat", []))?.object?["numStopped"] == "3"
+                }
+                func history(_ sort: String) throws -> [String] {
+                    names(try call("haul.tellHistory", [0, 10, ["sort": .string(sort)], ["files"]]))
+                }
+                #expect(try history("newest") == ["c.bin", "a.bin", "b.bin"])
+                #expect(try history("oldest") == ["b.bin", "a.bin", "c.bin"])
+                #expect(try history("size") == ["a.bin", "c.bin", "b.bin"])
+                #expect(try history("-size") == ["b.bin", "c.bin", "a.bin"])
+                #expect(try history("path") == ["a.bin", "b.bin", "c.bin"])
+                #expect(try history("-path") == ["c.bin", "b.bin", "a.bin"])
+                #expect(names(try call("haul.tellHistory", [1, 1, ["sort": "size"], ["files"]])) == ["c.bin"])
+                #expect(throws: RPCError.self) { try call("haul.tellHistory", [0, 10, ["sort": "progress"]]) }
+            }
+            // The queue: held at the gate, all three waiting but the first.
+            var queued: [String] = []
+            for (name, size) in files {
+                let url = server.url(path: "/bytes/q-\(name)", query: ["size": String(size), "hold": "s"])
+                queued.append(
+                    try #require(try await harness.call("aria2.addUri", [[.string(url.absoluteString)]]).string))
+            }
+            try await eventually("the first held") { server.heldCount(at: "s") == 1 }
+            func queue(_ sort: String) async throws -> [String] {
+                let page = try await harness.call("haul.tellQueue", [0, 10, ["sort": .string(sort)], ["gid"]])
+                return page.object?["downloads"]?.array?.compactMap { $0.object?["gid"]?.string } ?? []
+            }
+            #expect(try await queue("position") == queued)
+            #expect(try await queue("-position") == queued.reversed())
+            #expect(try await queue("name") == [queued[1], queued[0], queued[2]])
+            #expect(try await queue("-name") == [queued[2], queued[0], queued[1]])
+            await #expect(throws: CallError.self) { try await queue("newest") }
+            server.openGate("s")
+            stored.close()
+            await harness.stop()
+        }
+    }
+
     @Test("haul.tellDetail: a download's redirect, retries and segments in words, its sources, no credentials")
     func detail() async throws {
         try await TestServer.withRunning { server in

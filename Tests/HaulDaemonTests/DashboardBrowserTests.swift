@@ -226,6 +226,15 @@ struct DashboardBrowserTests {
             try await browser.waitUntil(
                 "10,000 counted", "return document.getElementById('range').textContent === '1–50 of 10000'")
             #expect(try await rows(browser).count == 50)
+            // Sorted on the daemon, across all 10,000: the one name after every "file-" comes first.
+            try await browser.click("#sort option[value='-name']")
+            try await browser.waitUntil(
+                "sorted",
+                "return document.querySelector('#downloads tbody tr .detail').textContent === 'needle-report.pdf'")
+            try await browser.click("#sort option[value='name']")
+            try await browser.waitUntil(
+                "sorted back",
+                "return document.querySelector('#downloads tbody tr .detail').textContent === 'file-00000.bin'")
             try await browser.type("NEEDLE", into: "#search")
             try await browser.waitUntil(
                 "one found", "return document.getElementById('range').textContent === '1–1 of 1'")

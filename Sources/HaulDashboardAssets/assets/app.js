@@ -11,6 +11,7 @@ const view = {
   name: "downloads",
   state: "all",
   query: "",
+  sort: "",
   offset: 0,
   total: 0,
   rows: new Map(), // gid -> {element, download}
@@ -187,25 +188,40 @@ function nameOf(download) {
 const QUEUE_STATES = ["active", "waiting", "paused"];
 const HISTORY_STATES = ["complete", "error", "removed"];
 
-// The current page of the current tab: from the queue, the history, or both one after the other.
+// The sort each list is asked for: the queue's and the history's own names for one choice of the page's.
+const SORTS = {
+  "": ["position", "newest"],
+  name: ["name", "path"],
+  "-name": ["-name", "-path"],
+  "-size": ["-size", "-size"],
+  size: ["size", "size"],
+  "-progress": ["-progress", "newest"],
+};
+
+// The current page of the current tab: from the queue, the history, or both one after the other; searched,
+// sorted and counted on the daemon.
 async function readPage() {
+  const [queueSort, historySort] = SORTS[view.sort];
   const filter = view.query ? { query: view.query } : {};
+  const queueFilter = { ...filter, sort: queueSort };
+  const historyFilter = { ...filter, sort: historySort };
   if (QUEUE_STATES.includes(view.state)) {
-    const page = await call("haul.tellQueue", view.offset, PAGE_SIZE, { ...filter, status: [view.state] }, KEYS);
+    const page = await call("haul.tellQueue", view.offset, PAGE_SIZE, { ...queueFilter, status: [view.state] }, KEYS);
     return { total: Number(page.total), downloads: page.downloads };
   }
   if (HISTORY_STATES.includes(view.state)) {
-    const page = await call("haul.tellHistory", view.offset, PAGE_SIZE, { ...filter, status: [view.state] }, KEYS);
+    const page = await call(
+      "haul.tellHistory", view.offset, PAGE_SIZE, { ...historyFilter, status: [view.state] }, KEYS);
     return { total: Number(page.total), downloads: page.downloads };
   }
   const counts = await calls([["haul.tellQueue", 0, 0, filter], ["haul.tellHistory", 0, 0, filter]]);
   const queued = Number(counts[0].value.total);
   const stopped = Number(counts[1].value.total);
   const wanted = [];
-  if (view.offset < queued) wanted.push(["haul.tellQueue", view.offset, PAGE_SIZE, filter, KEYS]);
+  if (view.offset < queued) wanted.push(["haul.tellQueue", view.offset, PAGE_SIZE, queueFilter, KEYS]);
   const fromHistory = Math.max(0, view.offset - queued);
   const left = PAGE_SIZE - Math.max(0, Math.min(PAGE_SIZE, queued - view.offset));
-  if (left > 0) wanted.push(["haul.tellHistory", fromHistory, left, filter, KEYS]);
+  if (left > 0) wanted.push(["haul.tellHistory", fromHistory, left, historyFilter, KEYS]);
   const pages = await calls(wanted);
   return { total: queued + stopped, downloads: pages.flatMap((page) => page.value.downloads) };
 }
@@ -419,6 +435,12 @@ $("search").addEventListener("input", () => {
     view.offset = 0;
     refresh();
   }, 200);
+});
+
+$("sort").addEventListener("change", () => {
+  view.sort = $("sort").value;
+  view.offset = 0;
+  refresh();
 });
 
 $("previous").addEventListener("click", () => {
