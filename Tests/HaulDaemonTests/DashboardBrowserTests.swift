@@ -67,13 +67,29 @@ struct DashboardBrowserTests {
     @Test("sign in: a wrong secret is refused and says so, the right one shows the downloads; signing out ends it")
     func signingIn() async throws {
         try await withDashboard(signedIn: false) { harness, _, browser in
+            // By keyboard: the secret typed, Enter to send it.
             try await browser.type("wrong-secret", into: "#secret")
-            try await browser.click("#signin-form button[type=submit]")
+            try await browser.press("\u{E007}")
             try await browser.waitUntil(
                 "the refusal shown", "return !document.getElementById('signin-error').hidden")
             #expect(try await browser.text("#signin-error").contains("not the daemon's secret"))
             #expect(try await browser.run("return document.getElementById('app').hidden") as? Bool == true)
             try await signIn(browser)
+            // The state tabs by keyboard: the arrow moves to the next tab and shows it.
+            try await browser.run("document.querySelector('#states [aria-selected=true]').focus()")
+            try await browser.press("\u{E014}")
+            try await browser.waitUntil(
+                "the next tab shown",
+                "return document.activeElement.dataset.state === 'active' && document.activeElement.getAttribute('aria-selected') === 'true'"
+            )
+            // Light, and dark when the system is.
+            let light =
+                try await browser.run("return getComputedStyle(document.documentElement).backgroundColor") as? String
+            try await browser.devTools(
+                "Emulation.setEmulatedMedia", ["features": [["name": "prefers-color-scheme", "value": "dark"]]])
+            let dark =
+                try await browser.run("return getComputedStyle(document.documentElement).backgroundColor") as? String
+            #expect(light == "rgb(253, 253, 252)" && dark == "rgb(21, 23, 26)", "\(light ?? "") / \(dark ?? "")")
             // The secret is nowhere in the page, its storage or its cookies (the session cookie is HttpOnly).
             let visible = try await browser.run(
                 "return document.documentElement.outerHTML + document.cookie + JSON.stringify(localStorage)")

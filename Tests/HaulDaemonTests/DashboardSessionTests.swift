@@ -91,6 +91,22 @@ struct DashboardSessionTests {
         #expect(garbage.status == 400)
     }
 
+    @Test("with --rpc-no-secret the page is signed in at once and its calls need nothing")
+    func noSecret() async throws {
+        let harness = try await DaemonHarness(secret: nil)
+        defer { Task { await harness.stop() } }
+        let state = try await RawHTTP.send(
+            port: harness.port, method: "GET", path: "/session", headers: [("Host", harness.host)])
+        #expect(state.json?.object?["signedIn"] == true && state.json?.object?["secretNeeded"] == false)
+        let answer = try await rpc(harness, "aria2.getGlobalStat", headers: [("X-Haul-CSRF", "")])
+        #expect(answer?.object?["result"] != nil)
+        // Still only from the daemon's own pages.
+        let foreign = try await harness.post(
+            ["jsonrpc": "2.0", "id": 1, "method": "aria2.getGlobalStat", "params": []],
+            headers: [("Origin", "http://127.0.0.1:1")])
+        #expect(foreign.status == 403)
+    }
+
     @Test("a call with the cookie and the CSRF token needs no secret; the cookie alone, the token alone do not")
     func callsOfASession() async throws {
         let harness = try await DaemonHarness()

@@ -143,6 +143,22 @@ package final class Browser: Sendable {
             sourceLocation: sourceLocation)
     }
 
+    /// Runs the Chrome DevTools Protocol command `name` with `parameters` (through chromedriver's `goog/cdp/execute`):
+    /// emulated media, for one.
+    package func devTools(_ name: String, _ parameters: [String: Any]) async throws {
+        _ = try await command("POST", "goog/cdp/execute", ["cmd": name, "params": parameters])
+    }
+
+    /// Sends `keys` (WebDriver's key codes: "\u{E007}" is Enter, "\u{E004}" Tab, "\u{E014}" the right arrow) to the
+    /// element that has the focus, as a user's keyboard does.
+    package func press(_ keys: String) async throws {
+        let active = try await command("GET", "element/active")
+        guard let reference = (active as? [String: Any])?.values.first as? String else {
+            throw Failure(description: "no element has the focus")
+        }
+        _ = try await command("POST", "element/\(reference)/value", ["text": keys])
+    }
+
     /// The console's messages at level SEVERE since the last call: script errors, failed loads, CSP refusals.
     package func consoleErrors() async throws -> [String] {
         let entries = try await command("POST", "se/log", ["type": "browser"]) as? [[String: Any]] ?? []

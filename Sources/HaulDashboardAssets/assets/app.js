@@ -418,14 +418,33 @@ $("bulk").addEventListener("click", async (event) => {
   await perform(action, downloads);
 });
 
-$("states").addEventListener("click", (event) => {
-  const state = event.target.dataset.state;
-  if (!state) return;
-  for (const tab of $("states").children) tab.setAttribute("aria-selected", String(tab === event.target));
-  view.state = state;
+function selectState(tab) {
+  for (const other of $("states").children) {
+    other.setAttribute("aria-selected", String(other === tab));
+    other.tabIndex = other === tab ? 0 : -1;
+  }
+  view.state = tab.dataset.state;
   view.offset = 0;
   refresh();
+}
+
+$("states").addEventListener("click", (event) => {
+  if (event.target.dataset.state) selectState(event.target);
 });
+
+// The tabs as a keyboard expects them: one stop for Tab, the arrows (and Home, End) moving between them.
+$("states").addEventListener("keydown", (event) => {
+  const tabs = [...$("states").children];
+  const index = tabs.indexOf(document.activeElement);
+  if (index < 0) return;
+  const next = { ArrowRight: index + 1, ArrowLeft: index - 1, Home: 0, End: tabs.length - 1 }[event.key];
+  if (next === undefined) return;
+  event.preventDefault();
+  const tab = tabs[(next + tabs.length) % tabs.length];
+  tab.focus();
+  selectState(tab);
+});
+for (const tab of $("states").children) tab.tabIndex = tab.getAttribute("aria-selected") === "true" ? 0 : -1;
 
 let searchTimer = null;
 $("search").addEventListener("input", () => {
