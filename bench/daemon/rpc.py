@@ -6,7 +6,8 @@ python3 rpc.py PORT SECRET PID ROOT_URL MODE DIR
            then four clients polling once a second as AriaNg does for 20 s: the daemon's CPU over that time.
   history: 100,000 downloads of ROOT_URL/small (4 bytes), added 1,000 at a time (one multicall each, once the
            previous thousand ended, as a client feeding a queue does) and run to the end; the daemon's peak RSS
-           (VmHWM) then, with 100,000 finished downloads in its history. (The lists mode's peak RSS is that of
+           (VmHWM) then, with 100,000 finished downloads in its history, and the dashboard's pages of that history
+           (newest, a search, two sorts). (The lists mode's peak RSS is that of
            10,000 downloads waiting at once.)
   throughput: ROOT_URL/m/ (200 x 1 MiB) and ROOT_URL/k/ (10,000 x 4 KiB) at width 8, through the daemon (one
            multicall, timed until every download completed) and with `$HAUL get -q -j 8 -i LIST`, alternating, each
@@ -125,6 +126,12 @@ elif mode == "history":
     print(f"100,000 downloads in 100 multicalls: {added_time:.1f} s adding, {time.perf_counter() - began:.1f} s in all")
     print(f"tellStopped(-1,1000), {stopped:,} stopped: {median_ms(client, 'aria2.tellStopped', [-1, 1000]):.1f} ms")
     print(f"peak RSS, {stopped:,} finished downloads in history: {peak_rss_mib():.0f} MiB")
+    # What the dashboard asks for, a page of 50 at a time, over the whole history.
+    page_keys = ["gid", "status", "totalLength", "completedLength", "downloadSpeed", "connections", "files"]
+    for label, filter in [("newest", {}), ("search 'f099999'", {"query": "f099999"}),
+                          ("largest first", {"sort": "-size"}), ("by path", {"sort": "path"})]:
+        ms = median_ms(client, "haul.tellHistory", [0, 50, filter, page_keys])
+        print(f"dashboard page haul.tellHistory(0,50,{label}), {stopped:,} stopped: {ms:.1f} ms")
 elif mode == "throughput":
     rows = {"s2w8": ("m", 200, 1 << 20), "s3": ("k", 10000, 4096)}
     rounds = int(os.environ.get("ROUNDS", "9"))
