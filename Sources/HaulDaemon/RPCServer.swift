@@ -121,8 +121,10 @@ public final class RPCServer: Sendable {
                             return channel.eventLoop.makeSucceededFuture(refused ? nil : HTTPHeaders())
                         },
                         upgradePipelineHandler: { channel, head in
-                            let signedIn = dashboard.isSignedIn(
-                                cookieHeader: head.headers.cookie, csrf: Self.queryValue("csrf", in: head.uri))
+                            // Looked at again for every message: a session that ends (signed out, unused too long)
+                            // ends for its open WebSockets too.
+                            let (cookie, csrf) = (head.headers.cookie, Self.queryValue("csrf", in: head.uri))
+                            let signedIn = { @Sendable in dashboard.isSignedIn(cookieHeader: cookie, csrf: csrf) }
                             // The HTTP handler goes; the session's takes its place.
                             return channel.eventLoop.makeCompletedFuture {
                                 let handler = try channel.pipeline.syncOperations.handler(
@@ -276,12 +278,15 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     let endpoint: RPCEndpoint
     let access: RPCAccess
     let sessions: WebSocketSessions
-    /// Opened by a page signed in to the dashboard: its calls need no secret.
-    let signedIn: Bool
+    /// Whether it was opened by a page signed in to the dashboard whose session is still on: its calls need no
+    /// secret.
+    let signedIn: @Sendable () -> Bool
     private var message: ByteBuffer?
     private var session: RPCSession?
 
-    init(endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions, signedIn: Bool) {
+    init(
+        endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions, signedIn: @escaping @Sendable () -> Bool
+    ) {
         self.endpoint = endpoint
         self.access = access
         self.sessions = sessions
@@ -334,7 +339,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
 
     private func answer(_ bytes: [UInt8], context: ChannelHandlerContext) {
         let channel = context.channel
-        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn, on: channel.eventLoop) { answer in
+        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn(), on: channel.eventLoop) { answer in
             guard let answer else { return }
             channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil)
         }
@@ -419,14 +424,12 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
         if path == "/session" { return session(head: head, body: body, origin: origin, context: context) }
         guard path == "/jsonrpc" else {
-            guard head.method == .GET || head.method == .HEAD, let file = DashboardFiles.byPath[path] else {
+            guard head.method == .GET, let file = DashboardFiles.byPath[path] else {
                 return write(status: .notFound, text: "not found\n", head: head, origin: origin, context: context)
             }
-            var headers = HTTPHeaders(DashboardFiles.securityHeaders)
-            if head.method == .HEAD { headers.add(name: "Content-Type", value: file.contentType) }
             return write(
-                status: .ok, bytes: head.method == .HEAD ? [] : file.bytes, type: file.contentType, extra: headers,
-                head: head, origin: nil, context: context)
+                status: .ok, bytes: file.bytes, type: file.contentType,
+                extra: HTTPHeaders(DashboardFiles.securityHeaders), head: head, origin: nil, context: context)
         }
         switch head.method {
         case .OPTIONS:

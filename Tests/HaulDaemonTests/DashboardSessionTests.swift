@@ -178,6 +178,14 @@ struct DashboardSessionTests {
             try await eventually("answered") { !client.messages.isEmpty }
             #expect(client.messages.first?.object?["error"]?.object?["message"] == "Unauthorized", "\(path)")
         }
+        // Signed out, the session's open WebSocket is no longer signed in either.
+        let out = try await RawHTTP.send(
+            port: harness.port, method: "DELETE", path: "/session",
+            headers: [("Host", harness.host), ("Cookie", session), ("X-Haul-CSRF", token)])
+        #expect(out.status == 200)
+        signedIn.send(call)
+        try await eventually("answered again") { signedIn.messages.count == 2 }
+        #expect(signedIn.messages.last?.object?["error"]?.object?["message"] == "Unauthorized")
         // Another origin's page, cookie and token and all, is not upgraded.
         let foreign = try WebSocketClient(
             port: harness.port, path: "/jsonrpc?csrf=\(token)",
