@@ -187,13 +187,21 @@ public final class DaemonStore: Sendable {
                 StatementArguments(arguments + [limit, offset]))
             return (total ?? 0, page)
         }
-        let narrowed =
-            filter + " AND (instr(lower(path), ?) OR instr(lower(uris), ?) OR instr(lower(options), ?))"
-            + " ORDER BY \(order.sql)"
+        // A search reads every row once and sorts the few that match: walking the index of the stopped order instead
+        // looks up every row by its GID, ten times slower over 100,000 (the unary `+` keeps the planner off it).
+        // LIKE is case-blind for ASCII as SQLite's lower() is; the Swift check after it decides.
+        // The pattern is ?1, before the states' parameters, which number on from it.
+        var scanned = ["+stopped_order IS NOT NULL"]
+        scanned.append("(path LIKE ?1 ESCAPE '\\' OR uris LIKE ?1 ESCAPE '\\' OR options LIKE ?1 ESCAPE '\\')")
+        scanned += conditions.dropFirst()
+        let narrowed = "WHERE " + scanned.joined(separator: " AND ") + " ORDER BY \(order.sql(scanning: true))"
+        let pattern =
+            "%"
+            + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "%", with: "\\%")
+            .replacingOccurrences(of: "_", with: "\\_") + "%"
         return try reading { db in
             let cursor = try GRDB.Row.fetchCursor(
-                db, sql: "SELECT * FROM downloads " + narrowed,
-                arguments: StatementArguments(arguments + [text, text, text]))
+                db, sql: "SELECT * FROM downloads " + narrowed, arguments: StatementArguments([pattern] + arguments))
             var total = 0
             var page: [Row] = []
             while let stored = try cursor.next() {
@@ -214,12 +222,16 @@ public final class DaemonStore: Sendable {
         static let newest = HistoryOrder(key: .stopped, descending: true)
 
         /// The `ORDER BY` clause: ties broken by the newest first, so that a page is always the same page.
-        var sql: String {
+        var sql: String { sql(scanning: false) }
+
+        /// The `ORDER BY` clause; `scanning` keeps the planner off the index of the stopped order (`+`).
+        func sql(scanning: Bool) -> String {
             let direction = descending ? "DESC" : "ASC"
+            let stopped = scanning ? "+stopped_order" : "stopped_order"
             switch key {
-            case .stopped: return "stopped_order \(direction)"
-            case .path: return "lower(path) \(direction), stopped_order DESC"
-            case .size: return "length \(direction), stopped_order DESC"
+            case .stopped: return "\(stopped) \(direction)"
+            case .path: return "lower(path) \(direction), \(stopped) DESC"
+            case .size: return "length \(direction), \(stopped) DESC"
             }
         }
     }

@@ -50,6 +50,18 @@ struct DaemonHistoryTests {
         #expect(gids(newest?["downloads"] ?? []) == Array(all.suffix(3).reversed()))
         let found = try daemon.call("haul.tellHistory", [0, 10, ["query": "FILE-7.bin"], ["gid"]]).object
         #expect(found?["total"] == "1" && gids(found?["downloads"] ?? []) == [all[7]])
+        // A search with a status, in the store: the pattern and the statuses each in their place.
+        let failed = try daemon.call(
+            "haul.tellHistory", [0, 10, ["query": "file-12", "status": ["error", "removed"]], ["gid"]]
+        ).object
+        #expect(failed?["total"] == "16")  // file-12, file-120 to file-129, file-1200 to file-1204
+        let none = try daemon.call("haul.tellHistory", [0, 10, ["query": "file-12", "status": ["complete"]], ["gid"]])
+        #expect(none.object?["total"] == "0")
+        // LIKE's wildcards in a query are plain characters.
+        for literal in ["file_7.bin", "file%7.bin", "100%"] {
+            let matched = try daemon.call("haul.tellHistory", [0, 10, ["query": .string(literal)], ["gid"]]).object
+            #expect(matched?["total"] == "0", "\(literal)")
+        }
         // An old one removed from the store, a gid of an old one not given again.
         #expect(try daemon.call("aria2.removeDownloadResult", [.string(all[0])]) == "OK")
         #expect(throws: RPCError.self) { try daemon.call("aria2.tellStatus", [.string(all[0])]) }
