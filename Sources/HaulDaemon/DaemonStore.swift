@@ -182,8 +182,14 @@ public final class DaemonStore: Sendable {
                 try Int.fetchOne(
                     db, sql: "SELECT COUNT(*) FROM downloads " + filter, arguments: StatementArguments(arguments))
             }
+            // Sorted by anything but the stopped order, the page comes from one scan of the table and a sort, not from a
+            // walk of that order's index looking up every row by its GID (ten times slower over 100,000).
+            let scanning = order.key != .stopped
+            var pageConditions = conditions
+            if scanning { pageConditions[0] = "+stopped_order IS NOT NULL" }
             let page = try rows(
-                filter + " ORDER BY \(order.sql) LIMIT ? OFFSET ?",
+                "WHERE " + pageConditions.joined(separator: " AND ")
+                    + " ORDER BY \(order.sql(scanning: scanning)) LIMIT ? OFFSET ?",
                 StatementArguments(arguments + [limit, offset]))
             return (total ?? 0, page)
         }
@@ -221,10 +227,8 @@ public final class DaemonStore: Sendable {
 
         static let newest = HistoryOrder(key: .stopped, descending: true)
 
-        /// The `ORDER BY` clause: ties broken by the newest first, so that a page is always the same page.
-        var sql: String { sql(scanning: false) }
-
-        /// The `ORDER BY` clause; `scanning` keeps the planner off the index of the stopped order (`+`).
+        /// The `ORDER BY` clause, ties broken by the newest first so that a page is always the same page; `scanning`
+        /// keeps the planner off the index of the stopped order (`+`).
         func sql(scanning: Bool) -> String {
             let direction = descending ? "DESC" : "ASC"
             let stopped = scanning ? "+stopped_order" : "stopped_order"
