@@ -31,7 +31,9 @@ for i in range(10000):
 PY
 start_nginx "$WORK/www"
 daemon_pid=
-trap 'kill $daemon_pid 2>/dev/null; stop_nginx; rm -rf "$WORK"' EXIT
+# Each step may fail (the daemon is usually gone already): under set -e a failing one would end the trap there,
+# leaving nginx running and the files behind.
+trap 'kill $daemon_pid 2>/dev/null || true; stop_nginx || true; rm -rf "$WORK"' EXIT
 
 # run MODE: a fresh daemon in $WORK/MODE, the measures of rpc.py MODE.
 run() {

@@ -31,7 +31,7 @@ pg_port=$(free_port)
 postgres=$!
 start_haul_serve "$WORK/serve.log"
 port=$HAUL_SERVE_PORT
-trap 'kill $HAUL_SERVE_PID 2>/dev/null; kill -INT $postgres 2>/dev/null; wait $postgres 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill $HAUL_SERVE_PID 2>/dev/null || true; kill -INT $postgres 2>/dev/null || true; wait $postgres 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 1 100); do "$bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && break; sleep 0.1; done
 export HAUL_DATABASE_URL="postgres://haul@127.0.0.1:$pg_port/postgres?sslmode=disable"
 commits() {
