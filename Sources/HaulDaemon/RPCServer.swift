@@ -63,7 +63,8 @@ public final class RPCServer: Sendable {
     /// The port it listens on.
     public var port: Int { address.port ?? 0 }
     private let channel: any Channel
-    private let sessions: WebSocketSessions
+    private let sessions: OpenChannels
+    private let connections: OpenChannels
 
     /// The host names the daemon answers to (without the port): its loopback names, the address bound (every
     /// interface's address when bound to all of them) and `allowed`.
@@ -96,7 +97,8 @@ public final class RPCServer: Sendable {
     ) async throws -> RPCServer {
         let group = group ?? MultiThreadedEventLoopGroup.singleton
         let checks = Locked<RequestChecks?>(nil)
-        let sessions = WebSocketSessions()
+        let sessions = OpenChannels()
+        let connections = OpenChannels()
         let dashboard = DashboardSessions()
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
@@ -105,6 +107,8 @@ public final class RPCServer: Sendable {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let checks = checks.withLock({ $0 }) else { throw ChannelError.ioOnClosedChannel }
+                    connections.add(channel)
+                    channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                     if let tls {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls.context))
                     }
@@ -159,13 +163,14 @@ public final class RPCServer: Sendable {
             $0 = RequestChecks(
                 hosts: Set(authorities), origins: access.allowedOrigins.union(authorities.map { "\(scheme)://\($0)" }))
         }
-        return RPCServer(address: address, channel: channel, sessions: sessions)
+        return RPCServer(address: address, channel: channel, sessions: sessions, connections: connections)
     }
 
-    private init(address: SocketAddress, channel: any Channel, sessions: WebSocketSessions) {
+    private init(address: SocketAddress, channel: any Channel, sessions: OpenChannels, connections: OpenChannels) {
         self.address = address
         self.channel = channel
         self.sessions = sessions
+        self.connections = connections
     }
 
     /// The value of the query parameter `name` in a request target, percent-decoded.
@@ -186,15 +191,17 @@ public final class RPCServer: Sendable {
         sessions.send(message.encoded())
     }
 
-    /// Stops accepting connections, closes the listening socket and the WebSocket sessions.
+    /// Stops accepting connections, closes the listening socket and every connection (WebSocket sessions, and HTTP
+    /// connections a client keeps alive, which would otherwise go on being answered).
     public func stop() async {
         try? await channel.close()
         sessions.closeAll()
+        connections.closeAll()
     }
 }
 
-/// The WebSocket sessions open now, to send notifications to.
-final class WebSocketSessions: Sendable {
+/// Channels open now: the WebSocket sessions, to send notifications to; every connection, to close at a stop.
+final class OpenChannels: Sendable {
     private let channels = Locked<[ObjectIdentifier: any Channel]>([:])
 
     var isEmpty: Bool { channels.withLock { $0.isEmpty } }
@@ -277,7 +284,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
 
     let endpoint: RPCEndpoint
     let access: RPCAccess
-    let sessions: WebSocketSessions
+    let sessions: OpenChannels
     /// Whether it was opened by a page signed in to the dashboard whose session is still on: its calls need no
     /// secret.
     let signedIn: @Sendable () -> Bool
@@ -285,7 +292,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     private var session: RPCSession?
 
     init(
-        endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions, signedIn: @escaping @Sendable () -> Bool
+        endpoint: RPCEndpoint, access: RPCAccess, sessions: OpenChannels, signedIn: @escaping @Sendable () -> Bool
     ) {
         self.endpoint = endpoint
         self.access = access

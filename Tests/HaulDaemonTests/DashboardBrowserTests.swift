@@ -105,6 +105,35 @@ struct DashboardBrowserTests {
         }
     }
 
+    @Test("a daemon restarted under the page: the page says it was signed out, and is live again once signed in")
+    func restart() async throws {
+        try await withDashboard { harness, server, browser in
+            // The RPC server restarted on its port (its sessions, kept in memory, are gone), the daemon kept.
+            await harness.server.stop()
+            let again = try await RPCServer.start(
+                endpoint: harness.daemon.endpoint(secret: RPCSecret(DaemonHarness.secret)), host: "127.0.0.1",
+                port: harness.port, access: RPCAccess(unauthorizedDelay: .milliseconds(300)))
+            harness.daemon.onNotification { method, gid in again.notify(method, gid: gid) }
+            do {
+                try await browser.waitUntil(
+                    "told to sign in again",
+                    "return !document.getElementById('signin').hidden && document.getElementById('signin-error').textContent.includes('Signed out')"
+                )
+                try await signIn(browser)
+                let url = server.url(path: "/bytes/after.bin", query: ["size": "1000"]).absoluteString
+                let gid = try #require(try await harness.call("aria2.addUri", [[.string(url)]]).string)
+                try await browser.waitUntil(
+                    "the new download shown done",
+                    "const r = document.querySelector(arguments[0]); return !!r && r.className === 'complete'",
+                    ["tr[data-gid='\(gid)']"])
+            } catch {
+                await again.stop()
+                throw error
+            }
+            await again.stop()
+        }
+    }
+
     @Test("two URLs added through the dialog: both bars move and reach done, the files on disk")
     func addTwo() async throws {
         try await withDashboard { harness, server, browser in

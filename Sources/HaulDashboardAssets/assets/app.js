@@ -48,8 +48,25 @@ async function call(method, ...params) {
 async function calls(list) {
   if (list.length === 0) return [];
   const results = await call("system.multicall", list.map(([methodName, ...params]) => ({ methodName, params })));
+  if (results.some((result) => !Array.isArray(result) && result.message === "Unauthorized")) {
+    showSignIn("Signed out: sign in again.");
+    throw new RPCError("Unauthorized");
+  }
   return results.map((result) => (Array.isArray(result) ? { value: result[0] } : { error: result.message }));
 }
+
+// The value of one of `calls`' results, or its error thrown.
+function valueOf(result) {
+  if (result.error !== undefined) throw new RPCError(result.error);
+  return result.value;
+}
+
+// A call the daemon refused, from any button's handler: said in the status line, not left to the console.
+window.addEventListener("unhandledrejection", (event) => {
+  if (!(event.reason instanceof RPCError)) return;
+  event.preventDefault();
+  $("connection").textContent = event.reason.message;
+});
 
 // MARK: - Signing in
 
@@ -119,14 +136,15 @@ let reconnect = null;
 function openLive() {
   closeLive();
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  socket = new WebSocket(`${scheme}//${location.host}/jsonrpc?csrf=${encodeURIComponent(csrf)}`);
-  socket.addEventListener("open", () => {
+  const current = new WebSocket(`${scheme}//${location.host}/jsonrpc?csrf=${encodeURIComponent(csrf)}`);
+  socket = current;
+  current.addEventListener("open", () => {
     $("connection").textContent = "";
-    socket.send(JSON.stringify({ jsonrpc: "2.0", id: "subscribe", method: "haul.subscribe",
+    current.send(JSON.stringify({ jsonrpc: "2.0", id: "subscribe", method: "haul.subscribe",
       params: [{ interval: "500", keys: KEYS }] }));
     refresh();
   });
-  socket.addEventListener("message", (event) => {
+  current.addEventListener("message", (event) => {
     const message = JSON.parse(event.data);
     if (message.method === "haul.onChange") {
       showStat(message.params[0].stat);
@@ -135,8 +153,9 @@ function openLive() {
       $("connection").textContent = `live updates refused: ${message.error.message}`;
     }
   });
-  socket.addEventListener("close", () => {
-    if ($("app").hidden) return;
+  current.addEventListener("close", () => {
+    // Only the socket in use reconnects: one closed on purpose (signing out, replaced) stays closed.
+    if (socket !== current || $("app").hidden) return;
     $("connection").textContent = "reconnecting…";
     reconnect = setTimeout(openLive, 2000);
   });
@@ -147,7 +166,6 @@ function closeLive() {
   if (socket) {
     const closing = socket;
     socket = null;
-    closing.onclose = null;
     closing.close();
   }
 }
@@ -214,16 +232,16 @@ async function readPage() {
       "haul.tellHistory", view.offset, PAGE_SIZE, { ...historyFilter, status: [view.state] }, KEYS);
     return { total: Number(page.total), downloads: page.downloads };
   }
-  const counts = await calls([["haul.tellQueue", 0, 0, filter], ["haul.tellHistory", 0, 0, filter]]);
-  const queued = Number(counts[0].value.total);
-  const stopped = Number(counts[1].value.total);
+  const counts = (await calls([["haul.tellQueue", 0, 0, filter], ["haul.tellHistory", 0, 0, filter]])).map(valueOf);
+  const queued = Number(counts[0].total);
+  const stopped = Number(counts[1].total);
   const wanted = [];
   if (view.offset < queued) wanted.push(["haul.tellQueue", view.offset, PAGE_SIZE, queueFilter, KEYS]);
   const fromHistory = Math.max(0, view.offset - queued);
   const left = PAGE_SIZE - Math.max(0, Math.min(PAGE_SIZE, queued - view.offset));
   if (left > 0) wanted.push(["haul.tellHistory", fromHistory, left, historyFilter, KEYS]);
-  const pages = await calls(wanted);
-  return { total: queued + stopped, downloads: pages.flatMap((page) => page.value.downloads) };
+  const pages = (await calls(wanted)).map(valueOf);
+  return { total: queued + stopped, downloads: pages.flatMap((page) => page.downloads) };
 }
 
 // Reads what is shown again: one read at a time, one more after it when asked for meanwhile.
