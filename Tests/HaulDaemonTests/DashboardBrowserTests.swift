@@ -110,6 +110,14 @@ struct DashboardBrowserTests {
         try await withDashboard { harness, server, browser in
             // The RPC server restarted on its port (its sessions, kept in memory, are gone), the daemon kept.
             await harness.server.stop()
+            // Asked for something while it is down, the page says so (a refused fetch is no script error).
+            try await browser.waitUntil(
+                "told it is reconnecting",
+                "return document.getElementById('connection').textContent === 'reconnecting…'")
+            try await browser.click("#states button[data-state=complete]")
+            try await browser.waitUntil(
+                "told it cannot be reached",
+                "return document.getElementById('connection').textContent === 'the daemon cannot be reached'")
             let again = try await RPCServer.start(
                 endpoint: harness.daemon.endpoint(secret: RPCSecret(DaemonHarness.secret)), host: "127.0.0.1",
                 port: harness.port, access: RPCAccess(unauthorizedDelay: .milliseconds(300)))
@@ -120,6 +128,12 @@ struct DashboardBrowserTests {
                     "return !document.getElementById('signin').hidden && document.getElementById('signin-error').textContent.includes('Signed out')"
                 )
                 try await signIn(browser)
+                // While the port was closed, a call or the WebSocket may have found it so (the browser logs that
+                // itself); nothing else may be in the console, no script error above all.
+                let errors = try await browser.consoleErrors().filter {
+                    !$0.contains("net::ERR_CONNECTION_REFUSED")
+                }
+                #expect(errors.isEmpty, "console errors: \(errors)")
                 let url = server.url(path: "/bytes/after.bin", query: ["size": "1000"]).absoluteString
                 let gid = try #require(try await harness.call("aria2.addUri", [[.string(url)]]).string)
                 try await browser.waitUntil(

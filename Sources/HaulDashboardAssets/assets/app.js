@@ -29,12 +29,18 @@ const $ = (id) => document.getElementById(id);
 class RPCError extends Error {}
 
 async function call(method, ...params) {
-  const response = await fetch("/jsonrpc", {
-    method: "POST",
-    headers: { "Content-Type": "application/json", "X-Haul-CSRF": csrf },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
-    credentials: "same-origin",
-  });
+  let response;
+  try {
+    response = await fetch("/jsonrpc", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Haul-CSRF": csrf },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
+      credentials: "same-origin",
+    });
+  } catch {
+    // Stopped or restarting: the page says so and goes on; the WebSocket's reconnection brings it back.
+    throw new RPCError("the daemon cannot be reached");
+  }
   if (!response.ok) throw new RPCError(`${method}: the daemon answered ${response.status}`);
   const answer = await response.json();
   if (answer.error) {
