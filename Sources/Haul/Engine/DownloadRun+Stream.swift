@@ -24,6 +24,9 @@ extension DownloadRun {
             // Else a redirect led to a request the transport cannot interrupt.
             if case .finished(let skipped) = end { return skipped }
         }
+        // A download cancelled already starts no attempt: its own task would run before the cancellation reached it
+        // and put the request on the wire (URLSession sends at resume(), before its cancellation handler runs).
+        if Task.isCancelled { throw attemptFailure(CancellationError(), stoppedFor: nil) }
         // Its own task, so that a stall can cancel this attempt alone and the download can still retry.
         let from = cursor
         let transfer = Task {
