@@ -348,10 +348,7 @@ struct DaemonCommand: AsyncParsableCommand {
         let path = store.appendingPathComponent("rpc-secret").path
         if FileManager.default.fileExists(atPath: path) { return try Self.readSecret(at: path, option: nil) }
         try FileManager.default.createDirectory(at: store, withIntermediateDirectories: true)
-        var bytes = [UInt8](repeating: 0, count: 24)
-        var generator = SystemRandomNumberGenerator()
-        for index in bytes.indices { bytes[index] = generator.next() }
-        let value = bytes.map { String(format: "%02x", $0) }.joined()
+        let value = RPCSecret.randomValue(bytes: 24)
         // Created readable by the owner only, and never over an existing file (O_EXCL).
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {

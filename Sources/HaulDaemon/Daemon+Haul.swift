@@ -146,27 +146,14 @@ extension Daemon {
             for status in all {
                 guard let gid = state.byDownload[status.id], seen.insert(gid).inserted, let item = state.items[gid]
                 else { continue }
-                if let statuses {
-                    let name =
-                        switch status.state {
-                        case .running: "active"
-                        case .paused: "paused"
-                        default: "waiting"
-                        }
-                    guard statuses.contains(name) else { continue }
-                }
+                if let statuses, !statuses.contains(Aria2Status.name(of: status.state)) { continue }
                 if !query.isEmpty, !Self.matches(item.shownPath, item.options, item.uris, query) { continue }
                 matches.append((item, status))
             }
             return matches
         }
         if let sort, sort.key != "position" {
-            // Ties keep the queue's order (the sort is stable), so that a page is always the same page.
-            let keyed = matches.enumerated().map { index, match in (index, Self.sortKey(sort.key, match), match) }
-            matches = keyed.sorted { left, right in
-                if left.1 != right.1 { return sort.descending ? left.1 > right.1 : left.1 < right.1 }
-                return left.0 < right.0
-            }.map(\.2)
+            matches = Self.stablySorted(matches, descending: sort.descending) { Self.sortKey(sort.key, $0) }
         } else if sort?.descending == true {
             matches.reverse()
         }
@@ -175,6 +162,18 @@ extension Daemon {
             "total": .string(String(matches.count)),
             "downloads": Aria2Status.list(page.lazy.map { ($0.0, $0.1) }, keys: keys),
         ]
+    }
+
+    /// `items` ordered by `key`, each item's key made once, ascending or `descending`; ties keep their order (the
+    /// queue's, or the newest first), so that a page is always the same page.
+    private static func stablySorted<Element, Key: Comparable>(
+        _ items: [Element], descending: Bool, by key: (Element) -> Key
+    ) -> [Element] {
+        let keyed = items.enumerated().map { (index: $0.offset, key: key($0.element), item: $0.element) }
+        return keyed.sorted { left, right in
+            if left.key != right.key { return descending ? left.key > right.key : left.key < right.key }
+            return left.index < right.index
+        }.map(\.item)
     }
 
     /// What a listing's sort key compares for one download.
@@ -244,15 +243,9 @@ extension Daemon {
                 switch order.key {
                 case .stopped: if !order.descending { matches.reverse() }
                 case .path:
-                    matches = matches.enumerated().sorted { left, right in
-                        let (a, b) = (left.1.shownPath.lowercased(), right.1.shownPath.lowercased())
-                        return a != b ? (order.descending ? a > b : a < b) : left.0 < right.0
-                    }.map(\.1)
+                    matches = Self.stablySorted(matches, descending: order.descending) { $0.shownPath.lowercased() }
                 case .size:
-                    matches = matches.enumerated().sorted { left, right in
-                        let (a, b) = (left.1.ending?.length ?? 0, right.1.ending?.length ?? 0)
-                        return a != b ? (order.descending ? a > b : a < b) : left.0 < right.0
-                    }.map(\.1)
+                    matches = Self.stablySorted(matches, descending: order.descending) { $0.ending?.length ?? 0 }
                 }
                 return (matches.count, Array(matches.dropFirst(offset).prefix(count)))
             }

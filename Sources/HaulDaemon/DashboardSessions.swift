@@ -30,8 +30,8 @@ final class DashboardSessions: Sendable {
 
     /// A new session: the cookie's value and the CSRF token.
     func start() -> (cookie: String, csrf: String) {
-        let cookie = Self.randomToken()
-        let csrf = Self.randomToken()
+        let cookie = RPCSecret.randomValue(bytes: 32)
+        let csrf = RPCSecret.randomValue(bytes: 32)
         let now = ContinuousClock.now
         sessions.withLock { sessions in
             sessions = sessions.filter { now - $0.value.lastUse < Self.idleLimit }
@@ -92,12 +92,6 @@ final class DashboardSessions: Sendable {
     }
 
     private static func digest(_ cookie: String) -> SHA256Digest { SHA256.hash(data: Data(cookie.utf8)) }
-
-    /// 32 random bytes, as hex.
-    private static func randomToken() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-    }
 }
 
 /// The dashboard's files, compiled into the binary from `Sources/HaulDashboardAssets/assets`.

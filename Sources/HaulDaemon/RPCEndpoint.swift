@@ -232,6 +232,12 @@ public struct RPCSecret: Sendable {
         bytes = Array(value.utf8)
     }
 
+    /// A new random value for a secret or a token: `count` bytes from the system's generator, as lower-case hex.
+    public static func randomValue(bytes count: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+    }
+
     /// Whether `candidate` is the secret; the time taken depends on the candidate's length only.
     public func matches(_ candidate: String) -> Bool {
         let given = Array(candidate.utf8)

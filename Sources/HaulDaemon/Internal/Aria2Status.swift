@@ -52,6 +52,16 @@ enum Aria2Status {
         return .encoded(EncodedJSON(output))
     }
 
+    /// aria2's name of a download's state (`nil`: not in the queue yet, waiting).
+    static func name(of state: DownloadStatus.State?) -> String {
+        switch state {
+        case .running?: "active"
+        case .paused?: "paused"
+        case .waiting?, nil: "waiting"
+        case .finished?: "complete"  // ended a moment ago: its outcome is on its way to the daemon
+        }
+    }
+
     /// A list of status objects, each item with its queue status (`nil` once it has ended).
     static func list(_ entries: some Sequence<(Daemon.Item, DownloadStatus?)>, keys: [String]?) -> JSON {
         let keys = Keys(keys)
@@ -77,13 +87,7 @@ enum Aria2Status {
             state = ending.status
             (total, completed, speed, connections) = (ending.length, ending.completed, 0, 0)
         } else {
-            state =
-                switch status?.state {
-                case .running?: "active"
-                case .paused?: "paused"
-                case .waiting?, nil: "waiting"
-                case .finished?: "complete"  // ended a moment ago: its outcome is on its way to the daemon
-                }
+            state = name(of: status?.state)
             total = status?.progress.totalBytes ?? 0
             completed = status?.progress.bytesWritten ?? 0
             speed = Int64(status?.progress.bytesPerSecond ?? 0)
