@@ -10,6 +10,8 @@ public struct QueueStatus: Sendable, Codable, Hashable {
     public var waiting = 0
     /// Downloads a worker holds.
     public var running = 0
+    /// Downloads paused (``SharedQueue/pause(_:)``).
+    public var paused = 0
     /// Downloads published.
     public var done = 0
     /// Downloads failed for good.
@@ -53,6 +55,8 @@ public struct QueueStatus: Sendable, Codable, Hashable {
         public var id: Int64
         /// `HOST:PID` unless named otherwise.
         public var name: String
+        /// The machine it runs on (empty for a worker of a Haul before the fleet's schema).
+        public var machine: String
         /// `active`, `stopped`, or `lost` (silent past its lease: its claims were taken back).
         public var state: String
         /// Seconds since its last heartbeat.
@@ -63,6 +67,8 @@ public struct QueueStatus: Sendable, Codable, Hashable {
         public var done: Int
         /// Their bytes.
         public var bytesDone: Int64
+        /// Bytes per second it published over the last minute.
+        public var bytesPerSecond: Double
     }
 
     /// One failed download.
@@ -83,8 +89,10 @@ public struct QueueStatus: Sendable, Codable, Hashable {
 
 extension SharedQueue {
     /// Reads the queue's status.
-    /// - Parameter failures: How many failed downloads to list with their reasons.
-    public func status(failures: Int = 20) async throws -> QueueStatus {
+    /// - Parameters:
+    ///   - failures: How many failed downloads to list with their reasons.
+    ///   - stoppedWithin: Workers that stopped or were lost this recently are listed too, whatever they hold.
+    public func status(failures: Int = 20, stoppedWithin: Duration = .zero) async throws -> QueueStatus {
         var status = QueueStatus(queue: name)
         for (state, count, bytes) in try await rows(
             """
@@ -95,6 +103,7 @@ extension SharedQueue {
             switch state {
             case "waiting": status.waiting = Int(count)
             case "running": status.running = Int(count)
+            case "paused": status.paused = Int(count)
             case "done":
                 status.done = Int(count)
                 status.bytesDone = bytes
@@ -121,7 +130,7 @@ extension SharedQueue {
             status.etaSeconds = Double(status.waiting + status.running) / status.filesPerSecond
         }
         status.hosts = try await hosts()
-        status.workers = try await workers()
+        status.workers = try await workers(stoppedWithin: stoppedWithin)
         status.failures = try await rows(
             """
             SELECT url, path, attempt, coalesce(error, '') FROM haul_download
@@ -154,25 +163,28 @@ extension SharedQueue {
             done: Int(done), failed: Int(failed))
     }
 
-    private func workers() async throws(SharedQueueError) -> [QueueStatus.Worker] {
+    private func workers(stoppedWithin: Duration) async throws(SharedQueueError) -> [QueueStatus.Worker] {
         try await rows(
             """
-            SELECT w.id, w.name, w.state,
+            SELECT w.id, w.name, w.machine, w.state,
                 extract(epoch FROM now() - w.heartbeat_at)::double precision,
-                coalesce(d.running, 0)::bigint, coalesce(d.done, 0)::bigint, coalesce(d.bytes, 0)::bigint
+                coalesce(d.running, 0)::bigint, coalesce(d.done, 0)::bigint, coalesce(d.bytes, 0)::bigint,
+                coalesce(d.recent, 0)::bigint
             FROM haul_worker w LEFT JOIN (
                 SELECT worker_id, count(*) FILTER (WHERE state = 'running') AS running,
                     count(*) FILTER (WHERE state = 'done') AS done,
-                    sum(size) FILTER (WHERE state = 'done') AS bytes
+                    sum(size) FILTER (WHERE state = 'done') AS bytes,
+                    sum(size) FILTER (WHERE state = 'done' AND finished_at > now() - interval '60 seconds') AS recent
                 FROM haul_download WHERE queue = \(name) AND worker_id IS NOT NULL GROUP BY worker_id
             ) d ON d.worker_id = w.id
-            WHERE w.queue = \(name) AND (w.state = 'active' OR d.done > 0 OR d.running > 0)
+            WHERE w.queue = \(name) AND (w.state = 'active' OR d.done > 0 OR d.running > 0
+                OR w.stopped_at > now() - \(stoppedWithin.milliseconds) * interval '1 millisecond')
             ORDER BY w.id
-            """, "reading the workers", as: (Int64, String, String, Double, Int64, Int64, Int64).self
+            """, "reading the workers", as: (Int64, String, String, String, Double, Int64, Int64, Int64, Int64).self
         ).map {
             QueueStatus.Worker(
-                id: $0.0, name: $0.1, state: $0.2, secondsSinceHeartbeat: $0.3, running: Int($0.4), done: Int($0.5),
-                bytesDone: $0.6)
+                id: $0.0, name: $0.1, machine: $0.2, state: $0.3, secondsSinceHeartbeat: $0.4, running: Int($0.5),
+                done: Int($0.6), bytesDone: $0.7, bytesPerSecond: Double($0.8) / 60)
         }
     }
 

@@ -9,6 +9,8 @@ public enum CancelSelection: Sendable, Hashable {
     case host(String)
     /// Every download not finished.
     case all
+    /// These downloads (their ``SharedDownloadRecord/id``s).
+    case ids([Int64])
 }
 
 extension SharedQueue {
@@ -16,12 +18,29 @@ extension SharedQueue {
     /// - Returns: How many.
     @discardableResult
     public func retryFailed() async throws -> Int {
+        try await retry(ids: nil)
+    }
+
+    /// Puts the downloads `ids` names back to waiting if they failed or were cancelled, their attempts counted from
+    /// zero; the others are left as they are.
+    /// - Returns: How many were put back.
+    @discardableResult
+    public func retry(_ ids: [Int64]) async throws -> Int {
+        try await retry(ids: ids)
+    }
+
+    /// Every failed download when `ids` is `nil`; else the failed or cancelled ones it names.
+    private func retry(ids: [Int64]?) async throws(SharedQueueError) -> Int {
+        let all = ids == nil
+        let chosen = ids ?? []
         let rows = try await rows(
             """
             WITH retried AS (
                 UPDATE haul_download SET state = 'waiting', attempt = 0, error = NULL, finished_at = NULL,
-                    worker_id = NULL, run_after = now()
-                WHERE queue = \(name) AND state = 'failed'
+                    worker_id = NULL, run_after = now(), cancel_requested = false, pause_requested = false
+                WHERE queue = \(name)
+                    AND (state = 'failed' OR (NOT \(all) AND state = 'cancelled'))
+                    AND (\(all) OR id = ANY(\(chosen)::bigint[]))
                 RETURNING host
             ), counts AS (
                 SELECT host, count(*)::integer AS n FROM retried GROUP BY host
@@ -39,36 +58,38 @@ extension SharedQueue {
         return count
     }
 
-    /// Cancels downloads: waiting ones at once; running ones are stopped by their workers at their next heartbeat
-    /// (their connections count against the host until then).
+    /// Cancels downloads: waiting and paused ones at once; running ones are stopped by their workers at their next
+    /// heartbeat (their connections count against the host until then).
     /// - Returns: How many downloads were cancelled or asked to stop.
     @discardableResult
     public func cancel(_ selection: CancelSelection) async throws -> Int {
-        let (url, host, all): (String, String, Bool) =
+        let (url, host, all, ids): (String, String, Bool, [Int64]) =
             switch selection {
-            case .url(let url): (url, "", false)
-            case .host(let host): ("", host.lowercased(), false)
-            case .all: ("", "", true)
+            case .url(let url): (url, "", false, [])
+            case .host(let host): ("", host.lowercased(), false, [])
+            case .all: ("", "", true, [])
+            case .ids(let ids): ("", "", false, ids)
             }
         let rows = try await rows(
             """
             WITH chosen AS (
                 SELECT id, host, state FROM haul_download
-                WHERE queue = \(name) AND state IN ('waiting', 'running')
-                    AND (\(all) OR url = \(url) OR host = \(host)
+                WHERE queue = \(name) AND state IN ('waiting', 'paused', 'running')
+                    AND (\(all) OR url = \(url) OR host = \(host) OR id = ANY(\(ids)::bigint[])
                         OR (\(host) <> '' AND \(host) NOT LIKE '%://%'
                             AND split_part(split_part(host, '://', 2), ':', 1) = \(host)))
                 ORDER BY id FOR UPDATE
             ), waiting AS (
                 UPDATE haul_download d SET state = 'cancelled', finished_at = now(), error = 'cancelled'
-                FROM chosen c WHERE d.id = c.id AND c.state = 'waiting'
-                RETURNING d.host
+                FROM chosen c WHERE d.id = c.id AND c.state IN ('waiting', 'paused')
+                RETURNING d.host, c.state AS was
             ), running AS (
                 UPDATE haul_download d SET cancel_requested = true
                 FROM chosen c WHERE d.id = c.id AND c.state = 'running'
                 RETURNING d.id
             ), counts AS (
-                SELECT host, count(*)::integer AS n FROM waiting GROUP BY host
+                -- Paused downloads were not counted as ready.
+                SELECT host, count(*)::integer AS n FROM waiting WHERE was = 'waiting' GROUP BY host
             ), locked AS (
                 SELECT h.host FROM haul_host h JOIN counts c ON h.queue = \(name) AND h.host = c.host
                 ORDER BY h.host FOR UPDATE OF h

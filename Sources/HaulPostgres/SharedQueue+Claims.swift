@@ -47,7 +47,7 @@ struct Completion: Sendable {
 struct HeartbeatAnswer: Sendable {
     /// `false` once the worker's lease was taken (its claims went back to the queue).
     let alive: Bool
-    /// Downloads of this worker that someone cancelled in the database.
+    /// Downloads of this worker that someone cancelled or paused in the database.
     let cancelled: [Int64]
     /// Every download the database says this worker holds.
     let running: [Int64]
@@ -69,12 +69,15 @@ extension SharedQueue {
         try await ensureQueueRow()
         let rows = try await rows(
             """
-            INSERT INTO haul_worker (queue, name, directory, lease_ms)
-            VALUES (\(name), \(workerName), \(directory), \(lease.milliseconds)) RETURNING id
+            INSERT INTO haul_worker (queue, name, directory, lease_ms, machine)
+            VALUES (\(name), \(workerName), \(directory), \(lease.milliseconds), \(Self.machine)) RETURNING id
             """, "registering the worker", as: (Int64).self)
         guard let id = rows.first else { throw SharedQueueError(.database, "PostgreSQL returned no worker id") }
         return id
     }
+
+    /// This machine's name, as the fleet page shows where a worker runs.
+    static let machine = ProcessInfo.processInfo.hostName
 
     /// Claims up to `limit` downloads for `worker` in one statement.
     ///
@@ -176,6 +179,9 @@ extension SharedQueue {
                     CASE
                         WHEN d.cancel_requested THEN 'cancelled'
                         WHEN i.kind = 'done' THEN 'done'
+                        -- Paused while it ran: however its worker ended it, it waits for a resume, this attempt not
+                        -- counted.
+                        WHEN d.pause_requested THEN 'paused'
                         WHEN i.kind = 'returned' THEN 'waiting'
                         WHEN i.kind = 'retry' AND d.attempt < d.max_attempts THEN 'waiting'
                         ELSE 'failed'
@@ -187,15 +193,16 @@ extension SharedQueue {
             ), updated AS (
                 UPDATE haul_download d
                 SET state = h.next,
-                    attempt = CASE WHEN h.kind = 'returned' THEN d.attempt - 1 ELSE d.attempt END,
-                    worker_id = CASE WHEN h.next = 'waiting' THEN NULL ELSE d.worker_id END,
-                    granted = 0,
+                    attempt = CASE WHEN h.kind = 'returned' OR h.next = 'paused' THEN d.attempt - 1
+                        ELSE d.attempt END,
+                    worker_id = CASE WHEN h.next IN ('waiting', 'paused') THEN NULL ELSE d.worker_id END,
+                    granted = 0, pause_requested = false,
                     run_after = CASE WHEN h.next = 'waiting'
                         THEN now() + h.delay_ms * interval '1 millisecond' ELSE d.run_after END,
-                    finished_at = CASE WHEN h.next = 'waiting' THEN NULL ELSE now() END,
+                    finished_at = CASE WHEN h.next IN ('waiting', 'paused') THEN NULL ELSE now() END,
                     size = CASE WHEN h.size >= 0 THEN h.size ELSE d.size END,
                     sha256 = coalesce(nullif(h.sha256, ''), d.sha256),
-                    error = CASE WHEN h.next = 'done' THEN NULL
+                    error = CASE WHEN h.next = 'done' THEN NULL WHEN h.next = 'paused' THEN d.error
                         WHEN h.next = 'cancelled' THEN 'cancelled' ELSE coalesce(nullif(h.error, ''), d.error) END
                 FROM held h WHERE d.id = h.id
                 RETURNING d.id, h.host, h.granted, h.next, h.hold_ms
@@ -219,7 +226,7 @@ extension SharedQueue {
         return Set(rows.map(\.0))
     }
 
-    /// Renews the lease of `worker`, and tells it which of its downloads were cancelled.
+    /// Renews the lease of `worker`, and tells it which of its downloads were cancelled or paused (both stop there).
     func heartbeat(worker: Int64, timeout: Duration) async throws(SharedQueueError) -> HeartbeatAnswer {
         let rows = try await rows(
             """
@@ -227,7 +234,7 @@ extension SharedQueue {
                 UPDATE haul_worker SET heartbeat_at = now() WHERE id = \(worker) AND state = 'active' RETURNING id
             )
             SELECT (SELECT count(*) FROM beat)::integer,
-                coalesce(array_agg(id) FILTER (WHERE cancel_requested), '{}')::bigint[],
+                coalesce(array_agg(id) FILTER (WHERE cancel_requested OR pause_requested), '{}')::bigint[],
                 coalesce(array_agg(id), '{}')::bigint[]
             FROM haul_download WHERE worker_id = \(worker) AND state = 'running'
             """, "renewing the lease", timeout: timeout, as: (Int32, [Int64], [Int64]).self)
@@ -258,7 +265,7 @@ extension SharedQueue {
                 RETURNING w.id
             ), held AS (
                 SELECT d.id, d.queue, d.host, d.granted, w.name AS worker,
-                    CASE WHEN d.cancel_requested THEN 'cancelled'
+                    CASE WHEN d.cancel_requested THEN 'cancelled' WHEN d.pause_requested THEN 'paused'
                         WHEN d.attempt >= d.max_attempts THEN 'failed' ELSE 'waiting' END AS next
                 FROM haul_download d JOIN haul_worker w ON w.id = d.worker_id
                 WHERE d.state = 'running'
@@ -267,9 +274,9 @@ extension SharedQueue {
             ), updated AS (
                 UPDATE haul_download d
                 SET state = h.next,
-                    worker_id = CASE WHEN h.next = 'waiting' THEN NULL ELSE d.worker_id END,
-                    granted = 0, run_after = now(),
-                    finished_at = CASE WHEN h.next = 'waiting' THEN NULL ELSE now() END,
+                    worker_id = CASE WHEN h.next IN ('waiting', 'paused') THEN NULL ELSE d.worker_id END,
+                    granted = 0, run_after = now(), pause_requested = false,
+                    finished_at = CASE WHEN h.next IN ('waiting', 'paused') THEN NULL ELSE now() END,
                     error = 'worker ' || h.worker || ' stopped without finishing it'
                 FROM held h WHERE d.id = h.id
                 RETURNING h.queue, h.host, h.granted, h.next

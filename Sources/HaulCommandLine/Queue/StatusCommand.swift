@@ -8,7 +8,7 @@ struct StatusCommand: AsyncParsableCommand {
         commandName: "status",
         abstract: "Show a shared queue's downloads by state, per host and per worker, its pace and its failures.",
         discussion: """
-            --json prints one object: the counts 'waiting', 'running', 'done', 'failed' and 'cancelled', \
+            --json prints one object: the counts 'waiting', 'running', 'paused', 'done', 'failed' and 'cancelled', \
             'bytes_done', 'bytes_per_second' and 'files_per_second' (over the last minute), 'eta_seconds', and the \
             lists 'hosts', 'workers' and 'failures' (with each failure's reason). With --watch, one such object per \
             line, every --interval seconds.
@@ -67,10 +67,12 @@ struct StatusCommand: AsyncParsableCommand {
 
     static func text(_ status: QueueStatus) -> String {
         var lines: [String] = []
-        let total = status.waiting + status.running + status.done + status.failed + status.cancelled
+        let total = status.waiting + status.running + status.paused + status.done + status.failed + status.cancelled
+        // Paused downloads are said only where there are some (pausing is the fleet page's).
+        let paused = status.paused > 0 ? "\(status.paused) paused, " : ""
         lines.append(
             "queue '\(status.queue)': \(total) downloads: \(status.waiting) waiting, \(status.running) running, "
-                + "\(status.done) done, \(status.failed) failed, \(status.cancelled) cancelled")
+                + "\(paused)\(status.done) done, \(status.failed) failed, \(status.cancelled) cancelled")
         var pace = "\(Format.bytes(status.bytesDone)) published"
         if status.filesPerSecond > 0 {
             pace += String(

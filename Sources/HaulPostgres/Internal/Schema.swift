@@ -11,9 +11,12 @@ import PostgresNIO
 /// - `haul_worker`: one row per worker run; `heartbeat_at` is its lease.
 /// - `haul_download`: one row per file, unique by queue and path. Partial indexes keep the waiting and running sets
 ///   small to scan however many rows are done.
+///
+/// Version 2 adds pausing (`paused` downloads, and `pause_requested` for a running one, which its worker stops at its
+/// next heartbeat) and each worker's machine (`haul daemon`'s fleet page shows where a worker runs).
 enum Schema {
     /// The newest version this Haul knows.
-    static let version = 1
+    static let version = 2
 
     private static let migrations: [[PostgresQuery]] = [
         // Version 1.
@@ -88,7 +91,13 @@ enum Schema {
             CREATE INDEX haul_download_finished ON haul_download (queue, finished_at)
                 WHERE finished_at IS NOT NULL
             """,
-        ]
+        ],
+        // Version 2.
+        [
+            "ALTER TABLE haul_download ADD COLUMN pause_requested boolean NOT NULL DEFAULT false",
+            "ALTER TABLE haul_worker ADD COLUMN machine text NOT NULL DEFAULT ''",
+            "CREATE INDEX haul_download_paused ON haul_download (queue, id) WHERE state = 'paused'",
+        ],
     ]
 
     /// Brings the database to ``version``.
