@@ -211,6 +211,8 @@ let package = Package(
             name: "HaulDaemon",
             dependencies: [
                 "Haul", "HaulOperations",
+                // `haul daemon --db`: the control plane of a fleet of workers on the shared queue (Fleet).
+                "HaulPostgres",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -4,6 +4,7 @@ import Haul
 import HaulAsyncHTTPClient
 import HaulDaemon
 import HaulOperations
+import HaulPostgres
 import HaulSQLite
 
 #if canImport(Glibc)
@@ -38,6 +39,13 @@ struct DaemonCommand: AsyncParsableCommand {
             resumes their partial files. Passwords and secret headers are never written there: a download that \
             needed them comes back failed, saying so. SIGINT or SIGTERM (or aria2.shutdown) stops the daemon: \
             running downloads stop and keep their partial files.
+
+            With --db postgres://..., the daemon drives the shared queue that `haul worker`s work on, on any \
+            machine: addUri enqueues (dir and out name the file's place under each worker's directory), the lists \
+            and tellStatus read the queue (a running download names its worker), pause, resume and remove reach \
+            every worker, and the dashboard shows the fleet: each worker with its lease, the hosts across the \
+            fleet, the throughput over time, and the failures to retry. -j 0 makes it a control plane that \
+            downloads nothing itself; -j N also runs a worker of N connections writing into DIR.
             """
     )
 
@@ -118,8 +126,22 @@ struct DaemonCommand: AsyncParsableCommand {
             valueName: "FILE"))
     var saveSession: String?
 
-    @OptionGroup
-    var concurrency: ConcurrencyOptions
+    // Not ConcurrencyOptions: 0 is a value here (with --db, a control plane that downloads nothing).
+    @Option(
+        name: [.customShort("j"), .customLong("max-concurrent")], parsing: .unconditional,
+        help: ArgumentHelp(
+            "Downloads at once (default 4); with --db, 0 downloads nothing here (a control plane).", valueName: "N"))
+    var maxConcurrent: Int?
+
+    /// -j as the other commands read it.
+    var concurrency: ConcurrencyOptions {
+        var options = ConcurrencyOptions()
+        options.maxConcurrent = maxConcurrent
+        return options
+    }
+
+    @OptionGroup(title: "A fleet on PostgreSQL")
+    var database: DatabaseOptions
 
     @Option(
         name: .customLong("per-host"),
@@ -143,6 +165,19 @@ struct DaemonCommand: AsyncParsableCommand {
 
     func validate() throws {
         try connection.validate(with: network)
+        if let maxConcurrent, maxConcurrent < (database.database == nil ? 1 : 0) {
+            throw ValidationError(
+                "-j/--max-concurrent must be at least \(database.database == nil ? "1" : "0 (with --db)"), not "
+                    + "\(maxConcurrent)")
+        }
+        if database.database != nil {
+            if inputFile != nil || saveSession != nil {
+                throw ValidationError(
+                    "\(inputFile != nil ? "-i/--input-file" : "--save-session") is not available with --db: the "
+                        + "shared queue is the session (add downloads with haul enqueue or aria2.addUri)")
+            }
+            try database.checkURL()
+        }
         if let perHost, perHost < 1 { throw ValidationError("--per-host must be at least 1, not \(perHost)") }
         if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
         let (host, _) = try Self.parseListen(listen)
@@ -204,7 +239,7 @@ struct DaemonCommand: AsyncParsableCommand {
         Interruption.install()
         var conf = try confPath.map(AriaConfiguration.init(path:)) ?? AriaConfiguration()
         // A flag given wins over the configuration file, as in aria2.
-        if concurrency.maxConcurrent != nil { conf.globalOptions["max-concurrent-downloads"] = nil }
+        if maxConcurrent != nil { conf.globalOptions["max-concurrent-downloads"] = nil }
         for note in conf.notes { Console.err("haul daemon: \(note)\n") }
         if destination.directory == ".", let dir = conf.daemon["dir"] { destination.directory = dir }
         if listen == Self.defaultListen, let port = conf.daemon["rpc-listen-port"] {
@@ -230,6 +265,9 @@ struct DaemonCommand: AsyncParsableCommand {
             to: &configuration, directory: directory, summary: "haul daemon did not start")
         connection.apply(to: &configuration)
         configuration.retryPolicy.maxRetries = retries
+        if database.database != nil {
+            try await runFleet(secret: secret, directory: directory, configuration: configuration, journal: journal)
+        }
         var queueConfiguration = DownloadQueue.Configuration(perHostLimit: perHost, recordsRequests: false)
         concurrency.apply(to: &queueConfiguration, split: 1)
         let engine = connection.makeEngine(
@@ -271,30 +309,11 @@ struct DaemonCommand: AsyncParsableCommand {
                 Foundation.exit(1)
             }
         }
-        let (host, port) = try Self.parseListen(listen)
-        let tls = try loadTLS()
-        if !Self.isLoopback(host) && tls == nil {
-            Console.err(
-                "haul daemon: warning: --rpc-insecure-listen: the RPC secret and every call cross the network in "
-                    + "clear on \(listen)\n")
-        }
-        let server: RPCServer
-        do {
-            server = try await RPCServer.start(
-                endpoint: daemon.endpoint(secret: secret), host: host, port: port,
-                access: RPCAccess(
-                    allowedOrigins: Set(allowedOrigins.map { $0.lowercased() }), allowedHosts: Set(allowedHosts)),
-                tls: tls)
-        } catch {
-            Console.err("haul daemon: cannot listen on \(listen): \(error)\n")
-            Foundation.exit(1)
-        }
+        let (server, origin) = try await serve(daemon.endpoint(secret: secret))
         daemon.onNotification { method, gid in server.notify(method, gid: gid) }
         let stop = ResultBox<Void>()
         daemon.onShutdown { _ in stop.resolve(()) }
         let interruption = Interruption { stop.resolve(()) }
-        let shown = "\(host.contains(":") ? "[\(host)]" : host):\(server.port)"
-        let origin = "\(tls == nil ? "http" : "https")://\(shown)"
         Console.err(
             "haul daemon: serving aria2 JSON-RPC on \(origin)/jsonrpc and the dashboard on \(origin)/, downloading "
                 + "into \(directory.path)\n")
@@ -321,6 +340,77 @@ struct DaemonCommand: AsyncParsableCommand {
                 Foundation.exit(1)
             }
         }
+        Foundation.exit(0)
+    }
+
+    /// Starts serving `endpoint` where --rpc-listen says, over TLS when it is set up; says why and exits 1 when it
+    /// cannot. Returns the server and its origin (`http://127.0.0.1:6800`).
+    func serve(_ endpoint: RPCEndpoint) async throws -> (server: RPCServer, origin: String) {
+        let (host, port) = try Self.parseListen(listen)
+        let tls = try loadTLS()
+        if !Self.isLoopback(host) && tls == nil {
+            Console.err(
+                "haul daemon: warning: --rpc-insecure-listen: the RPC secret and every call cross the network in "
+                    + "clear on \(listen)\n")
+        }
+        let server: RPCServer
+        do {
+            server = try await RPCServer.start(
+                endpoint: endpoint, host: host, port: port,
+                access: RPCAccess(
+                    allowedOrigins: Set(allowedOrigins.map { $0.lowercased() }), allowedHosts: Set(allowedHosts)),
+                tls: tls)
+        } catch {
+            Console.err("haul daemon: cannot listen on \(listen): \(error)\n")
+            Foundation.exit(1)
+        }
+        let shown = "\(host.contains(":") ? "[\(host)]" : host):\(server.port)"
+        return (server, "\(tls == nil ? "http" : "https")://\(shown)")
+    }
+
+    /// `haul daemon --db`: the RPC and the dashboard over the shared queue, with a worker of -j connections writing
+    /// into `directory` unless -j is 0. Returns only by exiting: 0 once stopped by a signal, 1 when the database
+    /// cannot be reached.
+    func runFleet(secret: RPCSecret?, directory: URL, configuration: Downloader.Configuration, journal: SQLiteJournal?)
+        async throws -> Never
+    {
+        var configuration = configuration
+        configuration.computesSHA256 = true
+        let connections = concurrency.connections()
+        let engine = connection.makeEngine(configuration: configuration, maxConcurrent: max(1, connections))
+        let perHost = perHost
+        try await database.withQueue(maximumConnections: 8) { queue in
+            if let perHost {
+                var settings = try await queue.hostSettings()
+                settings.maxConnectionsPerHost = perHost
+                try await queue.setHostSettings(settings)
+            }
+            let (server, origin) = try await serve(Fleet(queue: queue).endpoint(secret: secret))
+            let worker: Task<WorkerReport, Never>? =
+                connections == 0
+                ? nil
+                : Task {
+                    await SharedQueueWorker(
+                        queue: queue, transport: engine.transport, downloaderConfiguration: engine.configuration,
+                        configuration: .init(directory: directory, maxConcurrent: connections)
+                    ).run()
+                }
+            let stop = ResultBox<Void>()
+            let interruption = Interruption { stop.resolve(()) }
+            Console.err(
+                "haul daemon: serving aria2 JSON-RPC on \(origin)/jsonrpc and the fleet's dashboard on \(origin)/, for "
+                    + "the queue '\(queue.name)' on \(queue.databaseURL)"
+                    + (worker == nil ? " (downloading nothing here: -j 0)\n" : ", downloading into \(directory.path)\n")
+            )
+            await stop.wait()
+            interruption.stop()
+            // The worker's downloads stop and go back to the queue, their partial files kept for a resume.
+            worker?.cancel()
+            _ = await worker?.value
+            await server.stop()
+        }
+        try? await engine.ownedTransport?.shutdown()
+        journal?.finish()
         Foundation.exit(0)
     }
 

@@ -41,6 +41,8 @@ public struct RPCEndpoint: Sendable {
     /// HTTP), for methods that push to it.
     public typealias SessionMethods =
         @Sendable (_ method: String, _ params: [JSON], _ session: RPCSession?) throws(RPCError) -> JSON
+    /// What answers the calls that passed the secret check, when an answer needs to wait (for a database).
+    public typealias AsyncMethods = @Sendable (_ method: String, _ params: [JSON]) async throws(RPCError) -> JSON
     /// What answers a run of consecutive calls of one method, each call's parameters in order: one result per call,
     /// in the same order.
     public typealias RunMethods =
@@ -48,7 +50,7 @@ public struct RPCEndpoint: Sendable {
 
     /// The secret every call must carry; `nil` for none (the daemon's `--rpc-no-secret`).
     private(set) var secret: RPCSecret?
-    let methods: SessionMethods
+    let methods: @Sendable (_ method: String, _ params: [JSON], _ session: RPCSession?) async throws(RPCError) -> JSON
     /// The methods whose consecutive calls are answered together, by `runMethods`.
     let together: Set<String>
     let runMethods: RunMethods?
@@ -67,22 +69,30 @@ public struct RPCEndpoint: Sendable {
         runMethods: RunMethods? = nil
     ) {
         self.secret = secret
-        self.methods = sessionMethods
+        self.methods = { method, params, session throws(RPCError) in try sessionMethods(method, params, session) }
         self.together = runMethods == nil ? [] : together
         self.runMethods = runMethods
+    }
+
+    /// An endpoint checking `secret` and answering with `methods`, which may wait.
+    public init(secret: RPCSecret?, asyncMethods: @escaping AsyncMethods) {
+        self.secret = secret
+        self.methods = { method, params, _ throws(RPCError) in try await asyncMethods(method, params) }
+        self.together = []
+        self.runMethods = nil
     }
 
     /// The answer to `body`, one JSON-RPC call or a batch (`nil` when every call was a notification, which has no
     /// answer), and whether some call carried a wrong or no secret. `session` is the WebSocket session it came on;
     /// `signedIn` when it came from a page signed in to the dashboard, whose calls carry no secret (the page never
     /// holds it): a `token:` parameter is still taken off.
-    public func handle(_ body: some Collection<UInt8>, session: RPCSession? = nil, signedIn: Bool = false) -> (
-        answer: [UInt8]?, unauthorized: Bool
-    ) {
+    public func handle(_ body: some Collection<UInt8> & Sendable, session: RPCSession? = nil, signedIn: Bool = false)
+        async -> (answer: [UInt8]?, unauthorized: Bool)
+    {
         if signedIn, secret != nil {
             var open = self
             open.secret = nil
-            return open.handle(body, session: session)
+            return await open.handle(body, session: session)
         }
         let parsed: JSON
         do {
@@ -116,7 +126,7 @@ public struct RPCEndpoint: Sendable {
             }
             calls.append((answers.count - 1, id, step))
         }
-        let results = perform(calls.map(\.step), session: session, unauthorized: &unauthorized)
+        let results = await perform(calls.map(\.step), session: session, unauthorized: &unauthorized)
         for (call, result) in zip(calls, results) {
             guard let id = call.id else { continue }  // a notification
             switch result {
@@ -157,7 +167,9 @@ public struct RPCEndpoint: Sendable {
 
     /// The results of `steps`, in order: consecutive calls of a method answered together go to `runMethods` as one
     /// run, every other call on its own.
-    private func perform(_ steps: [Step], session: RPCSession?, unauthorized: inout Bool) -> [Result<JSON, RPCError>] {
+    private func perform(_ steps: [Step], session: RPCSession?, unauthorized: inout Bool) async
+        -> [Result<JSON, RPCError>]
+    {
         var results: [Result<JSON, RPCError>] = []
         results.reserveCapacity(steps.count)
         var run: (method: String, calls: [[JSON]])?
@@ -180,9 +192,10 @@ public struct RPCEndpoint: Sendable {
             case .call(let method, let params):
                 do throws(RPCError) {
                     if method == "system.multicall" {
-                        results.append(.success(try multicall(params, session: session, unauthorized: &unauthorized)))
+                        results.append(
+                            .success(try await multicall(params, session: session, unauthorized: &unauthorized)))
                     } else {
-                        results.append(.success(try methods(method, params, session)))
+                        results.append(.success(try await methods(method, params, session)))
                     }
                 } catch {
                     results.append(.failure(error))
@@ -195,7 +208,9 @@ public struct RPCEndpoint: Sendable {
 
     /// `system.multicall([{methodName, params}, ...])`: each call's result in a one-element array, or its error
     /// object.
-    private func multicall(_ params: [JSON], session: RPCSession?, unauthorized: inout Bool) throws(RPCError) -> JSON {
+    private func multicall(_ params: [JSON], session: RPCSession?, unauthorized: inout Bool) async throws(RPCError)
+        -> JSON
+    {
         guard params.count == 1, let calls = params[0].array else {
             throw .invalidParams("system.multicall takes one array of calls")
         }
@@ -209,7 +224,7 @@ public struct RPCEndpoint: Sendable {
             return check(method, members["params"]?.array ?? [], unauthorized: &unauthorized)
         }
         return .array(
-            perform(steps, session: session, unauthorized: &unauthorized).map { result in
+            await perform(steps, session: session, unauthorized: &unauthorized).map { result in
                 switch result {
                 case .success(let value): .array([value])
                 case .failure(let error): error.json

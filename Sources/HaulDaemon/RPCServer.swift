@@ -40,7 +40,7 @@ extension RPCAccess {
     ) {
         let delay = TimeAmount(unauthorizedDelay)
         Task {
-            let (answer, unauthorized) = endpoint.handle(bytes, session: session, signedIn: signedIn)
+            let (answer, unauthorized) = await endpoint.handle(bytes, session: session, signedIn: signedIn)
             loop.scheduleTask(in: unauthorized ? delay : .zero) { deliver(answer) }
         }
     }

@@ -10,6 +10,9 @@ static const unsigned char index_html[] = {
 static const unsigned char app_js[] = {
 #embed "assets/app.js"
 };
+static const unsigned char fleet_js[] = {
+#embed "assets/fleet.js"
+};
 static const unsigned char app_css[] = {
 #embed "assets/app.css"
 };
@@ -17,6 +20,7 @@ static const unsigned char app_css[] = {
 static const HaulDashboardAsset assets[] = {
     {"/", "text/html; charset=utf-8", index_html, sizeof index_html},
     {"/app.js", "text/javascript; charset=utf-8", app_js, sizeof app_js},
+    {"/fleet.js", "text/javascript; charset=utf-8", fleet_js, sizeof fleet_js},
     {"/app.css", "text/css; charset=utf-8", app_css, sizeof app_css},
 };
 

@@ -21,9 +21,9 @@ struct DaemonAddTests {
     }
 
     /// The results of a `system.multicall` of `calls`, through the endpoint as a client's request is answered.
-    func multicall(_ daemon: Daemon, _ calls: [JSON]) throws -> [JSON] {
+    func multicall(_ daemon: Daemon, _ calls: [JSON]) async throws -> [JSON] {
         let body: JSON = ["jsonrpc": "2.0", "id": 1, "method": "system.multicall", "params": [.array(calls)]]
-        let answer = try #require(daemon.endpoint(secret: nil).handle(body.encoded()).answer)
+        let answer = try #require(await daemon.endpoint(secret: nil).handle(body.encoded()).answer)
         return try #require(try JSON.parse(answer).object?["result"]?.array)
     }
 
@@ -40,7 +40,7 @@ struct DaemonAddTests {
     }
 
     @Test("600 adds in one multicall, bad ones and a position among them: answered one by one, kept across a restart")
-    func longRun() throws {
+    func longRun() async throws {
         let root = try TemporaryDirectory()
         let daemon = try start(root)
         let given = "0123456789abcdef"
@@ -49,7 +49,7 @@ struct DaemonAddTests {
         calls[300] = Self.add("first", position: 0)
         calls[400] = Self.add("given", ["gid": .string(given)])
         calls[401] = Self.add("given-again", ["gid": .string(given)])
-        let results = try multicall(daemon, calls)
+        let results = try await multicall(daemon, calls)
         #expect(results.count == 600)
         #expect(results[5].object?["code"] == .int(1))
         #expect(results[401].object?["message"] == .string("GID \(given) is not unique."))
@@ -77,7 +77,7 @@ struct DaemonAddTests {
         let calls = (0..<40).map { index in
             index.isMultiple(of: 2) ? Self.add("p\(index)") : Self.add("s\(index)", ["pause": "false"])
         }
-        let gids = try multicall(daemon, calls).compactMap { $0.array?.first?.string }
+        let gids = try await multicall(daemon, calls).compactMap { $0.array?.first?.string }
         #expect(gids.count == 40)
         try await eventually("the started ones stopped") {
             (try? daemon.call("aria2.tellStopped", [0, 100, ["gid"]]))?.array?.count == 20
@@ -92,20 +92,20 @@ struct DaemonAddTests {
     }
 
     @Test("a write the store refuses fails every add of its group and adds none of them; the next group is added")
-    func refusedWrite() throws {
+    func refusedWrite() async throws {
         let root = try TemporaryDirectory()
         let daemon = try start(root)
-        let first = try #require(try multicall(daemon, [Self.add("first")]).first?.array?.first?.string)
+        let first = try #require(try await multicall(daemon, [Self.add("first")]).first?.array?.first?.string)
         // Another connection makes the store refuse one row of the group (the second), as a full disk would.
         let other = try DatabaseQueue(path: root.file(".haul/daemon.sqlite").path)
-        try other.write { db in
+        try await other.write { db in
             try db.execute(
                 sql: """
                     CREATE TRIGGER refuse BEFORE INSERT ON downloads WHEN NEW.uris LIKE '%/b"%'
                     BEGIN SELECT RAISE(ABORT, 'no room'); END
                     """)
         }
-        let refused = try multicall(daemon, [Self.add("a"), Self.add("b"), Self.add("c")])
+        let refused = try await multicall(daemon, [Self.add("a"), Self.add("b"), Self.add("c")])
         #expect(refused.count == 3)
         for result in refused {
             let message = result.object?["message"]?.string ?? ""
@@ -113,8 +113,8 @@ struct DaemonAddTests {
         }
         #expect(try waiting(daemon) == [first])
         #expect(try daemon.call("aria2.tellStopped", [0, 10]).array == [])
-        try other.write { db in try db.execute(sql: "DROP TRIGGER refuse") }
-        let added = try multicall(daemon, [Self.add("d"), Self.add("e")]).compactMap { $0.array?.first?.string }
+        try await other.write { db in try db.execute(sql: "DROP TRIGGER refuse") }
+        let added = try await multicall(daemon, [Self.add("d"), Self.add("e")]).compactMap { $0.array?.first?.string }
         #expect(added.count == 2)
         #expect(try waiting(daemon) == [first] + added)
         daemon.close()

@@ -34,6 +34,7 @@ struct DashboardSessionTests {
         for (path, type, marker) in [
             ("/", "text/html", "<script type=\"module\" src=\"/app.js\">"),
             ("/app.js", "text/javascript", "haul.subscribe"),
+            ("/fleet.js", "text/javascript", "haul.fleetDownloads"),
             ("/app.css", "text/css", "prefers-color-scheme: dark"),
         ] {
             let answer = try await RawHTTP.send(

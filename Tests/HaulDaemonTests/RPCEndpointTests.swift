@@ -16,49 +16,49 @@ struct RPCEndpointTests {
         }
     }
 
-    private func call(_ text: String) throws -> (JSON?, Bool) {
-        let (answer, unauthorized) = endpoint.handle(Array(text.utf8))
+    private func call(_ text: String) async throws -> (JSON?, Bool) {
+        let (answer, unauthorized) = await endpoint.handle(Array(text.utf8))
         return (try answer.map { try JSON.parse($0) }, unauthorized)
     }
 
     @Test("a call with the secret is answered; the token is taken off the parameters")
-    func authorized() throws {
-        let (answer, unauthorized) = try call(
+    func authorized() async throws {
+        let (answer, unauthorized) = try await call(
             #"{"jsonrpc":"2.0","id":"q","method":"aria2.echo","params":["token:s3cret",1,"a"]}"#)
         #expect(!unauthorized)
         #expect(answer == ["jsonrpc": "2.0", "id": "q", "result": [.int(1), "a"]])
     }
 
     @Test("a wrong, missing or empty secret is 'Unauthorized' (code 1), flagged to be answered late")
-    func unauthorized() throws {
+    func unauthorized() async throws {
         for params in [#"["token:nope"]"#, "[]", #"["token:"]"#, #"["token:s3cret0"]"#, #"["s3cret"]"#] {
-            let (answer, unauthorized) = try call(
+            let (answer, unauthorized) = try await call(
                 #"{"jsonrpc":"2.0","id":1,"method":"aria2.echo","params":\#(params)}"#)
             #expect(unauthorized, "\(params)")
             #expect(answer?.object?["error"] == ["code": .int(1), "message": "Unauthorized"], "\(params)")
         }
         // The listings need none.
-        let (listing, flagged) = try call(#"{"jsonrpc":"2.0","id":1,"method":"system.listMethods"}"#)
+        let (listing, flagged) = try await call(#"{"jsonrpc":"2.0","id":1,"method":"system.listMethods"}"#)
         #expect(!flagged && listing?.object?["result"] == ["aria2.echo"])
     }
 
     @Test("malformed input: parse error, invalid request, params not an array; a notification gets no answer")
-    func malformed() throws {
-        #expect(try call("{nope").0?.object?["error"]?.object?["code"] == .int(-32700))
-        #expect(try call("[]").0?.object?["error"]?.object?["code"] == .int(-32600))
-        #expect(try call(#"{"id":1,"params":[]}"#).0?.object?["error"]?.object?["code"] == .int(-32600))
+    func malformed() async throws {
+        #expect(try await call("{nope").0?.object?["error"]?.object?["code"] == .int(-32700))
+        #expect(try await call("[]").0?.object?["error"]?.object?["code"] == .int(-32600))
+        #expect(try await call(#"{"id":1,"params":[]}"#).0?.object?["error"]?.object?["code"] == .int(-32600))
         #expect(
-            try call(#"{"id":1,"method":"aria2.echo","params":{"a":1}}"#).0?.object?["error"]?.object?["code"]
+            try await call(#"{"id":1,"method":"aria2.echo","params":{"a":1}}"#).0?.object?["error"]?.object?["code"]
                 == .int(-32602))
-        #expect(try call(#"{"method":"aria2.echo","params":["token:s3cret"]}"#).0 == nil)
+        #expect(try await call(#"{"method":"aria2.echo","params":["token:s3cret"]}"#).0 == nil)
         #expect(
-            try call(#"{"id":7,"method":"aria2.nothing","params":["token:s3cret"]}"#).0?.object?["error"]
+            try await call(#"{"id":7,"method":"aria2.nothing","params":["token:s3cret"]}"#).0?.object?["error"]
                 == ["code": .int(1), "message": "No such method: aria2.nothing"])
     }
 
     @Test("a batch answers each call in order; a wrong secret in one flags the whole answer")
-    func batch() throws {
-        let (answer, unauthorized) = try call(
+    func batch() async throws {
+        let (answer, unauthorized) = try await call(
             #"[{"id":1,"method":"aria2.echo","params":["token:s3cret","x"]},{"id":2,"method":"aria2.fail","params":["token:s3cret"]},{"id":3,"method":"aria2.echo","params":["token:bad"]}]"#
         )
         let answers = try #require(answer?.array)
@@ -69,8 +69,8 @@ struct RPCEndpointTests {
     }
 
     @Test("system.multicall: each call carries its own token; results in one-element arrays, failures as objects")
-    func multicall() throws {
-        let (answer, unauthorized) = try call(
+    func multicall() async throws {
+        let (answer, unauthorized) = try await call(
             #"{"id":"m","method":"system.multicall","params":[[{"methodName":"aria2.echo","params":["token:s3cret",5]},{"methodName":"aria2.fail","params":["token:s3cret"]},{"methodName":"aria2.echo","params":[]},{"methodName":"system.multicall","params":[[]]}]]}"#
         )
         let results = try #require(answer?.object?["result"]?.array)
@@ -82,7 +82,7 @@ struct RPCEndpointTests {
     }
 
     @Test("consecutive calls of a method answered together go as one run, in batches and multicalls alike")
-    func runs() throws {
+    func runs() async throws {
         let runs = Locked<[[JSON]]>([])
         let endpoint = RPCEndpoint(
             secret: RPCSecret("s3cret"),
@@ -96,11 +96,11 @@ struct RPCEndpointTests {
                 return calls.map { params in params.first == "bad" ? .failure(RPCError("refused")) : .success(params[0])
                 }
             })
-        func call(_ text: String) throws -> JSON? {
-            try endpoint.handle(Array(text.utf8)).answer.map { try JSON.parse($0) }
+        func call(_ text: String) async throws -> JSON? {
+            try await endpoint.handle(Array(text.utf8)).answer.map { try JSON.parse($0) }
         }
         // A multicall: two adds, an echo between runs, a wrong secret (no side effect, but it ends the run), two more.
-        let multicall = try call(
+        let multicall = try await call(
             #"{"id":1,"method":"system.multicall","params":[[{"methodName":"aria2.add","params":["token:s3cret","a"]},{"methodName":"aria2.add","params":["token:s3cret","bad"]},{"methodName":"aria2.echo","params":["token:s3cret","e"]},{"methodName":"aria2.add","params":["token:s3cret","c"]},{"methodName":"aria2.add","params":["token:nope","x"]},{"methodName":"aria2.add","params":["token:s3cret","d"]},{"methodName":"aria2.add","params":["token:s3cret","f"]}]]}"#
         )
         #expect(
@@ -112,7 +112,7 @@ struct RPCEndpointTests {
         #expect(runs.withLock { $0 } == [[["a"], ["bad"]], [["c"]], [["d"], ["f"]]])
         // A batch: a run with a notification in it (done, not answered), then an invalid request.
         runs.withLock { $0 = [] }
-        let batch = try call(
+        let batch = try await call(
             #"[{"id":1,"method":"aria2.add","params":["token:s3cret","g"]},{"method":"aria2.add","params":["token:s3cret","h"]},{"id":3,"method":"aria2.add","params":["token:s3cret","i"]},{"id":4}]"#
         )
         #expect(batch?.array?.count == 3)
@@ -122,7 +122,7 @@ struct RPCEndpointTests {
     }
 
     @Test("the secret is compared whole: a prefix, an extension or another length never matches")
-    func secretComparison() throws {
+    func secretComparison() async throws {
         let secret = try #require(RPCSecret("abc"))
         #expect(secret.matches("abc"))
         for wrong in ["", "ab", "abcd", "abd", "ABC", "abcabc"] { #expect(!secret.matches(wrong), "\(wrong)") }

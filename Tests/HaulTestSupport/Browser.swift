@@ -159,6 +159,20 @@ package final class Browser: Sendable {
         _ = try await command("POST", "element/\(reference)/value", ["text": keys])
     }
 
+    /// Saves what the window shows as `NAME.png` in the directory `$HAUL_SCREENSHOTS` names, which the README's
+    /// pictures come from (`HAUL_SCREENSHOTS=docs/screenshots swift test --filter "Dashboard|Fleet page"`); does
+    /// nothing without it.
+    package func screenshot(_ name: String) async throws {
+        guard let directory = ProcessInfo.processInfo.environment["HAUL_SCREENSHOTS"], !directory.isEmpty else {
+            return
+        }
+        guard let text = try await command("GET", "screenshot") as? String, let png = Data(base64Encoded: text) else {
+            throw Failure(description: "chromedriver sent no screenshot")
+        }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try png.write(to: URL(fileURLWithPath: directory).appendingPathComponent(name + ".png"))
+    }
+
     /// The console's messages at level SEVERE since the last call: script errors, failed loads, CSP refusals.
     package func consoleErrors() async throws -> [String] {
         let entries = try await command("POST", "se/log", ["type": "browser"]) as? [[String: Any]] ?? []

@@ -1,6 +1,7 @@
 // Haul's dashboard: the daemon's JSON-RPC (aria2's methods and haul.*) from a signed-in page. The page never holds
 // the secret: signing in gives a session cookie (HttpOnly) and a CSRF token, sent with every call. What changed is
 // pushed over the WebSocket (haul.subscribe); lists are read a page at a time, searched and counted on the daemon.
+// A daemon on a shared queue (haul daemon --db) is shown by fleet.js instead, which uses the calls and formats here.
 
 const PAGE_SIZE = 50;
 const CHART_SECONDS = 600;
@@ -21,14 +22,16 @@ let csrf = "";
 let speeds = [];
 let refreshing = null;
 let refreshAgain = false;
+// The fleet's view when the daemon drives a shared queue: what refresh() reads, instead of the downloads.
+let fleet = null;
 
-const $ = (id) => document.getElementById(id);
+export const $ = (id) => document.getElementById(id);
 
 // MARK: - Calls
 
-class RPCError extends Error {}
+export class RPCError extends Error {}
 
-async function call(method, ...params) {
+export async function call(method, ...params) {
   let response;
   try {
     response = await fetch("/jsonrpc", {
@@ -51,7 +54,7 @@ async function call(method, ...params) {
 }
 
 // Several calls in one request; each result or error in order.
-async function calls(list) {
+export async function calls(list) {
   if (list.length === 0) return [];
   const results = await call("system.multicall", list.map(([methodName, ...params]) => ({ methodName, params })));
   if (results.some((result) => !Array.isArray(result) && result.message === "Unauthorized")) {
@@ -62,7 +65,7 @@ async function calls(list) {
 }
 
 // The value of one of `calls`' results, or its error thrown.
-function valueOf(result) {
+export function valueOf(result) {
   if (result.error !== undefined) throw new RPCError(result.error);
   return result.value;
 }
@@ -126,9 +129,21 @@ $("signout").addEventListener("click", async () => {
   showSignIn();
 });
 
-function showApp() {
+async function showApp() {
   $("signin").hidden = true;
   $("app").hidden = false;
+  let features = [];
+  try {
+    features = (await call("aria2.getVersion")).enabledFeatures || [];
+  } catch (error) {
+    $("connection").textContent = error.message;
+  }
+  if (features.includes("fleet")) {
+    fleet = fleet || (await import("/fleet.js"));
+    fleet.show();
+    refresh();
+    return;
+  }
   openLive();
   loadLimits();
   refresh();
@@ -178,7 +193,7 @@ function closeLive() {
 
 // MARK: - Formatting
 
-function bytes(value) {
+export function bytes(value) {
   let number = Number(value);
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let unit = 0;
@@ -189,7 +204,7 @@ function bytes(value) {
   return `${unit === 0 ? number : number.toFixed(1)} ${units[unit]}`;
 }
 
-function duration(seconds) {
+export function duration(seconds) {
   if (!Number.isFinite(seconds)) return "—";
   if (seconds < 60) return `${Math.ceil(seconds)} s`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
@@ -251,14 +266,15 @@ async function readPage() {
 }
 
 // Reads what is shown again: one read at a time, one more after it when asked for meanwhile.
-function refresh() {
+export function refresh() {
   if (refreshing) {
     refreshAgain = true;
     return refreshing;
   }
   refreshing = (async () => {
     try {
-      if (view.name === "hosts") await showHosts();
+      if (fleet) await fleet.read();
+      else if (view.name === "hosts") await showHosts();
       else await showPage(await readPage());
       showStat(await call("aria2.getGlobalStat"));
     } catch (error) {
@@ -577,7 +593,7 @@ let lastStatTime = 0;
 
 // One point a second. Pushes come only when something changed: with none for two seconds, the stat is read.
 setInterval(async () => {
-  if ($("app").hidden) return;
+  if ($("app").hidden || fleet) return;
   if (Date.now() - lastStatTime > 2000) {
     try {
       showStat(await call("aria2.getGlobalStat"));
@@ -671,7 +687,7 @@ $("add-form").addEventListener("submit", async (event) => {
   refresh();
 });
 
-function showAddError(message) {
+export function showAddError(message) {
   $("add-error").textContent = message;
   $("add-error").hidden = false;
 }
