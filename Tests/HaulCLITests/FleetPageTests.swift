@@ -8,7 +8,7 @@ import Glibc
 #endif
 
 /// The fleet as its users run it: PostgreSQL, a `haul daemon --db -j 0` that downloads nothing itself, two
-/// `haul worker` processes, and the dashboard's fleet page in a real headless Chromium, checked against the test
+/// `haul worker` processes, and the dashboard's fleet page in real headless Chromium and Firefox, checked against the test
 /// server's own counters and the workers' directories.
 @Suite(
     "Fleet page in a browser", .serialized, .timeLimit(.minutes(4)),
@@ -47,8 +47,10 @@ struct FleetPageTests {
         try await browser.click("#fleet-states [data-state=\(state)]")
     }
 
-    @Test("two workers shown with what each holds; a pause stops on its worker; a killed worker is lost, its work back")
-    func fleet() async throws {
+    @Test(
+        "two workers shown with what each holds; a pause stops on its worker; a killed worker is lost, its work back",
+        arguments: Browser.Kind.allCases)
+    func fleet(_ kind: Browser.Kind) async throws {
         try await PostgresServer.withRunning { postgres in
             try await TestServer.withRunning { server in
                 let root = try TemporaryDirectory()
@@ -56,7 +58,7 @@ struct FleetPageTests {
                 let daemon = try await DaemonCommandTests.start(daemonDirectory, ["--db", postgres.url, "-j", "0"])
                 #expect(daemon.process.stderrSoFar.contains("downloading nothing here: -j 0"))
                 var workers: [HaulProcess] = []
-                let browser = try await Browser.start()
+                let browser = try await Browser.start(kind)
                 do {
                     try await browser.open("http://127.0.0.1:\(daemon.port)/")
                     try await browser.type(try #require(daemon.secret), into: "#secret")

@@ -5,8 +5,8 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
-/// The dashboard in a real headless Chromium (Debian's, through chromedriver), against a daemon and a test server
-/// on loopback: what a user does in the page, checked on the daemon, on the test server's own counters and on disk.
+/// The dashboard in real headless browsers, Debian's Chromium (through chromedriver) and Firefox ESR (through its
+/// Marionette), each test in both, against a daemon and a test server on loopback: what a user does in the page, checked on the daemon, on the test server's own counters and on disk.
 @Suite("Dashboard in a browser", .serialized, .timeLimit(.minutes(3)))
 struct DashboardBrowserTests {
     /// Every download row shown: gid, name, status, percent.
@@ -35,12 +35,12 @@ struct DashboardBrowserTests {
 
     /// A daemon (its secret `DaemonHarness.secret`), a test server and a browser, the page open and signed in.
     private func withDashboard(
-        maxConcurrent: Int = 4, signedIn: Bool = true, journal: (any Journal)? = nil,
+        _ kind: Browser.Kind, maxConcurrent: Int = 4, signedIn: Bool = true, journal: (any Journal)? = nil,
         _ body: (DaemonHarness, TestServer, Browser) async throws -> Void
     ) async throws {
         try await TestServer.withRunning { server in
             let harness = try await DaemonHarness(maxConcurrent: maxConcurrent, journal: journal)
-            let browser = try await Browser.start()
+            let browser = try await Browser.start(kind)
             do {
                 try await browser.open("http://\(harness.host)/")
                 try await browser.waitUntil("the sign-in form", "return !document.getElementById('signin').hidden")
@@ -64,9 +64,11 @@ struct DashboardBrowserTests {
         try await browser.waitUntil("the downloads shown", "return !document.getElementById('app').hidden")
     }
 
-    @Test("sign in: a wrong secret is refused and says so, the right one shows the downloads; signing out ends it")
-    func signingIn() async throws {
-        try await withDashboard(signedIn: false) { harness, _, browser in
+    @Test(
+        "sign in: a wrong secret is refused and says so, the right one shows the downloads; signing out ends it",
+        arguments: Browser.Kind.allCases)
+    func signingIn(_ browser: Browser.Kind) async throws {
+        try await withDashboard(browser, signedIn: false) { harness, _, browser in
             // By keyboard: the secret typed, Enter to send it.
             try await browser.type("wrong-secret", into: "#secret")
             try await browser.press("\u{E007}")
@@ -86,8 +88,7 @@ struct DashboardBrowserTests {
             // Light, and dark when the system is.
             let light =
                 try await browser.run("return getComputedStyle(document.documentElement).backgroundColor") as? String
-            try await browser.devTools(
-                "Emulation.setEmulatedMedia", ["features": [["name": "prefers-color-scheme", "value": "dark"]]])
+            try await browser.prefersDarkColors()
             let dark =
                 try await browser.run("return getComputedStyle(document.documentElement).backgroundColor") as? String
             #expect(light == "rgb(253, 253, 252)" && dark == "rgb(21, 23, 26)", "\(light ?? "") / \(dark ?? "")")
@@ -106,9 +107,11 @@ struct DashboardBrowserTests {
         }
     }
 
-    @Test("a daemon restarted under the page: the page says it was signed out, and is live again once signed in")
-    func restart() async throws {
-        try await withDashboard { harness, server, browser in
+    @Test(
+        "a daemon restarted under the page: the page says it was signed out, and is live again once signed in",
+        arguments: Browser.Kind.allCases)
+    func restart(_ browser: Browser.Kind) async throws {
+        try await withDashboard(browser) { harness, server, browser in
             // The RPC server restarted on its port (its sessions, kept in memory, are gone), the daemon kept.
             await harness.server.stop()
             // Asked for something while it is down, the page says so (a refused fetch is no script error).
@@ -134,6 +137,7 @@ struct DashboardBrowserTests {
                 // script error above all.
                 let errors = try await browser.consoleErrors().filter {
                     !$0.contains("net::ERR_CONNECTION_REFUSED") && !$0.contains("net::ERR_SOCKET_NOT_CONNECTED")
+                        && !$0.contains("Firefox can’t establish a connection to the server at ws://")
                 }
                 #expect(errors.isEmpty, "console errors: \(errors)")
                 let url = server.url(path: "/bytes/after.bin", query: ["size": "1000"]).absoluteString
@@ -150,9 +154,11 @@ struct DashboardBrowserTests {
         }
     }
 
-    @Test("two URLs added through the dialog: both bars move and reach done, the files on disk")
-    func addTwo() async throws {
-        try await withDashboard { harness, server, browser in
+    @Test(
+        "two URLs added through the dialog: both bars move and reach done, the files on disk",
+        arguments: Browser.Kind.allCases)
+    func addTwo(_ browser: Browser.Kind) async throws {
+        try await withDashboard(browser) { harness, server, browser in
             let urls = ["one", "two"].map {
                 server.url(path: "/bytes/\($0).bin", query: ["size": "300000", "rate": "100000"]).absoluteString
             }
@@ -182,10 +188,12 @@ struct DashboardBrowserTests {
         }
     }
 
-    @Test("pause and resume from the page: the server is asked for the rest with Range; remove from the page")
-    func pauseResumeRemove() async throws {
+    @Test(
+        "pause and resume from the page: the server is asked for the rest with Range; remove from the page",
+        arguments: Browser.Kind.allCases)
+    func pauseResumeRemove(_ browser: Browser.Kind) async throws {
         // The journal keeps what a resume needs (the partial's validator), as the daemon's own does.
-        try await withDashboard(journal: MemoryJournal()) { harness, server, browser in
+        try await withDashboard(browser, journal: MemoryJournal()) { harness, server, browser in
             let url = server.url(path: "/bytes/paused.bin", query: ["size": "400000", "rate": "100000"])
             let gid = try #require(try await harness.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
             let row = "tr[data-gid='\(gid)']"
@@ -231,9 +239,11 @@ struct DashboardBrowserTests {
         }
     }
 
-    @Test("a host's limit set in the page holds on the test server's own in-flight count")
-    func hostLimit() async throws {
-        try await withDashboard(maxConcurrent: 6) { harness, server, browser in
+    @Test(
+        "a host's limit set in the page holds on the test server's own in-flight count",
+        arguments: Browser.Kind.allCases)
+    func hostLimit(_ browser: Browser.Kind) async throws {
+        try await withDashboard(browser, maxConcurrent: 6) { harness, server, browser in
             func add(_ name: String, gate: String) async throws {
                 let url = server.url(path: "/bytes/\(name)", query: ["size": "1000", "hold": gate])
                 _ = try await harness.call("aria2.addUri", [[.string(url.absoluteString)]])
@@ -274,9 +284,11 @@ struct DashboardBrowserTests {
         }
     }
 
-    @Test("the search finds one download among 10,000 waiting, counted and paged on the daemon")
-    func search() async throws {
-        try await withDashboard { harness, server, browser in
+    @Test(
+        "the search finds one download among 10,000 waiting, counted and paged on the daemon",
+        arguments: Browser.Kind.allCases)
+    func search(_ browser: Browser.Kind) async throws {
+        try await withDashboard(browser) { harness, server, browser in
             var calls: [JSON] = []
             for index in 0..<10_000 {
                 let name = index == 6_789 ? "needle-report.pdf" : String(format: "file-%05d.bin", index)
@@ -310,9 +322,11 @@ struct DashboardBrowserTests {
         }
     }
 
-    @Test("a page of another origin cannot drive the API: its POSTs and WebSocket are refused, nothing is added")
-    func anotherOrigin() async throws {
-        try await withDashboard { harness, _, browser in
+    @Test(
+        "a page of another origin cannot drive the API: its POSTs and WebSocket are refused, nothing is added",
+        arguments: Browser.Kind.allCases)
+    func anotherOrigin(_ browser: Browser.Kind) async throws {
+        try await withDashboard(browser) { harness, _, browser in
             // A page of another origin on the same site (127.0.0.1, another port): SameSite lets the session
             // cookie go with its requests, so the daemon's Origin check and CSRF token are what stop it.
             let site = try TemporaryDirectory()
