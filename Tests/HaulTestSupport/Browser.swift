@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 package import Testing
 
 #if canImport(Glibc)
@@ -401,9 +400,10 @@ private func closeDescriptor(_ descriptor: Int32) { close(descriptor) }
 /// its answer `[1, id, error, result]`; one command at a time.
 final class Marionette: Sendable {
     private let descriptor: Int32
-    private let next = Mutex(1)
-    /// Held while a command is sent and its answer read: answers come in order, one per command.
+    /// Held while a command is sent and its answer read (answers come in order, one per command), and while
+    /// `nextID` is read and moved on.
     private let turn = NSLock()
+    private nonisolated(unsafe) var nextID = 1
 
     private init(descriptor: Int32) { self.descriptor = descriptor }
 
@@ -427,16 +427,14 @@ final class Marionette: Sendable {
 
     /// Runs `name` with `parameters`; its result, or its error thrown.
     func send(_ name: String, _ parameters: [String: Any]) async throws -> Any? {
-        let id = next.withLock { value in
-            defer { value += 1 }
-            return value
-        }
-        let body = try JSONSerialization.data(withJSONObject: [0, id, name, parameters] as [Any])
-        let message = Array("\(body.count):".utf8) + [UInt8](body)
+        // The command without its id, which is given under the lock: `[0, ID, NAME, PARAMETERS]`.
+        let tail = try JSONSerialization.data(withJSONObject: [name, parameters] as [Any]).dropFirst()
         let bytes = try await onOwnThread { [self] () throws -> [UInt8] in
             turn.lock()
             defer { turn.unlock() }
-            writeAll(descriptor, message)
+            let body = Array("[0,\(nextID),".utf8) + tail
+            nextID += 1
+            writeAll(descriptor, Array("\(body.count):".utf8) + body)
             return try readMessage()
         }
         guard let answer = try JSONSerialization.jsonObject(with: Data(bytes)) as? [Any], answer.count == 4 else {
