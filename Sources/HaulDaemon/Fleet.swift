@@ -193,13 +193,14 @@ public final class Fleet: Sendable {
 
     /// `getGlobalStat`: counts, and the pace of the last minute as the download speed.
     private func globalStat() async throws(RPCError) -> JSON {
-        let status = try await database { try await self.queue.status(failures: 0) }
+        let (counts, pace) = try await database { (try await self.queue.counts(), try await self.queue.pace()) }
+        func count(_ states: SharedDownloadState...) -> JSON {
+            .string(String(states.reduce(0) { $0 + (counts[$1] ?? 0) }))
+        }
         return [
-            "downloadSpeed": .string(String(Int64(status.bytesPerSecond))), "uploadSpeed": "0",
-            "numActive": .string(String(status.running)),
-            "numWaiting": .string(String(status.waiting + status.paused)),
-            "numStopped": .string(String(status.done + status.failed + status.cancelled)),
-            "numStoppedTotal": .string(String(status.done + status.failed + status.cancelled)),
+            "downloadSpeed": .string(String(Int64(pace.bytesPerSecond))), "uploadSpeed": "0",
+            "numActive": count(.running), "numWaiting": count(.waiting, .paused),
+            "numStopped": count(.done, .failed, .cancelled), "numStoppedTotal": count(.done, .failed, .cancelled),
         ]
     }
 

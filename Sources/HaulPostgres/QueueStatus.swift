@@ -112,20 +112,7 @@ extension SharedQueue {
             default: break
             }
         }
-        let window = 60.0
-        for (files, bytes, span) in try await rows(
-            """
-            SELECT count(*)::bigint, coalesce(sum(size), 0)::bigint,
-                coalesce(extract(epoch FROM now() - min(finished_at)), 0)::double precision
-            FROM haul_download
-            WHERE queue = \(name) AND finished_at > now() - interval '60 seconds' AND state = 'done'
-            """, "reading the pace", as: (Int64, Int64, Double).self)
-        {
-            // A run younger than the window is paced over its own length.
-            let seconds = min(window, max(span, 1))
-            status.filesPerSecond = Double(files) / seconds
-            status.bytesPerSecond = Double(bytes) / seconds
-        }
+        (status.filesPerSecond, status.bytesPerSecond) = try await pace()
         if status.filesPerSecond > 0 {
             status.etaSeconds = Double(status.waiting + status.running) / status.filesPerSecond
         }
@@ -138,6 +125,23 @@ extension SharedQueue {
             """, "reading the failures", as: (String, String, Int32, String).self
         ).map { QueueStatus.Failure(url: $0.0, path: $0.1, attempts: Int($0.2), reason: $0.3) }
         return status
+    }
+
+    /// Files and bytes per second published over the last minute (a run younger than that over its own length).
+    public func pace() async throws -> (filesPerSecond: Double, bytesPerSecond: Double) {
+        let window = 60.0
+        for (files, bytes, span) in try await rows(
+            """
+            SELECT count(*)::bigint, coalesce(sum(size), 0)::bigint,
+                coalesce(extract(epoch FROM now() - min(finished_at)), 0)::double precision
+            FROM haul_download
+            WHERE queue = \(name) AND finished_at > now() - interval '60 seconds' AND state = 'done'
+            """, "reading the pace", as: (Int64, Int64, Double).self)
+        {
+            let seconds = min(window, max(span, 1))
+            return (Double(files) / seconds, Double(bytes) / seconds)
+        }
+        return (0, 0)
     }
 
     private func hosts() async throws(SharedQueueError) -> [QueueStatus.Host] {

@@ -203,7 +203,7 @@ extension SharedQueue {
             FROM haul_download d LEFT JOIN haul_worker w ON w.id = d.worker_id
             WHERE d.queue = \(name) AND (d.id = \(id ?? -1) OR d.path = \(path ?? "")
                 OR (\(id == nil && path == nil) AND d.state = ANY(\(names)::text[])))
-            ORDER BY CASE WHEN \(ended) THEN -d.id ELSE d.id END
+            ORDER BY d.id \(unescaped: ended ? "DESC" : "ASC")
             OFFSET \(Int64(max(0, offset))) LIMIT \(Int64(max(0, limit)))
             """, id == nil && path == nil ? "listing downloads" : "reading a download",
             as: (
