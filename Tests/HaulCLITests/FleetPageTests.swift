@@ -173,4 +173,33 @@ struct FleetPageTests {
             }
         }
     }
+
+    @Test("haul daemon --db -j N is a worker too: an added download lands in its directory; -i is refused with --db")
+    func daemonAsWorker() async throws {
+        try await PostgresServer.withRunning { postgres in
+            try await TestServer.withRunning { server in
+                let directory = try TemporaryDirectory()
+                let daemon = try await DaemonCommandTests.start(directory, ["--db", postgres.url, "-j", "2"])
+                let url = server.url(path: "/bytes/here.bin", query: ["size": "5000"]).absoluteString
+                let gid = try #require(
+                    try await daemon.result("aria2.addUri", [[url], ["dir": "in/sub"]]) as? String)
+                try await eventuallyAsync("the download complete", within: .seconds(30)) {
+                    let status = try? await daemon.result("aria2.tellStatus", [gid, ["status"]]) as? [String: Any]
+                    return status?["status"] as? String == "complete"
+                }
+                let size = try? FileManager.default.attributesOfItem(atPath: directory.path + "/in/sub/here.bin")[.size]
+                #expect(size as? Int == 5000)
+                let worker = try await daemon.result("aria2.tellStatus", [gid, ["worker"]]) as? [String: Any]
+                #expect((worker?["worker"] as? String)?.hasSuffix(":\(daemon.process.pid)") == true, "\(worker ?? [:])")
+                daemon.process.send(SIGTERM)
+                let ended = await daemon.process.finish()
+                #expect(ended.status == 0, "\(ended)")
+
+                let refused = try await HaulProcess(["daemon", "--db", postgres.url, "-i", "list.txt"]).finish()
+                #expect(refused.status != 0 && refused.stderr.contains("-i/--input-file is not available with --db"))
+                let zero = try await HaulProcess(["daemon", "-j", "0"]).finish()
+                #expect(zero.stderr.contains("-j/--max-concurrent must be at least 1, not 0"), "\(zero)")
+            }
+        }
+    }
 }
