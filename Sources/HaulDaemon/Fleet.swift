@@ -3,7 +3,7 @@ import Haul
 public import HaulPostgres
 
 /// The daemon as the control plane of a fleet (`haul daemon --db`): aria2's RPC and the dashboard over a PostgreSQL
-/// ``SharedQueue`` whose ``SharedQueueWorker``s (`haul worker`, on any machine) do the downloading.
+/// `SharedQueue` whose `SharedQueueWorker`s (`haul worker`, on any machine) do the downloading.
 ///
 /// `aria2.addUri` enqueues; the lists and `tellStatus` read the shared queue (a running download names its worker);
 /// pause, resume and remove act on the queue, so every worker obeys them (a running download stops at its worker's

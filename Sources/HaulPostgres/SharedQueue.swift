@@ -4,7 +4,7 @@ import HaulOperations
 import PostgresNIO
 
 /// A download queue in PostgreSQL that many workers share, on one machine or many: producers enqueue
-/// downloads, ``SharedQueueWorker``s claim and run them with the whole engine, and anyone reads ``status(failures:)``.
+/// downloads, ``SharedQueueWorker``s claim and run them with the whole engine, and anyone reads ``status(failures:stoppedWithin:)``.
 ///
 /// Several named queues may live in one database (``name``); each has its own per-host settings
 /// (``HostSettings``), counted across all its workers.

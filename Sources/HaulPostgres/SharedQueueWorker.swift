@@ -49,7 +49,7 @@ public final class SharedQueueWorker: Sendable {
         /// Downloads claimed beyond the free slots, so that a claim statement serves several downloads.
         public var claimAhead: Int
         /// Credentials sent (HTTP Basic) to the origin of every claimed download's URL, and to no other (they become
-        /// each request's ``DownloadRequest/credentials``); never stored in the database.
+        /// each request's `DownloadRequest.credentials`); never stored in the database.
         public var credentials: Credentials?
 
         /// Creates a configuration.
