@@ -240,6 +240,10 @@ package final class Browser: Sendable {
             _ = try await connection.privileged(
                 "Services.prefs.setIntPref('layout.css.prefers-color-scheme.content-override', 0);")
         }
+        // Firefox tells its page processes of the setting a moment later.
+        try await waitUntil(
+            "the page told of dark colours", within: .seconds(10),
+            "return window.matchMedia('(prefers-color-scheme: dark)').matches")
     }
 
     /// Sends `keys` (WebDriver's key codes: "\u{E007}" is Enter, "\u{E004}" Tab, "\u{E014}" the right arrow) to the
