@@ -458,33 +458,38 @@ $("bulk").addEventListener("click", async (event) => {
   await perform(action, downloads);
 });
 
-function selectState(tab) {
-  for (const other of $("states").children) {
-    other.setAttribute("aria-selected", String(other === tab));
-    other.tabIndex = other === tab ? 0 : -1;
-  }
-  view.state = tab.dataset.state;
-  view.offset = 0;
-  refresh();
+// A tablist as a keyboard expects it: one stop for Tab, the arrows (and Home, End) moving between the tabs, each tab
+// chosen by click or key selected and its `data-state` handed to `select`.
+export function tabList(list, select) {
+  const choose = (tab) => {
+    for (const other of list.children) {
+      other.setAttribute("aria-selected", String(other === tab));
+      other.tabIndex = other === tab ? 0 : -1;
+    }
+    select(tab.dataset.state);
+  };
+  list.addEventListener("click", (event) => {
+    if (event.target.dataset.state) choose(event.target);
+  });
+  list.addEventListener("keydown", (event) => {
+    const tabs = [...list.children];
+    const index = tabs.indexOf(document.activeElement);
+    if (index < 0) return;
+    const next = { ArrowRight: index + 1, ArrowLeft: index - 1, Home: 0, End: tabs.length - 1 }[event.key];
+    if (next === undefined) return;
+    event.preventDefault();
+    const tab = tabs[(next + tabs.length) % tabs.length];
+    tab.focus();
+    choose(tab);
+  });
+  for (const tab of list.children) tab.tabIndex = tab.getAttribute("aria-selected") === "true" ? 0 : -1;
 }
 
-$("states").addEventListener("click", (event) => {
-  if (event.target.dataset.state) selectState(event.target);
+tabList($("states"), (state) => {
+  view.state = state;
+  view.offset = 0;
+  refresh();
 });
-
-// The tabs as a keyboard expects them: one stop for Tab, the arrows (and Home, End) moving between them.
-$("states").addEventListener("keydown", (event) => {
-  const tabs = [...$("states").children];
-  const index = tabs.indexOf(document.activeElement);
-  if (index < 0) return;
-  const next = { ArrowRight: index + 1, ArrowLeft: index - 1, Home: 0, End: tabs.length - 1 }[event.key];
-  if (next === undefined) return;
-  event.preventDefault();
-  const tab = tabs[(next + tabs.length) % tabs.length];
-  tab.focus();
-  selectState(tab);
-});
-for (const tab of $("states").children) tab.tabIndex = tab.getAttribute("aria-selected") === "true" ? 0 : -1;
 
 let searchTimer = null;
 $("search").addEventListener("input", () => {

@@ -4,7 +4,7 @@
 // daemon (haul.fleet, haul.fleetDownloads), read every two seconds while the page is shown: a summary and one page
 // of fifty, whatever the queue holds.
 
-import { $, bytes, call, calls, duration, refresh, RPCError } from "/app.js";
+import { $, bytes, call, calls, duration, refresh, RPCError, tabList } from "/app.js";
 
 const PAGE_SIZE = 50;
 const view = { state: "active", offset: 0, total: 0, rows: new Map(), selected: new Set() };
@@ -207,33 +207,12 @@ $("fleet-retry-failed").addEventListener("click", async () => {
   await refresh();
 });
 
-function selectState(tab) {
-  for (const other of $("fleet-states").children) {
-    other.setAttribute("aria-selected", String(other === tab));
-    other.tabIndex = other === tab ? 0 : -1;
-  }
-  view.state = tab.dataset.state;
+tabList($("fleet-states"), (state) => {
+  view.state = state;
   view.offset = 0;
   view.selected.clear();
   refresh();
-}
-
-$("fleet-states").addEventListener("click", (event) => {
-  if (event.target.dataset.state) selectState(event.target);
 });
-
-$("fleet-states").addEventListener("keydown", (event) => {
-  const tabs = [...$("fleet-states").children];
-  const index = tabs.indexOf(document.activeElement);
-  if (index < 0) return;
-  const next = { ArrowRight: index + 1, ArrowLeft: index - 1, Home: 0, End: tabs.length - 1 }[event.key];
-  if (next === undefined) return;
-  event.preventDefault();
-  const tab = tabs[(next + tabs.length) % tabs.length];
-  tab.focus();
-  selectState(tab);
-});
-for (const tab of $("fleet-states").children) tab.tabIndex = tab.getAttribute("aria-selected") === "true" ? 0 : -1;
 
 $("fleet-previous").addEventListener("click", () => {
   view.offset = Math.max(0, view.offset - PAGE_SIZE);
