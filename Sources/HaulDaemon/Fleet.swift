@@ -205,11 +205,11 @@ public final class Fleet: Sendable {
     }
 
     /// `haul.fleet()`: the fleet page's view: counts, workers (stopped and lost ones for ten minutes), hosts, the
-    /// queue's throughput every 10 seconds over ten minutes, the first failures, and the per-host limit.
+    /// queue's throughput every 10 seconds over ten minutes, and the per-host limit (failures are the error list's).
     private func overview() async throws(RPCError) -> JSON {
         let (status, samples, settings) = try await database {
             (
-                try await self.queue.status(failures: 20, stoppedWithin: .seconds(600)),
+                try await self.queue.status(failures: 0, stoppedWithin: .seconds(600)),
                 try await self.queue.throughput(last: .seconds(600), every: .seconds(10)),
                 try await self.queue.hostSettings()
             )
