@@ -28,6 +28,7 @@ let package = Package(
         .library(name: "HaulPostgres", targets: ["HaulPostgres"]),
         .library(name: "HaulTestServer", targets: ["HaulTestServer"]),
         .library(name: "HaulDaemon", targets: ["HaulDaemon"]),
+        .library(name: "HaulMetrics", targets: ["HaulMetrics"]),
         .executable(name: "haul", targets: ["haul"]),
     ],
     dependencies: [
@@ -49,6 +50,11 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         // PostgreSQL: the queue many workers share (HaulPostgres).
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // Metrics (`/metrics`): swift-metrics' API, exposed in Prometheus's text format by swift-prometheus.
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // `haul daemon` and `haul worker` as services: SIGTERM becomes a graceful shutdown, bounded in time.
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         // `swift package generate-documentation` for the DocC catalogs (.ci/run builds them).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -147,6 +153,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                // A worker's claims, claim latency, lease renewals and database errors, to a factory it is given.
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
         .testTarget(
@@ -190,6 +198,29 @@ let package = Package(
             ]
         ),
 
+        // Metrics and health of a running queue: what a DownloadQueue does, as swift-metrics counters and gauges in a
+        // registry of its own, served in Prometheus's text format with `/healthz` and `/readyz` (MonitoringEndpoint)
+        // by any HTTP server, or by MonitoringServer (swift-nio's HTTP/1.1) on a listener of its own.
+        .target(
+            name: "HaulMetrics",
+            dependencies: [
+                "Haul", "HaulOperations",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "HaulMetricsTests",
+            dependencies: [
+                "HaulMetrics", "Haul", "HaulNIO", "HaulTestServer", "HaulTestSupport",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+            ]
+        ),
+
         // `haul`'s commands, option groups and displays; a library so that tests parse arguments in process.
         .target(
             name: "HaulCommandLine",
@@ -198,7 +229,8 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulPostgres",
-                "HaulTestServer", "HaulDaemon",
+                "HaulTestServer", "HaulDaemon", "HaulMetrics",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 // `--transport urlsession` where URLSession is the system's own; on Linux it would bring libcurl in.
                 .target(
                     name: "HaulURLSession",
@@ -226,6 +258,8 @@ let package = Package(
                 // The dashboard's session tokens are looked up by their digest.
                 .product(name: "Crypto", package: "swift-crypto"),
                 "HaulDashboardAssets",
+                // `/metrics`, `/healthz` and `/readyz` on the RPC's listener.
+                "HaulMetrics",
             ]
         ),
         // The dashboard's page, style and script, readable files under `assets/` compiled into the binary with C23's

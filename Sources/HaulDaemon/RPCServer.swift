@@ -2,6 +2,7 @@ import Foundation
 public import NIOCore
 import NIOHTTP1
 import HaulOperations
+public import HaulMetrics
 import NIOPosix
 import NIOSSL
 import NIOWebSocket
@@ -91,9 +92,10 @@ public final class RPCServer: Sendable {
 
     /// Starts serving `endpoint` on `host`:`port` (0 picks a free port) on `group` (NIO's shared one by default),
     /// over TLS when `tls` is given.
+    /// `monitoring`, when given, answers `/metrics`, `/healthz` and `/readyz` (after the same `Host` check).
     public static func start(
         endpoint: RPCEndpoint, host: String, port: Int, access: RPCAccess = RPCAccess(), tls: RPCTLS? = nil,
-        group: (any EventLoopGroup)? = nil
+        monitoring: MonitoringEndpoint? = nil, group: (any EventLoopGroup)? = nil
     ) async throws -> RPCServer {
         let group = group ?? MultiThreadedEventLoopGroup.singleton
         let checks = Locked<RequestChecks?>(nil)
@@ -146,8 +148,8 @@ public final class RPCServer: Sendable {
                     )
                     try channel.pipeline.syncOperations.addHandler(
                         RPCConnectionHandler(
-                            endpoint: endpoint, checks: checks, access: access, dashboard: dashboard, secure: tls != nil
-                        ))
+                            endpoint: endpoint, checks: checks, access: access, dashboard: dashboard,
+                            monitoring: monitoring, secure: tls != nil))
                 }
             }
             .bind(host: host, port: port).get()
@@ -383,17 +385,22 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     let checks: RequestChecks
     let access: RPCAccess
     let dashboard: DashboardSessions
+    let monitoring: MonitoringEndpoint?
     /// Served over TLS: the session cookie is marked `Secure`.
     let secure: Bool
     private var head: HTTPRequestHead?
     private var body: ByteBuffer?
     private var tooLarge = false
 
-    init(endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess, dashboard: DashboardSessions, secure: Bool) {
+    init(
+        endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess, dashboard: DashboardSessions,
+        monitoring: MonitoringEndpoint?, secure: Bool
+    ) {
         self.endpoint = endpoint
         self.checks = checks
         self.access = access
         self.dashboard = dashboard
+        self.monitoring = monitoring
         self.secure = secure
     }
 
@@ -430,6 +437,23 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         }
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
         if path == "/session" { return session(head: head, body: body, origin: origin, context: context) }
+        if let monitoring, MonitoringEndpoint.serves(path) {
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            let (method, authorization) = (head.method.rawValue, head.headers.first(name: "authorization"))
+            let loop = context.eventLoop
+            Task {
+                guard let answer = await monitoring.respond(method: method, path: path, authorization: authorization)
+                else { return }
+                loop.execute {
+                    let (handler, context) = bound.value
+                    handler.write(
+                        status: HTTPResponseStatus(statusCode: answer.status),
+                        bytes: head.method == .HEAD ? [] : answer.body,
+                        type: nil, extra: HTTPHeaders(answer.headers), head: head, origin: nil, context: context)
+                }
+            }
+            return
+        }
         guard path == "/jsonrpc" else {
             guard head.method == .GET, let file = DashboardFiles.byPath[path] else {
                 return write(status: .notFound, text: "not found\n", head: head, origin: origin, context: context)

@@ -1,0 +1,154 @@
+import Foundation
+import HaulOperations
+public import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// ``MonitoringEndpoint``'s three paths on a listener of their own (`haul worker --metrics-listen`), on swift-nio's
+/// HTTP/1.1. Anything else is 404; bodies are not read (a request with one larger than 64 KiB is refused and its
+/// connection closed).
+///
+/// A request must name the server in its `Host` by an IP address or `localhost` unless the endpoint asks for a bearer
+/// token: without one, a page of another site that reached the listener through DNS rebinding (its own name resolved
+/// to this address) would read the metrics, which name the hosts being downloaded from. Prometheus scrapes by the
+/// address it was given, which passes.
+public final class MonitoringServer: Sendable {
+    /// Where the server listens.
+    public let address: SocketAddress
+    /// The port it listens on.
+    public var port: Int { address.port ?? 0 }
+    private let channel: any Channel
+
+    /// Starts serving `endpoint` on `host`:`port` (0 picks a free port).
+    public static func start(
+        endpoint: MonitoringEndpoint, host: String, port: Int, requiresAddressHost: Bool,
+        group: (any EventLoopGroup)? = nil
+    ) async throws -> MonitoringServer {
+        let channel = try await ServerBootstrap(group: group ?? MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(ChannelOptions.backlog, value: 64)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: true)
+                    try channel.pipeline.syncOperations.addHandler(
+                        MonitoringHandler(endpoint: endpoint, requiresAddressHost: requiresAddressHost))
+                }
+            }
+            .bind(host: host, port: port).get()
+        guard let address = channel.localAddress else {
+            try? await channel.close()
+            throw ChannelError.unknownLocalAddress
+        }
+        return MonitoringServer(address: address, channel: channel)
+    }
+
+    private init(address: SocketAddress, channel: any Channel) {
+        self.address = address
+        self.channel = channel
+    }
+
+    /// Stops listening.
+    public func stop() async {
+        try? await channel.close()
+    }
+
+    /// Whether a `Host` header names its server by an address or `localhost` (a DNS name could be a rebinding one).
+    static func namesAnAddress(_ host: String) -> Bool {
+        var name = Substring(host.lowercased())
+        if name.hasPrefix("[") {
+            guard let end = name.firstIndex(of: "]") else { return false }
+            return IPv6Address.isLiteral(name[name.index(after: name.startIndex)..<end])
+        }
+        if let colon = name.lastIndex(of: ":") { name = name[..<colon] }
+        if name == "localhost" { return true }
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts.allSatisfy { part in UInt8(part) != nil && !part.isEmpty }
+    }
+}
+
+enum IPv6Address {
+    static func isLiteral(_ text: Substring) -> Bool {
+        !text.isEmpty && text.contains(":") && text.allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." }
+    }
+}
+
+private final class MonitoringHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    let endpoint: MonitoringEndpoint
+    let requiresAddressHost: Bool
+    private var head: HTTPRequestHead?
+    private var bodyBytes = 0
+
+    init(endpoint: MonitoringEndpoint, requiresAddressHost: Bool) {
+        self.endpoint = endpoint
+        self.requiresAddressHost = requiresAddressHost
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+            bodyBytes = 0
+        case .body(let part):
+            bodyBytes += part.readableBytes
+            if bodyBytes > 64 << 10, let head {
+                self.head = nil
+                write(MonitoringEndpoint.text(413, "no body is read here\n"), head: head, close: true, context: context)
+            }
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            respond(to: head, context: context)
+        }
+    }
+
+    private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
+        if requiresAddressHost, !MonitoringServer.namesAnAddress(head.headers.first(name: "host") ?? "") {
+            return write(
+                MonitoringEndpoint.text(403, "the Host header must name this server by its address\n"), head: head,
+                close: false, context: context)
+        }
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        let endpoint = endpoint
+        let (method, uri, authorization) = (head.method.rawValue, head.uri, head.headers.first(name: "authorization"))
+        Task {
+            let answer =
+                await endpoint.respond(method: method, path: uri, authorization: authorization)
+                ?? MonitoringEndpoint.text(404, "not found: /metrics, /healthz and /readyz are served here\n")
+            loop.execute {
+                let (handler, context) = bound.value
+                handler.write(answer, head: head, close: false, context: context)
+            }
+        }
+    }
+
+    private func write(
+        _ answer: MonitoringEndpoint.Response, head: HTTPRequestHead, close: Bool, context: ChannelHandlerContext
+    ) {
+        var headers = HTTPHeaders(answer.headers)
+        headers.add(name: "Content-Length", value: String(answer.body.count))
+        let keepAlive = head.isKeepAlive && !close
+        headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")
+        let status = HTTPResponseStatus(statusCode: answer.status)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+            promise: nil)
+        if head.method != .HEAD, !answer.body.isEmpty {
+            context.write(
+                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: answer.body)))), promise: nil)
+        }
+        let done = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: done)
+        if !keepAlive {
+            let channel = context.channel
+            done.futureResult.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}
