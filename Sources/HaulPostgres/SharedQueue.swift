@@ -144,6 +144,15 @@ public final class SharedQueue: Sendable {
     }
 
     /// Makes sure the queue has its row (so that its settings apply to hosts added later).
+    /// Throws unless the database answers a query within `timeout` (a readiness check: `/readyz`).
+    public func checkReachable(within timeout: Duration = .seconds(3)) async throws(SharedQueueError) {
+        let client = client
+        let logger = logger
+        try await perform("checking that the database answers", timeout: timeout) {
+            try await client.query("SELECT 1", logger: logger)
+        }
+    }
+
     func ensureQueueRow() async throws(SharedQueueError) {
         try await execute(
             "INSERT INTO haul_queue (name) VALUES (\(name)) ON CONFLICT (name) DO NOTHING", "registering the queue")

@@ -1,6 +1,8 @@
+public import CoreMetrics
 public import Foundation
 public import Haul
 import HaulOperations
+public import Logging
 import PostgresNIO
 
 /// A worker of a ``SharedQueue``: claims downloads in batches, runs them through a `DownloadQueue` with every rule of
@@ -51,6 +53,14 @@ public final class SharedQueueWorker: Sendable {
         /// Credentials sent (HTTP Basic) to the origin of every claimed download's URL, and to no other (they become
         /// each request's `DownloadRequest.credentials`); never stored in the database.
         public var credentials: Credentials?
+        /// Where the worker's own metrics go (swift-metrics), `nil` for none: `haul_worker_claims_total` (downloads
+        /// claimed), `haul_worker_claim_seconds` (each claim statement's latency), `haul_worker_lease_renewals_total`,
+        /// `haul_worker_database_errors_total` (statements that failed or went unanswered) and `haul_retries_total`
+        /// (failures sent back for another attempt).
+        public var metricsFactory: (any MetricsFactory)?
+        /// Where each download's end is logged, with its `download.id` in the queue, `download.url` (no credentials)
+        /// and `download.path` as metadata: info for a file published, warning for a failure. Logs nothing by default.
+        public var logger: Logger
 
         /// Creates a configuration.
         public init(
@@ -68,6 +78,7 @@ public final class SharedQueueWorker: Sendable {
             self.pollInterval = pollInterval
             self.completionDelay = completionDelay
             self.claimAhead = claimAhead ?? max(1, maxConcurrent)
+            self.logger = Logger(label: "haul.worker", factory: { _ in SwiftLogNoOpLogHandler() })
         }
     }
 
@@ -76,6 +87,7 @@ public final class SharedQueueWorker: Sendable {
     /// How this worker works.
     public let configuration: Configuration
     let runner: ClaimRunner
+    let metrics: WorkerMetrics?
     private let eventStream: AsyncStream<WorkerEvent>
     private let eventSink: AsyncStream<WorkerEvent>.Continuation
 
@@ -103,7 +115,14 @@ public final class SharedQueueWorker: Sendable {
         self.queue = queue
         self.runner = runner
         self.configuration = configuration
+        self.metrics = configuration.metricsFactory.map(WorkerMetrics.init(factory:))
         (eventStream, eventSink) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+    }
+
+    /// The download queue the worker runs its claims through (`nil` for a worker without downloads), for metrics of
+    /// its own.
+    package var downloads: DownloadQueue? {
+        if case .engine(let downloads) = runner { downloads } else { nil }
     }
 
     /// A worker whose downloads do nothing and succeed at once: what is left is the queue's own cost (claims,
@@ -132,6 +151,7 @@ public final class SharedQueueWorker: Sendable {
                     name: configuration.name, directory: configuration.directory.path, lease: configuration.lease)
                 registrationFailures = 0
             } catch {
+                metrics?.databaseErrors.increment()
                 registrationFailures += 1
                 if registrationFailures == 1 { emit(.databaseUnreachable(reason: error.message)) }
                 try? await Task.sleep(for: min(configuration.pollInterval * registrationFailures, .seconds(5)))
@@ -200,4 +220,21 @@ enum ClaimRunner: Sendable {
     case engine(DownloadQueue)
     /// Not at all: each succeeds at once.
     case noOp
+}
+
+/// The worker's own metrics (``SharedQueueWorker/Configuration/metricsFactory``).
+struct WorkerMetrics: Sendable {
+    let claims: Counter
+    let claimLatency: CoreMetrics.Timer
+    let leaseRenewals: Counter
+    let databaseErrors: Counter
+    let retries: Counter
+
+    init(factory: any MetricsFactory) {
+        claims = Counter(label: "haul_worker_claims_total", factory: factory)
+        claimLatency = CoreMetrics.Timer(label: "haul_worker_claim_seconds", factory: factory)
+        leaseRenewals = Counter(label: "haul_worker_lease_renewals_total", factory: factory)
+        databaseErrors = Counter(label: "haul_worker_database_errors_total", factory: factory)
+        retries = Counter(label: "haul_retries_total", factory: factory)
+    }
 }

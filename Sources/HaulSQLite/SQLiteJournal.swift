@@ -285,6 +285,16 @@ public final class SQLiteJournal: Journal {
         }
     }
 
+    /// Throws when the journal cannot be read: its database file is gone from its directory, or a read fails (a
+    /// readiness check: `haul worker`'s and `haul daemon`'s `/readyz`).
+    public func checkReadable() throws {
+        let path = pool.path
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: path])
+        }
+        _ = try pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") }
+    }
+
     /// The record stored for `key`, if any: one query by the table's key, however many rows it holds (the request
     /// decoded only for a record that has one, which a completed one does not).
     ///

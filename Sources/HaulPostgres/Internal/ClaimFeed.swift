@@ -1,3 +1,4 @@
+import CoreMetrics
 import Foundation
 import Haul
 import HaulOperations
@@ -50,7 +51,13 @@ struct ClaimFeed: AsyncSequence, Sendable {
                     return request
                 case .claim(let limit):
                     do {
+                        let asked = ContinuousClock.now
                         let claims = try await run.queue.claim(worker: run.id, limit: limit)
+                        if let metrics = run.worker.metrics {
+                            metrics.claimLatency.recordNanoseconds(
+                                Int64((ContinuousClock.now - asked) / .nanoseconds(1)))
+                            metrics.claims.increment(by: claims.count)
+                        }
                         run.reachable()
                         if !claims.isEmpty {
                             crowded = 0

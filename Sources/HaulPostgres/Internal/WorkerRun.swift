@@ -1,6 +1,8 @@
+import CoreMetrics
 import Foundation
 import Haul
 import HaulOperations
+import Logging
 import PostgresNIO
 
 /// One registration of a worker: from its claim of a lease to its stop, the loss of its lease, or an empty queue.
@@ -204,6 +206,7 @@ final class WorkerRun: Sendable {
             completion = Completion(
                 id: claim.id, kind: .done, path: claim.path, size: result.size, sha256: result.sha256 ?? "")
             report.withLock { $0.done += 1 }
+            log(.info, result.skipped ? "skipped: already there" : "done", claim, request, ["size": "\(result.size)"])
             worker.emit(
                 .finished(
                     path: claim.path, url: request.url.absoluteString, size: result.size, sha256: result.sha256,
@@ -220,11 +223,9 @@ final class WorkerRun: Sendable {
             back.delay = configuration.lease / 3
             completion = back
             report.withLock { $0.retried += 1 }
-            worker.emit(
-                .failed(
-                    path: claim.path, url: request.url.absoluteString,
-                    reason: "another process is writing its partial (a worker past its lease?); back to the queue",
-                    willRetry: true))
+            let reason = "another process is writing its partial (a worker past its lease?); back to the queue"
+            log(.warning, "failed: \(reason)", claim, request, ["will_retry": "true"])
+            worker.emit(.failed(path: claim.path, url: request.url.absoluteString, reason: reason, willRetry: true))
         case .failure(let error):
             // The engine's rule, with the attempts the database counts.
             let decision = configuration.retryPolicy.decision(
@@ -237,11 +238,30 @@ final class WorkerRun: Sendable {
             failure.hostHold = decision.hostHold ?? .zero
             completion = failure
             report.withLock { if retries { $0.retried += 1 } else { $0.failed += 1 } }
+            if retries { worker.metrics?.retries.increment() }
+            log(
+                retries ? .warning : .error, "failed: \(Self.reason(error))", claim, request,
+                ["will_retry": "\(retries)", "attempt": "\(claim.attempt)"])
             worker.emit(
                 .failed(
                     path: claim.path, url: request.url.absoluteString, reason: Self.reason(error), willRetry: retries))
         }
         add(completion)
+    }
+
+    /// Logs a download's end with its identity as metadata (``SharedQueueWorker/Configuration/logger``).
+    private func log(
+        _ level: Logger.Level, _ message: String, _ claim: Claim, _ request: DownloadRequest,
+        _ extra: [String: String] = [:]
+    ) {
+        let logger = configuration.logger
+        guard logger.logLevel <= level else { return }
+        var metadata: Logger.Metadata = [
+            "download.id": "\(claim.id)", "download.url": "\(request.url.redactedString)",
+            "download.path": "\(claim.path)",
+        ]
+        for (key, value) in extra { metadata[key] = .string(value) }
+        logger.log(level: level, "\(message)", metadata: metadata)
     }
 
     /// Makes the directories of a claim's `path` (relative, checked by ``SharedDownload``) under the worker's
@@ -352,6 +372,7 @@ final class WorkerRun: Sendable {
     }
 
     func unreachable(_ error: any Error) {
+        worker.metrics?.databaseErrors.increment()
         let first = state.withLock { state in
             defer { state.unreachable = true }
             return !state.unreachable
@@ -374,6 +395,7 @@ final class WorkerRun: Sendable {
                 let answer = try await queue.heartbeat(worker: id, timeout: max(left, .milliseconds(100)))
                 reachable()
                 guard answer.alive else { return fence() }
+                worker.metrics?.leaseRenewals.increment()
                 state.withLock { $0.lastRenewal = sent }
                 if !answer.cancelled.isEmpty { cancelHeld(answer.cancelled) }
                 returnStrangers(answer.running)
