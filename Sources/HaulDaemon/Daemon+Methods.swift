@@ -561,6 +561,15 @@ extension Daemon {
 
     /// Every client polls it every second: counted from the queue's batch (its running downloads only) and the
     /// daemon's own items, without a status for each waiting download.
+    /// Downloads by state, counted without walking the history: `active`, `waiting` (paused ones included) and
+    /// `stopped` (the metrics' queue depth).
+    public func depth() -> [(state: String, count: Int)] {
+        let running = queue.progress.runningFiles
+        let (pending, stopped) = state.withLock { state in (state.byDownload.count, state.stoppedTotal) }
+        let active = min(running, pending)
+        return [("active", active), ("waiting", pending - active), ("stopped", stopped)]
+    }
+
     func getGlobalStat() -> JSON {
         let batch = queue.progress
         let (pending, stopped) = state.withLock { state in

@@ -1,6 +1,7 @@
 public import Foundation
 public import Haul
 import HaulOperations
+public import Logging
 
 /// Downloads as a service: a `DownloadQueue` driven through aria2's JSON-RPC methods (``call(_:_:session:)``), with every
 /// download's identity (a GID), options and outcome kept while the daemon runs.
@@ -25,6 +26,10 @@ public final class Daemon: Sendable {
         public var sessionFile: URL?
         /// Told when the store cannot be written (the download goes on; a restart may not know of the change).
         public var onStoreError: @Sendable (String) -> Void = { _ in }
+        /// Where each download's start and end are logged, with its `gid`, `download.url` (no credentials) and
+        /// `download.path` as metadata: info for a start and a completion, warning for an error. Logs nothing by
+        /// default.
+        public var logger = Logger(label: "haul.daemon", factory: { _ in SwiftLogNoOpLogHandler() })
 
         /// A configuration for a daemon downloading into `root`.
         public init(
@@ -212,7 +217,7 @@ public final class Daemon: Sendable {
                     if resumingAt > 0 {
                         Self.recordTrail(.started(attempt: 1, resumingAt: resumingAt), of: id, in: state)
                     }
-                    let gid = state.withLock { state in
+                    let (gid, item) = state.withLock { state in
                         let gid = state.byDownload[id]
                         if let gid {
                             state.items[gid]?.started = true
@@ -220,8 +225,9 @@ public final class Daemon: Sendable {
                         } else {
                             state.startedEarly.insert(id)
                         }
-                        return gid
+                        return (gid, gid.flatMap { state.items[$0] })
                     }
+                    if let item { Self.log(.info, "started", item, to: configuration.logger) }
                     if let gid { notifications.withLock { $0 }?.call(("aria2.onDownloadStart", gid.description)) }
                     continue
                 case .download(let id, let other):
@@ -236,6 +242,7 @@ public final class Daemon: Sendable {
                 default: continue
                 }
                 guard let ended else { continue }
+                Self.logEnd(of: ended, to: configuration.logger)
                 if let method = Self.notification(for: ended) {
                     notifications.withLock { $0 }?.call((method, ended.gid.description))
                 }
@@ -273,6 +280,28 @@ public final class Daemon: Sendable {
     /// Sends the notification `method` about `gid`.
     func notify(_ method: String, _ gid: GID) {
         notificationHandler.withLock { $0 }?.call((method, gid.description))
+    }
+
+    /// Logs `message` about `item` with its identity as metadata (``Configuration/logger``).
+    static func log(_ level: Logger.Level, _ message: String, _ item: Item, to logger: Logger) {
+        guard logger.logLevel <= level else { return }
+        logger.log(
+            level: level, "\(message)",
+            metadata: [
+                "gid": "\(item.gid.description)",
+                "download.url": "\(item.uris.first.flatMap { URL(string: $0)?.redactedString } ?? "")",
+                "download.path": "\(item.shownPath)",
+            ])
+    }
+
+    /// Logs how `item` ended: complete, removed, or its error.
+    static func logEnd(of item: Item, to logger: Logger) {
+        guard let ending = item.ending else { return }
+        switch ending.status {
+        case "complete": log(.info, "complete (\(ending.completed) bytes)", item, to: logger)
+        case "error": log(.warning, "error \(ending.errorCode): \(ending.errorMessage)", item, to: logger)
+        default: log(.info, ending.status, item, to: logger)
+        }
     }
 
     /// aria2's notification for a download that ended: none for the removal of one that never started, as aria2.

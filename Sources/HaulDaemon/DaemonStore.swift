@@ -34,6 +34,15 @@ public final class DaemonStore: Sendable {
     /// How many pages of the write-ahead log make a checkpoint (SQLite's default is 1,000).
     static let checkpointPages = 8192
 
+    /// Throws when the store cannot be read: its file is gone, or a read fails (the daemon's `/readyz`).
+    public func checkReadable() throws {
+        let path = database.path
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: path])
+        }
+        _ = try database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") }
+    }
+
     /// Opens (or creates) the store at `path`.
     public init(path: String) throws {
         var configuration = Configuration()

@@ -247,6 +247,9 @@ public struct RPCSecret: Sendable {
         bytes = Array(value.utf8)
     }
 
+    /// The secret itself, for a server that checks it elsewhere (the daemon's `/metrics`, as a bearer token).
+    package var value: String { String(decoding: bytes, as: UTF8.self) }
+
     /// A new random value for a secret or a token: `count` bytes from the system's generator, as lower-case hex.
     public static func randomValue(bytes count: Int) -> String {
         var generator = SystemRandomNumberGenerator()
