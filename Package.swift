@@ -231,6 +231,9 @@ let package = Package(
                 "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulPostgres",
                 "HaulTestServer", "HaulDaemon", "HaulMetrics",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 // `--transport urlsession` where URLSession is the system's own; on Linux it would bring libcurl in.
                 .target(
                     name: "HaulURLSession",

@@ -3,9 +3,12 @@ import Foundation
 import Haul
 import HaulAsyncHTTPClient
 import HaulDaemon
+import HaulMetrics
 import HaulOperations
 import HaulPostgres
 import HaulSQLite
+import Logging
+import Prometheus
 
 #if canImport(Glibc)
 import Glibc
@@ -46,6 +49,12 @@ struct DaemonCommand: AsyncParsableCommand {
             every worker, and the dashboard shows the fleet: each worker with its lease, the hosts across the \
             fleet, the throughput over time, and the failures to retry. -j 0 makes it a control plane that \
             downloads nothing itself; -j N also runs a worker of N connections writing into DIR.
+
+            On the same port it serves Prometheus metrics at /metrics to a request bearing the secret as \
+            'Authorization: Bearer SECRET' (Prometheus: authorization.credentials_file DIR/.haul/rpc-secret), and \
+            /healthz (alive) and /readyz (the store and the journal can be read; with --db, the database answers) \
+            to anyone whose Host names the daemon. --log-format json writes one JSON object per log line, each \
+            download's start and end among them with its gid and URL.
             """
     )
 
@@ -160,6 +169,12 @@ struct DaemonCommand: AsyncParsableCommand {
     @OptionGroup(title: "Proxies, credentials and cookies")
     var network: NetworkOptions
 
+    @OptionGroup(title: "Running as a service")
+    var logging: LogOptions
+
+    /// How long a stop may take before the downloads are cancelled outright.
+    static let shutdownBound = Duration.seconds(30)
+
     /// The environment variable a secret may come from.
     static let secretVariable = "HAUL_RPC_SECRET"
 
@@ -225,22 +240,23 @@ struct DaemonCommand: AsyncParsableCommand {
     }
 
     /// `HOST:PORT` (`[::1]:6800` for IPv6), the port from 0 (any free one) to 65535.
-    static func parseListen(_ text: String) throws -> (host: String, port: Int) {
+    static func parseListen(_ text: String, option: String = "--rpc-listen") throws -> (host: String, port: Int) {
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
             (0...65535).contains(port)
-        else { throw ValidationError("--rpc-listen '\(text)' is not HOST:PORT") }
+        else { throw ValidationError("\(option) '\(text)' is not HOST:PORT") }
         var host = String(text[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { throw ValidationError("--rpc-listen '\(text)' has no host") }
+        guard !host.isEmpty else { throw ValidationError("\(option) '\(text)' has no host") }
         return (host, port)
     }
 
     mutating func run() async throws {
         Interruption.install()
+        let log = logging.log(label: "haul.daemon")
         var conf = try confPath.map(AriaConfiguration.init(path:)) ?? AriaConfiguration()
         // A flag given wins over the configuration file, as in aria2.
         if maxConcurrent != nil { conf.globalOptions["max-concurrent-downloads"] = nil }
-        for note in conf.notes { Console.err("haul daemon: \(note)\n") }
+        for note in conf.notes { log.line(.notice, "haul daemon: \(note)") }
         if destination.directory == ".", let dir = conf.daemon["dir"] { destination.directory = dir }
         if listen == Self.defaultListen, let port = conf.daemon["rpc-listen-port"] {
             guard let number = Int(port), (1...65535).contains(number) else {
@@ -257,7 +273,7 @@ struct DaemonCommand: AsyncParsableCommand {
         let directory = destination.url
         try FileManager.default.createDirectory(
             at: directory.appendingPathComponent(".haul"), withIntermediateDirectories: true)
-        let secret = try loadSecret(directory: directory, conf: conf)
+        let secret = try loadSecret(directory: directory, conf: conf, log: log)
         var configuration = Downloader.Configuration.commandLine
         _ = try network.apply(to: &configuration, transport: connection.transport)
         configuration.tls = try connection.tlsSettings(checkingFiles: true)
@@ -266,7 +282,8 @@ struct DaemonCommand: AsyncParsableCommand {
         connection.apply(to: &configuration)
         configuration.retryPolicy.maxRetries = retries
         if database.database != nil {
-            try await runFleet(secret: secret, directory: directory, configuration: configuration, journal: journal)
+            try await runFleet(
+                secret: secret, directory: directory, configuration: configuration, journal: journal, log: log)
         }
         var queueConfiguration = DownloadQueue.Configuration(perHostLimit: perHost, recordsRequests: false)
         concurrency.apply(to: &queueConfiguration, split: 1)
@@ -287,7 +304,8 @@ struct DaemonCommand: AsyncParsableCommand {
         daemonConfiguration.sessionFile = (saveSession ?? conf.daemon["save-session"]).map {
             URL(fileURLWithPath: $0)
         }
-        daemonConfiguration.onStoreError = { message in Console.err("haul daemon: warning: \(message)\n") }
+        daemonConfiguration.onStoreError = { message in log.line(.warning, "haul daemon: warning: \(message)") }
+        daemonConfiguration.logger = log.logger
         let daemon: Daemon
         do {
             daemon = try Daemon(queue: queue, configuration: daemonConfiguration)
@@ -303,27 +321,47 @@ struct DaemonCommand: AsyncParsableCommand {
             }
             do {
                 let added = try daemon.add(Aria2Files.readInput(text, name: input), from: input)
-                Console.err("haul daemon: added \(added) download\(added == 1 ? "" : "s") from \(input)\n")
+                log.line(.info, "haul daemon: added \(added) download\(added == 1 ? "" : "s") from \(input)")
             } catch {
-                Console.err("haul daemon: nothing added from \(input):\n\(error.message)\n")
+                log.line(.error, "haul daemon: nothing added from \(input):\n\(error.message)")
                 Foundation.exit(1)
             }
         }
-        let (server, origin) = try await serve(daemon.endpoint(secret: secret))
+        let registry = PrometheusCollectorRegistry()
+        let metrics = QueueMetrics(
+            queue: queue, factory: PrometheusMetricsFactory(registry: registry), depth: { daemon.depth() })
+        metrics.start()
+        var readiness = [
+            MonitoringEndpoint.ReadinessCheck("store") {
+                do {
+                    try store.checkReadable()
+                    return nil
+                } catch {
+                    return "the daemon's store cannot be read: \(error.localizedDescription)"
+                }
+            }
+        ]
+        if let journal { readiness.append(.journal(journal)) }
+        let monitoring = MonitoringEndpoint(
+            registry: registry, bearerToken: secret?.value, readiness: readiness, refresh: { await metrics.refresh() })
+        let (server, origin) = try await serve(daemon.endpoint(secret: secret), monitoring: monitoring, log: log)
         daemon.onNotification { method, gid in server.notify(method, gid: gid) }
         let stop = ResultBox<Void>()
         daemon.onShutdown { _ in stop.resolve(()) }
-        let interruption = Interruption { stop.resolve(()) }
-        Console.err(
+        log.line(
+            .info,
             "haul daemon: serving aria2 JSON-RPC on \(origin)/jsonrpc and the dashboard on \(origin)/, downloading "
-                + "into \(directory.path)\n")
-        await stop.wait()
-        interruption.stop()
+                + "into \(directory.path)")
+        // SIGTERM and SIGINT (or aria2.shutdown) stop it: admission first (the server), then the downloads.
+        try await CommandService.run(
+            main: CommandService(body: { await stop.wait() }, stop: { stop.resolve(()) }), helpers: [], log: log,
+            bound: Self.shutdownBound)
         await server.stop()
+        metrics.stop()
         do {
             try daemon.saveSessionFile()
         } catch {
-            Console.err("haul daemon: --save-session: \(error.message)\n")
+            log.line(.error, "haul daemon: --save-session: \(error.message)")
         }
         // Running downloads stop and keep their partial files (resumable through the journal); the daemon, closed
         // first, does not record them as ended, so the next start brings them back.
@@ -336,7 +374,7 @@ struct DaemonCommand: AsyncParsableCommand {
             do {
                 try cookies.write(to: URL(fileURLWithPath: path))
             } catch {
-                Console.err("haul daemon: --cookie-jar: \(error)\n")
+                log.line(.error, "haul daemon: --cookie-jar: \(error)")
                 Foundation.exit(1)
             }
         }
@@ -345,13 +383,16 @@ struct DaemonCommand: AsyncParsableCommand {
 
     /// Starts serving `endpoint` where --rpc-listen says, over TLS when it is set up; says why and exits 1 when it
     /// cannot. Returns the server and its origin (`http://127.0.0.1:6800`).
-    func serve(_ endpoint: RPCEndpoint) async throws -> (server: RPCServer, origin: String) {
+    func serve(_ endpoint: RPCEndpoint, monitoring: MonitoringEndpoint, log: ServiceLog) async throws -> (
+        server: RPCServer, origin: String
+    ) {
         let (host, port) = try Self.parseListen(listen)
         let tls = try loadTLS()
         if !Self.isLoopback(host) && tls == nil {
-            Console.err(
+            log.line(
+                .warning,
                 "haul daemon: warning: --rpc-insecure-listen: the RPC secret and every call cross the network in "
-                    + "clear on \(listen)\n")
+                    + "clear on \(listen)")
         }
         let server: RPCServer
         do {
@@ -359,9 +400,9 @@ struct DaemonCommand: AsyncParsableCommand {
                 endpoint: endpoint, host: host, port: port,
                 access: RPCAccess(
                     allowedOrigins: Set(allowedOrigins.map { $0.lowercased() }), allowedHosts: Set(allowedHosts)),
-                tls: tls)
+                tls: tls, monitoring: monitoring)
         } catch {
-            Console.err("haul daemon: cannot listen on \(listen): \(error)\n")
+            log.line(.error, "haul daemon: cannot listen on \(listen): \(error)")
             Foundation.exit(1)
         }
         let shown = "\(host.contains(":") ? "[\(host)]" : host):\(server.port)"
@@ -371,9 +412,10 @@ struct DaemonCommand: AsyncParsableCommand {
     /// `haul daemon --db`: the RPC and the dashboard over the shared queue, with a worker of -j connections writing
     /// into `directory` unless -j is 0. Returns only by exiting: 0 once stopped by a signal, 1 when the database
     /// cannot be reached.
-    func runFleet(secret: RPCSecret?, directory: URL, configuration: Downloader.Configuration, journal: SQLiteJournal?)
-        async throws -> Never
-    {
+    func runFleet(
+        secret: RPCSecret?, directory: URL, configuration: Downloader.Configuration, journal: SQLiteJournal?,
+        log: ServiceLog
+    ) async throws -> Never {
         var configuration = configuration
         configuration.computesSHA256 = true
         let connections = concurrency.connections()
@@ -385,28 +427,39 @@ struct DaemonCommand: AsyncParsableCommand {
                 settings.maxConnectionsPerHost = perHost
                 try await queue.setHostSettings(settings)
             }
-            let (server, origin) = try await serve(Fleet(queue: queue).endpoint(secret: secret))
-            let worker: Task<WorkerReport, Never>? =
+            let registry = PrometheusCollectorRegistry()
+            var workerConfiguration = SharedQueueWorker.Configuration(directory: directory, maxConcurrent: connections)
+            workerConfiguration.metricsFactory = PrometheusMetricsFactory(registry: registry)
+            workerConfiguration.logger = log.logger
+            let worker =
                 connections == 0
                 ? nil
-                : Task {
-                    await SharedQueueWorker(
-                        queue: queue, transport: engine.transport, downloaderConfiguration: engine.configuration,
-                        configuration: .init(directory: directory, maxConcurrent: connections)
-                    ).run()
-                }
-            let stop = ResultBox<Void>()
-            let interruption = Interruption { stop.resolve(()) }
-            Console.err(
+                : SharedQueueWorker(
+                    queue: queue, transport: engine.transport, downloaderConfiguration: engine.configuration,
+                    configuration: workerConfiguration)
+            var monitoring = MonitoringEndpoint(
+                registry: registry, bearerToken: secret?.value,
+                readiness: [.database(queue)] + (journal.map { [.journal($0)] } ?? []))
+            if let worker {
+                monitoring = WorkerCommand.monitoringEndpoint(
+                    registry: registry, token: secret?.value, worker: worker, queue: queue, journal: journal,
+                    metrics: true)
+            }
+            let (server, origin) = try await serve(
+                Fleet(queue: queue).endpoint(secret: secret), monitoring: monitoring, log: log)
+            let run = worker.map { worker in Task { await worker.run() } }
+            log.line(
+                .info,
                 "haul daemon: serving aria2 JSON-RPC on \(origin)/jsonrpc and the fleet's dashboard on \(origin)/, for "
                     + "the queue '\(queue.name)' on \(queue.databaseURL)"
-                    + (worker == nil ? " (downloading nothing here: -j 0)\n" : ", downloading into \(directory.path)\n")
-            )
-            await stop.wait()
-            interruption.stop()
+                    + (worker == nil ? " (downloading nothing here: -j 0)" : ", downloading into \(directory.path)"))
+            let stop = ResultBox<Void>()
+            try await CommandService.run(
+                main: CommandService(body: { await stop.wait() }, stop: { stop.resolve(()) }), helpers: [], log: log,
+                bound: Self.shutdownBound)
             // The worker's downloads stop and go back to the queue, their partial files kept for a resume.
-            worker?.cancel()
-            _ = await worker?.value
+            run?.cancel()
+            _ = await run?.value
             await server.stop()
         }
         try? await engine.ownedTransport?.shutdown()
@@ -416,11 +469,12 @@ struct DaemonCommand: AsyncParsableCommand {
 
     /// The secret: from --rpc-secret-file, else $HAUL_RPC_SECRET, else DIR/.haul/rpc-secret (made on the first start
     /// and printed once); none with --rpc-no-secret, said at every start.
-    func loadSecret(directory: URL, conf: AriaConfiguration) throws -> RPCSecret? {
+    func loadSecret(directory: URL, conf: AriaConfiguration, log: ServiceLog) throws -> RPCSecret? {
         if noSecret {
-            Console.err(
+            log.line(
+                .warning,
                 "haul daemon: warning: --rpc-no-secret: any program of any user on this machine can drive the "
-                    + "downloads\n")
+                    + "downloads")
             return nil
         }
         if let secretFile { return try Self.readSecret(at: secretFile, option: "--rpc-secret-file") }
@@ -448,7 +502,11 @@ struct DaemonCommand: AsyncParsableCommand {
         let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         close(fd)
         guard written == line.count else { throw ValidationError("cannot write '\(path)'") }
-        Console.err("haul daemon: made an RPC secret, kept in \(path) (shown this once): \(value)\n")
+        // Shown once on a terminal; never into a JSON log, which a log shipper copies elsewhere.
+        log.line(
+            .notice,
+            "haul daemon: made an RPC secret, kept in \(path)"
+                + (log.format == .json ? " (readable by you only)" : " (shown this once): \(value)"))
         return RPCSecret(value)
     }
 

@@ -37,6 +37,8 @@ enum Console {
     /// Writes `output` as it is: the display's own escape sequences, and JSON (which escapes control characters).
     /// Text from outside in it must have been made printable already.
     static func raw(_ output: String) { write(1, output) }
+    /// Writes `output` as it is to standard error: a JSON log line.
+    static func rawErr(_ output: String) { write(2, output) }
 
     private static func write(_ descriptor: Int32, _ text: String) {
         let bytes = Array(text.utf8)

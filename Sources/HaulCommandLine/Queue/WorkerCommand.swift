@@ -1,10 +1,14 @@
 import ArgumentParser
+import CoreMetrics
 import Foundation
 import Haul
 import HaulAsyncHTTPClient
+import HaulMetrics
 import HaulOperations
 import HaulPostgres
 import HaulSQLite
+import Logging
+import Prometheus
 
 /// `haul worker`: fetches downloads of a shared queue in PostgreSQL, with every rule of `haul get`.
 struct WorkerCommand: AsyncParsableCommand {
@@ -26,6 +30,11 @@ struct WorkerCommand: AsyncParsableCommand {
 
             Retries live in the database: a transient failure goes back to the queue with a backoff (or the \
             server's Retry-After, which holds the host back for every worker), and any worker may take it.
+
+            With --metrics-listen HOST:PORT it serves Prometheus metrics at /metrics (downloads started and finished \
+            by outcome, bytes received, downloads running per host, the queue's downloads by state, retries, time \
+            waiting, claims and their latency, lease renewals, database errors), /healthz (alive) and /readyz (the \
+            database answers and the journal is open).
 
             Exit status: 130 on SIGINT or SIGTERM (unfinished claims are handed back at once; partial files are \
             kept); with --until-empty, 0 once nothing is waiting or running in the queue, or 1 if a download this \
@@ -56,6 +65,12 @@ struct WorkerCommand: AsyncParsableCommand {
 
     @OptionGroup
     var output: OutputOptions
+
+    @OptionGroup(title: "Running as a service")
+    var monitoring: MonitoringOptions
+
+    @OptionGroup(title: "Running as a service")
+    var logging: LogOptions
 
     @OptionGroup
     var journal: JournalOptions
@@ -97,11 +112,20 @@ struct WorkerCommand: AsyncParsableCommand {
         }
         let journal = try self.journal.apply(to: &configuration, directory: directory, summary: "nothing was done")
         apply(to: &configuration)
-        let workerConfiguration = self.workerConfiguration(directory: directory)
+        let log = logging.log(label: "haul.worker", quiet: self.output.quiet)
+        let registry = PrometheusCollectorRegistry()
+        var workerConfiguration = self.workerConfiguration(directory: directory)
+        workerConfiguration.logger = log.logger
+        if monitoring.listen != nil {
+            workerConfiguration.metricsFactory = PrometheusMetricsFactory(registry: registry)
+        }
         let engine = connection.makeEngine(
             configuration: configuration, maxConcurrent: workerConfiguration.maxConcurrent)
-        let output = WorkerOutput(json: self.output.json, quiet: self.output.quiet)
+        let output = WorkerOutput(json: self.output.json, quiet: self.output.quiet, log: log)
         let noOp = noOpDownloads
+        let token = try monitoring.token()
+        let monitoring = self.monitoring
+        let lease = workerConfiguration.lease
         let report = try await database.withQueue(maximumConnections: 6) { queue in
             let worker =
                 noOp
@@ -109,27 +133,25 @@ struct WorkerCommand: AsyncParsableCommand {
                 : SharedQueueWorker(
                     queue: queue, transport: engine.transport, downloaderConfiguration: engine.configuration,
                     configuration: workerConfiguration)
+            let server = try await monitoring.start(
+                Self.monitoringEndpoint(
+                    registry: registry, token: token, worker: worker, queue: queue, journal: journal,
+                    metrics: monitoring.listen != nil))
+            if let server, let listen = monitoring.listen {
+                let host = listen[..<(listen.lastIndex(of: ":") ?? listen.endIndex)]
+                log.line(.info, "haul worker: metrics on http://\(host):\(server.port)/metrics")
+            }
             let printer = Task {
                 for await event in worker.events { output.print(event, queue: queue.name) }
             }
-            // The handler is in place before the run starts: a signal from then on stops the run cleanly (claims
-            // handed back), never the process at once.
-            let running = Locked<(task: Task<WorkerReport, Never>?, stopped: Bool)>((nil, false))
-            let interruption = Interruption {
-                let task = running.withLock { state in
-                    state.stopped = true
-                    return state.task
-                }
-                task?.cancel()
-            }
+            // SIGTERM and SIGINT stop the run cleanly from here on (claims handed back), never the process at once;
+            // the shutdown is bounded by the lease (a silent database fences the worker after half of it).
             let run = Task { await worker.run() }
-            let stoppedBeforeStart = running.withLock { state in
-                state.task = run
-                return state.stopped
-            }
-            if stoppedBeforeStart { run.cancel() }
+            try await CommandService.run(
+                main: CommandService(body: { _ = await run.value }, stop: { run.cancel() }),
+                helpers: server.map { server in [.waiting(start: {}, finish: { await server.stop() })] } ?? [],
+                log: log, bound: lease + .seconds(15))
             let report = await run.value
-            interruption.stop()
             await printer.value
             return report
         }
@@ -138,6 +160,29 @@ struct WorkerCommand: AsyncParsableCommand {
         try? await engine.ownedTransport?.shutdown()
         output.summarize(report)
         Foundation.exit(report.interrupted ? 130 : report.failed > 0 ? 1 : 0)
+    }
+
+    /// `/metrics`, `/healthz` and `/readyz` for `worker` (its downloads' metrics when `metrics`), ready while `queue`'s
+    /// database answers and `journal` can be read.
+    static func monitoringEndpoint(
+        registry: PrometheusCollectorRegistry, token: String?, worker: SharedQueueWorker, queue: SharedQueue,
+        journal: SQLiteJournal?, metrics: Bool
+    ) -> MonitoringEndpoint {
+        // The queue's depth is the shared queue's, fleet-wide; a scrape while the database is away keeps the last.
+        let downloads = metrics ? worker.downloads : nil
+        let queueMetrics = downloads.map { downloads in
+            QueueMetrics(
+                queue: downloads, factory: PrometheusMetricsFactory(registry: registry),
+                depth: {
+                    guard let counts = try? await queue.counts() else { return [] }
+                    return counts.map { ($0.key.rawValue, $0.value) }.sorted { $0.0 < $1.0 }
+                })
+        }
+        queueMetrics?.start()
+        var readiness = [MonitoringEndpoint.ReadinessCheck.database(queue)]
+        if let journal { readiness.append(.journal(journal)) }
+        return MonitoringEndpoint(
+            registry: registry, bearerToken: token, readiness: readiness, refresh: { await queueMetrics?.refresh() })
     }
 
     /// Sets what the options ask of the engine: timeouts and HTTP version, and logging. Every file gets its SHA-256,
@@ -162,6 +207,7 @@ struct WorkerCommand: AsyncParsableCommand {
 struct WorkerOutput: Sendable {
     let json: Bool
     let quiet: Bool
+    var log = ServiceLog(format: .text, label: "haul.worker", level: .info)
 
     private struct Line: Encodable {
         var event: String
@@ -231,9 +277,25 @@ struct WorkerOutput: Sendable {
             always: report.failed > 0 || report.interrupted)
     }
 
+    /// `line`'s members as a log line's metadata (`event`, `worker`, `count`...).
+    private static func metadata(of line: Line) -> [String: String] {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        guard let data = try? encoder.encode(line),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return [:] }
+        return object.mapValues { "\($0)" }.filter { $0.key != "event" }.merging(["event": line.event]) { $1 }
+    }
+
     /// `line` as JSON on standard output with `--json`; else `text` (on standard error when `err`), unless `--quiet`
     /// and not `always`.
     private func emit(_ line: Line, _ text: String, err: Bool, always: Bool = false) {
+        if !json && log.format == .json {
+            // A download's end is logged by the worker itself, with the download's id in the queue.
+            if ["finish", "fail"].contains(line.event) { return }
+            log.line(always ? .warning : .info, text, metadata: Self.metadata(of: line))
+            return
+        }
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
