@@ -437,14 +437,8 @@ struct DaemonCommand: AsyncParsableCommand {
                 : SharedQueueWorker(
                     queue: queue, transport: engine.transport, downloaderConfiguration: engine.configuration,
                     configuration: workerConfiguration)
-            var monitoring = MonitoringEndpoint(
-                registry: registry, bearerToken: secret?.value,
-                readiness: [.database(queue)] + (journal.map { [.journal($0)] } ?? []))
-            if let worker {
-                monitoring = WorkerCommand.monitoringEndpoint(
-                    registry: registry, token: secret?.value, worker: worker, queue: queue, journal: journal,
-                    metrics: true)
-            }
+            let monitoring = WorkerCommand.monitoringEndpoint(
+                registry: registry, token: secret?.value, worker: worker, queue: queue, journal: journal)
             let (server, origin) = try await serve(
                 Fleet(queue: queue).endpoint(secret: secret), monitoring: monitoring, log: log)
             let run = worker.map { worker in Task { await worker.run() } }

@@ -32,6 +32,7 @@ public final class QueueMetrics: Sendable {
     private let received: Counter
     private let retries: Counter
     private let wait: CoreMetrics.Timer
+    private let depthGauges: DepthGauges
     private let state = Locked(State())
     private let consumer = Locked<Task<Void, Never>?>(nil)
 
@@ -41,7 +42,6 @@ public final class QueueMetrics: Sendable {
         /// Bytes of each running download counted so far, and where its current attempt started.
         var counted: [DownloadID: Int64] = [:]
         var hostGauges: [String: Gauge] = [:]
-        var depthGauges: [String: Gauge] = [:]
     }
 
     /// Records what `queue` does from ``start()`` on, with metrics made by `factory`; `hostLabels` hosts get a label
@@ -64,6 +64,7 @@ public final class QueueMetrics: Sendable {
         received = Counter(label: "haul_received_bytes_total", factory: factory)
         retries = Counter(label: "haul_retries_total", factory: factory)
         wait = CoreMetrics.Timer(label: "haul_queue_wait_seconds", factory: factory)
+        depthGauges = DepthGauges(factory: factory)
     }
 
     /// Starts recording: subscribes to the queue's events. Downloads queued before are counted from their start on.
@@ -140,7 +141,7 @@ public final class QueueMetrics: Sendable {
         }
         if fresh > 0 { received.increment(by: fresh) }
         setHosts(hosts)
-        setDepth(counts)
+        depthGauges.record(counts)
     }
 
     /// `haul_downloads_running{host}`: the busiest hosts by name, the others summed as `other`; a host that left
@@ -168,12 +169,26 @@ public final class QueueMetrics: Sendable {
         }
     }
 
-    private func setDepth(_ counts: [(state: String, count: Int)]) {
-        let known = state.withLock { $0.depthGauges }
+}
+
+/// `haul_queue_downloads{state}`: a queue's downloads by state, as last counted.
+public final class DepthGauges: Sendable {
+    private let factory: any MetricsFactory
+    private let gauges = Locked<[String: Gauge]>([:])
+
+    /// Gauges made by `factory`.
+    public init(factory: any MetricsFactory) {
+        self.factory = factory
+    }
+
+    /// Sets each state's gauge to its count; a state not counted this time keeps its last value.
+    public func record(_ counts: [(state: String, count: Int)]) {
+        let known = gauges.withLock { $0 }
         for (name, count) in counts {
+            // The factory is the caller's code: called with no lock held.
             let gauge =
                 known[name] ?? Gauge(label: "haul_queue_downloads", dimensions: [("state", name)], factory: factory)
-            if known[name] == nil { state.withLock { $0.depthGauges[name] = gauge } }
+            if known[name] == nil { gauges.withLock { $0[name] = gauge } }
             gauge.record(count)
         }
     }

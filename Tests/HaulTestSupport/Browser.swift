@@ -205,6 +205,11 @@ package final class Browser: Sendable {
 
     /// Types `text` into the element `selector` matches, key by key, after clearing it.
     package func type(_ text: String, into selector: String) async throws {
+        // A field the page's script shows once it has asked the daemon (the sign-in form) is in the page, hidden, at
+        // the load event that `open` waits for; typing into it before then fails as "not interactable".
+        try await waitUntil(
+            "\(selector) shown",
+            "const e = document.querySelector(arguments[0]); return !!e && e.getClientRects().length > 0", [selector])
         let reference = try await element(selector)
         _ = try await command(.clear(reference), [:])
         _ = try await command(.sendKeys(reference), ["text": text])

@@ -133,10 +133,13 @@ struct WorkerCommand: AsyncParsableCommand {
                 : SharedQueueWorker(
                     queue: queue, transport: engine.transport, downloaderConfiguration: engine.configuration,
                     configuration: workerConfiguration)
-            let server = try await monitoring.start(
-                Self.monitoringEndpoint(
-                    registry: registry, token: token, worker: worker, queue: queue, journal: journal,
-                    metrics: monitoring.listen != nil))
+            // Metrics only when asked for: their events cost something per download.
+            let server =
+                monitoring.listen == nil
+                ? nil
+                : try await monitoring.start(
+                    Self.monitoringEndpoint(
+                        registry: registry, token: token, worker: worker, queue: queue, journal: journal))
             if let server, let listen = monitoring.listen {
                 let host = listen[..<(listen.lastIndex(of: ":") ?? listen.endIndex)]
                 log.line(.info, "haul worker: metrics on http://\(host):\(server.port)/metrics")
@@ -162,27 +165,29 @@ struct WorkerCommand: AsyncParsableCommand {
         Foundation.exit(report.interrupted ? 130 : report.failed > 0 ? 1 : 0)
     }
 
-    /// `/metrics`, `/healthz` and `/readyz` for `worker` (its downloads' metrics when `metrics`), ready while `queue`'s
-    /// database answers and `journal` can be read.
+    /// `/metrics`, `/healthz` and `/readyz` for `worker`'s downloads (none without one: a control plane), with the
+    /// shared queue's downloads by state; ready while `queue`'s database answers and `journal` can be read.
     static func monitoringEndpoint(
-        registry: PrometheusCollectorRegistry, token: String?, worker: SharedQueueWorker, queue: SharedQueue,
-        journal: SQLiteJournal?, metrics: Bool
+        registry: PrometheusCollectorRegistry, token: String?, worker: SharedQueueWorker?, queue: SharedQueue,
+        journal: SQLiteJournal?
     ) -> MonitoringEndpoint {
+        let factory = PrometheusMetricsFactory(registry: registry)
         // The queue's depth is the shared queue's, fleet-wide; a scrape while the database is away keeps the last.
-        let downloads = metrics ? worker.downloads : nil
-        let queueMetrics = downloads.map { downloads in
-            QueueMetrics(
-                queue: downloads, factory: PrometheusMetricsFactory(registry: registry),
-                depth: {
-                    guard let counts = try? await queue.counts() else { return [] }
-                    return counts.map { ($0.key.rawValue, $0.value) }.sorted { $0.0 < $1.0 }
-                })
+        let depth: @Sendable () async -> [(state: String, count: Int)] = {
+            guard let counts = try? await queue.counts() else { return [] }
+            return counts.map { ($0.key.rawValue, $0.value) }.sorted { $0.0 < $1.0 }
         }
+        let queueMetrics = worker?.downloads.map { QueueMetrics(queue: $0, factory: factory, depth: depth) }
         queueMetrics?.start()
+        let depthGauges = queueMetrics == nil ? DepthGauges(factory: factory) : nil
         var readiness = [MonitoringEndpoint.ReadinessCheck.database(queue)]
         if let journal { readiness.append(.journal(journal)) }
         return MonitoringEndpoint(
-            registry: registry, bearerToken: token, readiness: readiness, refresh: { await queueMetrics?.refresh() })
+            registry: registry, bearerToken: token, readiness: readiness,
+            refresh: {
+                await queueMetrics?.refresh()
+                if let depthGauges { depthGauges.record(await depth()) }
+            })
     }
 
     /// Sets what the options ask of the engine: timeouts and HTTP version, and logging. Every file gets its SHA-256,
