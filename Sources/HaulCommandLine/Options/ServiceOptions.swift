@@ -103,7 +103,7 @@ struct JSONLogHandler: LogHandler {
         gmtime_r(&seconds, &parts)
         return String(
             format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
-            parts.tm_hour, parts.tm_min, parts.tm_sec, time.tv_nsec / 1_000_000)
+            parts.tm_hour, parts.tm_min, parts.tm_sec, Int32(time.tv_nsec / 1_000_000))
     }
 
     /// `text` as a JSON string: quotes, backslashes and every control character escaped, so a name from a server
