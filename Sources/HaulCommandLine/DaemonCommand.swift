@@ -353,9 +353,7 @@ struct DaemonCommand: AsyncParsableCommand {
             "haul daemon: serving aria2 JSON-RPC on \(origin)/jsonrpc and the dashboard on \(origin)/, downloading "
                 + "into \(directory.path)")
         // SIGTERM and SIGINT (or aria2.shutdown) stop it: admission first (the server), then the downloads.
-        try await CommandService.run(
-            main: CommandService(body: { await stop.wait() }, stop: { stop.resolve(()) }), helpers: [], log: log,
-            bound: Self.shutdownBound)
+        try await CommandService.run(main: .until(stop), log: log, bound: Self.shutdownBound)
         await server.stop()
         metrics.stop()
         do {
@@ -441,19 +439,17 @@ struct DaemonCommand: AsyncParsableCommand {
                 registry: registry, token: secret?.value, worker: worker, queue: queue, journal: journal)
             let (server, origin) = try await serve(
                 Fleet(queue: queue).endpoint(secret: secret), monitoring: monitoring, log: log)
-            let run = worker.map { worker in Task { await worker.run() } }
             log.line(
                 .info,
                 "haul daemon: serving aria2 JSON-RPC on \(origin)/jsonrpc and the fleet's dashboard on \(origin)/, for "
                     + "the queue '\(queue.name)' on \(queue.databaseURL)"
                     + (worker == nil ? " (downloading nothing here: -j 0)" : ", downloading into \(directory.path)"))
-            let stop = ResultBox<Void>()
+            // A stop ends the worker's run (its downloads go back to the queue, their partial files kept for a
+            // resume) while the RPC still answers; the RPC stops after it.
             try await CommandService.run(
-                main: CommandService(body: { await stop.wait() }, stop: { stop.resolve(()) }), helpers: [], log: log,
+                main: .until(ResultBox()),
+                helpers: worker.map { worker in [.cancelled(onShutdown: { _ = await worker.run() })] } ?? [], log: log,
                 bound: Self.shutdownBound)
-            // The worker's downloads stop and go back to the queue, their partial files kept for a resume.
-            run?.cancel()
-            _ = await run?.value
             await server.stop()
         }
         try? await engine.ownedTransport?.shutdown()

@@ -180,55 +180,57 @@ struct MonitoringOptions: ParsableArguments {
     }
 }
 
-/// One part of a command run under swift-service-lifecycle: `body` runs until it returns; a graceful shutdown (SIGTERM,
-/// SIGINT, or the end of the command's main part) calls `stop`, after which `body` must return.
+/// One part of a command run under swift-service-lifecycle.
 struct CommandService: Service {
     let body: @Sendable () async throws -> Void
-    let stop: @Sendable () -> Void
 
     func run() async throws {
-        try await withGracefulShutdownHandler {
-            try await body()
-        } onGracefulShutdown: {
-            stop()
+        try await body()
+    }
+
+    /// Runs `operation`, which a graceful shutdown cancels (it must then end promptly, keeping what it must).
+    static func cancelled(onShutdown operation: @escaping @Sendable () async -> Void) -> CommandService {
+        CommandService { await cancelWhenGracefulShutdown(operation) }
+    }
+
+    /// Waits until `stop` is resolved (by the command itself: `aria2.shutdown`) or a graceful shutdown comes.
+    static func until(_ stop: ResultBox<Void>) -> CommandService {
+        CommandService {
+            await withGracefulShutdownHandler {
+                await stop.wait()
+            } onGracefulShutdown: {
+                stop.resolve(())
+            }
         }
     }
 
-    /// Runs `main` and `helpers` (a metrics listener) as one service group: SIGTERM and SIGINT begin a graceful
-    /// shutdown; when `main` returns the helpers are shut down too. A shutdown that takes longer than `bound` is
-    /// escalated to cancellation, and one that still does not end within `cancellationBound` ends the process.
+    /// Waits for the graceful shutdown, then runs `finish` (a listener that must answer until then).
+    static func untilShutdown(then finish: @escaping @Sendable () async -> Void) -> CommandService {
+        CommandService {
+            try? await gracefulShutdown()
+            await finish()
+        }
+    }
+
+    /// Runs `main` and `helpers` as one service group. Its signal handlers are in place before any of them starts:
+    /// SIGTERM and SIGINT begin a graceful shutdown, `main` first, then the helpers (a metrics listener answers until
+    /// `main` has stopped); when `main` returns by itself the helpers are shut down too. A shutdown that takes longer
+    /// than `bound` is escalated to cancellation, and one that still does not end within `cancellationBound` ends the
+    /// process.
     static func run(
-        main: CommandService, helpers: [CommandService], log: ServiceLog, bound: Duration,
+        main: CommandService, helpers: [CommandService] = [], log: ServiceLog, bound: Duration,
         cancellationBound: Duration = .seconds(10)
     ) async throws {
         var logger = log.logger
         // The group's own records (signal caught, shutting down) only when something goes wrong.
         logger.logLevel = max(log.level, .warning)
         var configuration = ServiceGroupConfiguration(
-            services: helpers.map { .init(service: $0) }
+            services: helpers.map { .init(service: $0, successTerminationBehavior: .ignore) }
                 + [.init(service: main, successTerminationBehavior: .gracefullyShutdownGroup)],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         configuration.maximumGracefulShutdownDuration = bound
         configuration.maximumCancellationDuration = cancellationBound
         try await ServiceGroup(configuration: configuration).run()
-    }
-}
-
-/// A service whose graceful shutdown resolves a box `body` waits on.
-extension CommandService {
-    /// Runs `start`, waits for the shutdown, then runs `finish`.
-    static func waiting(
-        start: @escaping @Sendable () async throws -> Void, finish: @escaping @Sendable () async -> Void
-    )
-        -> CommandService
-    {
-        let stopped = ResultBox<Void>()
-        return CommandService(
-            body: {
-                try await start()
-                await stopped.wait()
-                await finish()
-            }, stop: { stopped.resolve(()) })
     }
 }
 

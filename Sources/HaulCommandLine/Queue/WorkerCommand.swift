@@ -147,16 +147,15 @@ struct WorkerCommand: AsyncParsableCommand {
             let printer = Task {
                 for await event in worker.events { output.print(event, queue: queue.name) }
             }
-            // SIGTERM and SIGINT stop the run cleanly from here on (claims handed back), never the process at once;
-            // the shutdown is bounded by the lease (a silent database fences the worker after half of it).
-            let run = Task { await worker.run() }
+            // SIGTERM and SIGINT stop the run cleanly once it has started (claims handed back), never the process at
+            // once; the shutdown is bounded by the lease (a silent database fences the worker after half of it).
+            let report = ResultBox<WorkerReport>()
             try await CommandService.run(
-                main: CommandService(body: { _ = await run.value }, stop: { run.cancel() }),
-                helpers: server.map { server in [.waiting(start: {}, finish: { await server.stop() })] } ?? [],
-                log: log, bound: lease + .seconds(15))
-            let report = await run.value
+                main: .cancelled(onShutdown: { report.resolve(await worker.run()) }),
+                helpers: server.map { server in [.untilShutdown(then: { await server.stop() })] } ?? [], log: log,
+                bound: lease + .seconds(15))
             await printer.value
-            return report
+            return await report.wait()
         }
         // The process exits without releasing the journal, so its last changes are folded in here.
         journal?.finish()
