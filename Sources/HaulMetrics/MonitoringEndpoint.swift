@@ -8,8 +8,8 @@ public import Prometheus
 /// - `GET /healthz`: 200 while the process answers (liveness).
 /// - `GET /readyz`: 200 when every readiness check passes, else 503; the body names each check and, for a failing
 ///   one, why (`{"ready": false, "checks": {"database": "…", "journal": "ok"}}`).
-/// - `GET /metrics`: the registry in Prometheus's text format, after ``init(registry:bearerToken:readiness:refresh:)``'s
-///   `refresh` ran. With a bearer token, only a request carrying `Authorization: Bearer TOKEN` (Prometheus's
+/// - `GET /metrics`: the registry in Prometheus's text format, after the `refresh` given at
+///   creation ran. With a bearer token, only a request carrying `Authorization: Bearer TOKEN` (Prometheus's
 ///   `authorization.credentials_file`) gets it; others get 401.
 public final class MonitoringEndpoint: Sendable {
     /// An answer to give.
