@@ -9,16 +9,16 @@ import HaulOperations
 /// | metric | kind | what |
 /// |---|---|---|
 /// | `haul_downloads_started_total` | counter | downloads whose first attempt started |
-/// | `haul_downloads_finished_total{outcome}` | counter | downloads ended, by `completed`, `skipped`, `failed`, `cancelled` |
-/// | `haul_received_bytes_total` | counter | bytes received (running downloads' bytes are taken at each ``refresh()``) |
+/// | `haul_downloads_finished_total{outcome}` | counter | ended: `completed`, `skipped`, `failed`, `cancelled` |
+/// | `haul_received_bytes_total` | counter | bytes received (running downloads' taken at each ``refresh()``) |
 /// | `haul_retries_total` | counter | attempts started again after a transient failure |
 /// | `haul_queue_wait_seconds` | timer (histogram) | time from being queued to the first start |
-/// | `haul_downloads_running{host}` | gauge | downloads running per host: the busiest hosts, the rest as `other` |
-/// | `haul_queue_downloads{state}` | gauge | downloads by state (the `depth` given at creation), at each ``refresh()`` |
+/// | `haul_downloads_running{host}` | gauge | running per host: the busiest hosts, the rest as `other` |
+/// | `haul_queue_downloads{state}` | gauge | by state (the `depth` given at creation), at each ``refresh()`` |
 ///
 /// It subscribes to the queue's events of the kinds it needs only (no progress events): a batch of small files pays
-/// one event per start and per end. Host labels are bounded (the `hostLabels` busiest hosts and `other`), so a crawl of a
-/// million hosts does not make a million series.
+/// one event per start and per end. Host labels are bounded (the `hostLabels` busiest hosts and `other`), so a crawl
+/// of a million hosts does not make a million series.
 public final class QueueMetrics: Sendable {
     /// Outcomes of ``QueueMetrics`` `haul_downloads_finished_total`.
     public static let outcomes = ["completed", "skipped", "failed", "cancelled"]
