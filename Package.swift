@@ -199,12 +199,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulPostgres",
                 "HaulTestServer", "HaulDaemon",
+                // The commit `haul --version` names.
+                "HaulBuildInfo",
                 // `--transport urlsession` where URLSession is the system's own; on Linux it would bring libcurl in.
                 .target(
                     name: "HaulURLSession",
                     condition: .when(platforms: [.macOS, .iOS, .tvOS, .watchOS, .visionOS])),
             ]
         ),
+        // The commit the build's sources are at, written before every build by scripts/build-commit (a prebuild
+        // command of the BuildCommit plugin): a plain `swift build` knows it as well as a release, with no flags.
+        .target(name: "HaulBuildInfo", plugins: ["BuildCommit"]),
+        .plugin(name: "BuildCommit", capability: .buildTool()),
         // `haul daemon`: downloads as a service behind aria2's JSON-RPC. Served with swift-nio's own HTTP/1.1 (already
         // the transport's and the test server's): a web framework would add a dozen packages for one endpoint.
         .target(
