@@ -194,13 +194,13 @@ let package = Package(
         .target(
             name: "HaulCommandLine",
             dependencies: [
+                // The commit `haul --version` names.
+                "HaulBuildInfo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 "Haul", "HaulAsyncHTTPClient", "HaulNIO", "HaulNIOSupport", "HaulSQLite", "HaulPostgres",
                 "HaulTestServer", "HaulDaemon",
-                // The commit `haul --version` names.
-                "HaulBuildInfo",
                 // `--transport urlsession` where URLSession is the system's own; on Linux it would bring libcurl in.
                 .target(
                     name: "HaulURLSession",
