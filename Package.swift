@@ -225,6 +225,8 @@ let package = Package(
         .target(
             name: "HaulCommandLine",
             dependencies: [
+                // The commit `haul --version` names.
+                "HaulBuildInfo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
@@ -240,6 +242,10 @@ let package = Package(
                     condition: .when(platforms: [.macOS, .iOS, .tvOS, .watchOS, .visionOS])),
             ]
         ),
+        // The commit the build's sources are at, written before every build by scripts/build-commit (a prebuild
+        // command of the BuildCommit plugin): a plain `swift build` knows it as well as a release, with no flags.
+        .target(name: "HaulBuildInfo", plugins: ["BuildCommit"]),
+        .plugin(name: "BuildCommit", capability: .buildTool()),
         // `haul daemon`: downloads as a service behind aria2's JSON-RPC. Served with swift-nio's own HTTP/1.1 (already
         // the transport's and the test server's): a web framework would add a dozen packages for one endpoint.
         .target(

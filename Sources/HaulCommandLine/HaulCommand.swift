@@ -1,5 +1,6 @@
 public import ArgumentParser
 import Foundation
+import HaulBuildInfo
 
 #if canImport(Glibc)
 import Glibc
@@ -11,11 +12,15 @@ import Darwin
 ///
 /// The `haul` executable calls ``main()``; tests parse arguments with `HaulCommand.parseAsRoot(_:)`.
 public struct HaulCommand: AsyncParsableCommand {
+    /// Haul's version, as releases are numbered.
+    public static let version = "0.1.0"
+
     /// The command's name, version and subcommands.
     public static let configuration = CommandConfiguration(
         commandName: "haul",
         abstract: "Run downloads through a queue with controlled concurrency.",
-        version: "0.1.0",
+        // The commit too: a bug report quoting `haul --version` then names the exact sources.
+        version: "haul \(version) (commit \(BuildInfo.commitDescription))",
         subcommands: [
             GetCommand.self, DemoCommand.self, ServeCommand.self, EnqueueCommand.self, WorkerCommand.self,
             StatusCommand.self, QueueCommand.self, DaemonCommand.self,
