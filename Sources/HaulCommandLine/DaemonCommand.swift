@@ -300,7 +300,7 @@ struct DaemonCommand: AsyncParsableCommand {
             throw ValidationError("cannot open the daemon's store '\(storePath)': \(error)")
         }
         var daemonConfiguration = Daemon.Configuration(
-            root: directory, globalOptions: conf.globalOptions, store: store)
+            root: directory, version: HaulCommand.version, globalOptions: conf.globalOptions, store: store)
         daemonConfiguration.sessionFile = (saveSession ?? conf.daemon["save-session"]).map {
             URL(fileURLWithPath: $0)
         }
@@ -438,7 +438,8 @@ struct DaemonCommand: AsyncParsableCommand {
             let monitoring = WorkerCommand.monitoringEndpoint(
                 registry: registry, token: secret?.value, worker: worker, queue: queue, journal: journal)
             let (server, origin) = try await serve(
-                Fleet(queue: queue).endpoint(secret: secret), monitoring: monitoring, log: log)
+                Fleet(queue: queue, version: HaulCommand.version).endpoint(secret: secret), monitoring: monitoring,
+                log: log)
             log.line(
                 .info,
                 "haul daemon: serving aria2 JSON-RPC on \(origin)/jsonrpc and the fleet's dashboard on \(origin)/, for "
