@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import HaulTestServer
 import HaulTestSupport
 import Testing
@@ -45,9 +46,18 @@ struct ServiceMetricsTests {
             }
             let missing = bytes(server, "missing", size: 10, ["status": "404"])
             gids[missing] = try await daemon.result("aria2.addUri", [[missing]]) as? String
-            try await eventuallyAsync("five downloads ended", within: .seconds(30)) {
+            // Credentials in the URL and in the options: logged never.
+            let withPassword = bytes(server, "m4", size: 3000).replacingOccurrences(
+                of: "http://", with: "http://someone:pa55word@")
+            let redacted = try #require(URL(string: withPassword)?.redactedString)
+            gids[redacted] = try await daemon.result("aria2.addUri", [[withPassword]]) as? String
+            let withOption = bytes(server, "m5", size: 3000)
+            gids[withOption] =
+                try await daemon.result("aria2.addUri", [[withOption], ["http-user": "u", "http-passwd": "pa55word"]])
+                as? String
+            try await eventuallyAsync("seven downloads ended", within: .seconds(30)) {
                 let stopped = try? await daemon.result("aria2.tellStopped", [0, 10, ["gid"]]) as? [Any]
-                return stopped?.count == 5
+                return stopped?.count == 7
             }
             for bearer in [nil, "wrong", secret + "x"] {
                 let refused = try await get(port, "/metrics", bearer: bearer)
@@ -55,13 +65,13 @@ struct ServiceMetricsTests {
             }
             let metrics = try await get(port, "/metrics", bearer: secret)
             #expect(metrics.status == 200)
-            #expect(sample("haul_downloads_started_total", in: metrics.text) == 5, "\(metrics.text)")
-            #expect(sample(#"haul_downloads_finished_total{outcome="completed"}"#, in: metrics.text) == 4)
+            #expect(sample("haul_downloads_started_total", in: metrics.text) == 7, "\(metrics.text)")
+            #expect(sample(#"haul_downloads_finished_total{outcome="completed"}"#, in: metrics.text) == 6)
             #expect(sample(#"haul_downloads_finished_total{outcome="failed"}"#, in: metrics.text) == 1)
-            #expect(sample("haul_received_bytes_total", in: metrics.text) == Double(4 * 3000))
-            #expect(sample(#"haul_queue_downloads{state="stopped"}"#, in: metrics.text) == 5)
+            #expect(sample("haul_received_bytes_total", in: metrics.text) == Double(6 * 3000))
+            #expect(sample(#"haul_queue_downloads{state="stopped"}"#, in: metrics.text) == 7)
             #expect(sample(#"haul_queue_downloads{state="waiting"}"#, in: metrics.text) == 0)
-            #expect(sample("haul_queue_wait_seconds_count", in: metrics.text) == 5)
+            #expect(sample("haul_queue_wait_seconds_count", in: metrics.text) == 7)
             #expect(try await get(port, "/healthz").status == 200)
             let ready = try await get(port, "/readyz")
             #expect(ready.status == 200 && ready.text.contains(#""ready":true"#), "\(ready.text)")
@@ -82,6 +92,8 @@ struct ServiceMetricsTests {
                 #expect(own.contains { $0["message"]?.hasPrefix(ending) == true }, "\(own)")
             }
             #expect(!output.stderr.contains(secret) && !output.stdout.contains(secret))
+            #expect(!output.stderr.contains("pa55word") && !output.stdout.contains("pa55word"))
+            #expect(!redacted.contains("pa55word"))
         }
     }
 
