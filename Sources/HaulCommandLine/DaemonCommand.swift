@@ -331,16 +331,7 @@ struct DaemonCommand: AsyncParsableCommand {
         let metrics = QueueMetrics(
             queue: queue, factory: PrometheusMetricsFactory(registry: registry), depth: { daemon.depth() })
         metrics.start()
-        var readiness = [
-            MonitoringEndpoint.ReadinessCheck("store") {
-                do {
-                    try store.checkReadable()
-                    return nil
-                } catch {
-                    return "the daemon's store cannot be read: \(error.localizedDescription)"
-                }
-            }
-        ]
+        var readiness = [MonitoringEndpoint.ReadinessCheck.store(store)]
         if let journal { readiness.append(.journal(journal)) }
         let monitoring = MonitoringEndpoint(
             registry: registry, bearerToken: secret?.value, readiness: readiness, refresh: { await metrics.refresh() })

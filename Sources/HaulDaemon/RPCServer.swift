@@ -448,7 +448,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
                     let (handler, context) = bound.value
                     handler.write(
                         status: HTTPResponseStatus(statusCode: answer.status),
-                        bytes: head.method == .HEAD ? [] : answer.body,
+                        bytes: answer.body,
                         type: nil, extra: HTTPHeaders(answer.headers), head: head, origin: nil, context: context)
                 }
             }
@@ -573,26 +573,13 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     ) {
         var headers = extra
         if let type { headers.add(name: "Content-Type", value: type) }
-        headers.add(name: "Content-Length", value: String(bytes.count))
         if let origin {
             headers.add(name: "Access-Control-Allow-Origin", value: origin)
             headers.add(name: "Vary", value: "Origin")
         }
-        let keepAlive = head.isKeepAlive && status != .payloadTooLarge
-        headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")
-        context.write(
-            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
-            promise: nil)
-        if !bytes.isEmpty {
-            context.write(
-                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: bytes)))), promise: nil)
-        }
-        let done = context.eventLoop.makePromise(of: Void.self)
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: done)
-        if !keepAlive {
-            let channel = context.channel
-            done.futureResult.whenComplete { _ in channel.close(promise: nil) }
-        }
+        context.writeResponse(
+            to: head, status: status, headers: headers, body: bytes,
+            keepAlive: head.isKeepAlive && status != .payloadTooLarge)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -128,24 +128,9 @@ private final class MonitoringHandler: ChannelInboundHandler {
     private func write(
         _ answer: MonitoringEndpoint.Response, head: HTTPRequestHead, close: Bool, context: ChannelHandlerContext
     ) {
-        var headers = HTTPHeaders(answer.headers)
-        headers.add(name: "Content-Length", value: String(answer.body.count))
-        let keepAlive = head.isKeepAlive && !close
-        headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")
-        let status = HTTPResponseStatus(statusCode: answer.status)
-        context.write(
-            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
-            promise: nil)
-        if head.method != .HEAD, !answer.body.isEmpty {
-            context.write(
-                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: answer.body)))), promise: nil)
-        }
-        let done = context.eventLoop.makePromise(of: Void.self)
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: done)
-        if !keepAlive {
-            let channel = context.channel
-            done.futureResult.whenComplete { _ in channel.close(promise: nil) }
-        }
+        context.writeResponse(
+            to: head, status: HTTPResponseStatus(statusCode: answer.status), headers: HTTPHeaders(answer.headers),
+            body: answer.body, keepAlive: head.isKeepAlive && !close)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -160,6 +160,12 @@ struct QueueMetricsTests {
         ready.withLock { $0 = true }
         #expect(try await get("/readyz", host: "127.0.0.1:\(port)").status == 200)
         #expect(try await get("/jsonrpc", host: "127.0.0.1:\(port)").status == 404)
+        // HEAD: the length of what GET would send, and no body.
+        let headAnswer = try await RawHTTP.send(
+            port: port, method: "HEAD", path: "/healthz", headers: [("Host", "127.0.0.1")])
+        let getAnswer = try await get("/healthz", host: "127.0.0.1")
+        #expect(headAnswer.status == 200 && headAnswer.body.isEmpty)
+        #expect(headAnswer.header("Content-Length") == String(getAnswer.body.count) && !getAnswer.body.isEmpty)
         let big = try await RawHTTP.send(
             port: port, method: "POST", path: "/healthz", headers: [("Host", "127.0.0.1")],
             body: [UInt8](repeating: 65, count: 100_000))

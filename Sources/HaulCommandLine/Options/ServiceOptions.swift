@@ -247,14 +247,26 @@ extension MonitoringEndpoint.ReadinessCheck {
         }
     }
 
+    /// Ready while the daemon's store can be read.
+    static func store(_ store: DaemonStore) -> Self {
+        readable("store", "the daemon's store", store.checkReadable)
+    }
+
     /// Ready while the journal can be read.
     static func journal(_ journal: SQLiteJournal) -> Self {
-        Self("journal") {
+        readable("journal", "the journal", journal.checkReadable)
+    }
+
+    /// Ready while `check` (a read of the file `what` names) does not throw.
+    private static func readable(
+        _ name: String, _ what: String, _ check: @escaping @Sendable () throws -> Void
+    ) -> Self {
+        Self(name) {
             do {
-                try journal.checkReadable()
+                try check()
                 return nil
             } catch {
-                return "the journal cannot be read: \(error.localizedDescription)"
+                return "\(what) cannot be read: \(error.localizedDescription)"
             }
         }
     }
