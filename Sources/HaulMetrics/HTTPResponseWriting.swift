@@ -1,5 +1,5 @@
-public import NIOCore
-public import NIOHTTP1
+package import NIOCore
+package import NIOHTTP1
 
 extension ChannelHandlerContext {
     /// Writes a whole HTTP/1.1 answer to `request` from a handler whose outbound parts are `HTTPServerResponsePart`s:
