@@ -32,12 +32,14 @@ struct WorkerRetryAfterTests {
                     await SharedQueueWorker(queue: queue, transport: NIOTransport(), configuration: configuration).run()
                 }
                 // The first attempt's end, once recorded (attempt 1, waiting or already done), and the host's hold
-                // then: a claim sets `not_before` to its own time, a hold later than that.
+                // then: a claim sets `not_before` to its own time, a hold later than that. Measured from
+                // `clock_timestamp()`: a statement's `now()` is when its transaction began, which on a loaded machine
+                // can come before the completion whose result it reads (the hold then looked longer than it was).
                 var hold: Double?
                 while hold == nil {
                     let rows = try await queue.rows(
                         """
-                        SELECT d.state, (extract(epoch FROM h.not_before - now()))::float8
+                        SELECT d.state, (extract(epoch FROM h.not_before - clock_timestamp()))::float8
                         FROM haul_download d JOIN haul_host h ON h.queue = d.queue AND h.host = d.host
                         WHERE d.queue = \(queue.name) AND d.attempt >= 1
                         """, "reading the host's hold", as: (String, Double).self)

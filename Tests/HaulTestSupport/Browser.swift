@@ -210,9 +210,20 @@ package final class Browser: Sendable {
         try await waitUntil(
             "\(selector) shown",
             "const e = document.querySelector(arguments[0]); return !!e && e.getClientRects().length > 0", [selector])
-        let reference = try await element(selector)
-        _ = try await command(.clear(reference), [:])
-        _ = try await command(.sendKeys(reference), ["text": text])
+        // A page that redraws what it shows (a table of hosts, every second) may replace the field between its
+        // look-up and the keys, unless it has the focus, which typing gives it: the field is looked up again then,
+        // as a user would click the new one.
+        var attempts = 0
+        while true {
+            let reference = try await element(selector)
+            do {
+                _ = try await command(.clear(reference), [:])
+                _ = try await command(.sendKeys(reference), ["text": text])
+                return
+            } catch let failure as Failure where failure.description.contains("stale element") && attempts < 5 {
+                attempts += 1
+            }
+        }
     }
 
     /// The text of the element `selector` matches, as shown.
