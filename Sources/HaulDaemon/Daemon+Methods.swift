@@ -145,8 +145,9 @@ extension Daemon {
         }
         // Into the queue as the calls came, a stretch of them at a time (those paused alike, with no position): the
         // destinations of those that start now listed once per directory, as `haul get` does with its list, so that
-        // each download does not look its file up again as it starts.
-        var listing = DestinationSnapshot.Listing()
+        // each download does not look its file up again as it starts (a directory of more than a few names per add is
+        // not listed: reading it would cost more than the look-ups it saves).
+        var listing = DestinationSnapshot.Listing(budget: 4 * kept.count)
         var moved: [Int] = []
         var next = kept.startIndex
         while next < kept.endIndex {

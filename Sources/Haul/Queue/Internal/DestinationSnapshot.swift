@@ -58,8 +58,15 @@ package enum DestinationSnapshot {
         private var directories: [String: Set<Substring>?] = [:]
         private var namesKept = 0
         #endif
+        private let budget: Int
 
-        package init() {}
+        /// A listing of at most `budget` names in all (no more than ``maximumNames``). A name read costs less than a
+        /// download's own look-up of its file, but not nothing, so a caller that knows how many requests the listing
+        /// serves bounds it by a few per request: a full directory listed for a handful of downloads costs more time
+        /// than it saves, and memory (``maximumNames`` names take megabytes).
+        package init(budget: Int = maximumNames) {
+            self.budget = min(max(0, budget), Self.maximumNames)
+        }
 
         /// The destination path of `request` if it was absent when its directory was listed.
         package mutating func absentPath(of request: DownloadRequest) -> String? {
@@ -72,8 +79,8 @@ package enum DestinationSnapshot {
                 listed = known
             } else {
                 // Past the budget no more directories are listed (nor remembered).
-                guard namesKept < Self.maximumNames else { return nil }
-                listed = names(in: key, atMost: Self.maximumNames - namesKept)
+                guard namesKept < budget else { return nil }
+                listed = names(in: key, atMost: budget - namesKept)
                 directories[key] = listed
                 namesKept += listed?.count ?? 0
             }

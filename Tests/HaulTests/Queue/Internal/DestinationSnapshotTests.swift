@@ -140,6 +140,20 @@ struct DestinationSnapshotTests {
         let none = try #require(DestinationSnapshot.absentPaths(of: requests(Self.count, in: missing)))
         #expect(none.allSatisfy { $0 != nil })
     }
+
+    @Test("a listing reads no more names than its budget: a directory that holds more is not listed")
+    func listingBudget() throws {
+        let dir = try TemporaryDirectory()
+        for name in ["a", "b", "c", "d"] { try Data(Self.mine).write(to: dir.file(name)) }
+        let request = DownloadRequest(url: URL(string: "http://127.0.0.1:1/e")!, destination: .directory(dir.url))
+        var generous = DestinationSnapshot.Listing()
+        #expect(generous.absentPath(of: request) == dir.file("e").path)
+        // Four names (and the directory's own two) are more than three: its downloads look their files up.
+        var small = DestinationSnapshot.Listing(budget: 3)
+        #expect(small.absentPath(of: request) == nil)
+        var enough = DestinationSnapshot.Listing(budget: 64)
+        #expect(enough.absentPath(of: request) == dir.file("e").path)
+    }
 }
 
 extension DownloadHandle {
