@@ -94,6 +94,7 @@ struct WorkerCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        ServiceMemory.limitArenas()
         Interruption.install()
         try database.checkURL()
         let directory = destination.url
