@@ -32,6 +32,28 @@ struct ServiceMetricsTests {
         }
     }
 
+    /// How many glibc arenas besides the main one the process `pid` has: each is an anonymous mapping of 64 MiB (its
+    /// heap, then the reserve it grows into), aligned to 64 MiB.
+    func mallocArenas(of pid: pid_t) throws -> Int {
+        let heapSize: UInt64 = 64 << 20
+        let regions = try String(contentsOfFile: "/proc/\(pid)/maps", encoding: .utf8).split(separator: "\n").map {
+            line in
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            let bounds = fields[0].split(separator: "-").map { UInt64($0, radix: 16) ?? 0 }
+            return (start: bounds[0], end: bounds[1], access: fields[1], anonymous: fields.count < 6)
+        }
+        var arenas = 0
+        for (index, region) in regions.enumerated() where region.anonymous && region.start % heapSize == 0 {
+            var end = region.end
+            for next in regions[(index + 1)...] {
+                guard next.start == end, next.anonymous, next.access == "---p" else { break }
+                end = next.end
+            }
+            if end - region.start == heapSize { arenas += 1 }
+        }
+        return arenas
+    }
+
     @Test("daemon: /metrics for the secret as a bearer token only, /healthz, /readyz, one JSON object per log line")
     func daemon() async throws {
         try await TestServer.withRunning { server in
@@ -77,6 +99,11 @@ struct ServiceMetricsTests {
             #expect(ready.status == 200 && ready.text.contains(#""ready":true"#), "\(ready.text)")
             // A page that reached the daemon through DNS rebinding names its own host.
             #expect(try await get(port, "/readyz", host: "rebind.example:\(port)").status == 403)
+            // One allocator arena per core at most (ServiceMemory): glibc's own limit is eight per core, and a daemon
+            // that kept it had seven beside the main one before it downloaded anything.
+            let cores = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+            let arenas = try mallocArenas(of: daemon.process.pid)
+            #expect(arenas < cores, "\(arenas) arenas beside the main one on \(cores) cores")
 
             daemon.process.send(SIGTERM)
             let stopped = ContinuousClock.now
@@ -161,6 +188,9 @@ struct ServiceMetricsTests {
                     }
                     #expect(await value(#"sum(haul_downloads_finished_total{outcome="failed"})"#) == 0)
                 }
+                let cores = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+                let arenas = try mallocArenas(of: worker.pid)
+                #expect(arenas < cores, "the worker has \(arenas) arenas beside the main one on \(cores) cores")
 
                 // Health as the database goes away and comes back.
                 #expect(try await get(metricsPort, "/healthz").status == 200)
@@ -193,6 +223,16 @@ struct ServiceMetricsTests {
                 #expect(await daemon.process.finish().status == 0)
             }
         }
+    }
+
+    @Test("a limit of the allocator's arenas set in the environment is the user's, not replaced by one per core")
+    func arenaLimitOfTheEnvironment() async throws {
+        let dir = try TemporaryDirectory()
+        let daemon = try await DaemonCommandTests.start(dir, environment: ["MALLOC_ARENA_MAX": "1"])
+        _ = try await daemon.result("aria2.getGlobalStat", [])
+        #expect(try mallocArenas(of: daemon.process.pid) == 0)
+        daemon.process.send(SIGTERM)
+        #expect(await daemon.process.finish().status == 0)
     }
 
     @Test("worker options: --metrics-listen off loopback needs a token file, which /metrics then asks for")

@@ -216,7 +216,7 @@ struct CommandService: Service {
     /// SIGTERM and SIGINT begin a graceful shutdown, `main` first, then the helpers (a metrics listener answers until
     /// `main` has stopped); when `main` returns by itself the helpers are shut down too. A shutdown that takes longer
     /// than `bound` is escalated to cancellation, and one that still does not end within `cancellationBound` ends the
-    /// process. While it runs, the allocator's free pages go back to the system (``ServiceMemory``).
+    /// process.
     static func run(
         main: CommandService, helpers: [CommandService] = [], log: ServiceLog, bound: Duration,
         cancellationBound: Duration = .seconds(10)
@@ -225,7 +225,7 @@ struct CommandService: Service {
         // The group's own records (signal caught, shutting down) only when something goes wrong.
         logger.logLevel = max(log.level, .warning)
         var configuration = ServiceGroupConfiguration(
-            services: (helpers + [.returningFreePages]).map { .init(service: $0, successTerminationBehavior: .ignore) }
+            services: helpers.map { .init(service: $0, successTerminationBehavior: .ignore) }
                 + [.init(service: main, successTerminationBehavior: .gracefullyShutdownGroup)],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         configuration.maximumGracefulShutdownDuration = bound
