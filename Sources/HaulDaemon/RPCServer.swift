@@ -98,17 +98,19 @@ public final class RPCServer: Sendable {
         monitoring: MonitoringEndpoint? = nil, group: (any EventLoopGroup)? = nil
     ) async throws -> RPCServer {
         let group = group ?? MultiThreadedEventLoopGroup.singleton
-        let checks = Locked<RequestChecks?>(nil)
+        // Which Host and Origin to accept depends on the bound port (0 picks one). A connection accepted before that
+        // is known waits for it: a client that knew the port, as one reconnecting to a restarted daemon does, can
+        // come that early.
+        let checksKnown = group.next().makePromise(of: RequestChecks.self)
         let sessions = OpenChannels()
         let connections = OpenChannels()
         let dashboard = DashboardSessions()
-        let channel = try await ServerBootstrap(group: group)
+        let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    guard let checks = checks.withLock({ $0 }) else { throw ChannelError.ioOnClosedChannel }
+                checksKnown.futureResult.hop(to: channel.eventLoop).flatMapThrowing { checks in
                     connections.add(channel)
                     channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                     if let tls {
@@ -152,8 +154,15 @@ public final class RPCServer: Sendable {
                             monitoring: monitoring, secure: tls != nil))
                 }
             }
-            .bind(host: host, port: port).get()
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.bind(host: host, port: port).get()
+        } catch {
+            checksKnown.fail(error)
+            throw error
+        }
         guard let address = channel.localAddress, let bound = address.port else {
+            checksKnown.fail(ChannelError.unknownLocalAddress)
             try? await channel.close()
             throw ChannelError.unknownLocalAddress
         }
@@ -161,10 +170,9 @@ public final class RPCServer: Sendable {
         let scheme = tls == nil ? "http" : "https"
         // Browsers leave the scheme's own port out of Host and Origin.
         let authorities = names.map { "\($0):\(bound)" } + (bound == (tls == nil ? 80 : 443) ? Array(names) : [])
-        checks.withLock {
-            $0 = RequestChecks(
-                hosts: Set(authorities), origins: access.allowedOrigins.union(authorities.map { "\(scheme)://\($0)" }))
-        }
+        checksKnown.succeed(
+            RequestChecks(
+                hosts: Set(authorities), origins: access.allowedOrigins.union(authorities.map { "\(scheme)://\($0)" })))
         return RPCServer(address: address, channel: channel, sessions: sessions, connections: connections)
     }
 
