@@ -54,6 +54,18 @@ struct ServiceMetricsTests {
         return arenas
     }
 
+    /// Expects the process `pid` (`what`) to have one allocator arena per core at most (ServiceMemory): glibc's own
+    /// limit is eight per core, and a service that kept it had seven beside the main one before it downloaded anything.
+    func expectArenasWithinCores(
+        of pid: pid_t, _ what: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        let cores = sysconf(Int32(_SC_NPROCESSORS_ONLN))
+        let arenas = try mallocArenas(of: pid)
+        #expect(
+            arenas < cores, "\(what) has \(arenas) arenas beside the main one on \(cores) cores",
+            sourceLocation: sourceLocation)
+    }
+
     @Test("daemon: /metrics for the secret as a bearer token only, /healthz, /readyz, one JSON object per log line")
     func daemon() async throws {
         try await TestServer.withRunning { server in
@@ -99,11 +111,7 @@ struct ServiceMetricsTests {
             #expect(ready.status == 200 && ready.text.contains(#""ready":true"#), "\(ready.text)")
             // A page that reached the daemon through DNS rebinding names its own host.
             #expect(try await get(port, "/readyz", host: "rebind.example:\(port)").status == 403)
-            // One allocator arena per core at most (ServiceMemory): glibc's own limit is eight per core, and a daemon
-            // that kept it had seven beside the main one before it downloaded anything.
-            let cores = sysconf(Int32(_SC_NPROCESSORS_ONLN))
-            let arenas = try mallocArenas(of: daemon.process.pid)
-            #expect(arenas < cores, "\(arenas) arenas beside the main one on \(cores) cores")
+            try expectArenasWithinCores(of: daemon.process.pid, "the daemon")
 
             daemon.process.send(SIGTERM)
             let stopped = ContinuousClock.now
@@ -188,9 +196,7 @@ struct ServiceMetricsTests {
                     }
                     #expect(await value(#"sum(haul_downloads_finished_total{outcome="failed"})"#) == 0)
                 }
-                let cores = sysconf(Int32(_SC_NPROCESSORS_ONLN))
-                let arenas = try mallocArenas(of: worker.pid)
-                #expect(arenas < cores, "the worker has \(arenas) arenas beside the main one on \(cores) cores")
+                try expectArenasWithinCores(of: worker.pid, "the worker")
 
                 // Health as the database goes away and comes back.
                 #expect(try await get(metricsPort, "/healthz").status == 200)
