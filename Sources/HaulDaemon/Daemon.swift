@@ -51,7 +51,7 @@ public final class Daemon: Sendable {
     public var rootPath: String { root }
     let sessionID: String
     let state: Locked<State>
-    private let watcher: Task<Void, Never>
+    private let watcher: EventObservation
     /// Held while a host's settings change (read, stored, applied), one change at a time; its value counts the
     /// changes made. (Not a lock on an empty value: ThreadSanitizer takes a value of no size, which shares the
     /// mutex's address, for a race with the mutex itself.)
@@ -204,48 +204,47 @@ public final class Daemon: Sendable {
         initial.onStoreError = Hook(configuration.onStoreError)
         let state = Locked(initial)
         self.state = state
-        let events = queue.events(including: Self.trailKinds)
         let notifications = Locked<Hook<(method: String, gid: String)>?>(nil)
         notificationHandler = notifications
-        watcher = Task {
-            for await event in events {
-                let ended: Item?
-                switch event {
-                case .download(let id, .finished(let result)): ended = Self.record(.success(result), of: id, in: state)
-                case .download(let id, .failed(let error)): ended = Self.record(.failure(error), of: id, in: state)
-                case .download(let id, .started(1, let resumingAt)):
-                    if resumingAt > 0 {
-                        Self.recordTrail(.started(attempt: 1, resumingAt: resumingAt), of: id, in: state)
-                    }
-                    let (gid, item) = state.withLock { state in
-                        let gid = state.byDownload[id]
-                        if let gid {
-                            state.items[gid]?.started = true
-                            state.touch(gid)
-                        } else {
-                            state.startedEarly.insert(id)
-                        }
-                        return (gid, gid.flatMap { state.items[$0] })
-                    }
-                    if let item { Self.log(.info, "started", item, to: configuration.logger) }
-                    if let gid { notifications.withLock { $0 }?.call(("aria2.onDownloadStart", gid.description)) }
-                    continue
-                case .download(let id, let other):
-                    Self.recordTrail(other, of: id, in: state)
-                    continue
-                case .paused(let id):
-                    Self.noteTrail("paused", "paused, its partial file kept", of: id, in: state)
-                    continue
-                case .resumed(let id):
-                    Self.noteTrail("resumed", "resumed: waiting for a slot", of: id, in: state)
-                    continue
-                default: continue
+        // Called as the queue sends each event: a task woken for every start and end cost small files more than
+        // the account kept of them.
+        watcher = queue.observe(including: Self.trailKinds) { event in
+            let ended: Item?
+            switch event {
+            case .download(let id, .finished(let result)): ended = Self.record(.success(result), of: id, in: state)
+            case .download(let id, .failed(let error)): ended = Self.record(.failure(error), of: id, in: state)
+            case .download(let id, .started(1, let resumingAt)):
+                if resumingAt > 0 {
+                    Self.recordTrail(.started(attempt: 1, resumingAt: resumingAt), of: id, in: state)
                 }
-                guard let ended else { continue }
-                Self.logEnd(of: ended, to: configuration.logger)
-                if let method = Self.notification(for: ended) {
-                    notifications.withLock { $0 }?.call((method, ended.gid.description))
+                let (gid, item) = state.withLock { state in
+                    let gid = state.byDownload[id]
+                    if let gid {
+                        state.items[gid]?.started = true
+                        state.touch(gid)
+                    } else {
+                        state.startedEarly.insert(id)
+                    }
+                    return (gid, gid.flatMap { state.items[$0] })
                 }
+                if let item { Self.log(.info, "started", item, to: configuration.logger) }
+                if let gid { notifications.withLock { $0 }?.call(("aria2.onDownloadStart", gid.description)) }
+                return
+            case .download(let id, let other):
+                Self.recordTrail(other, of: id, in: state)
+                return
+            case .paused(let id):
+                Self.noteTrail("paused", "paused, its partial file kept", of: id, in: state)
+                return
+            case .resumed(let id):
+                Self.noteTrail("resumed", "resumed: waiting for a slot", of: id, in: state)
+                return
+            default: return
+            }
+            guard let ended else { return }
+            Self.logEnd(of: ended, to: configuration.logger)
+            if let method = Self.notification(for: ended) {
+                notifications.withLock { $0 }?.call((method, ended.gid.description))
             }
         }
         apply(try globalChange(configuration.globalOptions.mapValues { $0.components(separatedBy: "\n") }))

@@ -16,8 +16,8 @@ import HaulOperations
 /// | `haul_downloads_running{host}` | gauge | running per host: the busiest hosts, the rest as `other` |
 /// | `haul_queue_downloads{state}` | gauge | by state (the `depth` given at creation), at each ``refresh()`` |
 ///
-/// It subscribes to the queue's events of the kinds it needs only (no progress events): a batch of small files pays
-/// one event per start and per end. Host labels are bounded (the `hostLabels` busiest hosts and `other`), so a crawl
+/// It observes the queue's events of the kinds it needs only (no progress events), counting each as the queue sends
+/// it: a batch of small files pays one call per start and per end, and wakes no task for them. Host labels are bounded (the `hostLabels` busiest hosts and `other`), so a crawl
 /// of a million hosts does not make a million series.
 public final class QueueMetrics: Sendable {
     /// Outcomes of ``QueueMetrics`` `haul_downloads_finished_total`.
@@ -34,7 +34,7 @@ public final class QueueMetrics: Sendable {
     private let wait: CoreMetrics.Timer
     private let depthGauges: DepthGauges
     private let state = Locked(State())
-    private let consumer = Locked<Task<Void, Never>?>(nil)
+    private let observer = Locked<EventObservation?>(nil)
 
     private struct State {
         /// When each download not started yet was queued.
@@ -67,24 +67,24 @@ public final class QueueMetrics: Sendable {
         depthGauges = DepthGauges(factory: factory)
     }
 
-    /// Starts recording: subscribes to the queue's events. Downloads queued before are counted from their start on.
+    /// Starts recording: observes the queue's events. Downloads queued before are counted from their start on.
     public func start() {
-        let events = queue.events(including: [.queued, .started, .retrying, .finished, .failed])
-        let task = Task { [weak self] in
-            for await event in events {
-                guard let self else { return }
-                self.record(event)
-            }
+        let observation = queue.observe(including: [.queued, .started, .retrying, .finished, .failed]) {
+            [weak self] event in self?.record(event)
         }
-        consumer.withLock { $0 = task }
+        let previous = observer.withLock { observer in
+            defer { observer = observation }
+            return observer
+        }
+        previous?.cancel()
     }
 
     /// Stops recording (the metrics keep their values).
     public func stop() {
-        consumer.withLock { $0 }?.cancel()
+        observer.withLock { $0 }?.cancel()
     }
 
-    /// Counts one event: on the consumer's task only.
+    /// Counts one event, as the queue sends it (one at a time).
     func record(_ event: QueueEvent) {
         switch event {
         case .queued(let id, _):

@@ -1,4 +1,5 @@
 import Foundation
+import HaulOperations
 import Synchronization
 
 extension DownloadQueue {
@@ -32,26 +33,50 @@ extension DownloadQueue {
         return stream
     }
 
+    /// Calls `observer` with each event of `kinds` from now on, in the one order every subscriber sees, until the
+    /// observation is cancelled (an event sent as it is cancelled may still arrive). For the package's services that
+    /// keep their own account of the queue (the daemon, metrics): a sequence wakes its consumer's task for every
+    /// event, which for thousands of small files a second costs more than the account itself.
+    ///
+    /// It is called on the thread that sends the queue's events, one event at a time and never under the queue's
+    /// lock, so it may call the queue; it must return quickly, since the events behind it wait for it. It must not
+    /// call the queue while holding a lock of its own that the observer also takes.
+    package func observe(
+        including kinds: Set<QueueEvent.Kind>, _ observer: @escaping @Sendable (QueueEvent) -> Void
+    ) -> EventObservation {
+        let key = locked { state in addSubscriber(.observer(observer), to: kinds, in: &state) }
+        return EventObservation { [weak self] in self?.unsubscribe(key) }
+    }
+
     /// Adds a subscriber whose sequence ends its subscription when its consumer stops iterating.
     private func subscribe(
         _ continuation: AsyncStream<QueueEvent>.Continuation, to kinds: Set<QueueEvent.Kind>, in state: inout State
     ) {
-        state.nextSubscriber += 1
-        let key = state.nextSubscriber
-        state.subscribers[key] = Subscriber(continuation: continuation, kinds: kinds)
-        interestBits.store(state.updateInterest(), ordering: .releasing)
+        let key = addSubscriber(.stream(continuation), to: kinds, in: &state)
         // Runs on the consumer's cancellation too (under its task's own lock), which is why nothing is ever yielded
         // or resumed under the queue's lock (see State).
-        continuation.onTermination = { [weak self] _ in
-            self?.locked { state in
-                state.subscribers.removeValue(forKey: key)
-                self?.interestBits.store(state.updateInterest(), ordering: .releasing)
-            }
+        continuation.onTermination = { [weak self] _ in self?.unsubscribe(key) }
+    }
+
+    private func addSubscriber(
+        _ sink: Subscriber.Sink, to kinds: Set<QueueEvent.Kind>, in state: inout State
+    ) -> UInt64 {
+        state.nextSubscriber += 1
+        let key = state.nextSubscriber
+        state.subscribers[key] = Subscriber(sink: sink, kinds: kinds)
+        interestBits.store(state.updateInterest(), ordering: .releasing)
+        return key
+    }
+
+    private func unsubscribe(_ key: UInt64) {
+        locked { state in
+            state.subscribers.removeValue(forKey: key)
+            interestBits.store(state.updateInterest(), ordering: .releasing)
         }
     }
 
-    /// Ends every event sequence subscribed so far: each delivers the events it has buffered, then ends. For a
-    /// program done with the queue: after ``waitUntilIdle()`` every event of the batch is buffered, so a consumer
+    /// Ends every event sequence subscribed so far: each delivers the events it has buffered, then ends (an observer
+    /// hears no more). For a program done with the queue: after ``waitUntilIdle()`` every event of the batch is buffered, so a consumer
     /// can finish without counting the events it expects.
     public func finishEvents() {
         mutate { state in
@@ -110,4 +135,22 @@ extension DownloadEvent {
         default: false
         }
     }
+}
+
+/// An observer of a queue's events (``DownloadQueue/observe(including:_:)``), called until ``cancel()``.
+package final class EventObservation: Sendable {
+    private let end: Locked<(@Sendable () -> Void)?>
+
+    init(_ end: @escaping @Sendable () -> Void) { self.end = Locked(end) }
+
+    /// Stops the calls (one being sent may still arrive); the second and later calls do nothing.
+    package func cancel() {
+        let end = end.withLock { end in
+            defer { end = nil }
+            return end
+        }
+        end?()
+    }
+
+    deinit { cancel() }
 }

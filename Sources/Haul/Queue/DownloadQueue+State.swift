@@ -103,8 +103,27 @@ extension DownloadQueue {
 
     /// One subscription to ``DownloadQueue/events``: where its events go and which kinds it takes.
     struct Subscriber {
-        let continuation: AsyncStream<QueueEvent>.Continuation
+        /// Where its events go: a sequence's buffer, or an observer called as each is sent
+        /// (``DownloadQueue/observe(including:_:)``).
+        enum Sink {
+            case stream(AsyncStream<QueueEvent>.Continuation)
+            case observer(@Sendable (QueueEvent) -> Void)
+        }
+
+        let sink: Sink
         let kinds: Set<QueueEvent.Kind>
+
+        func send(_ event: QueueEvent) {
+            switch sink {
+            case .stream(let continuation): continuation.yield(event)
+            case .observer(let observer): observer(event)
+            }
+        }
+
+        /// Ends a sequence after what it has buffered; an observer just hears no more.
+        func finish() {
+            if case .stream(let continuation) = sink { continuation.finish() }
+        }
     }
 
     /// What is to be sent to subscribers once the lock is released, in the order it happened.
@@ -332,7 +351,7 @@ extension DownloadQueue {
     }
 
     /// Sends `deliveries`, then whatever was published meanwhile, until the outbox is empty. One thread at a time
-    /// (``State/delivering``), with no lock held while it yields.
+    /// (``State/delivering``), with no lock held while it yields or calls an observer.
     private func deliver(_ deliveries: [Delivery]) {
         Self.assertLockNotHeld("yielding events")
         var batch = deliveries
@@ -341,11 +360,9 @@ extension DownloadQueue {
                 switch delivery {
                 case .event(let event, let subscribers):
                     let kind = event.kind
-                    for subscriber in subscribers where subscriber.kinds.contains(kind) {
-                        subscriber.continuation.yield(event)
-                    }
+                    for subscriber in subscribers where subscriber.kinds.contains(kind) { subscriber.send(event) }
                 case .finish(let subscribers):
-                    for subscriber in subscribers { subscriber.continuation.finish() }
+                    for subscriber in subscribers { subscriber.finish() }
                 }
             }
             guard let next = locked({ $0.nextDeliveries() }) else { return }

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HTTPTypes
+import HaulOperations
 import HaulTestServer
 import HaulTestSupport
 import Testing
@@ -416,6 +417,53 @@ struct DownloadQueueTests {
             #expect(failureKinds == [.failed])
             #expect(Set(allKinds).isSuperset(of: [.queued, .started, .progress, .finished, .failed, .batchProgress]))
             #expect(allKinds.filter(QueueEvent.Kind.outcomes.contains) == outcomeKinds)  // one order for all
+        }
+    }
+
+    @Test("an observer hears its kinds in the order a sequence does, off the lock, may call the queue, and stops")
+    func observer() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2), retries: 0)
+            func request(_ name: String, status: String = "200") -> DownloadRequest {
+                DownloadRequest(
+                    url: server.url(path: "/bytes/\(name)", query: ["size": "3000", "status": status]),
+                    destination: .directory(dir.url))
+            }
+            let events = queue.events
+            let streamed = Task { await events.reduce(into: [QueueEvent]()) { $0.append($1) } }
+            let observed = Locked<[QueueEvent]>([])
+            let added = Locked<DownloadHandle?>(nil)
+            let late = request("d")
+            let observation = queue.observe(including: [.queued, .started, .finished, .failed]) { event in
+                // Reading and changing the queue from here would deadlock if this ran under its lock.
+                _ = queue.runningCount
+                let first = observed.withLock { events in
+                    events.append(event)
+                    return events.count == 1
+                }
+                // Added from inside a call: its events come after this one's, to every subscriber alike.
+                if first { added.withLock { $0 = queue.add(late) } }
+            }
+            let results = await queue.downloadAll([request("a"), request("b", status: "404"), request("c")])
+            _ = try await #require(added.withLock { $0 }).result
+            await queue.waitUntilIdle()
+            observation.cancel()
+            let heard = observed.withLock { $0 }
+            _ = try await queue.add(request("e")).result
+            queue.finishEvents()
+            let all = await streamed.value
+            #expect(results.map { (try? $0.get()) != nil } == [true, false, true])
+            #expect(heard.filter { $0.kind == .queued }.count == 4)
+            #expect(heard.filter { $0.kind == .started }.count == 4)
+            #expect(heard.filter { QueueEvent.Kind.outcomes.contains($0.kind) }.count == 4)
+            #expect(!heard.contains { $0.kind == .progress || $0.kind == .batchProgress })
+            // The stream saw the same events in the same order, then the fifth download the observer did not hear.
+            let kinds: Set<QueueEvent.Kind> = [.queued, .started, .finished, .failed]
+            let sequence = all.filter { kinds.contains($0.kind) }.map { "\($0)" }
+            #expect(Array(sequence.prefix(heard.count)) == heard.map { "\($0)" })
+            #expect(sequence.count == heard.count + 3)
+            #expect(observed.withLock { $0.count } == heard.count)
         }
     }
 
