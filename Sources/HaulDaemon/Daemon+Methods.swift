@@ -24,6 +24,10 @@ extension Daemon {
     func addUris(_ calls: [[JSON]]) -> [Result<JSON, RPCError>] {
         var results: [Result<JSON, RPCError>] = []
         results.reserveCapacity(calls.count)
+        // One listing of each destination directory serves the whole run, as `haul get`'s serves its list: a listing
+        // per group would read the names the earlier groups' downloads just wrote (and past its budget, read them
+        // only to give up, each download then looking its file up itself).
+        var listing = DestinationSnapshot.Listing(budget: 4 * calls.count)
         var start = 0
         while start < calls.count {
             let group = calls[start..<min(start + Self.addGroup, calls.count)]
@@ -36,7 +40,7 @@ extension Daemon {
                     planned.append(.failure(error))
                 }
             }
-            let added = add(planned.compactMap { try? $0.get() })
+            let added = add(planned.compactMap { try? $0.get() }, listing: &listing)
             var next = added.startIndex
             for plan in planned {
                 switch plan {
@@ -76,8 +80,12 @@ extension Daemon {
     /// Adds the downloads `additions` describe, each at its position in the waiting order if it has one, as that
     /// many `addUri` calls one after another would; returns each one's GID, or why it was not added. They are
     /// recorded in the store together, before any of them can start and before this returns: an add the caller was
-    /// told of survives a kill, and a failed write adds none of them.
-    func add(_ additions: [(plan: DownloadPlan, position: Int64?)]) -> [Result<GID, RPCError>] {
+    /// told of survives a kill, and a failed write adds none of them. `listing` tells which destinations were absent
+    /// when their directories were listed (the caller's, shared by the groups of one run, its budget a few names per
+    /// addition).
+    func add(
+        _ additions: [(plan: DownloadPlan, position: Int64?)], listing: inout DestinationSnapshot.Listing
+    ) -> [Result<GID, RPCError>] {
         var results: [Result<GID, RPCError>?] = []
         var made: Set<String> = []
         var given: Set<GID> = []
@@ -147,7 +155,6 @@ extension Daemon {
         // destinations of those that start now listed once per directory, as `haul get` does with its list, so that
         // each download does not look its file up again as it starts (a directory of more than a few names per add is
         // not listed: reading it would cost more than the look-ups it saves).
-        var listing = DestinationSnapshot.Listing(budget: 4 * kept.count)
         var moved: [Int] = []
         var next = kept.startIndex
         while next < kept.endIndex {

@@ -31,7 +31,8 @@ extension Daemon {
             }
         }
         guard problems.isEmpty else { throw RPCError(problems.joined(separator: "\n")) }
-        for result in add(plans.map { ($0, nil) }) { _ = try result.get() }
+        var listing = DestinationSnapshot.Listing(budget: 4 * plans.count)
+        for result in add(plans.map { ($0, nil) }, listing: &listing) { _ = try result.get() }
         return plans.count
     }
 
