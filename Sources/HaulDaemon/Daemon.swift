@@ -347,7 +347,9 @@ public final class Daemon: Sendable {
     static func end(_ gid: GID, with outcome: Result<DownloadResult, DownloadError>, in state: inout State) -> Item? {
         guard var item = state.items[gid], item.ending == nil else { return nil }
         if state.closing, case .failure(let error) = outcome, error.isCancellation, !item.removing { return nil }
-        let total = item.handle?.status.progress
+        // How far one that did not complete got (asked of the queue only then: a completed one's result says all).
+        let handle = item.handle
+        var total: DownloadProgress? { handle?.status.progress }
         let path: String?
         switch outcome {
         case .success(let result):
