@@ -1,0 +1,109 @@
+import Foundation
+import GRDB
+import HaulTestSupport
+import Testing
+
+@testable import HaulDaemon
+
+/// The daemon's store on disk (no daemon, no server): its layout, and a store of the earlier layout opened again.
+@Suite("haul daemon: the store")
+struct DaemonStoreTests {
+    /// A store file of the layout before rows were kept in the order they were added (keyed by the GID), with
+    /// `rows` as (GID, state, rank, stopped order), recorded as migrated that far.
+    func earlierStore(at path: String, rows: [(String, String, Int, Int?)]) throws {
+        let database = try DatabaseQueue(path: path)
+        try database.write { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+                    INSERT INTO grdb_migrations VALUES ('downloads'), ('global options'), ('hosts');
+                    CREATE TABLE downloads (
+                        gid TEXT PRIMARY KEY NOT NULL, uris TEXT NOT NULL, options TEXT NOT NULL, state TEXT NOT NULL,
+                        rank INTEGER NOT NULL, path TEXT, length INTEGER NOT NULL DEFAULT 0,
+                        completed INTEGER NOT NULL DEFAULT 0, error_code INTEGER NOT NULL DEFAULT 0,
+                        error_message TEXT NOT NULL DEFAULT '', stopped_order INTEGER,
+                        withheld_secrets INTEGER NOT NULL DEFAULT 0
+                    ) WITHOUT ROWID;
+                    CREATE INDEX downloads_stopped ON downloads(stopped_order);
+                    CREATE TABLE global_options (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE hosts (
+                        host TEXT PRIMARY KEY NOT NULL, max_connections INTEGER, paused INTEGER NOT NULL DEFAULT 0
+                    ) WITHOUT ROWID;
+                    """)
+            for (gid, state, rank, stopped) in rows {
+                try db.execute(
+                    sql: """
+                        INSERT INTO downloads (gid, uris, options, state, rank, path, length, stopped_order)
+                        VALUES (?, ?, '{"dir":"/d"}', ?, ?, ?, 4, ?)
+                        """,
+                    arguments: [
+                        gid, "[\"http://127.0.0.1:9/\(gid)\"]", state, rank, stopped.map { _ in "/d/\(gid)" }, stopped,
+                    ])
+            }
+        }
+    }
+
+    /// The store's columns and whether its table of downloads has row numbers (is not `WITHOUT ROWID`).
+    func layout(at path: String) throws -> (columns: [String], uniqueGID: Bool) {
+        try DatabaseQueue(path: path).read { db in
+            let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info('downloads')")
+            let unique = try Bool.fetchOne(
+                db,
+                sql: """
+                    SELECT count(*) > 0 FROM pragma_index_list('downloads') AS list
+                    JOIN pragma_index_info(list.name) AS info
+                    WHERE list."unique" = 1 AND info.name = 'gid'
+                    """)
+            return (columns, unique ?? false)
+        }
+    }
+
+    @Test("a store keyed by GID (the earlier layout) opens in the order rows were added, every row kept")
+    func migratesEarlierLayout() throws {
+        let root = try TemporaryDirectory()
+        let path = root.file("daemon.sqlite").path
+        let gids = ["f000000000000001", "0000000000000002", "a000000000000003", "1000000000000004"]
+        try earlierStore(
+            at: path,
+            rows: [
+                (gids[0], "waiting", 1, nil), (gids[1], "paused", 0, nil), (gids[2], "complete", 0, 2),
+                (gids[3], "error", 0, 1),
+            ])
+        let store = try DaemonStore(path: path)
+        #expect(try store.loadUnfinished().map(\.gid.description) == [gids[1], gids[0]])
+        #expect(try store.loadUnfinished().map(\.state) == ["paused", "waiting"])
+        let stopped = try store.stopped(offset: 0, limit: 10)
+        #expect(stopped.map(\.gid.description) == [gids[3], gids[2]])
+        #expect(stopped.map(\.path) == ["/d/\(gids[3])", "/d/\(gids[2])"])
+        #expect(stopped.map(\.uris) == [["http://127.0.0.1:9/\(gids[3])"], ["http://127.0.0.1:9/\(gids[2])"]])
+        #expect(try store.stoppedGIDs(prefix: "a", limit: 10).map(\.description) == [gids[2]])
+        #expect(try store.stopped(#require(GID(hex: gids[0]))) == nil)
+        let (columns, uniqueGID) = try layout(at: path)
+        #expect(columns.first == "seq" && columns.contains("gid") && uniqueGID)
+    }
+
+    @Test("a row written again (its ending) changes where it is: rows keep the order they were added in")
+    func endingKeepsPlace() throws {
+        let root = try TemporaryDirectory()
+        let path = root.file("daemon.sqlite").path
+        let store = try DaemonStore(path: path)
+        let gids = try [0xf1, 0x02, 0xa3].map { try #require(GID(UInt64($0) << 56)) }
+        try store.save(
+            gids.enumerated().map { rank, gid in
+                DaemonStore.Row(
+                    gid: gid, uris: ["http://127.0.0.1:9/\(rank)"], options: [:], state: "waiting", rank: rank)
+            })
+        var ended = DaemonStore.Row(
+            gid: gids[0], uris: ["http://127.0.0.1:9/0"], options: ["dir": "/d"], state: "complete", rank: 0)
+        ended.path = "/d/0"
+        ended.stoppedOrder = 1
+        store.saveSoon(ended) { message in Issue.record("\(message)") }
+        store.flush()
+        let order = try DatabaseQueue(path: path).read { db in
+            try String.fetchAll(db, sql: "SELECT gid FROM downloads ORDER BY seq")
+        }
+        #expect(order == gids.map(\.description))
+        #expect(try store.stopped(gids[0]) == ended)
+        #expect(try store.loadUnfinished().map(\.gid) == [gids[1], gids[2]])
+    }
+}
