@@ -223,14 +223,22 @@ public final class DaemonStore: Sendable {
                 try Int.fetchOne(
                     db, sql: "SELECT COUNT(*) FROM downloads " + filter, arguments: StatementArguments(arguments))
             }
-            // Sorted by anything but the stopped order, the page comes from one scan of the table and a sort, not from a
-            // walk of that order's index looking up every row in the table.
-            let scanning = order.key != .stopped
+            guard order.key != .stopped else {
+                let page = try rows(
+                    filter + " ORDER BY \(order.sql(scanning: false)) LIMIT ? OFFSET ?",
+                    StatementArguments(arguments + [limit, offset]))
+                return (total ?? 0, page)
+            }
+            // Sorted by anything else, the page comes from one scan of the table and a sort, not from a walk of the
+            // stopped order's index looking up every row in the table. The sort keeps the page's row numbers only,
+            // then the page's rows are read: the table is in the order rows were added, so a sort whose ties go
+            // newest first takes nearly every row it scans into the page it keeps, and whole rows cost it a copy each.
             var pageConditions = conditions
-            if scanning { pageConditions[0] = "+stopped_order IS NOT NULL" }
+            pageConditions[0] = "+stopped_order IS NOT NULL"
+            let sort = " ORDER BY \(order.sql(scanning: true))"
             let page = try rows(
-                "WHERE " + pageConditions.joined(separator: " AND ")
-                    + " ORDER BY \(order.sql(scanning: scanning)) LIMIT ? OFFSET ?",
+                "WHERE seq IN (SELECT seq FROM downloads WHERE " + pageConditions.joined(separator: " AND ") + sort
+                    + " LIMIT ? OFFSET ?)" + sort,
                 StatementArguments(arguments + [limit, offset]))
             return (total ?? 0, page)
         }
