@@ -17,8 +17,8 @@ import HaulOperations
 /// | `haul_queue_downloads{state}` | gauge | by state (the `depth` given at creation), at each ``refresh()`` |
 ///
 /// It observes the queue's events of the kinds it needs only (no progress events), counting each as the queue sends
-/// it: a batch of small files pays one call per start and per end, and wakes no task for them. Host labels are bounded (the `hostLabels` busiest hosts and `other`), so a crawl
-/// of a million hosts does not make a million series.
+/// it: a batch of small files pays one call per start and per end, and wakes no task for them. Host labels are
+/// bounded (the `hostLabels` busiest hosts and `other`), so a crawl of a million hosts does not make a million series.
 public final class QueueMetrics: Sendable {
     /// Outcomes of ``QueueMetrics`` `haul_downloads_finished_total`.
     public static let outcomes = ["completed", "skipped", "failed", "cancelled"]

@@ -76,8 +76,8 @@ extension DownloadQueue {
     }
 
     /// Ends every event sequence subscribed so far: each delivers the events it has buffered, then ends (an observer
-    /// hears no more). For a program done with the queue: after ``waitUntilIdle()`` every event of the batch is buffered, so a consumer
-    /// can finish without counting the events it expects.
+    /// hears no more). For a program done with the queue: after ``waitUntilIdle()`` every event of the batch is
+    /// buffered, so a consumer can finish without counting the events it expects.
     public func finishEvents() {
         mutate { state in
             // After every event published so far, in the outbox's order.
