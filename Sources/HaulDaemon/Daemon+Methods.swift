@@ -177,13 +177,11 @@ extension Daemon {
                 paused: paused)
             for ((index, item), handle) in zip(stretch, handles) {
                 results[index] = .success(item.gid)
-                let (ended, started) = attach(handle, to: item.gid)
-                if started { notify("aria2.onDownloadStart", item.gid) }
+                attach(handle, to: item.gid)
                 if let position = additions[index].position {
                     handle.move(toPosition: Int(clamping: position))
                     moved.append(index)
                 }
-                if let ended, let method = Self.notification(for: ended) { notify(method, item.gid) }
             }
         }
         if !moved.isEmpty {

@@ -32,19 +32,25 @@ extension Daemon {
         }
     }
 
-    /// Gives `gid` its queued download's `handle`: returns its item if the download has already ended (its outcome
-    /// came before the GID was known), and whether it has already started.
-    func attach(_ handle: DownloadHandle, to gid: GID) -> (ended: Item?, started: Bool) {
-        state.withLock { state in
+    /// Gives `gid` its queued download's `handle`. A start or an end that came before the GID was known (the queue
+    /// sends events as they happen, on the download's thread) is noted and announced now, as the queue's event would
+    /// have been.
+    func attach(_ handle: DownloadHandle, to gid: GID) {
+        let (started, ended) = state.withLock { state -> (Item?, Item?) in
             state.items[gid]?.handle = handle
-            let started = state.startedEarly.remove(handle.id) != nil
-            if started { state.items[gid]?.started = true }
+            var started: Item?
+            if state.startedEarly.remove(handle.id) != nil {
+                state.items[gid]?.started = true
+                started = state.items[gid]
+            }
             if let early = state.early.removeValue(forKey: handle.id) {
-                return (Self.end(gid, with: early, in: &state), started)
+                return (started, Self.end(gid, with: early, in: &state))
             }
             state.byDownload[handle.id] = gid
-            return (nil, started)
+            return (started, nil)
         }
+        if let started { Self.announceStart(of: started, to: configuration.logger, notificationHandler) }
+        if let ended { Self.announceEnd(of: ended, to: configuration.logger, notificationHandler) }
     }
 
     /// Stores the waiting order (the active downloads first) and, for `paused`, whether each is paused.
@@ -107,7 +113,7 @@ extension Daemon {
                 state.nextRank = max(state.nextRank, row.rank + 1)
             }
             let handle = queue.add(plan.request, paused: row.state == "paused")
-            _ = attach(handle, to: row.gid)
+            attach(handle, to: row.gid)
         }
         // Those that could not come back, or ended at once, are written as they ended: now, as a restart's first act.
         store.flush()

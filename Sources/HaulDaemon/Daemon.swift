@@ -69,7 +69,7 @@ public final class Daemon: Sendable {
         var answer: JSON
     }
     private let shutdownHandler = Locked<Hook<Bool>?>(nil)
-    private let notificationHandler: Locked<Hook<(method: String, gid: String)>?>
+    let notificationHandler: Locked<Hook<(method: String, gid: String)>?>
 
     struct State {
         var items: [GID: Item] = [:]
@@ -217,18 +217,16 @@ public final class Daemon: Sendable {
                 if resumingAt > 0 {
                     Self.recordTrail(.started(attempt: 1, resumingAt: resumingAt), of: id, in: state)
                 }
-                let (gid, item) = state.withLock { state in
-                    let gid = state.byDownload[id]
-                    if let gid {
-                        state.items[gid]?.started = true
-                        state.touch(gid)
-                    } else {
+                let item = state.withLock { state -> Item? in
+                    guard let gid = state.byDownload[id] else {
                         state.startedEarly.insert(id)
+                        return nil
                     }
-                    return (gid, gid.flatMap { state.items[$0] })
+                    state.items[gid]?.started = true
+                    state.touch(gid)
+                    return state.items[gid]
                 }
-                if let item { Self.log(.info, "started", item, to: configuration.logger) }
-                if let gid { notifications.withLock { $0 }?.call(("aria2.onDownloadStart", gid.description)) }
+                if let item { Self.announceStart(of: item, to: configuration.logger, notifications) }
                 return
             case .download(let id, let other):
                 Self.recordTrail(other, of: id, in: state)
@@ -241,11 +239,7 @@ public final class Daemon: Sendable {
                 return
             default: return
             }
-            guard let ended else { return }
-            Self.logEnd(of: ended, to: configuration.logger)
-            if let method = Self.notification(for: ended) {
-                notifications.withLock { $0 }?.call((method, ended.gid.description))
-            }
+            if let ended { Self.announceEnd(of: ended, to: configuration.logger, notifications) }
         }
         apply(try globalChange(configuration.globalOptions.mapValues { $0.components(separatedBy: "\n") }))
         if let store = configuration.store {
@@ -291,6 +285,22 @@ public final class Daemon: Sendable {
                 "download.url": "\(item.uris.first.flatMap { URL(string: $0)?.redactedString } ?? "")",
                 "download.path": "\(item.shownPath)",
             ])
+    }
+
+    /// Logs that `item` started and tells WebSocket clients (`aria2.onDownloadStart`).
+    static func announceStart(
+        of item: Item, to logger: Logger, _ notifications: Locked<Hook<(method: String, gid: String)>?>
+    ) {
+        log(.info, "started", item, to: logger)
+        notifications.withLock { $0 }?.call(("aria2.onDownloadStart", item.gid.description))
+    }
+
+    /// Logs how `item` ended and tells WebSocket clients, as aria2 does (``notification(for:)``).
+    static func announceEnd(
+        of item: Item, to logger: Logger, _ notifications: Locked<Hook<(method: String, gid: String)>?>
+    ) {
+        logEnd(of: item, to: logger)
+        if let method = notification(for: item) { notifications.withLock { $0 }?.call((method, item.gid.description)) }
     }
 
     /// Logs how `item` ended: complete, removed, or its error.

@@ -1,0 +1,65 @@
+import Foundation
+import Haul
+import HaulNIO
+import HaulOperations
+import HaulTestSupport
+import Logging
+import Testing
+
+@testable import HaulDaemon
+
+/// The queue sends a download's events as they happen, on the download's thread: a start and an end may come before
+/// the daemon has given the download its GID. They are then announced when it does, as they would have been.
+@Suite("haul daemon: a start and an end before the GID is known")
+struct DaemonEarlyEventTests {
+    /// Keeps every log line's message and `gid` metadata.
+    struct Capture: LogHandler {
+        let lines: Locked<[(message: String, gid: String)]>
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .info
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let gid = event.metadata?["gid"].map { "\($0)" } ?? ""
+            lines.withLock { $0.append(("\(event.message)", gid)) }
+        }
+    }
+
+    @Test("a download that started and failed before it was attached to its GID is logged and announced then")
+    func endedBeforeAttached() async throws {
+        let root = try TemporaryDirectory()
+        let lines = Locked<[(message: String, gid: String)]>([])
+        let queue = DownloadQueue(
+            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
+            configuration: .init(maxConcurrentDownloads: 1))
+        var configuration = Daemon.Configuration(root: root.url)
+        configuration.logger = Logger(label: "haul.daemon") { _ in Capture(lines: lines) }
+        let daemon = try Daemon(queue: queue, configuration: configuration)
+        let notifications = Locked<[String]>([])
+        daemon.onNotification { method, gid in notifications.withLock { $0.append("\(method) \(gid)") } }
+
+        // Added to the queue behind the daemon's back: its events find no GID, as when they outrun an add.
+        let request = DownloadRequest(
+            url: try #require(URL(string: "http://127.0.0.1:9/refused")), destination: .directory(root.url))
+        let handle = queue.add(request)
+        _ = try? await handle.result
+        await queue.waitUntilIdle()
+        #expect(lines.withLock { $0.isEmpty } && notifications.withLock { $0.isEmpty })
+
+        let gid = GID.random()
+        daemon.state.withLock {
+            $0.keep(Daemon.Item(gid: gid, uris: [request.url.absoluteString], options: [:], request: request))
+        }
+        daemon.attach(handle, to: gid)
+        #expect(lines.withLock { $0.map(\.gid) } == [gid.description, gid.description])
+        #expect(lines.withLock { $0.first?.message } == "started")
+        #expect(lines.withLock { $0.last?.message.hasPrefix("error") } == true)
+        #expect(
+            notifications.withLock { $0 } == ["aria2.onDownloadStart \(gid)", "aria2.onDownloadError \(gid)"])
+        #expect(try daemon.call("aria2.tellStatus", [.string(gid.description), ["status"]]) == ["status": "error"])
+    }
+}
