@@ -447,6 +447,10 @@ struct DownloadQueueTests {
             }
             let results = await queue.downloadAll([request("a"), request("b", status: "404"), request("c")])
             _ = try await #require(added.withLock { $0 }).result
+            // Another thread may still be sending the last outcome when the results are in: wait until it is heard.
+            try await eventually("four outcomes heard") {
+                observed.withLock { $0.filter { QueueEvent.Kind.outcomes.contains($0.kind) }.count } == 4
+            }
             await queue.waitUntilIdle()
             observation.cancel()
             let heard = observed.withLock { $0 }
