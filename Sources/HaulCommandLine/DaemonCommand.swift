@@ -251,7 +251,6 @@ struct DaemonCommand: AsyncParsableCommand {
     }
 
     mutating func run() async throws {
-        ServiceMemory.limitArenas()
         Interruption.install()
         let log = logging.log(label: "haul.daemon")
         var conf = try confPath.map(AriaConfiguration.init(path:)) ?? AriaConfiguration()

@@ -30,6 +30,15 @@ public struct HaulCommand: AsyncParsableCommand {
     /// A command with nothing parsed yet (ArgumentParser fills it in).
     public init() {}
 
+    /// Readies the process for the command `arguments` name; call it first, before the entry point's first `await`,
+    /// while the main thread is the only one. `haul daemon` and `haul worker` limit the allocator's arenas to one
+    /// per core (``ServiceMemory``): the limit holds only if set before another thread has taken an arena, and
+    /// ``main()`` already runs on a thread of the concurrency pool, which may have started others.
+    public static func prepareProcess(arguments: [String] = CommandLine.arguments) {
+        let services = [DaemonCommand.configuration.commandName, WorkerCommand.configuration.commandName]
+        if let name = arguments.dropFirst().first, services.contains(name) { ServiceMemory.limitArenas() }
+    }
+
     /// Runs the command with `haul get`'s exit-status contract: 2 for every usage error (ArgumentParser's own
     /// would be 64), the command's status otherwise.
     public static func main() async {

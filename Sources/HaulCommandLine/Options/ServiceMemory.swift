@@ -15,7 +15,8 @@ import Glibc
 enum ServiceMemory {
     /// Limits the allocator's arenas to one per core, unless the environment sets a limit of its own
     /// (`MALLOC_ARENA_MAX`, or `glibc.malloc.arena_max` in `GLIBC_TUNABLES`). Call before the process starts its
-    /// threads: glibc settles its limit when a ninth arena is wanted, and a thread that has an arena keeps it.
+    /// threads (``HaulCommand/prepareProcess(arguments:)`` does): until a limit is set glibc gives every thread that
+    /// allocates a new arena, and a thread that has an arena keeps it.
     static func limitArenas(environment: [String: String] = ProcessInfo.processInfo.environment) {
         #if canImport(Glibc)
         if environment["MALLOC_ARENA_MAX"] != nil

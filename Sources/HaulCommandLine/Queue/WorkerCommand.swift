@@ -94,7 +94,6 @@ struct WorkerCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        ServiceMemory.limitArenas()
         Interruption.install()
         try database.checkURL()
         let directory = destination.url
