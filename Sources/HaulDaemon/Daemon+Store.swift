@@ -38,11 +38,7 @@ extension Daemon {
     func attach(_ handle: DownloadHandle, to gid: GID) {
         let (started, ended) = state.withLock { state -> (Item?, Item?) in
             state.items[gid]?.handle = handle
-            var started: Item?
-            if state.startedEarly.remove(handle.id) != nil {
-                state.items[gid]?.started = true
-                started = state.items[gid]
-            }
+            let started = state.startedEarly.remove(handle.id) != nil ? state.markStarted(gid) : nil
             if let early = state.early.removeValue(forKey: handle.id) {
                 return (started, Self.end(gid, with: early, in: &state))
             }

@@ -125,6 +125,13 @@ public final class Daemon: Sendable {
             items[item.gid] = item
             touch(item.gid)
         }
+
+        /// Notes that `gid`'s download started (a change subscribers hear of); returns its item to announce.
+        mutating func markStarted(_ gid: GID) -> Item? {
+            items[gid]?.started = true
+            touch(gid)
+            return items[gid]
+        }
     }
 
     /// One download the daemon knows: its URIs and options, its handle while it is in the queue, and how it ended
@@ -222,9 +229,7 @@ public final class Daemon: Sendable {
                         state.startedEarly.insert(id)
                         return nil
                     }
-                    state.items[gid]?.started = true
-                    state.touch(gid)
-                    return state.items[gid]
+                    return state.markStarted(gid)
                 }
                 if let item { Self.announceStart(of: item, to: configuration.logger, notifications) }
                 return

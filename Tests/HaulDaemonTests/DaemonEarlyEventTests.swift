@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import HaulNIO
 import HaulOperations
+import HaulTestServer
 import HaulTestSupport
 import Logging
 import Testing
@@ -61,5 +62,47 @@ struct DaemonEarlyEventTests {
         #expect(
             notifications.withLock { $0 } == ["aria2.onDownloadStart \(gid)", "aria2.onDownloadError \(gid)"])
         #expect(try daemon.call("aria2.tellStatus", [.string(gid.description), ["status"]]) == ["status": "error"])
+    }
+
+    @Test("a download that started before it was attached is announced then, and is a change subscribers hear of")
+    func startedBeforeAttached() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let lines = Locked<[(message: String, gid: String)]>([])
+            let queue = DownloadQueue(
+                downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
+                configuration: .init(maxConcurrentDownloads: 1))
+            var configuration = Daemon.Configuration(root: root.url)
+            configuration.logger = Logger(label: "haul.daemon") { _ in Capture(lines: lines) }
+            let daemon = try Daemon(queue: queue, configuration: configuration)
+            let notifications = Locked<[String]>([])
+            daemon.onNotification { method, gid in notifications.withLock { $0.append("\(method) \(gid)") } }
+
+            // Held by the server once started: its start is noted with no GID to give it.
+            let request = DownloadRequest(
+                url: server.url(path: "/bytes/held", query: ["size": "1000", "hold": "g"]),
+                destination: .directory(root.url))
+            let handle = queue.add(request)
+            try await eventually("the start noted") { daemon.state.withLock { $0.startedEarly.contains(handle.id) } }
+
+            let gid = GID.random()
+            let seen = daemon.state.withLock { state in
+                state.logsChanges = true
+                state.keep(Daemon.Item(gid: gid, uris: [request.url.absoluteString], options: [:], request: request))
+                // What a subscriber has been sent: the item as kept, not yet started.
+                return state.changeLogStart + state.changeLog.count
+            }
+            daemon.attach(handle, to: gid)
+            #expect(lines.withLock { $0.map(\.message) } == ["started"])
+            #expect(notifications.withLock { $0 } == ["aria2.onDownloadStart \(gid)"])
+            let changed = daemon.state.withLock { $0.changeLog[(seen - $0.changeLogStart)...] }
+            #expect(changed.contains(gid))
+            #expect(daemon.state.withLock { $0.items[gid]?.started } == true)
+
+            server.openGate("g")
+            _ = try await handle.result
+            try await eventually("the end announced") { notifications.withLock { $0.count } == 2 }
+            #expect(notifications.withLock { $0.last } == "aria2.onDownloadComplete \(gid)")
+        }
     }
 }
