@@ -30,9 +30,10 @@ struct DaemonEarlyEventTests {
         }
     }
 
-    @Test("a download that started and failed before it was attached to its GID is logged and announced then")
-    func endedBeforeAttached() async throws {
-        let root = try TemporaryDirectory()
+    /// A daemon over a queue of one download at a time, with no store, its log lines and notifications kept.
+    static func daemon(
+        in root: TemporaryDirectory
+    ) throws -> (Daemon, DownloadQueue, Locked<[(message: String, gid: String)]>, Locked<[String]>) {
         let lines = Locked<[(message: String, gid: String)]>([])
         let queue = DownloadQueue(
             downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
@@ -42,6 +43,13 @@ struct DaemonEarlyEventTests {
         let daemon = try Daemon(queue: queue, configuration: configuration)
         let notifications = Locked<[String]>([])
         daemon.onNotification { method, gid in notifications.withLock { $0.append("\(method) \(gid)") } }
+        return (daemon, queue, lines, notifications)
+    }
+
+    @Test("a download that started and failed before it was attached to its GID is logged and announced then")
+    func endedBeforeAttached() async throws {
+        let root = try TemporaryDirectory()
+        let (daemon, queue, lines, notifications) = try Self.daemon(in: root)
 
         // Added to the queue behind the daemon's back: its events find no GID, as when they outrun an add.
         let request = DownloadRequest(
@@ -68,15 +76,7 @@ struct DaemonEarlyEventTests {
     func startedBeforeAttached() async throws {
         try await TestServer.withRunning { server in
             let root = try TemporaryDirectory()
-            let lines = Locked<[(message: String, gid: String)]>([])
-            let queue = DownloadQueue(
-                downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
-                configuration: .init(maxConcurrentDownloads: 1))
-            var configuration = Daemon.Configuration(root: root.url)
-            configuration.logger = Logger(label: "haul.daemon") { _ in Capture(lines: lines) }
-            let daemon = try Daemon(queue: queue, configuration: configuration)
-            let notifications = Locked<[String]>([])
-            daemon.onNotification { method, gid in notifications.withLock { $0.append("\(method) \(gid)") } }
+            let (daemon, queue, lines, notifications) = try Self.daemon(in: root)
 
             // Held by the server once started: its start is noted with no GID to give it.
             let request = DownloadRequest(
