@@ -383,6 +383,12 @@ let package = Package(
             path: "bench/Sources/bench-download"),
         .executableTarget(
             name: "bench-queue", dependencies: ["Haul", "HaulURLSession"], path: "bench/Sources/bench-queue"),
+        .executableTarget(
+            name: "bench-floor",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            path: "bench/Sources/bench-floor"),
     ]
 )
 
