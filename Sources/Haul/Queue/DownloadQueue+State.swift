@@ -443,6 +443,9 @@ extension DownloadQueue {
                 box.resolve(true)
             case .start(let start):
                 let task = Task(executorPreference: downloader.preferredExecutor(for: start.request)) { [self] in
+                    // A task can start before it is stored, and so before a cancellation made since its admission
+                    // reaches it: it cancels itself then, before anything else.
+                    if start.cell.status.cancelled { withUnsafeCurrentTask { $0?.cancel() } }
                     await start.predecessor?.wait()
                     await run(
                         start.id, start.request, absentPath: start.absentPath, progress: start.progress,
