@@ -47,13 +47,17 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
 
     /// Creates and locks a log beside `databasePath` named `NAME-pending.<instance>.<side>`, holding batch `batch`.
     init(databasePath: String, instance: String, side: Int, batch: UInt64) throws {
-        // Created and locked under a name no other journal reads, then renamed: a journal opening at this moment
-        // must never find it unlocked and take it for a dead one.
+        // Created and locked under a name that holds no changes, then renamed: a journal opening at this moment
+        // must never find a named log unlocked and take it for a dead one. A journal opening now may lock the unnamed
+        // one for a moment (``others(besides:)``: it deletes only one left for more than a minute), so the lock is
+        // waited for; nothing else takes it.
         let hidden = "\(databasePath)-newpending.\(instance).\(side)"
         path = Self.prefix(of: databasePath) + "\(instance).\(side)"
         let descriptor = open(hidden, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw Self.error("cannot create the journal's log '\(hidden)'") }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, rename(hidden, path) == 0 else {
+        var locked = flock(descriptor, LOCK_EX)
+        while locked != 0 && errno == EINTR { locked = flock(descriptor, LOCK_EX) }
+        guard locked == 0, rename(hidden, path) == 0 else {
             let error = Self.error("cannot lock the journal's log '\(hidden)'")
             close(descriptor)
             unlink(hidden)
