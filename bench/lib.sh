@@ -15,6 +15,14 @@ start_haul_serve() {
     HAUL_SERVE_PORT=$(grep -o '127.0.0.1:[0-9]*' "$1" | head -1 | cut -d: -f2)
 }
 
+# small_files DIR COUNT: COUNT files of 4 KiB of random bytes in DIR (made if needed), named f00000, f00001, ...
+small_files() {
+    mkdir -p "$1"
+    head -c $(($2 * 4096)) /dev/urandom > "$1.blob"
+    split -b 4096 -a 5 -d "$1.blob" "$1/f"
+    rm "$1.blob"
+}
+
 # start_nginx ROOT: serves ROOT on free loopback ports with sendfile and long keep-alive: plain HTTP on NGINX_PORT,
 # and HTTPS with HTTP/2 offered by ALPN on NGINX_TLS_PORT, with a certificate for 127.0.0.1 from a CA made for the
 # run. NGINX_CA is the bundle a client is told to trust: the system's CA certificates with the run's CA added, so

@@ -18,10 +18,7 @@ chmod 755 "$WORK"
 trap 'stop_nginx; rm -rf "$WORK"' EXIT
 swift build -c release --product bench-floor >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log" >&2; exit 1; }
 FLOOR=$(pwd)/.build/release/bench-floor
-mkdir -p "$WORK/www/small"
-head -c $((files * 4096)) /dev/urandom > "$WORK/blob"
-split -b 4096 -a 5 -d "$WORK/blob" "$WORK/www/small/f"
-rm "$WORK/blob"
+small_files "$WORK/www/small" "$files"
 start_nginx "$WORK/www"
 ls "$WORK/www/small" | sed "s|^|/small/|" > "$WORK/paths"
 sed "s|^|http://127.0.0.1:$NGINX_PORT|" "$WORK/paths" > "$WORK/list"

@@ -40,10 +40,7 @@ fresh_disk() {
         echo "$WORK/out"
     fi
 }
-mkdir -p "$WORK/www/small"
-head -c $((FILES * 4096)) /dev/urandom > "$WORK/blob"
-split -b 4096 -a 5 -d "$WORK/blob" "$WORK/www/small/f"
-rm "$WORK/blob"
+small_files "$WORK/www/small" "$FILES"
 start_nginx "$WORK/www"
 ls "$WORK/www/small" | sed "s|^|http://127.0.0.1:$NGINX_PORT/small/|" > "$WORK/list.txt"
 FAILURES=/tmp/haul-bench-journal-failures.log

@@ -19,10 +19,8 @@ BIN=.build/release/bench-download
 WORK=$(mktemp -d /var/tmp/haul-bench-queue.XXXXXX)   # /var/tmp: the real disk, not tmpfs
 chmod 755 "$WORK"
 trap 'stop_nginx; rm -rf "$WORK" "${SHM:-/nonexistent}"' EXIT
-mkdir -p "$WORK/www/small" "$WORK/out"
-head -c $((FILES * 4096)) /dev/urandom > "$WORK/blob"
-split -b 4096 -a 5 -d "$WORK/blob" "$WORK/www/small/f"
-rm "$WORK/blob"
+mkdir -p "$WORK/out"
+small_files "$WORK/www/small" "$FILES"
 start_nginx "$WORK/www"
 PORT=$NGINX_PORT
 BASE="http://127.0.0.1:$PORT/small"
