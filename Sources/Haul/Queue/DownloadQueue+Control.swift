@@ -20,20 +20,26 @@ extension DownloadQueue {
     public func pause(_ id: DownloadID) -> Bool {
         let (found, effects) = mutate { state -> (Bool, SideEffects) in
             var effects = SideEffects()
-            guard let entry = state.entries[id.rawValue] else { return (false, effects) }
-            guard !entry.paused else { return (true, effects) }
-            if !state.scheduler.pause(id.rawValue) {
-                // Running: its run keeps its partial and, once stopped, goes back to waiting (``requeue``).
-                entry.requeues = true
-                entry.control.requestPause()
-                if let task = entry.task?.cancel() { effects.cancellations.append(task) }
-            }
-            entry.paused = true
-            if state.wants(.paused) { state.publish(.paused(id)) }
-            return (true, effects)
+            let found = pause(id.rawValue, in: &state, effects: &effects)
+            return (found, effects)
         }
         effects.run()
         return found
+    }
+
+    /// ``pause(_:)`` under the lock: the caller runs `effects` (the cancellation of a running one's task) after it.
+    private func pause(_ id: UInt64, in state: inout State, effects: inout SideEffects) -> Bool {
+        guard let entry = state.entries[id] else { return false }
+        guard !entry.paused else { return true }
+        if !state.scheduler.pause(id) {
+            // Running: its run keeps its partial and, once stopped, goes back to waiting (``requeue``).
+            entry.requeues = true
+            entry.control.requestPause()
+            if let task = entry.task?.cancel() { effects.cancellations.append(task) }
+        }
+        entry.paused = true
+        if state.wants(.paused) { state.publish(.paused(DownloadID(rawValue: id))) }
+        return true
     }
 
     /// Resumes a paused download: it waits for a slot again from its place in the waiting order (a download paused
@@ -43,30 +49,51 @@ extension DownloadQueue {
     @discardableResult
     public func resume(_ id: DownloadID) -> Bool {
         mutate { state in
-            guard let entry = state.entries[id.rawValue] else { return false }
-            guard entry.paused else { return true }
-            entry.paused = false
-            // One still stopping goes back as waiting, not paused, once it has stopped.
-            state.scheduler.unpause(id.rawValue)
-            if state.wants(.resumed) { state.publish(.resumed(id)) }
+            guard unpause(id.rawValue, in: &state) != nil else { return false }
             admit(in: &state)
             return true
         }
     }
 
-    /// Pauses every download in the queue (see ``pause(_:)``), and returns how many it paused. Downloads added
-    /// afterwards are not paused (``pause()`` holds back admission for all of them instead).
-    @discardableResult
-    public func pauseAll() -> Int {
-        let ids = locked { state in state.entries.keys.sorted() }
-        return ids.reduce(0) { count, id in pause(DownloadID(rawValue: id)) ? count + 1 : count }
+    /// ``resume(_:)`` under the lock, but for the admission the caller makes: `nil` when the download is not in the
+    /// queue, `false` when it was not paused.
+    private func unpause(_ id: UInt64, in state: inout State) -> Bool? {
+        guard let entry = state.entries[id] else { return nil }
+        guard entry.paused else { return false }
+        entry.paused = false
+        // One still stopping goes back as waiting, not paused, once it has stopped.
+        state.scheduler.unpause(id)
+        if state.wants(.resumed) { state.publish(.resumed(DownloadID(rawValue: id))) }
+        return true
     }
 
-    /// Resumes every paused download (see ``resume(_:)``), in their waiting order, and returns how many.
+    /// Pauses every download in the queue (see ``pause(_:)``), and returns how many it paused. All are paused at once:
+    /// none of those waiting starts in the slot a running one frees. Downloads added afterwards are not paused
+    /// (``pause()`` holds back admission for all of them instead).
+    @discardableResult
+    public func pauseAll() -> Int {
+        // In one hold of the lock: paused one at a time, a running one could stop before the rest are paused, and
+        // its slot admit one of them.
+        let (count, effects) = mutate { state -> (Int, SideEffects) in
+            var effects = SideEffects()
+            let count = state.entries.keys.sorted().count { pause($0, in: &state, effects: &effects) }
+            return (count, effects)
+        }
+        effects.run()
+        return count
+    }
+
+    /// Resumes every paused download (see ``resume(_:)``) and returns how many. All are resumed before any is admitted:
+    /// they start in their waiting order.
     @discardableResult
     public func resumeAll() -> Int {
-        let ids = locked { state in state.entries.filter { $0.value.paused }.keys.sorted() }
-        return ids.reduce(0) { count, id in resume(DownloadID(rawValue: id)) ? count + 1 : count }
+        // Admitted once all are resumed: one at a time, the first resumed could take a slot that one before it in the
+        // waiting order, resumed next, should have had.
+        mutate { state in
+            let count = state.entries.keys.sorted().count { unpause($0, in: &state) == true }
+            admit(in: &state)
+            return count
+        }
     }
 
     /// Moves a waiting or paused download to `position` in the waiting order (0 is admitted first), among the

@@ -364,6 +364,50 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test("pause all stops the running one and starts none of the waiting ones, however many wait")
+    func pauseAllAtOnce() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio)
+            let first = queue.add(DownloadRequest(url: server.held("first"), destination: .directory(dir.url)))
+            // Paused one by one, the running one could stop while the others still wait to be paused, and its slot
+            // start one of them: the more wait, the likelier.
+            let waiting = queue.add(
+                (0..<2_000).map {
+                    DownloadRequest(url: server.url(path: "/bytes/w\($0)"), destination: .directory(dir.url))
+                })
+            try await eventually("first held") { server.heldCount(at: "g") == 1 }
+            #expect(queue.pauseAll() == 2_001)
+            try await eventually("first stopped") { queue.runningCount == 0 && first.status.position != nil }
+            #expect(server.stats.requestCount == 1)
+            #expect(queue.statuses().map(\.id) == [first.id] + waiting.map(\.id))
+            #expect(queue.statuses().allSatisfy { $0.state == .paused })
+            queue.cancelAll()
+            server.openGate("g")
+            await queue.waitUntilIdle()
+        }
+    }
+
+    @Test("resume all admits in the waiting order, not in the order the downloads were added")
+    func resumeAllInOrder() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio)
+            let early = queue.add(
+                DownloadRequest(url: server.url(path: "/bytes/early"), destination: .directory(dir.url)), paused: true)
+            let moved = queue.add(
+                DownloadRequest(url: server.held("moved"), destination: .directory(dir.url)), paused: true)
+            #expect(moved.move(toPosition: 0) == 0)
+            #expect(queue.resumeAll() == 2)
+            try await eventually("the download moved first runs") { server.heldCount(at: "g") == 1 }
+            #expect(early.status.state == .waiting && early.status.position == 0)
+            #expect(server.stats.requests(toPath: "/bytes/early") == 0)
+            server.openGate("g")
+            _ = try await moved.result
+            _ = try await early.result
+        }
+    }
+
     /// Waits up to two seconds for `condition`, which may also never hold (what the waiting allows for is said where
     /// it is called).
     static func settle(_ condition: () -> Bool) async throws {
