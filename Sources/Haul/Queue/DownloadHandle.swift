@@ -50,11 +50,15 @@ public final class DownloadHandle: Sendable {
     /// destination. When duplicates were joined, the transfer stops only once every handle has cancelled.
     /// Calling it again through the same handle does nothing.
     public func cancel() {
-        let first = cancelled.withLock { wasCancelled in
+        if markCancelled() { queue.cancel(id) }
+    }
+
+    /// Notes that this handle cancelled its download; `false` when it had already.
+    func markCancelled() -> Bool {
+        cancelled.withLock { wasCancelled in
             defer { wasCancelled = true }
             return !wasCancelled
         }
-        if first { queue.cancel(id) }
     }
 
     /// Changes the priority of a waiting download (higher starts first; it goes behind others of the new

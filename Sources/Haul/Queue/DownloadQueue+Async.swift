@@ -47,7 +47,7 @@ extension DownloadQueue {
             for handle in handles { results.append(await handle.finalOutcome()) }
             return results
         } onCancel: {
-            for handle in handles { handle.cancel() }
+            cancel(handles)
         }
     }
 

@@ -638,16 +638,30 @@ extension DownloadQueue {
 
     /// Cancels through one handle: only when no other handle still wants the download.
     func cancel(_ id: DownloadID) {
+        cancel([id])
+    }
+
+    /// Cancels through one handle of each of `ids`, in one hold of the lock: one at a time, a running one could end
+    /// before the others are cancelled, and its slot start one of them.
+    func cancel(_ ids: [DownloadID]) {
+        guard !ids.isEmpty else { return }
         let effects = mutate { state -> SideEffects in
             var effects = SideEffects()
-            guard let entry = state.entries[id.rawValue] else { return effects }
-            entry.handles -= 1
-            guard entry.handles == 0 else { return effects }
-            cancelEntry(id.rawValue, in: &state, effects: &effects)
+            for id in ids {
+                guard let entry = state.entries[id.rawValue] else { continue }
+                entry.handles -= 1
+                guard entry.handles == 0 else { continue }
+                cancelEntry(id.rawValue, in: &state, effects: &effects)
+            }
             effects.idleWaiters = takeIdleWaiters(in: &state)
             return effects
         }
         effects.run()
+    }
+
+    /// Cancels `handles` as ``DownloadHandle/cancel()`` on each would, all in one hold of the lock.
+    func cancel(_ handles: some Sequence<DownloadHandle>) {
+        cancel(handles.filter { $0.markCancelled() }.map(\.id))
     }
 
     /// Changes a waiting download's priority; returns `false` if it is not waiting any more.

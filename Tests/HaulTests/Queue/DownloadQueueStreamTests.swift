@@ -32,6 +32,34 @@ struct CountedRequests: AsyncSequence, Sendable {
 
 @Suite("DownloadQueue: streaming requests", .timeLimit(.minutes(2)))
 struct DownloadQueueStreamTests {
+    @Test("cancelling the streaming task cancels the downloads it holds at once: none of those waiting starts")
+    func cancelledAtOnce() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1))
+            let source = CountedRequests(
+                requests: [DownloadRequest(url: server.held("first"), destination: .directory(dir.url))]
+                    + (0..<2_000).map {
+                        DownloadRequest(url: server.url(path: "/bytes/w\($0)"), destination: .directory(dir.url))
+                    })
+            let results = Locked<[Result<DownloadResult, DownloadError>]>([])
+            let run = Task {
+                try await queue.download(source, window: 2_001) { finished in
+                    results.withLock { $0.append(finished.result) }
+                }
+            }
+            try await eventually("first held") { server.heldCount(at: "g") == 1 && queue.waitingCount == 2_000 }
+            run.cancel()
+            await #expect(throws: CancellationError.self) { try await run.value }
+            let all = results.withLock { $0 }
+            #expect(all.count == 2_001)
+            #expect(all.allSatisfy { if case .failure(let error) = $0 { error.isCancellation } else { false } })
+            #expect(server.stats.requestCount == 1)
+            #expect(dir.contents() == [])
+            server.openGate("g")
+        }
+    }
+
     @Test("the sequence is read only as far as the window; the queue's limit holds; every result comes once")
     func backPressure() async throws {
         try await TestServer.withRunning { server in

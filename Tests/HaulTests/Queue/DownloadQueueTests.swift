@@ -176,6 +176,30 @@ struct DownloadQueueTests {
         }
     }
 
+    @Test("cancelling downloadAll's task cancels its downloads at once: none of those waiting starts")
+    func downloadAllCancelledAtOnce() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1))
+            // Cancelled one at a time, the running one could end before the others are cancelled, and its slot
+            // start one of them: the more wait, the likelier.
+            let requests =
+                [DownloadRequest(url: server.held("first"), destination: .directory(dir.url))]
+                + (0..<2_000).map {
+                    DownloadRequest(url: server.url(path: "/bytes/w\($0)"), destination: .directory(dir.url))
+                }
+            let all = Task { await queue.downloadAll(requests) }
+            try await eventually("first held") { server.heldCount(at: "g") == 1 && queue.waitingCount == 2_000 }
+            all.cancel()
+            let results = await all.value
+            #expect(results.count == 2_001)
+            #expect(results.allSatisfy { if case .failure(let error) = $0 { error.isCancellation } else { false } })
+            #expect(server.stats.requestCount == 1)
+            #expect(dir.contents() == [])
+            server.openGate("g")
+        }
+    }
+
     // `haul get` reads every handle's outcome right after waitUntilIdle; once, a handle still had none: the
     // outcomes were set after the lock that made the queue idle, behind the journal write of the cancellation.
     // The journal here holds that write until the test has looked, which makes the window certain.

@@ -200,7 +200,9 @@ final class StreamRun: Sendable {
             return (state.feeder, Array(state.running.values), state.task)
         }
         feeder?.resume(returning: 0)
-        for handle in running { handle.cancel() }
+        // In one hold of the queue's lock (all are of one queue): one at a time, a running one could end before the
+        // others are cancelled, and its slot start one of them.
+        running.first?.queue.cancel(running)
         task?.cancel()
     }
 
