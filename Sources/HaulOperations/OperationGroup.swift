@@ -83,9 +83,16 @@ public final class OperationGroup: Sendable {
         return completion
     }
 
-    /// Cancels every member.
+    /// Cancels every member, those not running first: none of them starts in a place a running one frees.
     public func cancelAll() {
-        for operation in operations { operation.cancel() }
+        Self.cancel(operations)
+    }
+
+    /// Cancels `members`, those not running first: cancelled in order, a running one could finish before the others
+    /// are cancelled, and its queue start one of them.
+    private static func cancel(_ members: [Operation]) {
+        for operation in members where !operation.isExecuting { operation.cancel() }
+        for operation in members where !operation.isCancelled { operation.cancel() }
     }
 
     /// Waits, without blocking a thread, until every member has finished.
@@ -121,7 +128,7 @@ public final class OperationGroup: Sendable {
             return (cancelOthers, drains)
         }
         if cancelOthers {
-            for other in operations where other !== operation { other.cancel() }
+            Self.cancel(operations.filter { $0 !== operation })
         }
         if drains { deliverCounts() }
     }

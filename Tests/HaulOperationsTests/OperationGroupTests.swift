@@ -117,6 +117,34 @@ struct OperationGroupTests {
         #expect(member.isFinished && member.isCancelled)
     }
 
+    @Test("cancelling a group starts none of the members waiting for the place a running one holds")
+    func cancelAllStartsNoneWaiting() async throws {
+        let started = Gate<Void>()
+        let first = AsyncBlockOperation(name: "first") { () async throws -> Int in
+            started.open()
+            try await Task.sleep(for: .seconds(3600))
+            return 0
+        }
+        // Cancelled in order, the running one could finish before the others are cancelled, and the queue start one
+        // of them: the more wait, the likelier.
+        let ran = Locked(0)
+        let waiting = (0..<500).map { index in
+            AsyncBlockOperation(name: "waiting-\(index)") { () -> Int in
+                ran.withLock { $0 += 1 }
+                return index
+            }
+        }
+        let group = OperationGroup([first] + waiting)
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        queue.addOperations([first] + waiting)
+        await started.wait()
+        group.cancelAll()
+        try await group.finished()
+        #expect(ran.withLock { $0 } == 0)
+        #expect(([first] + waiting).filter { !$0.isCancelled }.count == 0)
+    }
+
     @Test("awaiting plain BlockOperations and a whole queue without blocking a thread")
     func awaitQueue() async throws {
         let queue = OperationQueue()
