@@ -645,18 +645,13 @@ extension DownloadQueue {
     /// before the others are cancelled, and its slot start one of them.
     func cancel(_ ids: [DownloadID]) {
         guard !ids.isEmpty else { return }
-        let effects = mutate { state -> SideEffects in
-            var effects = SideEffects()
-            for id in ids {
-                guard let entry = state.entries[id.rawValue] else { continue }
+        cancelEntries { state in
+            ids.compactMap { id in
+                guard let entry = state.entries[id.rawValue] else { return nil }
                 entry.handles -= 1
-                guard entry.handles == 0 else { continue }
-                cancelEntry(id.rawValue, in: &state, effects: &effects)
+                return entry.handles == 0 ? id.rawValue : nil
             }
-            effects.idleWaiters = takeIdleWaiters(in: &state)
-            return effects
         }
-        effects.run()
     }
 
     /// Cancels `handles` as ``DownloadHandle/cancel()`` on each would, all in one hold of the lock.

@@ -323,7 +323,7 @@ public final class DownloadQueue: Sendable {
     }
 
     /// Cancels the entries `pick` names (those still there), in one hold of the lock.
-    private func cancelEntries(_ pick: (inout State) -> [UInt64]) {
+    func cancelEntries(_ pick: (inout State) -> [UInt64]) {
         let effects = mutate { state -> SideEffects in
             var effects = SideEffects()
             for id in pick(&state) { cancelEntry(id, in: &state, effects: &effects) }
