@@ -294,8 +294,10 @@ extension Daemon {
     func pause(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
         let handle = try handle(of: gid)
-        let wasRunning = handle.status.state == .running
-        guard handle.pause() else { throw RPCError("GID#\(gid) cannot be paused now") }
+        // Whether it ran is told by the pause itself: read before, it would miss a start in between.
+        guard let wasRunning = queue.pauseTellingRunning(handle.id) else {
+            throw RPCError("GID#\(gid) cannot be paused now")
+        }
         state.withLock { $0.touch(gid) }
         // A running one goes to the front of the waiting order; as in aria2, only its pause is announced.
         if wasRunning {
@@ -309,8 +311,9 @@ extension Daemon {
 
     /// Pauses or resumes every download; returns "OK".
     func pauseAll(_ paused: Bool) throws(RPCError) -> JSON {
-        let running = queue.runningStatuses().filter { $0.state == .running }.map(\.id)
-        if paused { queue.pauseAll() } else { queue.resumeAll() }
+        // Those it stops while they run are told by the pause itself (as in ``pause(_:)``).
+        let running = paused ? queue.pauseAllTellingRunning().running : []
+        if !paused { queue.resumeAll() }
         let (gids, announced) = state.withLock { state in
             let gids = Array(state.byDownload.values)
             for gid in gids { state.touch(gid) }

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulDaemon
+import HaulNIO
 import HaulTestServer
 import HaulTestSupport
 import Testing
@@ -70,6 +71,36 @@ struct DaemonWebSocketTests {
                 ])
             #expect(notes(removable) == ["haul.onDownloadWaiting", "aria2.onDownloadStart", "aria2.onDownloadStop"])
             await harness.stop()
+        }
+    }
+
+    @Test("pauseAll announces the pause of each running download, and of no waiting or paused one")
+    func pauseAllNotifications() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let queue = DownloadQueue(
+                downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
+                configuration: .init(maxConcurrentDownloads: 2))
+            let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+            let notes = Locked<[String]>([])
+            daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+            func add(_ name: String, _ options: JSON = [:]) throws -> String {
+                let url = server.url(path: "/bytes/\(name)", query: ["size": "100", "hold": "g"])
+                return try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)], options]).string)
+            }
+            let running = try [add("a"), add("b")]
+            _ = try [add("c"), add("d", ["pause": "true"])]
+            try await eventually("both held") { server.heldCount(at: "g") == 2 }
+            try await eventually("both started") {
+                notes.withLock { $0.filter { $0.hasPrefix("aria2.onDownloadStart") }.count } == 2
+            }
+            notes.withLock { $0 = [] }
+            #expect(try daemon.call("aria2.pauseAll", []) == "OK")
+            #expect(notes.withLock { $0 }.sorted() == running.map { "aria2.onDownloadPause \($0)" }.sorted())
+            daemon.close()
+            queue.cancelAll()
+            server.openGate("g")
+            await queue.waitUntilIdle()
         }
     }
 

@@ -17,29 +17,37 @@ extension DownloadQueue {
     /// - Returns: `false` when the download is not in the queue (it ended, or was never added); `true` when it is
     ///   paused now, or was already.
     @discardableResult
-    public func pause(_ id: DownloadID) -> Bool {
-        let (found, effects) = mutate { state -> (Bool, SideEffects) in
+    public func pause(_ id: DownloadID) -> Bool { pauseTellingRunning(id) != nil }
+
+    /// ``pause(_:)``, telling whether this pause stopped the download while it ran (`nil`: it is not in the queue).
+    /// Told in the same hold of the lock as the pause, so it is right even when the download starts or ends meanwhile:
+    /// a service announces the pause of a running download only (as aria2 does).
+    package func pauseTellingRunning(_ id: DownloadID) -> Bool? {
+        let (running, effects) = mutate { state -> (Bool?, SideEffects) in
             var effects = SideEffects()
-            let found = pause(id.rawValue, in: &state, effects: &effects)
-            return (found, effects)
+            let running = pause(id.rawValue, in: &state, effects: &effects)
+            return (running, effects)
         }
         effects.run()
-        return found
+        return running
     }
 
-    /// ``pause(_:)`` under the lock: the caller runs `effects` (the cancellation of a running one's task) after it.
-    private func pause(_ id: UInt64, in state: inout State, effects: inout SideEffects) -> Bool {
-        guard let entry = state.entries[id] else { return false }
-        guard !entry.paused else { return true }
-        if !state.scheduler.pause(id) {
-            // Running: its run keeps its partial and, once stopped, goes back to waiting (``requeue``).
+    /// ``pause(_:)`` under the lock: `nil` when the download is not in the queue, `true` when it ran and is now
+    /// stopping, `false` when it waited or was paused already. The caller runs `effects` (the cancellation of a running
+    /// one's task) after it.
+    private func pause(_ id: UInt64, in state: inout State, effects: inout SideEffects) -> Bool? {
+        guard let entry = state.entries[id] else { return nil }
+        guard !entry.paused else { return false }
+        let running = !state.scheduler.pause(id)
+        if running {
+            // Its run keeps its partial and, once stopped, goes back to waiting (``requeue``).
             entry.requeues = true
             entry.control.requestPause()
             if let task = entry.task?.cancel() { effects.cancellations.append(task) }
         }
         entry.paused = true
         if state.wants(.paused) { state.publish(.paused(DownloadID(rawValue: id))) }
-        return true
+        return running
     }
 
     /// Resumes a paused download: it waits for a slot again from its place in the waiting order (a download paused
@@ -71,16 +79,25 @@ extension DownloadQueue {
     /// none of those waiting starts in the slot a running one frees. Downloads added afterwards are not paused
     /// (``pause()`` holds back admission for all of them instead).
     @discardableResult
-    public func pauseAll() -> Int {
+    public func pauseAll() -> Int { pauseAllTellingRunning().count }
+
+    /// ``pauseAll()``, telling which downloads it stopped while they ran, in the same hold of the lock as the pause
+    /// (see ``pauseTellingRunning(_:)``).
+    package func pauseAllTellingRunning() -> (count: Int, running: [DownloadID]) {
         // In one hold of the lock: paused one at a time, a running one could stop before the rest are paused, and
         // its slot admit one of them.
-        let (count, effects) = mutate { state -> (Int, SideEffects) in
+        let (count, running, effects) = mutate { state -> (Int, [DownloadID], SideEffects) in
             var effects = SideEffects()
-            let count = state.entries.keys.sorted().count { pause($0, in: &state, effects: &effects) }
-            return (count, effects)
+            var running: [DownloadID] = []
+            let count = state.entries.keys.sorted().count { id in
+                guard let wasRunning = pause(id, in: &state, effects: &effects) else { return false }
+                if wasRunning { running.append(DownloadID(rawValue: id)) }
+                return true
+            }
+            return (count, running, effects)
         }
         effects.run()
-        return count
+        return (count, running)
     }
 
     /// Resumes every paused download (see ``resume(_:)``) and returns how many. All are resumed before any is admitted:

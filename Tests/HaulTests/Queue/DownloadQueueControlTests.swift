@@ -388,6 +388,31 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test("a pause tells whether it stopped the download while it ran; pause all tells which it stopped so")
+    func pauseTellsRunning() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 2), transport: .nio)
+            let running = queue.add(
+                ["a", "b"].map { DownloadRequest(url: server.held($0), destination: .directory(dir.url)) })
+            let waiting = queue.add(DownloadRequest(url: server.held("c"), destination: .directory(dir.url)))
+            let paused = queue.add(
+                DownloadRequest(url: server.held("d"), destination: .directory(dir.url)), paused: true)
+            try await eventually("both held") { server.heldCount(at: "g") == 2 }
+            #expect(queue.pauseTellingRunning(waiting.id) == false)
+            #expect(queue.pauseTellingRunning(running[0].id) == true)
+            #expect(queue.pauseTellingRunning(running[0].id) == false, "paused already")
+            #expect(paused.status.state == .paused)
+            let all = queue.pauseAllTellingRunning()
+            #expect(all.count == 4)
+            #expect(all.running == [running[1].id])
+            queue.cancelAll()
+            server.openGate("g")
+            await queue.waitUntilIdle()
+            #expect(queue.pauseTellingRunning(running[0].id) == nil, "no longer in the queue")
+        }
+    }
+
     @Test("resume all admits in the waiting order, not in the order the downloads were added")
     func resumeAllInOrder() async throws {
         try await TestServer.withRunning { server in
