@@ -19,16 +19,10 @@ source bench/lib.sh
 if [[ -z "${HAUL:-}" ]]; then build_haul; fi
 WORK=$(mktemp -d ${BENCH_DIR:-/var/tmp}/haul-daemon.XXXXXX)
 chmod 755 "$WORK"   # nginx workers run as www-data
-mkdir -p "$WORK/www/m" "$WORK/www/k"
+mkdir -p "$WORK/www/m"
 printf 'haul' > "$WORK/www/small"
-python3 - "$WORK/www" <<'PY'
-import os, sys
-root = sys.argv[1]
-for i in range(200):
-    with open(f"{root}/m/f{i:03d}", "wb") as f: f.write(os.urandom(1 << 20))
-for i in range(10000):
-    with open(f"{root}/k/f{i:05d}", "wb") as f: f.write(os.urandom(4096))
-PY
+for i in $(seq -f %03g 0 199); do head -c $((1 << 20)) /dev/urandom > "$WORK/www/m/f$i"; done
+small_files "$WORK/www/k" 10000
 start_nginx "$WORK/www"
 daemon_pid=
 # Each step may fail (the daemon is usually gone already): under set -e a failing one would end the trap there,
