@@ -279,6 +279,7 @@ let package = Package(
             dependencies: [
                 "HaulDaemon", "Haul", "HaulNIO", "HaulTestServer", "HaulTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

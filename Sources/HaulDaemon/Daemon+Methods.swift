@@ -28,6 +28,7 @@ extension Daemon {
         // per group would read the names the earlier groups' downloads just wrote (and past its budget, read them
         // only to give up, each download then looking its file up itself).
         var listing = DestinationSnapshot.Listing(budget: 4 * calls.count)
+        var lastPlan: LastPlan?
         var start = 0
         while start < calls.count {
             let group = calls[start..<min(start + Self.addGroup, calls.count)]
@@ -35,7 +36,8 @@ extension Daemon {
             var planned: [Result<(plan: DownloadPlan, position: Int64?), RPCError>] = []
             for params in group {
                 do throws(RPCError) {
-                    planned.append(.success(try addition(Arguments(method: "aria2.addUri", params: params))))
+                    planned.append(
+                        .success(try addition(Arguments(method: "aria2.addUri", params: params), after: &lastPlan)))
                 } catch {
                     planned.append(.failure(error))
                 }
@@ -57,8 +59,18 @@ extension Daemon {
     /// How many `addUri` calls of a run are recorded together.
     static let addGroup = 256
 
-    /// The plan and position of one `addUri` call.
-    private func addition(_ arguments: Arguments) throws(RPCError) -> (plan: DownloadPlan, position: Int64?) {
+    /// The plan of the last `addUri` of a run, and what it was made from (see ``DownloadPlan/reused(for:)``).
+    struct LastPlan {
+        var options: [String: [String]]
+        var defaults: [String: String]
+        var plan: DownloadPlan
+    }
+
+    /// The plan and position of one `addUri` call; `last` is the plan of the call before it in the run (or `nil`),
+    /// reused when its options are the same, and becomes this one's.
+    private func addition(
+        _ arguments: Arguments, after last: inout LastPlan?
+    ) throws(RPCError) -> (plan: DownloadPlan, position: Int64?) {
         guard let list = arguments.optional(0)?.array, !list.isEmpty else { throw RPCError("No URI to download.") }
         let uris = try list.map { value throws(RPCError) -> String in
             guard let uri = value.string else { throw .invalidParams("aria2.addUri: each URI must be a string") }
@@ -67,7 +79,16 @@ extension Daemon {
         let options = try arguments.options(1)
         let position = arguments.optional(2) == nil ? nil : try arguments.int(2, "position")
         if let position, position < 0 { throw .invalidParams("aria2.addUri: position must be 0 or more") }
-        return (try plan(uris: uris, options: options), position)
+        let defaults = state.withLock { $0.globalOptions }
+        if let last, last.options == options, last.defaults == defaults,
+            let plan = try last.plan.reused(for: uris)
+        {
+            return (plan, position)
+        }
+        let plan = try DownloadPlan(
+            uris: uris, options: options, defaults: defaults, root: root, base: queue.downloader.configuration)
+        last = LastPlan(options: options, defaults: defaults, plan: plan)
+        return (plan, position)
     }
 
     /// The plan of a download of `uris` with `options` over the global options in force.

@@ -182,8 +182,10 @@ public final class Daemon: Sendable {
         /// Shows `path` as its file's path, its directory kept.
         mutating func show(_ path: String) {
             let prefix = shownDirectory == "/" ? "/" : shownDirectory + "/"
+            // Compared as bytes, as the file system names them (and without counting characters as each one ends).
             shownFile =
-                path.hasPrefix(prefix) && path.count > prefix.count ? String(path.dropFirst(prefix.count)) : path
+                path.utf8.count > prefix.utf8.count && path.utf8.starts(with: prefix.utf8)
+                ? String(decoding: path.utf8.dropFirst(prefix.utf8.count), as: UTF8.self) : path
         }
     }
 

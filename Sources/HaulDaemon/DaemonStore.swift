@@ -351,7 +351,7 @@ public final class DaemonStore: Sendable {
             }
             guard !rows.isEmpty else { return nil }
             do {
-                try database.write { db in try Self.put(rows, removing: [], in: db) }
+                try database.write { db in try Self.putEndings(rows, in: db) }
                 written += 1
                 return nil
             } catch {
@@ -407,6 +407,28 @@ public final class DaemonStore: Sendable {
         for gid in removed {
             try db.execute(sql: "DELETE FROM downloads WHERE gid = ?", arguments: [gid.description])
         }
+    }
+
+    /// Writes `rows`, downloads that ended, over their stored rows: only the columns an ending changes (its URIs and
+    /// options were written when it was added, and re-encoding them cost more than the rest of the write). A row not
+    /// found is written whole.
+    private static func putEndings(_ rows: [Row], in db: Database) throws {
+        let update = try db.cachedStatement(
+            sql: """
+                UPDATE downloads SET state = ?, path = ?, length = ?, completed = ?, error_code = ?,
+                    error_message = ?, stopped_order = ?
+                WHERE gid = ?
+                """)
+        var missing: [Row] = []
+        for row in rows {
+            try update.execute(
+                arguments: [
+                    row.state, row.path, row.length, row.completed, row.errorCode, row.errorMessage, row.stoppedOrder,
+                    row.gid.description,
+                ])
+            if db.changesCount == 0 { missing.append(row) }
+        }
+        if !missing.isEmpty { try put(missing, removing: [], in: db) }
     }
 
     /// Sets the ranks of unfinished downloads (their new waiting order) and, where given, their state.

@@ -91,7 +91,8 @@ struct DaemonStoreTests {
         try store.save(
             gids.enumerated().map { rank, gid in
                 DaemonStore.Row(
-                    gid: gid, uris: ["http://127.0.0.1:9/\(rank)"], options: [:], state: "waiting", rank: rank)
+                    gid: gid, uris: ["http://127.0.0.1:9/\(rank)"], options: ["dir": "/d"], state: "waiting",
+                    rank: rank)
             })
         var ended = DaemonStore.Row(
             gid: gids[0], uris: ["http://127.0.0.1:9/0"], options: ["dir": "/d"], state: "complete", rank: 0)
@@ -105,5 +106,31 @@ struct DaemonStoreTests {
         #expect(order == gids.map(\.description))
         #expect(try store.stopped(gids[0]) == ended)
         #expect(try store.loadUnfinished().map(\.gid) == [gids[1], gids[2]])
+    }
+
+    @Test("an ending writes how the download ended over its row; an ending whose row is not stored is written whole")
+    func endingOverRow() throws {
+        let root = try TemporaryDirectory()
+        let store = try DaemonStore(path: root.file("daemon.sqlite").path)
+        let gids = try [1, 2].map { try #require(GID(UInt64($0))) }
+        let added = DaemonStore.Row(
+            gid: gids[0], uris: ["http://127.0.0.1:9/a", "http://127.0.0.1:9/mirror"], options: ["split": "2"],
+            state: "waiting", rank: 0)
+        try store.save([added])
+        var failed = added
+        failed.state = "error"
+        failed.path = "/d/a"
+        failed.length = 100
+        failed.completed = 40
+        failed.errorCode = 22
+        failed.errorMessage = "HTTP 503 from 127.0.0.1"
+        failed.stoppedOrder = 1
+        var unknown = DaemonStore.Row(
+            gid: gids[1], uris: ["http://127.0.0.1:9/b"], options: ["out": "b"], state: "complete", rank: 1)
+        unknown.stoppedOrder = 2
+        for row in [failed, unknown] { store.saveSoon(row) { message in Issue.record("\(message)") } }
+        store.flush()
+        #expect(try store.stopped(offset: 0, limit: 10) == [failed, unknown])
+        #expect(try store.loadUnfinished() == [])
     }
 }

@@ -7,11 +7,11 @@ import HTTPTypes
 struct DownloadPlan {
     var uris: [URL]
     /// The options as given (a cumulative one's values joined by newlines), for `getOption`.
-    var options: [String: String]
+    let options: [String: String]
 
     /// The options as stored: without passwords, without header fields that carry credentials or cookies, and with a
     /// proxy's password hidden.
-    var storedOptions: [String: String] { Self.withoutSecrets(options) }
+    let storedOptions: [String: String]
 
     /// `options` (a cumulative one's values joined by newlines) without passwords, without header fields that carry
     /// credentials or cookies, and with a proxy's password hidden: what may be stored or shown.
@@ -84,15 +84,10 @@ struct DownloadPlan {
             }
         }
         self.options = options.mapValues { $0.joined(separator: "\n") }
+        storedOptions = Self.withoutSecrets(self.options)
         func last(_ name: String) -> String? { options[name]?.last }
 
-        self.uris = try uris.map { text throws(RPCError) -> URL in
-            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
-                scheme == "http" || scheme == "https",
-                url.host?.isEmpty == false
-            else { throw RPCError("'\(text)' is not an http or https URI") }
-            return url
-        }
+        self.uris = try Self.urls(uris)
         let directory = try Self.directory(last("dir"), root: root)
         let destination: Destination
         if let out = last("out"), !out.isEmpty {
@@ -163,6 +158,30 @@ struct DownloadPlan {
             self.gid = gid
         }
         self.request = request
+    }
+
+    /// `texts` as URLs, each an http or https URI with a host.
+    private static func urls(_ texts: [String]) throws(RPCError) -> [URL] {
+        try texts.map { text throws(RPCError) -> URL in
+            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+                scheme == "http" || scheme == "https",
+                url.host?.isEmpty == false
+            else { throw RPCError("'\(text)' is not an http or https URI") }
+            return url
+        }
+    }
+
+    /// This plan for `uris` instead: what another `addUri` with the same options over the same defaults plans (front
+    /// ends add a batch of URIs with one set of options, which are checked and applied once). `nil` when a URI of
+    /// either carries a user or password: those become the request's credentials, which go with their own URI only.
+    func reused(for uris: [String]) throws(RPCError) -> DownloadPlan? {
+        let urls = try Self.urls(uris)
+        guard !(self.uris + urls).contains(where: { $0.user != nil || $0.password != nil }) else { return nil }
+        var plan = self
+        plan.uris = urls
+        plan.request.url = urls[0]
+        plan.request.mirrors = Array(urls.dropFirst())
+        return plan
     }
 
     /// The options that replace the downloader's settings for this download: retries, timeouts, proxy, TLS,
