@@ -108,6 +108,22 @@ struct DaemonStoreTests {
         #expect(try store.loadUnfinished().map(\.gid) == [gids[1], gids[2]])
     }
 
+    @Test("rows saved together keep each its own options, shared or not with the row before")
+    func optionsOfEachRow() throws {
+        let root = try TemporaryDirectory()
+        let store = try DaemonStore(path: root.file("daemon.sqlite").path)
+        let options: [[String: String]] = [
+            ["dir": "/a"], ["dir": "/a"], ["dir": "/b", "split": "2"], [:], ["dir": "/a"],
+        ]
+        let rows = try options.enumerated().map { rank, options in
+            DaemonStore.Row(
+                gid: try #require(GID(UInt64(rank + 1))), uris: ["http://127.0.0.1:9/\(rank)"], options: options,
+                state: "waiting", rank: rank)
+        }
+        try store.save(rows)
+        #expect(try store.loadUnfinished() == rows)
+    }
+
     @Test("an ending writes how the download ended over its row; an ending whose row is not stored is written whole")
     func endingOverRow() throws {
         let root = try TemporaryDirectory()
