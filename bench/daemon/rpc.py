@@ -11,10 +11,11 @@ python3 rpc.py PORT SECRET PID ROOT_URL MODE DIR
            10,000 downloads waiting at once.)
   throughput: ROOT_URL/m/ (200 x 1 MiB) and ROOT_URL/k/ (10,000 x 4 KiB) at width 8, through the daemon (one
            multicall, timed until every download completed) and with `$HAUL get -q -j 8 -i LIST`, alternating, each
-           run into a new directory under DIR (the daemon's root); medians of ROUNDS (default 9) after a warm-up.
+           run into a new directory under DIR (the daemon's root); medians of ROUNDS (default 9) after a warm-up,
+           of the time and of the CPU per file (the daemon's from /proc, haul get's user + system time).
 Prints one "row: value" line per measure.
 """
-import http.client, json, os, shutil, statistics, subprocess, sys, threading, time
+import http.client, json, os, resource, shutil, statistics, subprocess, sys, threading, time
 
 port, secret, pid, root_url, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 directory = sys.argv[6]
@@ -145,6 +146,7 @@ elif mode == "throughput":
         calls = [{"methodName": "aria2.addUri", "params": [token, [url], {"dir": dest}]} for url in urls]
         # Encoded before the clock starts, as haul get's list is written before its run.
         body = Client.body("system.multicall", [calls])
+        cpu = cpu_seconds()
         began = time.perf_counter()
         answers = client.call("system.multicall", None, body)
         gids = [a[0] for a in answers if isinstance(a, list)]
@@ -156,19 +158,22 @@ elif mode == "throughput":
                 break
             time.sleep(0.002)
         elapsed = time.perf_counter() - began
+        used = cpu_seconds() - cpu
         client.call("aria2.purgeDownloadResult", [token])
-        return elapsed
+        return elapsed, used
 
     def through_get(urls, dest):
         listing = dest + ".list"
         with open(listing, "w") as f:
             f.write("".join(url + "\n" for url in urls))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
         subprocess.run([os.environ["HAUL"], "get", "-q", "-j", "8", "--retries", "0", "-d", dest, "-i", listing],
                        check=True)
         elapsed = time.perf_counter() - began
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         os.remove(listing)
-        return elapsed
+        return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
     def check(dest, count, size):
         names = [n for n in os.listdir(dest) if not n.startswith(".")]
@@ -178,6 +183,7 @@ elif mode == "throughput":
     for key, (folder, count, size) in rows.items():
         urls = [f"{root_url}/{folder}/f{i:0{3 if folder == 'm' else 5}d}" for i in range(count)]
         times = {"daemon": [], "get": []}
+        cpus = {"daemon": [], "get": []}
         for run in range(rounds + 1):  # the first is a warm-up
             order = [("daemon", through_daemon), ("get", through_get)]
             if run % 2:
@@ -185,11 +191,15 @@ elif mode == "throughput":
             for name, how in order:
                 dest = os.path.join(directory, f"{key}-{name}-{run}")
                 os.makedirs(dest)
-                elapsed = how(urls, dest)
+                elapsed, used = how(urls, dest)
                 check(dest, count, size)
                 shutil.rmtree(dest)
                 if run > 0:
                     times[name].append(elapsed)
+                    cpus[name].append(used)
         daemon, get = statistics.median(times["daemon"]), statistics.median(times["get"])
+        # The daemon's CPU is counted in ticks of 10 ms: per file it is exact to a microsecond only for many files.
+        per_file = {name: statistics.median(cpus[name]) / count * 1e6 for name in cpus}
         print(f"{key} ({count:,} files, width 8): daemon {daemon:.3f} s, haul get {get:.3f} s, "
-              f"daemon at {get / daemon:.2f}x haul get")
+              f"daemon at {get / daemon:.2f}x haul get; CPU per file: daemon {per_file['daemon']:.0f} µs, "
+              f"haul get {per_file['get']:.0f} µs")
