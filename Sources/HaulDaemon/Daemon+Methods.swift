@@ -79,23 +79,28 @@ extension Daemon {
         let options = try arguments.options(1)
         let position = arguments.optional(2) == nil ? nil : try arguments.int(2, "position")
         if let position, position < 0 { throw .invalidParams("aria2.addUri: position must be 0 or more") }
-        let defaults = state.withLock { $0.globalOptions }
-        if let last, last.options == options, last.defaults == defaults,
-            let plan = try last.plan.reused(for: uris)
-        {
-            return (plan, position)
-        }
-        let plan = try DownloadPlan(
-            uris: uris, options: options, defaults: defaults, root: root, base: queue.downloader.configuration)
-        last = LastPlan(options: options, defaults: defaults, plan: plan)
-        return (plan, position)
+        return (try plan(uris: uris, options: options, after: &last), position)
     }
 
     /// The plan of a download of `uris` with `options` over the global options in force.
     func plan(uris: [String], options: [String: [String]]) throws(RPCError) -> DownloadPlan {
+        var none: LastPlan?
+        return try plan(uris: uris, options: options, after: &none)
+    }
+
+    /// ``plan(uris:options:)``, reusing `last` (the plan made before it in a run) when its options and defaults are
+    /// the same (``DownloadPlan/reused(for:)``); the plan made becomes `last`.
+    private func plan(
+        uris: [String], options: [String: [String]], after last: inout LastPlan?
+    ) throws(RPCError) -> DownloadPlan {
         let defaults = state.withLock { $0.globalOptions }
-        return try DownloadPlan(
+        if let last, last.options == options, last.defaults == defaults, let plan = try last.plan.reused(for: uris) {
+            return plan
+        }
+        let plan = try DownloadPlan(
             uris: uris, options: options, defaults: defaults, root: root, base: queue.downloader.configuration)
+        last = LastPlan(options: options, defaults: defaults, plan: plan)
+        return plan
     }
 
     /// Adds the downloads `additions` describe, each at its position in the waiting order if it has one, as that
@@ -333,8 +338,12 @@ extension Daemon {
     /// Pauses or resumes every download; returns "OK".
     func pauseAll(_ paused: Bool) throws(RPCError) -> JSON {
         // Those it stops while they run are told by the pause itself (as in ``pause(_:)``).
-        let running = paused ? queue.pauseAllTellingRunning().running : []
-        if !paused { queue.resumeAll() }
+        var running: [DownloadID] = []
+        if paused {
+            running = queue.pauseAllTellingRunning().running
+        } else {
+            queue.resumeAll()
+        }
         let (gids, announced) = state.withLock { state in
             let gids = Array(state.byDownload.values)
             for gid in gids { state.touch(gid) }
