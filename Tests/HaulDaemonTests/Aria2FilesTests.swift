@@ -139,9 +139,7 @@ struct Aria2FilesTests {
         let file = root.file("session.txt")
         var configuration = Daemon.Configuration(root: root.url)
         configuration.sessionFile = file
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
-            configuration: .init(maxConcurrentDownloads: 1))
+        let queue = daemonTestQueue(width: 1)
         queue.pause()
         let daemon = try Daemon(queue: queue, configuration: configuration)
         let gid = try #require(try daemon.call("aria2.addUri", [["http://127.0.0.1:1/s"]]).string)

@@ -1,7 +1,6 @@
 import Foundation
 import HTTPTypes
 import Haul
-import HaulNIO
 import HaulTestSupport
 import Testing
 
@@ -14,9 +13,7 @@ struct DaemonAddRunTests {
     /// A daemon over a queue that starts nothing, so that every request can be read as it was planned.
     private func withDaemon(_ body: (Daemon, URL) throws -> Void) throws {
         let root = try TemporaryDirectory()
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
-            configuration: .init(maxConcurrentDownloads: 1))
+        let queue = daemonTestQueue(width: 1)
         queue.pause()
         let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
         defer {

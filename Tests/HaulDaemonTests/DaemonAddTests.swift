@@ -13,9 +13,7 @@ import Testing
 struct DaemonAddTests {
     func start(_ root: TemporaryDirectory) throws -> Daemon {
         try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
-            configuration: .init(maxConcurrentDownloads: 1))
+        let queue = daemonTestQueue(width: 1, retries: 0)
         let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
         return try Daemon(queue: queue, configuration: .init(root: root.url, store: store))
     }

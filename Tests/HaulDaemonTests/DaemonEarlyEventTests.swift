@@ -35,9 +35,7 @@ struct DaemonEarlyEventTests {
         in root: TemporaryDirectory
     ) throws -> (Daemon, DownloadQueue, Locked<[(message: String, gid: String)]>, Locked<[String]>) {
         let lines = Locked<[(message: String, gid: String)]>([])
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: 0)),
-            configuration: .init(maxConcurrentDownloads: 1))
+        let queue = daemonTestQueue(width: 1, retries: 0)
         var configuration = Daemon.Configuration(root: root.url)
         configuration.logger = Logger(label: "haul.daemon") { _ in Capture(lines: lines) }
         let daemon = try Daemon(queue: queue, configuration: configuration)

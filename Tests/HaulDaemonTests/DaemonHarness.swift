@@ -84,3 +84,11 @@ struct CallError: Error, CustomStringConvertible {
     var code: Int64? { object.object?["code"]?.int }
     var description: String { "\(object)" }
 }
+
+/// A queue running `width` downloads at once over Haul's own transport, with the tests' downloader configuration
+/// (`retries` retries), as a test that drives a ``Daemon`` directly makes it.
+func daemonTestQueue(width: Int, retries: Int = 3) -> DownloadQueue {
+    DownloadQueue(
+        downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: retries)),
+        configuration: .init(maxConcurrentDownloads: width))
+}

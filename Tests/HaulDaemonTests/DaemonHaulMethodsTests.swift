@@ -155,9 +155,7 @@ struct DaemonHaulMethodsTests {
             let root = try TemporaryDirectory()
             try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
             let stored = try Daemon(
-                queue: DownloadQueue(
-                    downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
-                    configuration: .init(maxConcurrentDownloads: 1)),
+                queue: daemonTestQueue(width: 1),
                 configuration: .init(
                     root: root.url, store: try DaemonStore(path: root.file(".haul/daemon.sqlite").path)))
             let harness = try await DaemonHarness(maxConcurrent: 1)
@@ -307,9 +305,7 @@ struct DaemonHaulMethodsTests {
         let root = try TemporaryDirectory()
         try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
         func start() throws -> (Daemon, DownloadQueue) {
-            let queue = DownloadQueue(
-                downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
-                configuration: .init(maxConcurrentDownloads: 2))
+            let queue = daemonTestQueue(width: 2)
             let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
             return (try Daemon(queue: queue, configuration: .init(root: root.url, store: store)), queue)
         }
@@ -335,9 +331,7 @@ struct DaemonHaulMethodsTests {
         let root = try TemporaryDirectory()
         try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
         let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
-            configuration: .init(maxConcurrentDownloads: 2))
+        let queue = daemonTestQueue(width: 2)
         let daemon = try Daemon(queue: queue, configuration: .init(root: root.url, store: store))
         for round in 1...40 {
             async let limit = Task.detached {
@@ -360,9 +354,7 @@ struct DaemonNotificationCountTests {
     @Test("50,000 notifications in a row are delivered, each once, each from the same depth of the stack")
     func manyNotifications() async throws {
         let root = try TemporaryDirectory()
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
-            configuration: .init(maxConcurrentDownloads: 1))
+        let queue = daemonTestQueue(width: 1)
         queue.pause()
         let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
         let delivered = Locked(0)

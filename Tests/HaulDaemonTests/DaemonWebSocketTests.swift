@@ -1,7 +1,6 @@
 import Foundation
 import Haul
 import HaulDaemon
-import HaulNIO
 import HaulTestServer
 import HaulTestSupport
 import Testing
@@ -78,9 +77,7 @@ struct DaemonWebSocketTests {
     func pauseAllNotifications() async throws {
         try await TestServer.withRunning { server in
             let root = try TemporaryDirectory()
-            let queue = DownloadQueue(
-                downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration()),
-                configuration: .init(maxConcurrentDownloads: 2))
+            let queue = daemonTestQueue(width: 2)
             let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
             let notes = Locked<[String]>([])
             daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
