@@ -101,6 +101,36 @@ struct DaemonWebSocketTests {
         }
     }
 
+    @Test("a download being removed is not paused by pause or pauseAll, nor announced as paused, nor run again")
+    func pauseWhileRemoving() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let queue = daemonTestQueue(width: 1)
+            let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+            let notes = Locked<[String]>([])
+            daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+            let url = server.url(path: "/bytes/a", query: ["size": "100", "hold": "g"])
+            let gid = try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
+            try await eventually("started") { notes.withLock { $0.contains("aria2.onDownloadStart \(gid)") } }
+            #expect(try daemon.call("aria2.remove", [.string(gid)]) == .string(gid))
+            // Its run is still ending (or has ended): as in aria2, it cannot be paused now.
+            #expect(throws: RPCError.self) { try daemon.call("aria2.pause", [.string(gid)]) }
+            #expect(try daemon.call("aria2.pauseAll", []) == "OK")
+            func status() -> String? {
+                (try? daemon.call("aria2.tellStatus", [.string(gid), ["status"]]))?.object?["status"]?.string
+            }
+            try await eventually("removed") { status() == "removed" }
+            #expect(try daemon.call("aria2.unpauseAll", []) == "OK")
+            server.openGate("g")
+            await queue.waitUntilIdle()
+            #expect(status() == "removed")
+            #expect(!notes.withLock { $0 }.contains("aria2.onDownloadPause \(gid)"))
+            #expect(server.stats.requests(toPath: "/bytes/a") == 1)
+            #expect(!FileManager.default.fileExists(atPath: root.url.appendingPathComponent("a").path))
+            daemon.close()
+        }
+    }
+
     @Test("an upgrade from another origin or to another host is refused; a wrong secret over WebSocket is refused late")
     func refusals() async throws {
         let harness = try await DaemonHarness()

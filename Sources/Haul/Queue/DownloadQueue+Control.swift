@@ -14,12 +14,13 @@ extension DownloadQueue {
     /// A paused download counts as waiting: ``waitUntilIdle()`` waits for it, and its handle's result comes once it
     /// has been resumed and has ended (or was cancelled).
     ///
-    /// - Returns: `false` when the download is not in the queue (it ended, or was never added); `true` when it is
-    ///   paused now, or was already.
+    /// - Returns: `false` when the download is not in the queue (it ended, or was never added), or is ending after a
+    ///   cancellation; `true` when it is paused now, or was already.
     @discardableResult
     public func pause(_ id: DownloadID) -> Bool { pauseTellingRunning(id) != nil }
 
-    /// ``pause(_:)``, telling whether this pause stopped the download while it ran (`nil`: it is not in the queue).
+    /// ``pause(_:)``, telling whether this pause stopped the download while it ran (`nil`: it is not in the queue, or
+    /// is ending after a cancellation).
     /// Told in the same hold of the lock as the pause, so it is right even when the download starts or ends meanwhile:
     /// a service announces the pause of a running download only (as aria2 does).
     package func pauseTellingRunning(_ id: DownloadID) -> Bool? {
@@ -32,11 +33,13 @@ extension DownloadQueue {
         return running
     }
 
-    /// ``pause(_:)`` under the lock: `nil` when the download is not in the queue, `true` when it ran and is now
-    /// stopping, `false` when it waited or was paused already. The caller runs `effects` (the cancellation of a running
-    /// one's task) after it.
+    /// ``pause(_:)`` under the lock: `nil` when the download is not in the queue or is ending after a cancellation,
+    /// `true` when it ran and is now stopping, `false` when it waited or was paused already. The caller runs `effects`
+    /// (the cancellation of a running one's task) after it.
     private func pause(_ id: UInt64, in state: inout State, effects: inout SideEffects) -> Bool? {
-        guard let entry = state.entries[id] else { return nil }
+        // A cancelled one still running has a task that is ending: pausing it would put it back in the waiting order
+        // once it stops, never to end unless resumed and run again.
+        guard let entry = state.entries[id], !entry.cancelled else { return nil }
         guard !entry.paused else { return false }
         let running = !state.scheduler.pause(id)
         if running {
@@ -53,7 +56,8 @@ extension DownloadQueue {
     /// Resumes a paused download: it waits for a slot again from its place in the waiting order (a download paused
     /// while it ran is at the front). Publishes ``QueueEvent/resumed(_:)``.
     ///
-    /// - Returns: `false` when the download is not in the queue; `true` when it waits or runs now.
+    /// - Returns: `false` when the download is not in the queue, or is ending after a cancellation; `true` when it
+    ///   waits or runs now.
     @discardableResult
     public func resume(_ id: DownloadID) -> Bool {
         mutate { state in
@@ -64,9 +68,9 @@ extension DownloadQueue {
     }
 
     /// ``resume(_:)`` under the lock, but for the admission the caller makes: `nil` when the download is not in the
-    /// queue, `false` when it was not paused.
+    /// queue or is ending after a cancellation, `false` when it was not paused.
     private func unpause(_ id: UInt64, in state: inout State) -> Bool? {
-        guard let entry = state.entries[id] else { return nil }
+        guard let entry = state.entries[id], !entry.cancelled else { return nil }
         guard entry.paused else { return false }
         entry.paused = false
         // One still stopping goes back as waiting, not paused, once it has stopped.

@@ -43,6 +43,9 @@ extension DownloadQueue {
         /// Whether its task was cancelled to pause it: when the run has stopped, it goes back to the front of the
         /// waiting order (paused, unless resumed meanwhile) instead of ending.
         var requeues = false
+        /// Whether it was cancelled while it ran: its run is ending, and a pause must not bring it back (as aria2
+        /// refuses to pause a download being removed).
+        var cancelled = false
         /// Whether a run of it kept its partial for a pause: if it is cancelled before a run picks the partial up,
         /// the partial is discarded (unless ``Downloader/Configuration/keepsPartialOnCancel`` keeps it).
         var keptPartialForPause = false
@@ -602,6 +605,7 @@ extension DownloadQueue {
             // Running: its task is cancelled after the lock, or as it is stored (admitted under this lock or one just
             // before, its task is made after it).
             if let task = entry.task?.cancel() { effects.cancellations.append(task) }
+            entry.cancelled = true
             // Whoever adds the same request from now on wants a fresh download, not this ending one.
             Self.leaveJoin(entry, id: id, in: &state)
             state.ending[entry.joinKey] = (id, entry.box)

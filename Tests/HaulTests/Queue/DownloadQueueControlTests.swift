@@ -413,6 +413,29 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test("a running download cancelled cannot be paused or resumed while its run ends: it ends cancelled, run once")
+    func pauseAfterCancel() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio)
+            let handle = queue.add(DownloadRequest(url: server.held("a"), destination: .directory(dir.url)))
+            try await eventually("held") { server.heldCount(at: "g") == 1 }
+            handle.cancel()
+            // Its run is still ending (or has ended already): either way no pause may put it back in the queue.
+            #expect(queue.pauseTellingRunning(handle.id) == nil)
+            #expect(queue.pauseAllTellingRunning().count == 0)
+            #expect(!queue.resume(handle.id))
+            #expect(queue.resumeAll() == 0)
+            await #expect(throws: DownloadError.self) { try await handle.result }
+            #expect(
+                handle.outcome.map { if case .failure(let error) = $0 { error.isCancellation } else { false } } == true)
+            server.openGate("g")
+            await queue.waitUntilIdle()
+            #expect(server.stats.requests(toPath: "/bytes/a") == 1)
+            #expect(dir.contents().isEmpty)
+        }
+    }
+
     @Test("resume all admits in the waiting order, not in the order the downloads were added")
     func resumeAllInOrder() async throws {
         try await TestServer.withRunning { server in
