@@ -363,8 +363,7 @@ extension Daemon {
         let gid = try gid(arguments)
         let handle = try handle(of: gid)
         guard handle.status.state == .paused else { throw RPCError("GID#\(gid) cannot be unpaused now") }
-        // Announced before it can start again.
-        notify("haul.onDownloadWaiting", gid)
+        // Announced (haul.onDownloadWaiting) by the queue's event as it is resumed, before it can start again.
         guard handle.resume() else { throw RPCError("GID#\(gid) cannot be unpaused now") }
         state.withLock { $0.touch(gid) }
         try persistPaused([gid: false])

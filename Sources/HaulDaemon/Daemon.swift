@@ -243,6 +243,11 @@ public final class Daemon: Sendable {
                 return
             case .resumed(let id):
                 Self.noteTrail("resumed", "resumed: waiting for a slot", of: id, in: state)
+                // Told by the queue's event for every way a download is resumed (one, or all of them), before the
+                // start that may follow it.
+                if let gid = state.withLock({ $0.byDownload[id] }) {
+                    notifications.withLock { $0 }?.call(("haul.onDownloadWaiting", gid.description))
+                }
                 return
             default: return
             }

@@ -131,6 +131,40 @@ struct DaemonWebSocketTests {
         }
     }
 
+    @Test("unpauseAll announces haul.onDownloadWaiting for each download it resumes, before the start of each")
+    func unpauseAllNotifications() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let queue = daemonTestQueue(width: 1)
+            let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+            let notes = Locked<[String]>([])
+            daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+            let gids = try ["a", "b"].map { name in
+                let url = server.url(path: "/bytes/\(name)", query: ["size": "100", "hold": "g"])
+                return try #require(
+                    daemon.call("aria2.addUri", [[.string(url.absoluteString)], ["pause": "true"]]).string)
+            }
+            #expect(notes.withLock { $0 }.isEmpty, "a download added paused does not wait")
+            #expect(try daemon.call("aria2.unpauseAll", []) == "OK")
+            try await eventually("the first started") {
+                notes.withLock { $0.contains("aria2.onDownloadStart \(gids[0])") }
+            }
+            try await eventually("both announced waiting") {
+                notes.withLock { $0.filter { $0.hasPrefix("haul.onDownloadWaiting") }.count } == 2
+            }
+            let heard = notes.withLock { $0 }
+            #expect(
+                Set(heard.filter { $0.hasPrefix("haul.onDownloadWaiting") })
+                    == Set(gids.map { "haul.onDownloadWaiting \($0)" }))
+            #expect(
+                heard.firstIndex(of: "haul.onDownloadWaiting \(gids[0])")!
+                    < heard.firstIndex(of: "aria2.onDownloadStart \(gids[0])")!)
+            server.openGate("g")
+            await queue.waitUntilIdle()
+            daemon.close()
+        }
+    }
+
     @Test("an upgrade from another origin or to another host is refused; a wrong secret over WebSocket is refused late")
     func refusals() async throws {
         let harness = try await DaemonHarness()
