@@ -219,9 +219,14 @@ final class OpenChannels: Sendable {
     func add(_ channel: any Channel) { channels.withLock { $0[ObjectIdentifier(channel)] = channel } }
     func remove(_ channel: any Channel) { _ = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) } }
 
+    /// Sends `text` to every channel, after what was sent before from any thread: always through the channel's event
+    /// loop, since a write made on the loop itself would go out at once, ahead of one queued there from another
+    /// thread a moment before (a download's start, told on its loop, ahead of its resumption told by an RPC call).
     func send(_ text: [UInt8]) {
         let open = channels.withLock { Array($0.values) }
-        for channel in open { channel.writeAndFlush(WebSocketFrame.text(text, on: channel), promise: nil) }
+        for channel in open {
+            channel.eventLoop.execute { channel.writeAndFlush(WebSocketFrame.text(text, on: channel), promise: nil) }
+        }
     }
 
     func closeAll() {

@@ -112,6 +112,7 @@ struct DaemonWebSocketTests {
             let url = server.url(path: "/bytes/a", query: ["size": "100", "hold": "g"])
             let gid = try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
             try await eventually("started") { notes.withLock { $0.contains("aria2.onDownloadStart \(gid)") } }
+            try await eventually("held") { server.heldCount(at: "g") == 1 }
             #expect(try daemon.call("aria2.remove", [.string(gid)]) == .string(gid))
             // Its run is still ending (or has ended): as in aria2, it cannot be paused now.
             #expect(throws: RPCError.self) { try daemon.call("aria2.pause", [.string(gid)]) }
