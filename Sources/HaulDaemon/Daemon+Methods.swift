@@ -305,6 +305,12 @@ extension Daemon {
 
     func remove(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
+        guard state.withLock({ $0.items[gid]?.handle }) != nil else {
+            throw RPCError("Active Download not found for GID#\(gid)")
+        }
+        // Stored before it is answered: its end is written only once its run has stopped, which a kill or a shutdown
+        // may come before, and a removed download must not come back with a restart.
+        try record { try $0.update(ranks: [], states: [gid: Daemon.removingState]) }
         let handle = try state.withLock { state -> Result<DownloadHandle, RPCError> in
             guard let handle = state.items[gid]?.handle else {
                 return .failure(RPCError("Active Download not found for GID#\(gid)"))

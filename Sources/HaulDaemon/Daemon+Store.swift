@@ -32,6 +32,9 @@ extension Daemon {
         }
     }
 
+    /// The stored state of a download removed by a call while it ran, until its run has stopped.
+    static let removingState = "removing"
+
     /// Gives `gid` its queued download's `handle`. A start or an end that came before the GID was known (the queue
     /// sends events as they happen, on the download's thread) is noted and announced now, as the queue's event would
     /// have been.
@@ -84,6 +87,17 @@ extension Daemon {
             }
         }
         for row in try store.loadUnfinished() {
+            // Removed by a call whose run had not stopped when the daemon did: it ends as removed, as it would have.
+            if row.state == Self.removingState {
+                var item = storedItem(row)
+                item.removing = true
+                let removed = DownloadError(.cancelled, message: "removed", url: Self.firstURL(of: row.uris))
+                state.withLock { state in
+                    state.keep(item)
+                    Self.end(row.gid, with: .failure(removed), in: &state)
+                }
+                continue
+            }
             let plan: DownloadPlan
             do throws(RPCError) {
                 guard !row.withheldSecrets else {

@@ -16,7 +16,8 @@ public final class DaemonStore: Sendable {
         var gid: GID
         var uris: [String]
         var options: [String: String]
-        /// `waiting`, `paused` (waiting or active when stored), or how it ended: `complete`, `error`, `removed`.
+        /// `waiting`, `paused` (waiting or active when stored), `removing` (removed by a call while it ran, its run
+        /// not yet stopped: a restart ends it as removed), or how it ended: `complete`, `error`, `removed`.
         var state: String
         /// Its place among the unfinished ones (the waiting order, the active ones first).
         var rank: Int
@@ -431,7 +432,9 @@ public final class DaemonStore: Sendable {
         if !missing.isEmpty { try put(missing, removing: [], in: db) }
     }
 
-    /// Sets the ranks of unfinished downloads (their new waiting order) and, where given, their state.
+    /// Sets the ranks of unfinished downloads (their new waiting order) and, where given, their state. A download
+    /// that has stopped keeps how it ended (its ending may be written just before, by the download's own end), and one
+    /// being removed stays so (a pause of all that comes after the removal does not make it paused).
     func update(ranks: [(GID, Int)], states: [GID: String] = [:]) throws {
         try writing { db in
             for (gid, rank) in ranks {
@@ -439,7 +442,10 @@ public final class DaemonStore: Sendable {
             }
             for (gid, state) in states {
                 try db.execute(
-                    sql: "UPDATE downloads SET state = ? WHERE gid = ?", arguments: [state, gid.description])
+                    sql: """
+                        UPDATE downloads SET state = ? WHERE gid = ? AND stopped_order IS NULL AND state != 'removing'
+                        """,
+                    arguments: [state, gid.description])
             }
         }
     }

@@ -9,12 +9,12 @@ import Testing
 /// A daemon started again on its store finds every download as the last one left it.
 @Suite("Daemon restart", .timeLimit(.minutes(2)))
 struct DaemonRestartTests {
-    /// A daemon on `root` with its store there, width `width`.
+    /// A daemon on `root` with its store there, width 1, its downloader's waits before a retry on `clock`.
     private func start(
         _ root: TemporaryDirectory, paused: Bool = false, globalOptions: [String: String] = [:],
-        onStoreError: @escaping @Sendable (String) -> Void = { _ in }
+        clock: any BackoffClock = RecordingClock(), onStoreError: @escaping @Sendable (String) -> Void = { _ in }
     ) throws -> (Daemon, DownloadQueue) {
-        var configuration = testConfiguration()
+        var configuration = testConfiguration(clock: clock)
         configuration.keepsPartialOnCancel = true
         let queue = DownloadQueue(
             downloader: Downloader(transport: NIOTransport(), configuration: configuration),
@@ -29,6 +29,36 @@ struct DaemonRestartTests {
     }
 
     private func gids(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
+
+    @Test("a download removed while its run still stops, then paused with all and the daemon stopped: it stays removed")
+    func removedWhileStopping() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let clock = GatedClock()
+            let (first, firstQueue) = try start(root, clock: clock)
+            // Its first attempt fails (503): its run waits before the next, and stops only when the clock lets it.
+            let url = server.url(path: "/bytes/r", query: ["status": "503"])
+            let gid = try #require(try first.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
+            await clock.entered.wait()
+            // Answered: the client was told it is removed; its end is not written until its run has stopped.
+            #expect(try first.call("aria2.remove", [.string(gid)]) == .string(gid))
+            #expect(try first.call("aria2.pauseAll", []) == "OK")
+            // Stopped as SIGTERM stops it, before that run has stopped.
+            first.close()
+            clock.release.open()
+            firstQueue.cancelAll()
+            await firstQueue.waitUntilIdle()
+            let requests = server.stats.requests(toPath: "/bytes/r")
+
+            let (second, secondQueue) = try start(root)
+            #expect(try second.call("aria2.tellStatus", [.string(gid), ["status"]]).object?["status"] == "removed")
+            #expect(gids(try second.call("aria2.tellWaiting", [0, 10, ["gid"]])).isEmpty)
+            #expect(gids(try second.call("aria2.tellStopped", [0, 10, ["gid"]])) == [gid])
+            await secondQueue.waitUntilIdle()
+            #expect(server.stats.requests(toPath: "/bytes/r") == requests, "a removed download was fetched again")
+            second.close()
+        }
+    }
 
     @Test("waiting, paused, moved, finished, removed and secret-bearing downloads come back as they were")
     func restart() async throws {

@@ -22,6 +22,19 @@ package final class RecordingClock: BackoffClock {
     }
 }
 
+/// A backoff clock whose sleeps wait until the test opens ``release``, cancelled or not (then the sleep throws): a
+/// run held in its wait before a retry, for as long as the test needs; ``entered`` opens when a sleep begins.
+package final class GatedClock: BackoffClock {
+    package let entered = Gate<Void>()
+    package let release = Gate<Void>()
+    package init() {}
+    package func sleep(for duration: Duration) async throws {
+        entered.open()
+        await release.wait()
+        try Task.checkCancellation()
+    }
+}
+
 /// Collects a download's events.
 package final class EventLog: Sendable {
     package init() {}

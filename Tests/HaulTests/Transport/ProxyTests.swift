@@ -236,16 +236,6 @@ struct ProxyTests {
         }
     }
 
-    /// A backoff clock whose first sleep waits until the test lets it go.
-    final class GatedClock: BackoffClock {
-        let entered = Gate<Void>()
-        let release = Gate<Void>()
-        func sleep(for duration: Duration) async throws {
-            entered.open()
-            await release.wait()
-        }
-    }
-
     @Test("a proxy killed mid-body cuts the tunnel; the retry resumes with Range through the restarted proxy")
     func proxyKilledMidBody() async throws {
         try await TestServer.withRunning(TestTLS.server()) { server in
