@@ -203,7 +203,7 @@ extension Daemon {
                 paused: paused)
             for ((index, item), handle) in zip(stretch, handles) {
                 results[index] = .success(item.gid)
-                attach(handle, to: item.gid)
+                guard attach(handle, to: item.gid) else { continue }
                 if let position = additions[index].position {
                     handle.move(toPosition: Int(clamping: position))
                     moved.append(index)

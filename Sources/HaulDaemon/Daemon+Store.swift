@@ -38,7 +38,24 @@ extension Daemon {
     /// Gives `gid` its queued download's `handle`. A start or an end that came before the GID was known (the queue
     /// sends events as they happen, on the download's thread) is noted and announced now, as the queue's event would
     /// have been.
-    func attach(_ handle: DownloadHandle, to gid: GID) {
+    ///
+    /// The queue joins a request for the URL and destination of a download it holds; the daemon does not: as in aria2,
+    /// `gid` is a download of its own, which fails at once (error 11, the same file being downloaded), and the other
+    /// goes on. Returns whether `gid` has the download.
+    @discardableResult
+    func attach(_ handle: DownloadHandle, to gid: GID) -> Bool {
+        let joined = state.withLock { state -> (other: GID, item: Item?)? in
+            guard let other = state.byDownload[handle.id], other != gid else { return nil }
+            let busy = DownloadError(
+                .destinationBusy, message: "the same file is being downloaded by GID#\(other)", url: handle.request.url)
+            return (other, Self.end(gid, with: .failure(busy), in: &state))
+        }
+        if let joined {
+            // Only this add's share of the joined download goes.
+            handle.cancel()
+            if let ended = joined.item { Self.announceEnd(of: ended, to: configuration.logger, notificationHandler) }
+            return false
+        }
         let (started, ended) = state.withLock { state -> (Item?, Item?) in
             state.items[gid]?.handle = handle
             let started = state.startedEarly.remove(handle.id) != nil ? state.markStarted(gid) : nil
@@ -50,6 +67,7 @@ extension Daemon {
         }
         if let started { Self.announceStart(of: started, to: configuration.logger, notificationHandler) }
         if let ended { Self.announceEnd(of: ended, to: configuration.logger, notificationHandler) }
+        return true
     }
 
     /// Stores the waiting order (the active downloads first) and, for `paused`, whether each is paused.

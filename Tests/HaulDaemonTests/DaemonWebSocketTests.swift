@@ -132,6 +132,39 @@ struct DaemonWebSocketTests {
         }
     }
 
+    @Test("a second addUri of a URL into the same file is a download of its own that fails at once with error 11")
+    func sameFileTwice() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let queue = daemonTestQueue(width: 2)
+            let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+            let notes = Locked<[String]>([])
+            daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+            func status(_ gid: String) -> [String: JSON] {
+                (try? daemon.call("aria2.tellStatus", [.string(gid), ["status", "errorCode"]]))?.object ?? [:]
+            }
+            let url = server.url(path: "/bytes/same", query: ["size": "100", "hold": "g"])
+            let first = try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
+            let second = try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
+            #expect(first != second)
+            // As aria2: the same file is being downloaded.
+            #expect(status(second) == ["status": "error", "errorCode": "11"])
+            #expect(notes.withLock { $0 }.contains("aria2.onDownloadError \(second)"))
+            try await eventually("held") { server.heldCount(at: "g") == 1 }
+            // The first is not held by the second's share of it: removed, it stops.
+            #expect(try daemon.call("aria2.remove", [.string(first)]) == .string(first))
+            try await eventually("the first removed") { status(first)["status"] == "removed" }
+            server.openGate("g")
+            await queue.waitUntilIdle()
+            let stopped = try daemon.call("aria2.tellStopped", [0, 10, ["gid"]]).array?.compactMap {
+                $0.object?["gid"]?.string
+            }
+            #expect(stopped == [second, first])
+            #expect(server.stats.requests(toPath: "/bytes/same") == 1)
+            daemon.close()
+        }
+    }
+
     @Test("unpauseAll announces haul.onDownloadWaiting for each download it resumes, before the start of each")
     func unpauseAllNotifications() async throws {
         try await TestServer.withRunning { server in

@@ -248,6 +248,7 @@ enum Aria2Status {
         case .timedOut, .stalled, .tooSlow: 2
         case .checksumMismatch: 32
         case .destinationExists: 13
+        case .destinationBusy: 11
         case .tooManyRedirects, .redirectLoop: 22
         case .fileSystem: 16
         case .invalidRequest: 28
