@@ -384,7 +384,7 @@ extension Daemon {
         guard let current = handle.status.position else {
             throw RPCError("GID#\(gid) not found in the waiting queue.")
         }
-        let waiting = queue.waitingCount
+        let waiting = queue.waitingOrderCount
         let target: Int64
         switch how {
         case "POS_SET": target = offset
@@ -439,8 +439,7 @@ extension Daemon {
             return answer
         }
         // Only the page's statuses are made: clients ask for 1,000 of many thousands every second.
-        let page = Self.page(queue.waitingCount, offset: offset, count: count)
-        let statuses = queue.waitingStatuses(page)
+        let statuses = queue.waitingStatuses { Self.page($0, offset: offset, count: count) }
         return listed(offset < 0 ? statuses.reversed() : statuses, keys: keys)
     }
 

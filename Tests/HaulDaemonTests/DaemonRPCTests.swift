@@ -87,6 +87,32 @@ struct DaemonRPCTests {
         }
     }
 
+    @Test("pages from the end and POS_END count the downloads waiting, not a split file's connections waiting")
+    func waitingListWithConnections() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let queue = daemonTestQueue(width: 1)
+            let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+            func gids(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
+            // One slot: the split file's extra connections wait for it, ahead of the download waiting.
+            let big = server.url(path: "/bytes/big.bin", query: ["size": "\(4 << 20)", "rate": "200000"])
+            let split = try #require(
+                daemon.call(
+                    "aria2.addUri", [[.string(big.absoluteString)], ["split": "4", "min-split-size": "1M"]]
+                ).string)
+            let small = server.url(path: "/bytes/small", query: ["size": "100"])
+            let waiting = try #require(daemon.call("aria2.addUri", [[.string(small.absoluteString)]]).string)
+            try await eventually("connections waiting") { queue.waitingCount > 1 }
+            #expect(gids(try daemon.call("aria2.tellActive", [["gid"]])) == [split])
+            #expect(gids(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [waiting])
+            #expect(gids(try daemon.call("aria2.tellWaiting", [-1, 1, ["gid"]])) == [waiting])
+            #expect(try daemon.call("aria2.changePosition", [.string(waiting), 0, "POS_END"]) == 0)
+            daemon.close()
+            queue.cancelAll()
+            await queue.waitUntilIdle()
+        }
+    }
+
     @Test("remove: a waiting or running download ends as removed, nothing at its destination")
     func remove() async throws {
         try await TestServer.withRunning { server in

@@ -200,6 +200,16 @@ extension DownloadQueue {
         locked { state in waitingStatuses(positions, in: state) }
     }
 
+    /// The waiting and paused downloads at the positions `page` picks from the length of the waiting order, both read
+    /// in one hold of the lock: for a page counted from the end (``waitingCount`` also counts the extra connections
+    /// of split files waiting for a slot, which are not in the order).
+    package func waitingStatuses(page: (_ length: Int) -> Range<Int>) -> [DownloadStatus] {
+        locked { state in waitingStatuses(page(state.scheduler.waitingOrderCount), in: state) }
+    }
+
+    /// The length of the waiting order that ``waitingStatuses(_:)`` pages: the waiting and paused downloads.
+    package var waitingOrderCount: Int { locked { $0.scheduler.waitingOrderCount } }
+
     private func runningStatuses(in state: State) -> [DownloadStatus] {
         var ids: [UInt64] = []
         for id in state.scheduler.runningIDs where state.entries[id] != nil && !state.scheduler.isWaiting(id) {

@@ -151,6 +151,11 @@ package struct AdmissionScheduler {
 
     /// Downloads waiting for a slot, paused ones included.
     package var waitingCount: Int { waiting.count + paused.count }
+    /// The length of ``waitingOrder()``: ``waitingCount`` without the extra connections and moved downloads waiting
+    /// ahead of the downloads (counted, not kept: one pass over those waiting).
+    package var waitingOrderCount: Int {
+        waiting.values.count { $0.sequence >= Self.frontFloor } + paused.count
+    }
     /// Paused downloads.
     package var pausedCount: Int { paused.count }
     /// Downloads admitted and not yet finished.
