@@ -146,7 +146,7 @@ extension Daemon {
             for status in all {
                 guard let gid = state.byDownload[status.id], seen.insert(gid).inserted, let item = state.items[gid]
                 else { continue }
-                if let statuses, !statuses.contains(Aria2Status.name(of: status.state)) { continue }
+                if let statuses, !statuses.contains(Aria2Status.name(of: status)) { continue }
                 if !query.isEmpty, !Self.matches(item.shownPath, item.options, item.uris, query) { continue }
                 matches.append((item, status))
             }

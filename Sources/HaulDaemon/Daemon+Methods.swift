@@ -410,8 +410,8 @@ extension Daemon {
 
     func tellActive(_ arguments: Arguments) throws(RPCError) -> JSON {
         let keys = try arguments.strings(0, "keys")
-        // A download stopping for a pause is still admitted: it shows as paused, not active.
-        return listed(queue.runningStatuses().filter { $0.state == .running }, keys: keys)
+        // A download stopping for a pause is still active, as in aria2, until its run has stopped.
+        return listed(queue.runningStatuses(), keys: keys)
     }
 
     /// `tellWaiting(offset, num, keys?)` and `tellStopped`: aria2's pages, a negative offset counting from the end

@@ -86,9 +86,10 @@ struct CallError: Error, CustomStringConvertible {
 }
 
 /// A queue running `width` downloads at once over Haul's own transport, with the tests' downloader configuration
-/// (`retries` retries), as a test that drives a ``Daemon`` directly makes it.
-func daemonTestQueue(width: Int, retries: Int = 3) -> DownloadQueue {
+/// (`retries` retries, waiting before each on `clock`), as a test that drives a ``Daemon`` directly makes it.
+func daemonTestQueue(width: Int, retries: Int = 3, clock: any BackoffClock = RecordingClock()) -> DownloadQueue {
     DownloadQueue(
-        downloader: Downloader(transport: NIOTransport(), configuration: testConfiguration(retries: retries)),
+        downloader: Downloader(
+            transport: NIOTransport(), configuration: testConfiguration(clock: clock, retries: retries)),
         configuration: .init(maxConcurrentDownloads: width))
 }

@@ -113,6 +113,35 @@ struct DaemonRPCTests {
         }
     }
 
+    @Test("a download paused while it runs is active, in tellActive, until its run has stopped; then paused, waiting")
+    func pausedWhileStopping() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let clock = GatedClock()
+            let queue = daemonTestQueue(width: 1, clock: clock)
+            let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+            func gids(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
+            func status() throws -> JSON? {
+                try daemon.call("aria2.tellStatus", [.string(gid), ["status"]]).object?["status"]
+            }
+            // Its first attempt fails (503): its run waits before the next, and stops only when the clock lets it.
+            let url = server.url(path: "/bytes/p", query: ["status": "503"])
+            let gid = try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
+            await clock.entered.wait()
+            #expect(try daemon.call("aria2.pause", [.string(gid)]) == .string(gid))
+            #expect(gids(try daemon.call("aria2.tellActive", [["gid"]])) == [gid])
+            #expect(gids(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])).isEmpty)
+            #expect(try status() == "active")
+            clock.release.open()
+            try await eventually("stopped, paused") { (try? status()) == "paused" }
+            #expect(gids(try daemon.call("aria2.tellActive", [["gid"]])).isEmpty)
+            #expect(gids(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [gid])
+            daemon.close()
+            queue.cancelAll()
+            await queue.waitUntilIdle()
+        }
+    }
+
     @Test("remove: a waiting or running download ends as removed, nothing at its destination")
     func remove() async throws {
         try await TestServer.withRunning { server in

@@ -52,11 +52,12 @@ enum Aria2Status {
         return .encoded(EncodedJSON(output))
     }
 
-    /// aria2's name of a download's state (`nil`: not in the queue yet, waiting).
-    static func name(of state: DownloadStatus.State?) -> String {
-        switch state {
+    /// aria2's name of a download's state (`nil`: not in the queue yet, waiting). One paused while it ran is active
+    /// until its run has stopped (it has no place in the waiting order yet), as aria2 shows it.
+    static func name(of status: DownloadStatus?) -> String {
+        switch status?.state {
         case .running?: "active"
-        case .paused?: "paused"
+        case .paused?: status?.position == nil ? "active" : "paused"
         case .waiting?, nil: "waiting"
         case .finished?: "complete"  // ended a moment ago: its outcome is on its way to the daemon
         }
@@ -87,7 +88,7 @@ enum Aria2Status {
             state = ending.status
             (total, completed, speed, connections) = (ending.length, ending.completed, 0, 0)
         } else {
-            state = name(of: status?.state)
+            state = name(of: status)
             total = status?.progress.totalBytes ?? 0
             completed = status?.progress.bytesWritten ?? 0
             speed = Int64(status?.progress.bytesPerSecond ?? 0)
