@@ -215,6 +215,9 @@ extension DownloadQueue {
         for id in state.scheduler.runningIDs where state.entries[id] != nil && !state.scheduler.isWaiting(id) {
             ids.append(id)
         }
+        // A download gone on from a source at another origin holds (or waits for) a slot numbered apart there
+        // (``Connections/move(to:)``): it is under way all the same.
+        ids += state.slots.keys.filter { state.entries[$0] != nil }
         return ids.sorted().compactMap { id in
             state.entries[id].map { status(of: id, $0, position: nil, in: state) }
         }

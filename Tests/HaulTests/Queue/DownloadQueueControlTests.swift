@@ -436,6 +436,35 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test("a download going on from a mirror at a busy host is listed as running while it waits for a slot there")
+    func movedToMirrorListed() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 4, perHostLimit: 1), retries: 0, transport: .nio)
+            // localhost is the same server at another origin: its one slot is held by a download.
+            let busy = queue.add(
+                DownloadRequest(url: server.held("busy", host: "localhost"), destination: .directory(dir.url)))
+            try await eventually("busy held") { server.heldCount(at: "g") == 1 }
+            var request = DownloadRequest(
+                url: server.url(path: "/bytes/moved", query: ["status": "404"]), destination: .file(dir.file("moved")))
+            request.mirrors = [server.held("moved", gate: "m", host: "localhost")]
+            let moved = queue.add(request)
+            // Its first source failed: it gave its slot back and waits for one at localhost.
+            try await eventually("waiting for the mirror's host") {
+                server.stats.requests(toPath: "/bytes/moved") == 1 && queue.runningCount == 1
+            }
+            #expect(queue.runningStatuses().map(\.id) == [busy.id, moved.id])
+            #expect(queue.statuses().map(\.id) == [busy.id, moved.id])
+            server.openGate("g")
+            _ = try await busy.result
+            try await eventually("the mirror held") { server.heldCount(at: "m") == 1 }
+            #expect(queue.runningStatuses().map(\.id) == [moved.id])
+            #expect(queue.statuses().map(\.id) == [moved.id])
+            server.openGate("m")
+            _ = try await moved.result
+        }
+    }
+
     @Test("resume all admits in the waiting order, not in the order the downloads were added")
     func resumeAllInOrder() async throws {
         try await TestServer.withRunning { server in
