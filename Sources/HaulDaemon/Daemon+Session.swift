@@ -47,8 +47,11 @@ extension Daemon {
         let items = state.withLock { state -> [(Item, paused: Bool)] in
             let failed =
                 stored ?? state.stopped.compactMap { state.items[$0] }.filter { $0.ending?.status == "error" }
+            // One being removed is not written: it ends removed (a restart ends it so too).
             let unfinished = statuses.compactMap { status in
-                state.byDownload[status.id].flatMap { state.items[$0] }.map { ($0, status.state == .paused) }
+                state.byDownload[status.id].flatMap { state.items[$0] }.flatMap { item in
+                    item.removing ? nil : (item, status.state == .paused)
+                }
             }
             return failed.map { ($0, false) } + unfinished
         }

@@ -7,7 +7,8 @@ extension Daemon {
     static func row(_ item: Item) -> DaemonStore.Row {
         var row = DaemonStore.Row(
             gid: item.gid, uris: item.uris, options: item.options,
-            state: item.handle?.status.state == .paused ? "paused" : "waiting", rank: item.rank,
+            state: item.removing ? removingState : item.handle?.status.state == .paused ? "paused" : "waiting",
+            rank: item.rank,
             withheldSecrets: item.withheldSecrets)
         if let ending = item.ending {
             row.state = ending.status

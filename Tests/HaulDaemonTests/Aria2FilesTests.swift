@@ -110,6 +110,27 @@ struct Aria2FilesTests {
         }
     }
 
+    @Test("a session saved while a removed download's run still stops leaves it out, as aria2 does")
+    func sessionWhileRemoving() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let clock = GatedClock()
+            let queue = daemonTestQueue(width: 1, clock: clock)
+            let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+            // Its first attempt fails (503): its run waits before the next, and stops only when the clock lets it.
+            let url = server.url(path: "/bytes/r", query: ["status": "503"])
+            let gid = try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
+            await clock.entered.wait()
+            #expect(daemon.session().contains("gid=\(gid)"))
+            #expect(try daemon.call("aria2.remove", [.string(gid)]) == .string(gid))
+            #expect(!daemon.session().contains(gid))
+            clock.release.open()
+            daemon.close()
+            queue.cancelAll()
+            await queue.waitUntilIdle()
+        }
+    }
+
     @Test("a file with a bad entry adds nothing and names every bad line")
     func badInput() async throws {
         let harness = try await DaemonHarness()

@@ -30,7 +30,7 @@ struct DaemonRestartTests {
 
     private func gids(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
 
-    @Test("a download removed while its run still stops, then paused with all and the daemon stopped: it stays removed")
+    @Test("a download removed while its run still stops, its options changed, all paused, the daemon stopped: removed")
     func removedWhileStopping() async throws {
         try await TestServer.withRunning { server in
             let root = try TemporaryDirectory()
@@ -42,6 +42,8 @@ struct DaemonRestartTests {
             await clock.entered.wait()
             // Answered: the client was told it is removed; its end is not written until its run has stopped.
             #expect(try first.call("aria2.remove", [.string(gid)]) == .string(gid))
+            // Neither a change of its options (which stores its whole row) nor a pause of all undoes that.
+            _ = try? first.call("aria2.changeOption", [.string(gid), ["max-download-limit": "10K"]])
             #expect(try first.call("aria2.pauseAll", []) == "OK")
             // Stopped as SIGTERM stops it, before that run has stopped.
             first.close()
