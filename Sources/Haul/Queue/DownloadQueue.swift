@@ -156,8 +156,11 @@ public final class DownloadQueue: Sendable {
                 }
                 for index in slice.indices {
                     let request = requests[index]
+                    // Read as unfinished, but ended while the journal was read, or cancelled and still ending (its
+                    // record goes as it ends): not added again.
                     if unlessEndedDuringScan,
-                        state.endedDuringScan.contains(JoinKey(url: request.url, destination: request.destination))
+                        case let key = JoinKey(url: request.url, destination: request.destination),
+                        state.endedDuringScan.contains(key) || state.ending[key] != nil
                     {
                         added.append(nil)
                         continue

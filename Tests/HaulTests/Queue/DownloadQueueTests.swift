@@ -6,13 +6,14 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
-/// A queue with test settings (no real backoff sleeps), on the AsyncHTTPClient transport unless told, its downloader
-/// keeping `journal` if one is given.
+/// A queue with test settings (no real backoff sleeps, or the waits of `clock`), on the AsyncHTTPClient transport
+/// unless told, its downloader keeping `journal` if one is given.
 func makeQueue(
     _ configuration: DownloadQueue.Configuration = .init(), retries: Int = 3,
-    transport: TransportKind = .asyncHTTPClient, journal: (any Journal)? = nil
+    transport: TransportKind = .asyncHTTPClient, journal: (any Journal)? = nil,
+    clock: any BackoffClock = RecordingClock()
 ) -> DownloadQueue {
-    var engine = transport.configuration(retries: retries)
+    var engine = transport.configuration(clock: clock, retries: retries)
     engine.journal = journal
     let queue = DownloadQueue(
         downloader: Downloader(transport: transport.makeTransport(), configuration: engine),

@@ -244,6 +244,27 @@ final class SlowScanJournal: Journal {
 }
 
 extension QueueLockTests {
+    @Test("resumeUnfinished() while a download cancelled through the queue still ends does not bring it back")
+    func resumeWhileCancelledEnds() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let clock = GatedClock()
+            let queue = makeQueue(
+                .init(maxConcurrentDownloads: 1), retries: 1, transport: .nio, journal: MemoryJournal(), clock: clock)
+            // Its first attempt fails (503): its run waits before the next, and ends only when the clock lets it.
+            let handle = queue.add(
+                DownloadRequest(
+                    url: server.url(path: "/bytes/c", query: ["status": "503"]), destination: .directory(dir.url)))
+            await clock.entered.wait()
+            handle.cancel()
+            // Its record still reads as unfinished, but the caller gave up on it.
+            #expect(queue.resumeUnfinished().isEmpty)
+            clock.release.open()
+            await queue.waitUntilIdle()
+            #expect(server.stats.requests(toPath: "/bytes/c") == 1)
+        }
+    }
+
     @Test("resumeUnfinished() concurrent with a download that fails meanwhile does not fetch it a second time")
     func resumeRacingAFailure() async throws {
         try await TestServer.withRunning { server in
