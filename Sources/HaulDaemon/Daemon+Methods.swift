@@ -652,6 +652,8 @@ extension Daemon {
                 state.trails[gid] = nil
                 state.touch(gid)
             }
+            // Those only in the store are not named one by one: a subscription reads its lists again.
+            if state.storedStopped > 0 { state.resyncSubscriptions() }
             state.stopped = []
             state.storedStopped = 0
             state.stoppedVersion += 1

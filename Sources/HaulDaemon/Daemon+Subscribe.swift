@@ -137,6 +137,14 @@ extension Daemon {
 }
 
 extension Daemon.State {
+    /// Tells every subscription to read its lists again (`resync`), for a change that names more downloads than the
+    /// daemon keeps in memory: the log starts past every subscription's place.
+    mutating func resyncSubscriptions() {
+        guard logsChanges else { return }
+        changeLogStart += changeLog.count + 1
+        changeLog = []
+    }
+
     /// Notes that `gid` changed, for the subscriptions (nothing is kept until there is one).
     mutating func touch(_ gid: GID) {
         guard logsChanges else { return }

@@ -1,6 +1,6 @@
 import Foundation
 import Haul
-import HaulDaemon
+@testable import HaulDaemon
 import HaulTestServer
 import HaulTestSupport
 import Testing
@@ -118,5 +118,33 @@ struct DaemonSubscribeTests {
                 $0.object?["error"]?.object?["message"]?.string?.contains("interval") == true
             })
         await harness.stop()
+    }
+
+    @Test("purgeDownloadResult of a history partly only in the store tells a subscription to read its lists again")
+    func purgeOfStoredHistory() async throws {
+        let root = try TemporaryDirectory()
+        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
+        let path = root.file(".haul/daemon.sqlite").path
+        // More stopped downloads than memory keeps: a daemon started on the store has the older ones there only.
+        let seeded = (0..<(Daemon.stoppedInMemory + 100)).map { _ in GID.random() }
+        try DaemonStore(path: path).save(
+            seeded.enumerated().map { index, gid in
+                DaemonStore.Row(
+                    gid: gid, uris: ["http://127.0.0.1:9/f\(index)"], options: [:], state: "error", rank: index,
+                    errorCode: 1, errorMessage: "refused", stoppedOrder: index)
+            })
+        let queue = daemonTestQueue(width: 1)
+        let daemon = try Daemon(queue: queue, configuration: .init(root: root.url, store: try DaemonStore(path: path)))
+        // Subscribed as haul.subscribe subscribes; its session's timer asks changes(for:) as here.
+        let subscription = Daemon.Subscription(keys: ["gid"])
+        daemon.state.withLock { state in
+            state.logsChanges = true
+            subscription.seen.withLock { $0.logIndex = state.changeLogStart + state.changeLog.count }
+        }
+        #expect(try daemon.call("aria2.purgeDownloadResult", []) == "OK")
+        #expect(try daemon.call("aria2.tellStopped", [0, 2000, ["gid"]]) == [])
+        let push = try #require(daemon.changes(for: subscription)?.object?["params"]?.array?.first?.object)
+        #expect(push["resync"] == .bool(true))
+        daemon.close()
     }
 }
