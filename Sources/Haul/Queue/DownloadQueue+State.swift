@@ -282,7 +282,8 @@ extension DownloadQueue {
             progress.finishedFiles = batch.finishedFiles
             progress.failedFiles = batch.failedFiles
             progress.cancelledFiles = batch.cancelledFiles
-            progress.runningFiles = scheduler.runningCount - runningConnections
+            // A download gone on at another origin that waits for its slot there is under way all the same.
+            progress.runningFiles = scheduler.runningCount - runningConnections + moves.count
 
             var written = batch.finishedBytes
             var knownTotal = batch.finishedBytes + batch.waitingExpectedBytes

@@ -455,11 +455,13 @@ struct DownloadQueueControlTests {
             }
             #expect(queue.runningStatuses().map(\.id) == [busy.id, moved.id])
             #expect(queue.statuses().map(\.id) == [busy.id, moved.id])
+            #expect(queue.progress.runningFiles == 2)
             server.openGate("g")
             _ = try await busy.result
             try await eventually("the mirror held") { server.heldCount(at: "m") == 1 }
             #expect(queue.runningStatuses().map(\.id) == [moved.id])
             #expect(queue.statuses().map(\.id) == [moved.id])
+            #expect(queue.progress.runningFiles == 1)
             server.openGate("m")
             _ = try await moved.result
         }
