@@ -93,3 +93,13 @@ func daemonTestQueue(width: Int, retries: Int = 3, clock: any BackoffClock = Rec
             transport: NIOTransport(), configuration: testConfiguration(clock: clock, retries: retries)),
         configuration: .init(maxConcurrentDownloads: width))
 }
+
+/// The notifications `daemon` sends from now on, each as `"METHOD GID"`, in the order sent.
+func recordedNotifications(of daemon: Daemon) -> Locked<[String]> {
+    let notes = Locked<[String]>([])
+    daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+    return notes
+}
+
+/// The GIDs of a list answer (`tellActive`, `tellWaiting`, `tellStopped`), in its order.
+func listedGIDs(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }

@@ -93,7 +93,6 @@ struct DaemonRPCTests {
             let root = try TemporaryDirectory()
             let queue = daemonTestQueue(width: 1)
             let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
-            func gids(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
             // One slot: the split file's extra connections wait for it, ahead of the download waiting.
             let big = server.url(path: "/bytes/big.bin", query: ["size": "\(4 << 20)", "rate": "200000"])
             let split = try #require(
@@ -103,9 +102,9 @@ struct DaemonRPCTests {
             let small = server.url(path: "/bytes/small", query: ["size": "100"])
             let waiting = try #require(daemon.call("aria2.addUri", [[.string(small.absoluteString)]]).string)
             try await eventually("connections waiting") { queue.waitingCount > 1 }
-            #expect(gids(try daemon.call("aria2.tellActive", [["gid"]])) == [split])
-            #expect(gids(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [waiting])
-            #expect(gids(try daemon.call("aria2.tellWaiting", [-1, 1, ["gid"]])) == [waiting])
+            #expect(listedGIDs(try daemon.call("aria2.tellActive", [["gid"]])) == [split])
+            #expect(listedGIDs(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [waiting])
+            #expect(listedGIDs(try daemon.call("aria2.tellWaiting", [-1, 1, ["gid"]])) == [waiting])
             #expect(try daemon.call("aria2.changePosition", [.string(waiting), 0, "POS_END"]) == 0)
             daemon.close()
             queue.cancelAll()
@@ -120,7 +119,6 @@ struct DaemonRPCTests {
             let clock = GatedClock()
             let queue = daemonTestQueue(width: 1, clock: clock)
             let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
-            func gids(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
             func status() throws -> JSON? {
                 try daemon.call("aria2.tellStatus", [.string(gid), ["status"]]).object?["status"]
             }
@@ -129,13 +127,13 @@ struct DaemonRPCTests {
             let gid = try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
             await clock.entered.wait()
             #expect(try daemon.call("aria2.pause", [.string(gid)]) == .string(gid))
-            #expect(gids(try daemon.call("aria2.tellActive", [["gid"]])) == [gid])
-            #expect(gids(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])).isEmpty)
+            #expect(listedGIDs(try daemon.call("aria2.tellActive", [["gid"]])) == [gid])
+            #expect(listedGIDs(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])).isEmpty)
             #expect(try status() == "active")
             clock.release.open()
             try await eventually("stopped, paused") { (try? status()) == "paused" }
-            #expect(gids(try daemon.call("aria2.tellActive", [["gid"]])).isEmpty)
-            #expect(gids(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [gid])
+            #expect(listedGIDs(try daemon.call("aria2.tellActive", [["gid"]])).isEmpty)
+            #expect(listedGIDs(try daemon.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [gid])
             daemon.close()
             queue.cancelAll()
             await queue.waitUntilIdle()

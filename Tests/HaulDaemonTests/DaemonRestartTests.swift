@@ -28,8 +28,6 @@ struct DaemonRestartTests {
         return (daemon, queue)
     }
 
-    private func gids(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
-
     @Test("a download removed while its run still stops, its options changed, all paused, the daemon stopped: removed")
     func removedWhileStopping() async throws {
         try await TestServer.withRunning { server in
@@ -54,8 +52,8 @@ struct DaemonRestartTests {
 
             let (second, secondQueue) = try start(root)
             #expect(try second.call("aria2.tellStatus", [.string(gid), ["status"]]).object?["status"] == "removed")
-            #expect(gids(try second.call("aria2.tellWaiting", [0, 10, ["gid"]])).isEmpty)
-            #expect(gids(try second.call("aria2.tellStopped", [0, 10, ["gid"]])) == [gid])
+            #expect(listedGIDs(try second.call("aria2.tellWaiting", [0, 10, ["gid"]])).isEmpty)
+            #expect(listedGIDs(try second.call("aria2.tellStopped", [0, 10, ["gid"]])) == [gid])
             await secondQueue.waitUntilIdle()
             #expect(server.stats.requests(toPath: "/bytes/r") == requests, "a removed download was fetched again")
             second.close()
@@ -100,10 +98,10 @@ struct DaemonRestartTests {
 
             let (second, secondQueue) = try start(root, paused: true)
             let waiting = try second.call("aria2.tellWaiting", [0, 10, ["gid", "status"]])
-            #expect(gids(waiting) == [active, c, a, b])
+            #expect(listedGIDs(waiting) == [active, c, a, b])
             #expect(waiting.array?.last?.object?["status"] == "paused")
             let stopped = try second.call("aria2.tellStopped", [0, 10, ["gid", "status"]])
-            #expect(gids(stopped) == [done, removed, secret])
+            #expect(listedGIDs(stopped) == [done, removed, secret])
             let withheld = try #require(try second.call("aria2.tellStatus", [.string(secret)]).object)
             #expect(withheld["status"] == "error")
             #expect(withheld["errorMessage"]?.string?.contains("credentials were not kept") == true)
@@ -122,14 +120,14 @@ struct DaemonRestartTests {
             // And once more: the history has grown, in the order things stopped.
             let (third, thirdQueue) = try start(root)
             let history = try third.call("aria2.tellStopped", [0, 10, ["gid"]])
-            #expect(gids(history) == [done, removed, secret, active, c, a])
+            #expect(listedGIDs(history) == [done, removed, secret, active, c, a])
             #expect(try third.call("aria2.purgeDownloadResult", []) == "OK")
             third.close()
             thirdQueue.cancelAll()
             await thirdQueue.waitUntilIdle()
             let (fourth, fourthQueue) = try start(root, paused: true)
             #expect(try fourth.call("aria2.tellStopped", [0, 10]) == [])
-            #expect(gids(try fourth.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [b])
+            #expect(listedGIDs(try fourth.call("aria2.tellWaiting", [0, 10, ["gid"]])) == [b])
             fourth.close()
             fourthQueue.cancelAll()
         }

@@ -79,8 +79,7 @@ struct DaemonWebSocketTests {
             let root = try TemporaryDirectory()
             let queue = daemonTestQueue(width: 2)
             let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
-            let notes = Locked<[String]>([])
-            daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+            let notes = recordedNotifications(of: daemon)
             func add(_ name: String, _ options: JSON = [:]) throws -> String {
                 let url = server.url(path: "/bytes/\(name)", query: ["size": "100", "hold": "g"])
                 return try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)], options]).string)
@@ -107,8 +106,7 @@ struct DaemonWebSocketTests {
             let root = try TemporaryDirectory()
             let queue = daemonTestQueue(width: 1)
             let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
-            let notes = Locked<[String]>([])
-            daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+            let notes = recordedNotifications(of: daemon)
             let url = server.url(path: "/bytes/a", query: ["size": "100", "hold": "g"])
             let gid = try #require(daemon.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
             try await eventually("started") { notes.withLock { $0.contains("aria2.onDownloadStart \(gid)") } }
@@ -138,8 +136,7 @@ struct DaemonWebSocketTests {
             let root = try TemporaryDirectory()
             let queue = daemonTestQueue(width: 2)
             let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
-            let notes = Locked<[String]>([])
-            daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+            let notes = recordedNotifications(of: daemon)
             func status(_ gid: String) -> [String: JSON] {
                 (try? daemon.call("aria2.tellStatus", [.string(gid), ["status", "errorCode"]]))?.object ?? [:]
             }
@@ -156,10 +153,7 @@ struct DaemonWebSocketTests {
             try await eventually("the first removed") { status(first)["status"] == "removed" }
             server.openGate("g")
             await queue.waitUntilIdle()
-            let stopped = try daemon.call("aria2.tellStopped", [0, 10, ["gid"]]).array?.compactMap {
-                $0.object?["gid"]?.string
-            }
-            #expect(stopped == [second, first])
+            #expect(listedGIDs(try daemon.call("aria2.tellStopped", [0, 10, ["gid"]])) == [second, first])
             #expect(server.stats.requests(toPath: "/bytes/same") == 1)
             daemon.close()
         }
@@ -171,8 +165,7 @@ struct DaemonWebSocketTests {
             let root = try TemporaryDirectory()
             let queue = daemonTestQueue(width: 1)
             let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
-            let notes = Locked<[String]>([])
-            daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }
+            let notes = recordedNotifications(of: daemon)
             let gids = try ["a", "b"].map { name in
                 let url = server.url(path: "/bytes/\(name)", query: ["size": "100", "hold": "g"])
                 return try #require(
