@@ -467,6 +467,36 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test("a queue paused while a download waits for a slot at its mirror's host lets it go on; no new one starts")
+    func movedToMirrorWhilePaused() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 4, perHostLimit: 1), retries: 0, transport: .nio)
+            let busy = queue.add(
+                DownloadRequest(url: server.held("busy", host: "localhost"), destination: .directory(dir.url)))
+            try await eventually("busy held") { server.heldCount(at: "g") == 1 }
+            var request = DownloadRequest(
+                url: server.url(path: "/bytes/moved", query: ["status": "404"]), destination: .file(dir.file("moved")))
+            request.mirrors = [server.held("moved", gate: "m", host: "localhost")]
+            let moved = queue.add(request)
+            try await eventually("waiting for the mirror's host") {
+                server.stats.requests(toPath: "/bytes/moved") == 1 && queue.runningCount == 1
+            }
+            queue.pause()
+            let held = queue.add(DownloadRequest(url: server.url(path: "/bytes/held"), destination: .directory(dir.url)))
+            server.openGate("g")
+            _ = try await busy.result
+            // The running download takes the slot its mirror's host gives back, though the queue is paused.
+            try await eventually("the mirror held") { server.heldCount(at: "m") == 1 }
+            server.openGate("m")
+            _ = try await moved.result
+            #expect(server.stats.requests(toPath: "/bytes/held") == 0)
+            #expect(queue.statuses().map(\.id) == [held.id])
+            queue.resume()
+            _ = try await held.result
+        }
+    }
+
     @Test("resume all admits in the waiting order, not in the order the downloads were added")
     func resumeAllInOrder() async throws {
         try await TestServer.withRunning { server in

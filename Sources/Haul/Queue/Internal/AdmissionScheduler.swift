@@ -32,7 +32,8 @@ package struct AdmissionScheduler {
             for host in hosts.indices where hosts[host] != nil { offer(host) }
         }
     }
-    /// While paused nothing is admitted; running downloads go on.
+    /// While paused no download is admitted; running downloads go on, and so are the items ahead of the downloads
+    /// admitted (``enqueue(_:host:priority:ahead:)``): each belongs to a download that is running.
     package var isPaused = false
     /// Limits of single hosts, by name, in place of ``perHostLimit``: 0 holds a host's items back (a paused host).
     package private(set) var hostLimits: [String: Int] = [:]
@@ -127,6 +128,9 @@ package struct AdmissionScheduler {
     /// Paused items, by the host name (not number: a host with only paused items is forgotten) and their place.
     private var paused: [ID: (host: String, priority: Int, sequence: UInt64)] = [:]
     private var running: [ID: HostNumber] = [:]
+    /// The items waiting ahead of the downloads (few: extra connections and moves of running downloads), which a
+    /// pause does not hold back. May name items gone since (admitted or removed), skipped and dropped when met.
+    private var aheadWaiting: Set<ID> = []
     /// Hosts by number; `nil` where a forgotten host's number waits in ``freeNumbers`` to be reused.
     private var hosts: [Host?] = []
     private var counters: [HostCounters] = []
@@ -184,6 +188,7 @@ package struct AdmissionScheduler {
         waiting[id] = Waiting(host: number, priority: priority, sequence: sequence)
         if ahead {
             hosts[number]?.insertAhead(Slot(id: id, sequence: sequence), priority: priority)
+            aheadWaiting.insert(id)
         } else {
             append(Slot(id: id, sequence: sequence), to: number, priority: priority)
         }
@@ -195,6 +200,7 @@ package struct AdmissionScheduler {
     package mutating func remove(_ id: ID) -> Bool {
         if paused.removeValue(forKey: id) != nil { return true }
         guard let item = waiting.removeValue(forKey: id) else { return false }
+        if item.sequence < Self.frontFloor { aheadWaiting.remove(id) }
         dropHostIfIdle(item.host)
         // If it was the host's best, the heap's entry for the host is stale now: the next one is offered.
         if hosts[item.host] != nil { offer(item.host) }
@@ -379,8 +385,9 @@ package struct AdmissionScheduler {
 
     /// Admits as many waiting items as the limits allow, in admission order.
     package mutating func admit() -> [ID] {
+        if isPaused { return admitAhead() }
         var admitted: [ID] = []
-        while !isPaused, running.count < maxConcurrent, let candidate = candidates.popMax() {
+        while running.count < maxConcurrent, let candidate = candidates.popMax() {
             if let offered = counters[candidate.host].offered, offered.priority == candidate.priority,
                 offered.sequence == candidate.sequence
             {
@@ -397,10 +404,38 @@ package struct AdmissionScheduler {
             let id = head.slot.id
             hosts[candidate.host]?.levels[head.priority]?.removeFirst()
             waiting[id] = nil
+            if head.slot.sequence < Self.frontFloor { aheadWaiting.remove(id) }
             running[id] = candidate.host
             counters[candidate.host].running += 1
             admitted.append(id)
             offer(candidate.host)
+        }
+        return admitted
+    }
+
+    /// Admits, while paused, the items waiting ahead of the downloads that the limits allow, in admission order:
+    /// without them a running download waiting for a slot at its mirror's host would wait until the pause ends.
+    /// Their slots stay in their hosts' FIFOs, stale (their item is no longer waiting), dropped when they reach the
+    /// front; the heap's entries for those hosts are checked the same way when popped.
+    private mutating func admitAhead() -> [ID] {
+        guard !aheadWaiting.isEmpty else { return [] }
+        var items: [(id: ID, item: Waiting)] = []
+        for id in aheadWaiting {
+            if let item = waiting[id], item.sequence < Self.frontFloor { items.append((id, item)) }
+        }
+        aheadWaiting = Set(items.map(\.id))
+        items.sort {
+            $0.item.priority != $1.item.priority
+                ? $0.item.priority > $1.item.priority : $0.item.sequence < $1.item.sequence
+        }
+        var admitted: [ID] = []
+        for (id, item) in items where running.count < maxConcurrent && hasFreeSlot(item.host) {
+            waiting[id] = nil
+            aheadWaiting.remove(id)
+            running[id] = item.host
+            counters[item.host].running += 1
+            admitted.append(id)
+            offer(item.host)
         }
         return admitted
     }

@@ -39,6 +39,29 @@ struct AdmissionSchedulerTests {
         #expect(scheduler.admit() == [3])
     }
 
+    @Test("paused, the items ahead of the downloads are admitted as the limits allow; the downloads wait")
+    func aheadWhilePaused() {
+        var scheduler = AdmissionScheduler(maxConcurrent: 2, perHostLimit: 1)
+        scheduler.enqueue(1, host: "a", priority: 0)
+        #expect(scheduler.admit() == [1])
+        scheduler.isPaused = true
+        scheduler.enqueue(2, host: "b", priority: 1)
+        scheduler.enqueue(10, host: "a", priority: 0, ahead: true)
+        scheduler.enqueue(11, host: "b", priority: -1, ahead: true)
+        // 10 waits for host a's slot; 11 takes b's, and the download 2 waits for the pause to end.
+        #expect(scheduler.admit() == [11])
+        scheduler.finish(1)
+        #expect(scheduler.admit() == [10])
+        #expect(scheduler.waitingCount == 1 && scheduler.runningCount == 2)
+        scheduler.finish(11)
+        scheduler.finish(10)
+        #expect(scheduler.admit() == [])
+        scheduler.isPaused = false
+        #expect(scheduler.admit() == [2])
+        scheduler.finish(2)
+        #expect(scheduler.admit() == [] && scheduler.waitingCount == 0 && scheduler.hostCount == 0)
+    }
+
     @Test("width 1 admits in submission order")
     func sequentialOrder() {
         var scheduler = AdmissionScheduler(maxConcurrent: 1)
@@ -191,8 +214,10 @@ struct AdmissionSchedulerTests {
                 nextID += 1
                 let host = ["a", "b", "c"][random.next(below: 3)]
                 let priority = random.next(below: 3) - 1
-                scheduler.enqueue(nextID, host: host, priority: priority)
-                model.enqueue(nextID, host: host, priority: priority)
+                // One in five is an extra connection or a move of a running download.
+                let ahead = random.next(below: 5) == 0
+                scheduler.enqueue(nextID, host: host, priority: priority, ahead: ahead)
+                model.enqueue(nextID, host: host, priority: priority, ahead: ahead)
             case 3:
                 if let id = model.waiting.randomElement(using: &random)?.id {
                     let removed = scheduler.remove(id)
@@ -200,7 +225,7 @@ struct AdmissionSchedulerTests {
                     model.remove(id)
                 }
             case 4:
-                if let id = model.waiting.randomElement(using: &random)?.id {
+                if let id = model.waiting.filter({ !$0.ahead }).randomElement(using: &random)?.id {
                     let priority = random.next(below: 3) - 1
                     let changed = scheduler.setPriority(priority, of: id)
                     #expect(changed)
@@ -255,6 +280,8 @@ private struct ReferenceScheduler {
         var host: String
         var priority: Int
         var sequence: Int
+        /// Waits before every download of its priority, and is admitted while paused.
+        var ahead: Bool
     }
 
     var maxConcurrent: Int
@@ -269,9 +296,9 @@ private struct ReferenceScheduler {
         self.perHostLimit = perHostLimit
     }
 
-    mutating func enqueue(_ id: UInt64, host: String, priority: Int) {
+    mutating func enqueue(_ id: UInt64, host: String, priority: Int, ahead: Bool = false) {
         sequence += 1
-        waiting.append(Item(id: id, host: host, priority: priority, sequence: sequence))
+        waiting.append(Item(id: id, host: host, priority: priority, sequence: sequence, ahead: ahead))
     }
 
     mutating func remove(_ id: UInt64) { waiting.removeAll { $0.id == id } }
@@ -289,15 +316,16 @@ private struct ReferenceScheduler {
 
     mutating func admit() -> [UInt64] {
         var admitted: [UInt64] = []
-        while !isPaused, running.count < maxConcurrent {
+        // Paused, only the items ahead of the downloads are admitted (they belong to running downloads).
+        while running.count < maxConcurrent {
             let eligible = waiting.indices.filter { index in
-                running.values.filter { $0 == waiting[index].host }.count < (perHostLimit ?? .max)
+                (!isPaused || waiting[index].ahead)
+                    && running.values.filter { $0 == waiting[index].host }.count < (perHostLimit ?? .max)
             }
-            guard
-                let best = eligible.max(by: {
-                    (waiting[$0].priority, -waiting[$0].sequence) < (waiting[$1].priority, -waiting[$1].sequence)
-                })
-            else { break }
+            func key(_ index: Int) -> (Int, Int, Int) {
+                (waiting[index].priority, waiting[index].ahead ? 1 : 0, -waiting[index].sequence)
+            }
+            guard let best = eligible.max(by: { key($0) < key($1) }) else { break }
             let item = waiting.remove(at: best)
             running[item.id] = item.host
             admitted.append(item.id)
