@@ -352,11 +352,9 @@ struct DaemonCommand: AsyncParsableCommand {
         } catch {
             log.line(.error, "haul daemon: --save-session: \(error.message)")
         }
-        // Running downloads stop and keep their partial files (resumable through the journal); the daemon, closed
-        // first, does not record them as ended, so the next start brings them back.
-        daemon.close()
-        queue.cancelAll()
-        await queue.waitUntilIdle()
+        // Running downloads stop and keep their partial files (resumable through the journal); the daemon does not
+        // record them as ended, so the next start brings them back.
+        await daemon.stop()
         try? await engine.ownedTransport?.shutdown()
         journal?.finish()
         if let cookies = configuration.cookies, let path = network.cookieJar {

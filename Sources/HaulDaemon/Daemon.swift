@@ -269,11 +269,25 @@ public final class Daemon: Sendable {
     }
 
     /// Stops watching the queue: a download cancelled from now on (the daemon's own shutdown cancels them) is not
-    /// recorded as ended, so that a restart brings it back. Call it before cancelling the queue's downloads.
+    /// recorded as ended, so that a restart brings it back. Call it before cancelling the queue's downloads, or call
+    /// ``stop()``, which also records the downloads that end otherwise meanwhile.
     public func close() {
         state.withLock { $0.closing = true }
         watcher.cancel()
         configuration.store?.flush()
+    }
+
+    /// Stops the queue's downloads and then watching them, for a shutdown: a download cancelled by it keeps its partial
+    /// file and is not recorded as ended, so that a restart brings it back; one that completes or fails before its
+    /// cancellation reaches it is recorded so, and stored, before this returns.
+    public func stop() async {
+        state.withLock { $0.closing = true }
+        queue.cancelAll()
+        await queue.waitUntilIdle()
+        // The last downloads' ends may still be on their way to the watcher (another thread sending the events before
+        // them): every one is recorded before the watcher stops.
+        await queue.eventsSent()
+        close()
     }
 
     /// Calls `body` with each notification for WebSocket clients (`aria2.onDownloadStart`, ..., and

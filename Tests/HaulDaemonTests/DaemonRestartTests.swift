@@ -60,6 +60,56 @@ struct DaemonRestartTests {
         }
     }
 
+    @Test("stopped while the last download's end is still on its way to the daemon: it is recorded complete")
+    func endSentLateRecorded() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let (first, firstQueue) = try start(root)
+            let held = server.url(path: "/bytes/late", query: ["size": "1000", "hold": "g"])
+            let late = try #require(try first.call("aria2.addUri", [[.string(held.absoluteString)]]).string)
+            try await eventually("late held") { server.heldCount(at: "g") == 1 }
+            let other = try #require(
+                try first.call("aria2.addUri", [[.string(server.url(path: "/bytes/other").absoluteString)]]).string)
+            // The removal of the waiting one is sent to the queue's observers by this thread, which an observer holds
+            // up: every event published meanwhile waits behind it.
+            let release = DispatchSemaphore(value: 0)
+            let blocked = ResultBox<Void>()
+            let holder = firstQueue.observe(including: [.failed]) { _ in
+                guard blocked.value == nil else { return }
+                blocked.resolve(())
+                release.wait()
+            }
+            defer { holder.cancel() }
+            let removing = ResultBox<Void>()
+            Thread.detachNewThread {
+                _ = try? first.call("aria2.remove", [.string(other)])
+                removing.resolve(())
+            }
+            await blocked.wait()
+            // The held one completes: the queue is idle, its end not yet sent to the daemon.
+            server.openGate("g")
+            await firstQueue.waitUntilIdle()
+            let stopped = ResultBox<Void>()
+            Task {
+                await first.stop()
+                stopped.resolve(())
+            }
+            // Nothing lets the stop return before that end reaches the daemon.
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(stopped.value == nil, "stopped before the last end was recorded")
+            release.signal()
+            await removing.wait()
+            await stopped.wait()
+
+            let (second, secondQueue) = try start(root, paused: true)
+            #expect(try second.call("aria2.tellStatus", [.string(late), ["status"]]) == ["status": "complete"])
+            #expect(listedGIDs(try second.call("aria2.tellWaiting", [0, 10, ["gid"]])).isEmpty)
+            #expect(server.stats.requests(toPath: "/bytes/late") == 1)
+            second.close()
+            secondQueue.cancelAll()
+        }
+    }
+
     @Test("waiting, paused, moved, finished, removed and secret-bearing downloads come back as they were")
     func restart() async throws {
         try await TestServer.withRunning { server in

@@ -75,6 +75,15 @@ extension DownloadQueue {
         }
     }
 
+    /// Waits until every event published so far has been sent to its subscribers: an observer has returned from each
+    /// (``observe(including:_:)``). ``waitUntilIdle()`` may return before the last events are sent, when another thread
+    /// is sending the ones before them.
+    package func eventsSent() async {
+        let box = ResultBox<Void>()
+        mutate { state in state.outbox.append(.mark(box)) }
+        await box.wait()
+    }
+
     /// Ends every event sequence subscribed so far: each delivers the events it has buffered, then ends (an observer
     /// hears no more). For a program done with the queue: after ``waitUntilIdle()`` every event of the batch is
     /// buffered, so a consumer can finish without counting the events it expects.

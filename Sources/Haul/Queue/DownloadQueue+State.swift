@@ -135,6 +135,8 @@ extension DownloadQueue {
         case event(QueueEvent, [Subscriber])
         /// The end of these subscribers' sequences (``DownloadQueue/finishEvents()``), after the events before it.
         case finish([Subscriber])
+        /// Resolved once every event before it has been sent (``DownloadQueue/eventsSent()``).
+        case mark(ResultBox<Void>)
     }
 
     /// The task of an admitted download, made after the lock that admitted it: a cancellation that comes first is
@@ -367,6 +369,8 @@ extension DownloadQueue {
                     for subscriber in subscribers where subscriber.kinds.contains(kind) { subscriber.send(event) }
                 case .finish(let subscribers):
                     for subscriber in subscribers { subscriber.finish() }
+                case .mark(let box):
+                    box.resolve(())
                 }
             }
             guard let next = locked({ $0.nextDeliveries() }) else { return }
