@@ -483,7 +483,8 @@ struct DownloadQueueControlTests {
                 server.stats.requests(toPath: "/bytes/moved") == 1 && queue.runningCount == 1
             }
             queue.pause()
-            let held = queue.add(DownloadRequest(url: server.url(path: "/bytes/held"), destination: .directory(dir.url)))
+            let held = queue.add(
+                DownloadRequest(url: server.url(path: "/bytes/held"), destination: .directory(dir.url)))
             server.openGate("g")
             _ = try await busy.result
             // The running download takes the slot its mirror's host gives back, though the queue is paused.
