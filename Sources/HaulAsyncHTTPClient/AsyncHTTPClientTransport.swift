@@ -28,17 +28,30 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     /// A process-wide transport on a process-wide client (on NIO's singleton event loop group).
     public static let shared = AsyncHTTPClientTransport()
 
-    /// The client that offers HTTP/2 by ALPN; `http1Client` asks for HTTP/1.1 only. AsyncHTTPClient chooses the
-    /// protocols it offers per client, not per request.
-    private let client: HTTPClient
-    private let http1Client: HTTPClient
-    private let ownsClient: Bool
+    /// The clients new requests go to, and those they replaced.
+    private struct Clients {
+        /// The client that offers HTTP/2 by ALPN; `http1Client` asks for HTTP/1.1 only. AsyncHTTPClient chooses the
+        /// protocols it offers per client, not per request.
+        var client: HTTPClient
+        var http1Client: HTTPClient
+        /// The configuration of the clients this transport made (`nil` on a caller's client): proxied clients are
+        /// made from it, and new ones when the connection limit rises.
+        var configuration: HTTPClient.Configuration?
+        /// Clients made for each proxy requests asked for, as AsyncHTTPClient sets its proxy per client.
+        var proxied: [Proxy: (client: HTTPClient, http1Client: HTTPClient)] = [:]
+        /// Clients replaced when the connection limit rose: they finish the requests they have, and are shut down
+        /// with the transport (AsyncHTTPClient fixes a client's limit when it is made).
+        var retired: [HTTPClient] = []
+
+        /// Every client this transport made.
+        var owned: [HTTPClient] {
+            guard configuration != nil else { return [] }
+            return [client, http1Client] + proxied.values.flatMap { [$0.client, $0.http1Client] } + retired
+        }
+    }
+
+    private let clients: Locked<Clients>
     private let connectTimeout: Duration
-    /// The configuration of the clients this transport made (`nil` on a caller's client): proxied clients are made
-    /// from it.
-    private let baseConfiguration: HTTPClient.Configuration?
-    /// Clients made for each proxy requests asked for, as AsyncHTTPClient sets its proxy per client.
-    private let proxiedClients = Locked([Proxy: (client: HTTPClient, http1Client: HTTPClient)]())
     /// swift-nio-ssl configurations made from the engine's TLS settings, one per distinct value: AsyncHTTPClient
     /// pools connections per configuration, and the files they name are read once.
     private let tlsConfigurations = Locked([TLSSettings: TLSConfiguration]())
@@ -63,10 +76,32 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.shutdownTimeout = Self.tlsShutdownTimeout
         configuration.tlsConfiguration = tls
-        baseConfiguration = configuration
-        (client, http1Client) = Self.clients(configuration)
-        ownsClient = true
+        let (client, http1Client) = Self.clients(configuration)
+        clients = Locked(Clients(client: client, http1Client: http1Client, configuration: configuration))
         self.connectTimeout = connectTimeout
+    }
+
+    /// Raises the client's limit of HTTP/1.1 connections to one host to at least `count` (a queue's width grew): new
+    /// requests go to new clients, at least twice the old limit so that few are made; those in flight finish on the
+    /// old ones. Nothing on a caller's client.
+    public func allowConnections(perHost count: Int) {
+        clients.withLock { clients in
+            guard var configuration = clients.configuration,
+                count > configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit
+            else { return }
+            configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = max(
+                count, 2 * configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit)
+            clients.retired += [clients.client, clients.http1Client]
+            clients.retired += clients.proxied.values.flatMap { [$0.client, $0.http1Client] }
+            clients.proxied = [:]
+            (clients.client, clients.http1Client) = Self.clients(configuration)
+            clients.configuration = configuration
+        }
+    }
+
+    /// The limit of HTTP/1.1 connections to one host of the clients new requests go to (`nil` on a caller's client).
+    package var connectionsPerHost: Int? {
+        clients.withLock { $0.configuration?.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit }
     }
 
     /// How long closing a TLS connection waits for the server's close_notify: not at all. A connection is closed early
@@ -89,10 +124,7 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     /// `connectionPool.retryConnectionEstablishment = false` for a prompt failure when nothing listens); the caller
     /// shuts it down. `connectTimeout` is the client's, for messages.
     public init(client: HTTPClient, connectTimeout: Duration = .seconds(10)) {
-        self.client = client
-        http1Client = client
-        ownsClient = false
-        baseConfiguration = nil
+        clients = Locked(Clients(client: client, http1Client: client, configuration: nil))
         self.connectTimeout = connectTimeout
     }
 
@@ -100,30 +132,19 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
         // Not syncShutdown: the last reference may go on one of NIO's event loop threads (where Swift concurrency
         // itself runs in `haul`), and blocking there is a precondition failure. An already shut-down client
         // answers with an error, which is of no interest here.
-        if ownsClient {
-            client.shutdown { _ in }
-            http1Client.shutdown { _ in }
-        }
-        for (client, http1Client) in proxiedClients.withLock({ Array($0.values) }) {
-            client.shutdown { _ in }
-            http1Client.shutdown { _ in }
-        }
+        for client in clients.withLock({ $0.owned }) { client.shutdown { _ in } }
     }
 
-    /// Shuts the client down (only a client this transport created).
+    /// Shuts the clients down (only clients this transport created).
     public func shutdown() async throws {
-        if ownsClient {
-            try await client.shutdown()
-            try await http1Client.shutdown()
+        let owned = clients.withLock { clients in
+            defer {
+                clients.proxied = [:]
+                clients.retired = []
+            }
+            return clients.owned
         }
-        let proxied = proxiedClients.withLock { clients in
-            defer { clients = [:] }
-            return Array(clients.values)
-        }
-        for (client, http1Client) in proxied {
-            try await client.shutdown()
-            try await http1Client.shutdown()
-        }
+        for client in owned { try await client.shutdown() }
     }
 
     /// Sends `request` and returns at the response head; the body streams as the engine reads it.
@@ -196,8 +217,9 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
 
     /// The clients for requests through `proxy` (this transport's own for none), made at the first such request.
     private func clients(for proxy: Proxy?) throws -> (HTTPClient, HTTPClient) {
-        guard let proxy else { return (client, http1Client) }
-        guard var configuration = baseConfiguration else {
+        let (own, base) = clients.withLock { (($0.client, $0.http1Client), $0.configuration) }
+        guard let proxy else { return own }
+        guard var configuration = base else {
             throw TransportError(
                 "AsyncHTTPClientTransport(client:) cannot apply the proxy \(proxy): configure the client's proxy "
                     + "and give the downloader none", isTransient: false)
@@ -215,11 +237,19 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
                     + "without a password with host names resolved by the proxy (socks5h); NIOTransport speaks "
                     + "every kind", isTransient: false)
         }
-        if let made = proxiedClients.withLock({ $0[proxy] }) { return made }
+        if let made = clients.withLock({ $0.proxied[proxy] }) { return made }
         let made = Self.clients(configuration)
-        let kept = proxiedClients.withLock { clients -> (client: HTTPClient, http1Client: HTTPClient)? in
-            if let earlier = clients[proxy] { return earlier }
-            clients[proxy] = made
+        let kept = clients.withLock { clients -> (client: HTTPClient, http1Client: HTTPClient)? in
+            if let earlier = clients.proxied[proxy] { return earlier }
+            // Made from a configuration the limit has since replaced: these are the old limit's.
+            guard
+                clients.configuration?.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit
+                    == configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit
+            else {
+                clients.retired += [made.0, made.1]
+                return nil
+            }
+            clients.proxied[proxy] = made
             return nil
         }
         if let kept {  // another request made them first

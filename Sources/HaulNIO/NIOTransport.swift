@@ -100,6 +100,11 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         for connection in idle { connection.channel.close(promise: nil) }
     }
 
+    /// Passes the queue's width on to the fallback: this transport has no cap of its own.
+    public func allowConnections(perHost count: Int) {
+        fallback?.allowConnections(perHost: count)
+    }
+
     /// Sends `request` and returns at the response head; the body streams as the engine reads it.
     public func send(_ request: HTTPRequest, options: TransportOptions) async throws -> TransportResponse {
         guard let secure = Self.ownScheme(of: request, options: options) else {

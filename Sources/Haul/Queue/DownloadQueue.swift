@@ -72,6 +72,7 @@ public final class DownloadQueue: Sendable {
             (configuration.perHostLimit ?? 1) >= 1,
             "perHostLimit must be at least 1 or nil, not \(configuration.perHostLimit ?? 0)")
         self.downloader = downloader
+        downloader.transport.allowConnections(perHost: configuration.maxConcurrentDownloads)
         progressInterval = configuration.progressInterval
         recordsRequests = configuration.recordsRequests
         state = Locked(
@@ -268,6 +269,8 @@ public final class DownloadQueue: Sendable {
         get { locked { $0.scheduler.maxConcurrent } }
         set {
             precondition(newValue >= 1, "maxConcurrentDownloads must be at least 1, not \(newValue)")
+            // Before the downloads it lets start ask for connections.
+            downloader.transport.allowConnections(perHost: newValue)
             locked { state in
                 state.scheduler.maxConcurrent = newValue
                 admit(in: &state)

@@ -24,11 +24,19 @@ public protocol HTTPTransport: Sendable {
     /// that the engine's work on each response needs no switch between threads. `nil` (the default): Swift's
     /// global executor. Asked once per download by ``DownloadQueue`` and ``Downloader/start(_:)``.
     func preferredExecutor(for url: URL) -> (any TaskExecutor)?
+
+    /// Lets at least `count` connections to one host be open at once. A ``DownloadQueue`` tells its transport its
+    /// width when it is made and whenever it grows, so that its own limits decide how many downloads run: a transport
+    /// with a cap of its own raises it. The default does nothing (no cap).
+    func allowConnections(perHost count: Int)
 }
 
 extension HTTPTransport {
     /// No preference: downloads run on Swift's global executor.
     public func preferredExecutor(for url: URL) -> (any TaskExecutor)? { nil }
+
+    /// No cap of its own: nothing to raise.
+    public func allowConnections(perHost count: Int) {}
 }
 
 /// A transport error that knows whether sending the request again can help.

@@ -1,5 +1,7 @@
 import Foundation
 import Haul
+import HaulAsyncHTTPClient
+import HaulNIO
 import HTTPTypes
 import HaulOperations
 import HaulTestServer
@@ -131,6 +133,37 @@ struct DownloadQueueTests {
             server.openGate("g")
             for handle in handles { _ = try await handle.result }
             #expect(server.stats.maxInFlight == 3)
+        }
+    }
+
+    @Test("a raised limit is the transport's too: AsyncHTTPClient made with a lower cap opens as many connections")
+    func raisedLimitRaisesTransportCap() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let client = AsyncHTTPClientTransport(maximumConnectionsPerHost: 2)
+            let queue = DownloadQueue(
+                downloader: Downloader(
+                    transport: client,
+                    configuration: TransportKind.asyncHTTPClient.configuration(clock: RecordingClock(), retries: 0)),
+                configuration: .init(maxConcurrentDownloads: 2))
+            let handles = queue.add(
+                (0..<6).map { DownloadRequest(url: server.held("r\($0)"), destination: .directory(dir.url)) })
+            try await eventually("two requests held") { server.heldCount(at: "g") == 2 }
+            queue.maxConcurrentDownloads = 5
+            #expect(client.connectionsPerHost == 5)
+            try await eventually("five requests held") { server.heldCount(at: "g") == 5 }
+            server.openGate("g")
+            for handle in handles { _ = try await handle.result }
+            #expect(server.stats.maxInFlight == 5)
+            try await client.shutdown()
+
+            // A queue wider than the cap raises it when made, through NIOTransport to its fallback too.
+            let fallback = AsyncHTTPClientTransport(maximumConnectionsPerHost: 2)
+            _ = DownloadQueue(
+                downloader: Downloader(transport: NIOTransport(fallback: fallback)),
+                configuration: .init(maxConcurrentDownloads: 3))
+            #expect((fallback.connectionsPerHost ?? 0) >= 3)
+            try await fallback.shutdown()
         }
     }
 
