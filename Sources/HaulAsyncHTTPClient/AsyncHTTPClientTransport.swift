@@ -61,8 +61,8 @@ public final class AsyncHTTPClientTransport: HTTPTransport {
     /// the connect timeout (the engine retries, with backoff). Call ``shutdown()`` when done with it.
     ///
     /// - Parameters:
-    ///   - maximumConnectionsPerHost: the client's soft limit of HTTP/1.1 connections to one host; at least the
-    ///     queue's width, so that the queue's limits decide how many downloads run.
+    ///   - maximumConnectionsPerHost: the client's soft limit of HTTP/1.1 connections to one host; a queue raises it
+    ///     to its width (``allowConnections(perHost:)``), so that the queue's limits decide how many downloads run.
     ///   - connectTimeout: how long establishing a connection may take. AsyncHTTPClient sets it per client, not per
     ///     request, so it is fixed here; give the engine's `connectTimeout` the same value.
     public init(maximumConnectionsPerHost: Int = 64, connectTimeout: Duration = .seconds(10)) {

@@ -22,8 +22,13 @@ public import Foundation
 /// cancelled transfer's connection on its own queue and does not say when, so a `DownloadQueue` on this transport
 /// can free a cancelled download's slot while a server still counts its request.
 public final class URLSessionTransport: HTTPTransport {
-    private let session: URLSession
-    private let delegate: StreamingDelegate
+    /// The session new requests go to, with its delegate and configuration. When the connection limit rises it is
+    /// replaced (URLSession fixes a session's configuration when it is made); the old one finishes its tasks and is
+    /// invalidated then.
+    private let current: Locked<Current>
+    private typealias Current = (
+        session: URLSession, delegate: StreamingDelegate, configuration: URLSessionConfiguration
+    )
     /// The identifier of a background configuration, which this transport refuses
     /// (see ``init(configuration:maximumConnectionsPerHost:)``).
     private let backgroundIdentifier: String?
@@ -43,7 +48,7 @@ public final class URLSessionTransport: HTTPTransport {
     ///   - configuration: the session's configuration; its cookie storage and URL cache are turned off.
     ///   - maximumConnectionsPerHost: the session's own cap on connections to one host. URLSession allows 6 unless
     ///     told otherwise, which would quietly cap a queue wider than that; the queue's limits decide how many
-    ///     downloads run, so this only needs to be at least the queue's width.
+    ///     downloads run, and a queue raises it to its width (``allowConnections(perHost:)``).
     public init(configuration: URLSessionConfiguration = .ephemeral, maximumConnectionsPerHost: Int = 64) {
         let delegate = StreamingDelegate()
         backgroundIdentifier = configuration.identifier
@@ -51,15 +56,40 @@ public final class URLSessionTransport: HTTPTransport {
         configuration.httpCookieStorage = nil
         configuration.urlCache = nil
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        current = Locked((Self.session(configuration, delegate: delegate), delegate, configuration))
+    }
+
+    /// A session on `configuration` whose calls go to `delegate`, one at a time.
+    private static func session(_ configuration: URLSessionConfiguration, delegate: StreamingDelegate) -> URLSession {
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
-        session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: queue)
-        self.delegate = delegate
+        return URLSession(configuration: configuration, delegate: delegate, delegateQueue: queue)
     }
 
     deinit {
-        session.invalidateAndCancel()
+        current.withLock { $0.session }.invalidateAndCancel()
     }
+
+    /// Raises the session's limit of connections to one host to at least `count` (a queue's width grew): new requests
+    /// go to a new session with a new delegate (task identifiers are a session's own), at least twice the old limit so
+    /// that few are made; the old session finishes the tasks it has, then is invalidated.
+    public func allowConnections(perHost count: Int) {
+        let replaced = current.withLock { current -> URLSession? in
+            guard count > current.configuration.httpMaximumConnectionsPerHost,
+                let configuration = current.configuration.copy() as? URLSessionConfiguration
+            else { return nil }
+            configuration.httpMaximumConnectionsPerHost = max(
+                count, 2 * current.configuration.httpMaximumConnectionsPerHost)
+            let old = current.session
+            let delegate = StreamingDelegate()
+            current = (Self.session(configuration, delegate: delegate), delegate, configuration)
+            return old
+        }
+        replaced?.finishTasksAndInvalidate()
+    }
+
+    /// The limit of connections to one host of the session new requests go to.
+    package var connectionsPerHost: Int { current.withLock { $0.configuration.httpMaximumConnectionsPerHost } }
 
     /// Sends `request` and returns at the response head.
     ///
@@ -93,9 +123,14 @@ public final class URLSessionTransport: HTTPTransport {
         // URLSession has no connect timeout of its own on Linux; its request timeout is an idle timeout, which
         // the engine's stall watchdog also enforces. Use the connect timeout as a floor for it.
         urlRequest.timeoutInterval = max(options.connectTimeout.secondsValue, 60)
-        let task = session.dataTask(with: urlRequest)
-        let stream = delegate.register(task)
-        task.resume()
+        // Made and started under the lock, so that a session being replaced is never given a task after it was told
+        // to finish its tasks (``allowConnections(perHost:)``).
+        let (task, stream) = current.withLock { current in
+            let task = current.session.dataTask(with: urlRequest)
+            let stream = current.delegate.register(task)
+            task.resume()
+            return (task, stream)
+        }
         let head: HTTPResponse
         do {
             head = try await withTaskCancellationHandler {

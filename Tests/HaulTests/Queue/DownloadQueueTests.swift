@@ -6,6 +6,7 @@ import HTTPTypes
 import HaulOperations
 import HaulTestServer
 import HaulTestSupport
+import HaulURLSession
 import Testing
 
 /// A queue with test settings (no real backoff sleeps, or the waits of `clock`), on the AsyncHTTPClient transport
@@ -136,21 +137,24 @@ struct DownloadQueueTests {
         }
     }
 
-    @Test("a raised limit is the transport's too: AsyncHTTPClient made with a lower cap opens as many connections")
-    func raisedLimitRaisesTransportCap() async throws {
+    @Test(
+        "a raised limit is the transport's too: a transport made with a lower cap opens as many connections",
+        arguments: [TransportKind.asyncHTTPClient, .urlSession])
+    func raisedLimitRaisesTransportCap(kind: TransportKind) async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let client = AsyncHTTPClientTransport(maximumConnectionsPerHost: 2)
+            let session = URLSessionTransport(maximumConnectionsPerHost: 2)
             let queue = DownloadQueue(
                 downloader: Downloader(
-                    transport: client,
-                    configuration: TransportKind.asyncHTTPClient.configuration(clock: RecordingClock(), retries: 0)),
+                    transport: kind == .urlSession ? session : client,
+                    configuration: kind.configuration(clock: RecordingClock(), retries: 0)),
                 configuration: .init(maxConcurrentDownloads: 2))
             let handles = queue.add(
                 (0..<6).map { DownloadRequest(url: server.held("r\($0)"), destination: .directory(dir.url)) })
             try await eventually("two requests held") { server.heldCount(at: "g") == 2 }
             queue.maxConcurrentDownloads = 5
-            #expect(client.connectionsPerHost == 5)
+            #expect((kind == .urlSession ? session.connectionsPerHost : client.connectionsPerHost) == 5)
             try await eventually("five requests held") { server.heldCount(at: "g") == 5 }
             server.openGate("g")
             for handle in handles { _ = try await handle.result }
