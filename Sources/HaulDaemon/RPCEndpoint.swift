@@ -56,6 +56,9 @@ public struct RPCEndpoint: Sendable {
     let runMethods: RunMethods?
     /// The methods answered without a secret.
     static let open: Set<String> = ["system.listMethods", "system.listNotifications"]
+    /// The most calls in one batch or one `system.multicall`: each is answered in memory before the answer goes out,
+    /// so a request of a million one-byte calls, with no secret, would otherwise cost the daemon hundreds of MiB.
+    public static let maxCalls = 10_000
 
     /// An endpoint checking `secret` and answering with `methods`.
     public init(secret: RPCSecret?, methods: @escaping Methods) {
@@ -89,22 +92,34 @@ public struct RPCEndpoint: Sendable {
     public func handle(_ body: some Collection<UInt8> & Sendable, session: RPCSession? = nil, signedIn: Bool = false)
         async -> (answer: [UInt8]?, unauthorized: Bool)
     {
+        let (answer, wrongSecrets) = await answer(body, session: session, signedIn: signedIn)
+        return (answer, wrongSecrets > 0)
+    }
+
+    /// The answer to `body` (see ``handle(_:session:signedIn:)``) and how many of its calls carried a wrong or no
+    /// secret: each is one guess, held back on its own (``RPCAccess/unauthorizedDelay``).
+    package func answer(_ body: some Collection<UInt8> & Sendable, session: RPCSession? = nil, signedIn: Bool = false)
+        async -> (answer: [UInt8]?, wrongSecrets: Int)
+    {
         if signedIn, secret != nil {
             var open = self
             open.secret = nil
-            return await open.handle(body, session: session)
+            return await open.answer(body, session: session)
         }
         let parsed: JSON
         do {
             parsed = try JSON.parse(body)
         } catch {
-            return (Self.response(id: .null, error: .parseError).encoded(), false)
+            return (Self.response(id: .null, error: .parseError).encoded(), 0)
         }
-        var unauthorized = false
+        var wrongSecrets = 0
         let requests: [JSON]
         switch parsed {
         case .array(let calls):
-            guard !calls.isEmpty else { return (Self.response(id: .null, error: .invalidRequest).encoded(), false) }
+            guard !calls.isEmpty else { return (Self.response(id: .null, error: .invalidRequest).encoded(), 0) }
+            guard calls.count <= Self.maxCalls else {
+                return (Self.response(id: .null, error: Self.tooManyCalls(calls.count, in: "a batch")).encoded(), 0)
+            }
             requests = calls
         default: requests = [parsed]
         }
@@ -120,13 +135,13 @@ public struct RPCEndpoint: Sendable {
             let id = members["id"]
             let step: Step
             switch members["params"] {
-            case nil, .null?: step = check(method, [], unauthorized: &unauthorized)
-            case .array(let list)?: step = check(method, list, unauthorized: &unauthorized)
+            case nil, .null?: step = check(method, [], wrongSecrets: &wrongSecrets)
+            case .array(let list)?: step = check(method, list, wrongSecrets: &wrongSecrets)
             default: step = .failed(.invalidParams("params must be an array"))
             }
             calls.append((answers.count - 1, id, step))
         }
-        let results = await perform(calls.map(\.step), session: session, unauthorized: &unauthorized)
+        let results = await perform(calls.map(\.step), session: session, wrongSecrets: &wrongSecrets)
         for (call, result) in zip(calls, results) {
             guard let id = call.id else { continue }  // a notification
             switch result {
@@ -136,9 +151,9 @@ public struct RPCEndpoint: Sendable {
         }
         if case .array = parsed {
             let given = answers.compactMap { $0 }
-            return (given.isEmpty ? nil : JSON.array(given).encoded(), unauthorized)
+            return (given.isEmpty ? nil : JSON.array(given).encoded(), wrongSecrets)
         }
-        return (answers[0]?.encoded(), unauthorized)
+        return (answers[0]?.encoded(), wrongSecrets)
     }
 
     /// One call to answer: its secret checked and taken off, or already failed.
@@ -149,7 +164,7 @@ public struct RPCEndpoint: Sendable {
 
     /// Checks the secret of one call (its first parameter) and takes it off. `system.multicall` needs none of its
     /// own: each of its calls carries one.
-    private func check(_ method: String, _ params: [JSON], unauthorized: inout Bool) -> Step {
+    private func check(_ method: String, _ params: [JSON], wrongSecrets: inout Int) -> Step {
         var params = params
         var token: String?
         if let first = params.first?.string, first.hasPrefix("token:") {
@@ -158,7 +173,7 @@ public struct RPCEndpoint: Sendable {
         }
         if let secret, method != "system.multicall", !Self.open.contains(method) {
             guard let token, secret.matches(token) else {
-                unauthorized = true
+                wrongSecrets += 1
                 return .failed(.unauthorized)
             }
         }
@@ -167,7 +182,7 @@ public struct RPCEndpoint: Sendable {
 
     /// The results of `steps`, in order: consecutive calls of a method answered together go to `runMethods` as one
     /// run, every other call on its own.
-    private func perform(_ steps: [Step], session: RPCSession?, unauthorized: inout Bool) async
+    private func perform(_ steps: [Step], session: RPCSession?, wrongSecrets: inout Int) async
         -> [Result<JSON, RPCError>]
     {
         var results: [Result<JSON, RPCError>] = []
@@ -193,7 +208,7 @@ public struct RPCEndpoint: Sendable {
                 do throws(RPCError) {
                     if method == "system.multicall" {
                         results.append(
-                            .success(try await multicall(params, session: session, unauthorized: &unauthorized)))
+                            .success(try await multicall(params, session: session, wrongSecrets: &wrongSecrets)))
                     } else {
                         results.append(.success(try await methods(method, params, session)))
                     }
@@ -208,12 +223,13 @@ public struct RPCEndpoint: Sendable {
 
     /// `system.multicall([{methodName, params}, ...])`: each call's result in a one-element array, or its error
     /// object.
-    private func multicall(_ params: [JSON], session: RPCSession?, unauthorized: inout Bool) async throws(RPCError)
+    private func multicall(_ params: [JSON], session: RPCSession?, wrongSecrets: inout Int) async throws(RPCError)
         -> JSON
     {
         guard params.count == 1, let calls = params[0].array else {
             throw .invalidParams("system.multicall takes one array of calls")
         }
+        guard calls.count <= Self.maxCalls else { throw Self.tooManyCalls(calls.count, in: "system.multicall") }
         let steps = calls.map { call -> Step in
             guard let members = call.object, let method = members["methodName"]?.string else {
                 return .failed(.invalidParams("each call needs a methodName"))
@@ -221,15 +237,20 @@ public struct RPCEndpoint: Sendable {
             guard method != "system.multicall" else {
                 return .failed(RPCError("Recursive system.multicall forbidden."))
             }
-            return check(method, members["params"]?.array ?? [], unauthorized: &unauthorized)
+            return check(method, members["params"]?.array ?? [], wrongSecrets: &wrongSecrets)
         }
         return .array(
-            await perform(steps, session: session, unauthorized: &unauthorized).map { result in
+            await perform(steps, session: session, wrongSecrets: &wrongSecrets).map { result in
                 switch result {
                 case .success(let value): .array([value])
                 case .failure(let error): error.json
                 }
             })
+    }
+
+    /// The error of a batch or multicall of `count` calls, over ``maxCalls``.
+    static func tooManyCalls(_ count: Int, in what: String) -> RPCError {
+        RPCError(code: -32600, "\(what) of \(count) calls: at most \(maxCalls) are answered at once; split it")
     }
 
     static func response(id: JSON, error: RPCError) -> JSON {
@@ -259,7 +280,7 @@ public struct RPCSecret: Sendable {
     /// Whether `candidate` is the secret; the time taken depends on the candidate's length only.
     public func matches(_ candidate: String) -> Bool {
         let given = Array(candidate.utf8)
-        var difference = UInt8(truncatingIfNeeded: given.count ^ bytes.count)
+        var difference: UInt8 = given.count == bytes.count ? 0 : 1
         for index in given.indices {
             difference |= given[index] ^ bytes[index % bytes.count]
         }

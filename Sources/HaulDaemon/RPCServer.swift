@@ -1,7 +1,7 @@
 import Foundation
 public import NIOCore
 import NIOHTTP1
-import HaulOperations
+package import HaulOperations
 public import HaulMetrics
 import NIOPosix
 import NIOSSL
@@ -18,31 +18,46 @@ public struct RPCAccess: Sendable {
     public var maxRequestSize: Int
     /// How long an answer to a call with a wrong secret is held back (aria2: 1 s), to slow guessing.
     public var unauthorizedDelay: Duration
+    /// Holds every wrong secret's answer back after the one before it (``unauthorizedDelay`` each), across the
+    /// server's connections, its `/session` and its `/metrics`: shared by every copy of this value.
+    package var guesses = GuessThrottle()
+
+    /// How long a client has to send a whole request, and how long a connection may wait for its next one: a
+    /// connection that stops halfway (or holds a slot doing nothing) is closed then. Not a WebSocket's: it waits for
+    /// notifications.
+    public var requestTimeout: Duration
+    /// The most connections open at once; one more is closed as soon as it is accepted, so that a client cannot use up
+    /// the daemon's file descriptors.
+    public var maxConnections: Int
 
     /// Access for the daemon's own origin and `allowedOrigins`.
     public init(
         allowedOrigins: Set<String> = [], allowedHosts: Set<String> = [], maxRequestSize: Int = 2 << 20,
-        unauthorizedDelay: Duration = .seconds(1)
+        unauthorizedDelay: Duration = .seconds(1), requestTimeout: Duration = .seconds(30), maxConnections: Int = 256
     ) {
         self.allowedOrigins = allowedOrigins
         self.allowedHosts = allowedHosts
         self.maxRequestSize = maxRequestSize
         self.unauthorizedDelay = unauthorizedDelay
+        self.requestTimeout = requestTimeout
+        self.maxConnections = maxConnections
     }
 }
 
 extension RPCAccess {
     /// Answers `bytes` with `endpoint` off the event loop (a method may touch the file system: an add makes its
-    /// directories), then hands the answer to `deliver` on `loop`, held back when a call carried a wrong secret.
+    /// directories), then hands the answer to `deliver` on `loop`, held back when calls carried a wrong secret: by
+    /// ``unauthorizedDelay`` for each, after the wrong guesses answered before (``guesses``).
     func answer(
         _ bytes: [UInt8], with endpoint: RPCEndpoint, session: RPCSession? = nil, signedIn: Bool,
         on loop: any EventLoop,
         deliver: @escaping @Sendable ([UInt8]?) -> Void
     ) {
-        let delay = TimeAmount(unauthorizedDelay)
+        let (delay, guesses) = (unauthorizedDelay, self.guesses)
         Task {
-            let (answer, unauthorized) = await endpoint.handle(bytes, session: session, signedIn: signedIn)
-            loop.scheduleTask(in: unauthorized ? delay : .zero) { deliver(answer) }
+            let (answer, wrongSecrets) = await endpoint.answer(bytes, session: session, signedIn: signedIn)
+            guard wrongSecrets > 0 else { return loop.execute { deliver(answer) } }
+            loop.scheduleTask(in: TimeAmount(guesses.hold(wrongSecrets, each: delay))) { deliver(answer) }
         }
     }
 }
@@ -98,6 +113,11 @@ public final class RPCServer: Sendable {
         monitoring: MonitoringEndpoint? = nil, group: (any EventLoopGroup)? = nil
     ) async throws -> RPCServer {
         let group = group ?? MultiThreadedEventLoopGroup.singleton
+        let access = {
+            var access = access
+            if let monitoring { access.guesses = monitoring.guesses }
+            return access
+        }()
         // Which Host and Origin to accept depends on the bound port (0 picks one). A connection accepted before that
         // is known waits for it: a client that knew the port, as one reconnecting to a restarted daemon does, can
         // come that early.
@@ -111,6 +131,10 @@ public final class RPCServer: Sendable {
             .childChannelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 checksKnown.futureResult.hop(to: channel.eventLoop).flatMapThrowing { checks in
+                    guard connections.count < access.maxConnections else {
+                        channel.close(promise: nil)
+                        return
+                    }
                     connections.add(channel)
                     channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                     if let tls {
@@ -215,6 +239,7 @@ final class OpenChannels: Sendable {
     private let channels = Locked<[ObjectIdentifier: any Channel]>([:])
 
     var isEmpty: Bool { channels.withLock { $0.isEmpty } }
+    var count: Int { channels.withLock { $0.count } }
 
     func add(_ channel: any Channel) { channels.withLock { $0[ObjectIdentifier(channel)] = channel } }
     func remove(_ channel: any Channel) { _ = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) } }
@@ -292,7 +317,9 @@ extension WebSocketFrame {
 }
 
 /// One WebSocket session: each text message a JSON-RPC call or batch, answered in a text message (a wrong secret's
-/// answer held back as over HTTP); pings answered; notifications sent to it.
+/// answer held back as over HTTP); pings answered; notifications sent to it. Messages are answered one after another,
+/// in order, as requests on an HTTP connection are: guesses sent back to back wait for each other's hold-back, and
+/// reading stops while messages wait, so that a client cannot pile them up.
 private final class WebSocketRPCHandler: ChannelInboundHandler {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
@@ -305,6 +332,9 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     let signedIn: @Sendable () -> Bool
     private var message: ByteBuffer?
     private var session: RPCSession?
+    /// Whether a message is being answered, and the complete messages waiting for their turn.
+    private var answering = false
+    private var waiting: [[UInt8]] = []
 
     init(
         endpoint: RPCEndpoint, access: RPCAccess, sessions: OpenChannels, signedIn: @escaping @Sendable () -> Bool
@@ -347,7 +377,13 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
             message?.writeBuffer(&data)
             if frame.fin, let complete = message {
                 message = nil
-                answer(Array(complete.readableBytesView), context: context)
+                let bytes = Array(complete.readableBytesView)
+                guard !answering else {
+                    waiting.append(bytes)
+                    try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
+                    return
+                }
+                answer(bytes, on: context.channel)
             }
         case .ping:
             let pong = WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)
@@ -359,12 +395,23 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
         }
     }
 
-    private func answer(_ bytes: [UInt8], context: ChannelHandlerContext) {
-        let channel = context.channel
+    private func answer(_ bytes: [UInt8], on channel: any Channel) {
+        answering = true
+        let handler = NIOLoopBound(self, eventLoop: channel.eventLoop)
         access.answer(bytes, with: endpoint, session: session, signedIn: signedIn(), on: channel.eventLoop) { answer in
-            guard let answer else { return }
-            channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil)
+            if let answer { channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil) }
+            handler.value.answered(on: channel)
         }
+    }
+
+    /// Takes the next waiting message, or reads again once none waits.
+    private func answered(on channel: any Channel) {
+        guard !waiting.isEmpty else {
+            answering = false
+            try? channel.syncOptions?.setOption(ChannelOptions.autoRead, value: true)
+            return
+        }
+        answer(waiting.removeFirst(), on: channel)
     }
 
     private func close(_ context: ChannelHandlerContext, code: WebSocketErrorCode) {
@@ -404,6 +451,9 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     private var head: HTTPRequestHead?
     private var body: ByteBuffer?
     private var tooLarge = false
+    /// Closes the connection when the client takes longer than ``RPCAccess/requestTimeout`` to send a request: armed
+    /// while it is awaited (from a request's head, and between requests), not while one is answered.
+    private var deadline: Scheduled<Void>?
 
     init(
         endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess, dashboard: DashboardSessions,
@@ -417,15 +467,37 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         self.secure = secure
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        armDeadline(context: context)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    private func armDeadline(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        let channel = context.channel
+        deadline = context.eventLoop.scheduleTask(in: TimeAmount(access.requestTimeout)) { channel.close(promise: nil) }
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
+            armDeadline(context: context)
             self.head = head
             body = context.channel.allocator.buffer(capacity: 0)
             tooLarge = false
             if let length = head.headers.first(name: "content-length").flatMap(Int.init), length > access.maxRequestSize
             {
+                // Answered (and the connection closed) at once: a body known to be too large is not read to its end.
                 tooLarge = true
+                self.head = nil
+                body = nil
+                write(
+                    status: .payloadTooLarge, text: "the request is larger than \(access.maxRequestSize) bytes\n",
+                    head: head, origin: nil, context: context)
             }
         case .body(var part):
             guard !tooLarge else { return }
@@ -438,6 +510,8 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         case .end:
             guard let head else { return }
             self.head = nil
+            deadline?.cancel()
+            deadline = nil
             respond(to: head, body: body, context: context)
             body = nil
         }
@@ -514,9 +588,9 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     private static let wrongSecret = (["signedIn": false, "secretNeeded": true, "error": "wrong secret"] as JSON)
         .encoded()
 
-    /// `/session`: `GET` tells the page whether it is signed in (and its CSRF token), `POST {"secret": ...}` signs
-    /// in (a wrong secret answered late, as a wrong RPC token, with `"error": "wrong secret"`), `DELETE` with the
-    /// CSRF token signs out.
+    /// `/session`: `GET` with the CSRF token tells the page whether it is still signed in, `POST {"secret": ...}` signs
+    /// in and gives the token (a wrong secret answered late, as a wrong RPC token, with `"error": "wrong secret"`),
+    /// `DELETE` with the token signs out. Only the sign-in gives the token: the page keeps it in its origin's storage.
     private func session(head: HTTPRequestHead, body: ByteBuffer?, origin: String?, context: ChannelHandlerContext) {
         var headers = HTTPHeaders([("Cache-Control", "no-store")])
         func answer(_ status: HTTPResponseStatus, _ json: JSON) {
@@ -528,10 +602,11 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         switch head.method {
         case .GET:
             if endpoint.secret == nil { return answer(.ok, ["signedIn": true, "secretNeeded": false]) }
-            guard let csrf = dashboard.csrf(cookieHeader: cookieHeader) else {
-                return answer(.ok, ["signedIn": false, "secretNeeded": true])
-            }
-            answer(.ok, ["signedIn": true, "secretNeeded": true, "csrf": .string(csrf)])
+            // Signed in only with the cookie and the token the page kept from its sign-in, and the token never handed
+            // out again: a cookie goes to every port of its host, to another program's pages there too.
+            let signedIn = dashboard.isSignedIn(
+                cookieHeader: cookieHeader, csrf: head.headers.first(name: DashboardSessions.csrfHeader))
+            answer(.ok, ["signedIn": .bool(signedIn), "secretNeeded": true])
         case .POST:
             guard !tooLarge, let body, let given = (try? JSON.parse(body.readableBytesView))?.object?["secret"]?.string
             else {
@@ -543,7 +618,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
             guard secret.matches(given) else {
                 let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
                 let headers = headers
-                context.eventLoop.scheduleTask(in: TimeAmount(access.unauthorizedDelay)) {
+                context.eventLoop.scheduleTask(in: TimeAmount(access.guesses.hold(1, each: access.unauthorizedDelay))) {
                     let (handler, context) = bound.value
                     handler.write(
                         status: .ok, bytes: Self.wrongSecret,
@@ -593,6 +668,8 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         context.writeResponse(
             to: head, status: status, headers: headers, body: bytes,
             keepAlive: head.isKeepAlive && status != .payloadTooLarge)
+        // Now the next request is awaited.
+        armDeadline(context: context)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+package import HaulOperations
 public import Prometheus
 
 /// `/metrics`, `/healthz` and `/readyz`, answered for any HTTP server: ``MonitoringServer`` on a listener of its own,
@@ -10,7 +11,8 @@ public import Prometheus
 ///   one, why (`{"ready": false, "checks": {"database": "…", "journal": "ok"}}`).
 /// - `GET /metrics`: the registry in Prometheus's text format, after the `refresh` given at
 ///   creation ran. With a bearer token, only a request carrying `Authorization: Bearer TOKEN` (Prometheus's
-///   `authorization.credentials_file`) gets it; others get 401.
+///   `authorization.credentials_file`) gets it; others get 401, held back (one wrong token after another, each
+///   `unauthorizedDelay`) so that the token cannot be guessed at speed.
 public final class MonitoringEndpoint: Sendable {
     /// An answer to give.
     public struct Response: Sendable {
@@ -43,14 +45,22 @@ public final class MonitoringEndpoint: Sendable {
     private let refresh: @Sendable () async -> Void
     /// How long a readiness check may take before it counts as failed.
     let checkTimeout: Duration
+    /// How long the answer to a wrong token is held back, after those before it.
+    let unauthorizedDelay: Duration
+    /// The wrong tokens' answers held back one after another; a server that checks another secret too (`haul
+    /// daemon`'s RPC) shares it, so that guesses spread over both wait alike.
+    package let guesses = GuessThrottle()
 
     /// Serves `registry`; `/metrics` only to a request bearing `bearerToken` when one is given; `/readyz` runs
-    /// `readiness`; `refresh` brings gauges up to date before each scrape.
+    /// `readiness`; `refresh` brings gauges up to date before each scrape. A wrong token's 401 is held back by
+    /// `unauthorizedDelay`.
     public init(
         registry: PrometheusCollectorRegistry, bearerToken: String? = nil, readiness: [ReadinessCheck] = [],
-        checkTimeout: Duration = .seconds(3), refresh: @escaping @Sendable () async -> Void = {}
+        checkTimeout: Duration = .seconds(3), unauthorizedDelay: Duration = .seconds(1),
+        refresh: @escaping @Sendable () async -> Void = {}
     ) {
         self.registry = registry
+        self.unauthorizedDelay = unauthorizedDelay
         self.tokenDigest = bearerToken.map { SHA256.hash(data: Array($0.utf8)) }
         self.readiness = readiness
         self.checkTimeout = checkTimeout
@@ -81,6 +91,14 @@ public final class MonitoringEndpoint: Sendable {
             return await ready()
         default:
             guard authorized(authorization) else {
+                // Not cut short by a cancellation: the answer would then tell a wrong token at once.
+                let hold = guesses.hold(1, each: unauthorizedDelay)
+                await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                    Task.detached {
+                        try? await Task.sleep(for: hold)
+                        done.resume()
+                    }
+                }
                 return Self.text(
                     401, "Unauthorized: send the secret as Authorization: Bearer\n",
                     headers: [("WWW-Authenticate", #"Bearer realm="haul""#)])

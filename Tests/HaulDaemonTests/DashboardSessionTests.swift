@@ -77,11 +77,16 @@ struct DashboardSessionTests {
         #expect(!right.answer.text.contains(DaemonHarness.secret))
         #expect(!setCookie.contains(DaemonHarness.secret) && !csrf.contains(DaemonHarness.secret))
 
-        // The page asks whether it is signed in, and gets its token back.
+        // The page asks whether it is still signed in with the token it kept; the cookie alone (which goes to every
+        // port of the host, to another program's pages too) is not signed in, and gets no token.
         let state = try await RawHTTP.send(
+            port: harness.port, method: "GET", path: "/session",
+            headers: [("Host", harness.host), ("Cookie", cookie), ("X-Haul-CSRF", csrf)])
+        #expect(state.json?.object?["signedIn"] == true && state.json?.object?["csrf"] == nil)
+        let cookieOnly = try await RawHTTP.send(
             port: harness.port, method: "GET", path: "/session", headers: [("Host", harness.host), ("Cookie", cookie)])
-        #expect(state.json?.object?["signedIn"] == true)
-        #expect(state.json?.object?["csrf"]?.string == csrf)
+        #expect(cookieOnly.json?.object?["signedIn"] == false && cookieOnly.json?.object?["csrf"] == nil)
+        #expect(!cookieOnly.text.contains(csrf))
         let stranger = try await RawHTTP.send(
             port: harness.port, method: "GET", path: "/session",
             headers: [("Host", harness.host), ("Cookie", "haul_session=0123")])

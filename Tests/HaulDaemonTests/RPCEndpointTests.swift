@@ -121,11 +121,53 @@ struct RPCEndpointTests {
         #expect(runs.withLock { $0 } == [[["g"], ["h"], ["i"]]])
     }
 
+    @Test("every call with a wrong secret counts as one guess, in a batch or a multicall, and is held back on its own")
+    func guessesCounted() async throws {
+        func echo(_ token: String, id: Int) -> String {
+            #"{"jsonrpc":"2.0","id":\#(id),"method":"aria2.echo","params":["token:\#(token)",\#(id)]}"#
+        }
+        let guesses = (0..<5).map { echo("guess\($0)", id: $0) } + [echo("s3cret", id: 5)]
+        let (_, batch) = await endpoint.answer(Array(("[" + guesses.joined(separator: ",") + "]").utf8))
+        #expect(batch == 5)
+        let multicall =
+            #"{"jsonrpc":"2.0","id":"m","method":"system.multicall","params":[["#
+            + [
+                #"{"methodName":"aria2.echo","params":["token:no",1]}"#,
+                #"{"methodName":"aria2.echo","params":["token:s3cret",2]}"#,
+                #"{"methodName":"aria2.echo","params":[3]}"#,
+            ].joined(separator: ",") + "]]}"
+        let (_, inMulticall) = await endpoint.answer(Array(multicall.utf8))
+        #expect(inMulticall == 2)
+        let (_, none) = await endpoint.answer(Array(echo("s3cret", id: 1).utf8))
+        #expect(none == 0)
+    }
+
+    @Test("a batch or a multicall of more calls than the limit is refused whole, with no answer per call")
+    func tooManyCalls() async throws {
+        let ones = Array(repeating: "1", count: RPCEndpoint.maxCalls + 1).joined(separator: ",")
+        let (batch, _) = try await call("[" + ones + "]")
+        #expect(batch?.object?["error"]?.object?["code"] == .int(-32600))
+        #expect(batch?.object?["error"]?.object?["message"]?.string?.contains("at most 10000") == true)
+        let calls = Array(
+            repeating: #"{"methodName":"aria2.echo","params":["token:s3cret"]}"#, count: RPCEndpoint.maxCalls + 1)
+        let (multicall, _) = try await call(
+            #"{"jsonrpc":"2.0","id":1,"method":"system.multicall","params":[["# + calls.joined(separator: ",") + "]]}")
+        #expect(multicall?.object?["error"]?.object?["message"]?.string?.contains("system.multicall of 10001") == true)
+        // At the limit: every call answered.
+        let (full, _) = try await call(
+            "[" + Array(repeating: "1", count: RPCEndpoint.maxCalls).joined(separator: ",") + "]")
+        #expect(full?.array?.count == RPCEndpoint.maxCalls)
+    }
+
     @Test("the secret is compared whole: a prefix, an extension or another length never matches")
     func secretComparison() async throws {
         let secret = try #require(RPCSecret("abc"))
         #expect(secret.matches("abc"))
         for wrong in ["", "ab", "abcd", "abd", "ABC", "abcabc"] { #expect(!secret.matches(wrong), "\(wrong)") }
+        // Lengths that differ by a multiple of 256: the secret repeated is another length too.
+        let repeated = String(repeating: "abc", count: 86) + "a"
+        #expect(!secret.matches(repeated))
+        #expect(!secret.matches(String(repeating: "abc", count: 257)))
         #expect(RPCSecret("") == nil)
     }
 }

@@ -116,7 +116,7 @@ struct QueueMetricsTests {
                     try? await Task.sleep(for: .seconds(60))
                     return nil
                 },
-            ], checkTimeout: .milliseconds(200))
+            ], checkTimeout: .milliseconds(200), unauthorizedDelay: .milliseconds(10))
         for authorization in [nil, "Bearer wrong", "Basic czNjcmV0", "Bearer s3cre", "bearer"] {
             let answer = try #require(
                 await endpoint.respond(method: "GET", path: "/metrics", authorization: authorization))
@@ -135,6 +135,28 @@ struct QueueMetricsTests {
         #expect(notReady.status == 503)
         #expect(body.contains(#""database":"connection refused""#) && body.contains(#""journal":"ok""#))
         #expect(body.contains(#""stuck":"no answer within"#))
+    }
+
+    @Test("wrong tokens are answered one after another, each held back, however many come at once; a right one not")
+    func wrongTokensHeldBack() async throws {
+        let delay = Duration.milliseconds(150)
+        let endpoint = MonitoringEndpoint(
+            registry: PrometheusCollectorRegistry(), bearerToken: "s3cret", unauthorizedDelay: delay)
+        let started = ContinuousClock.now
+        let statuses = await withTaskGroup(of: Int.self) { group in
+            for index in 0..<8 {
+                group.addTask {
+                    await endpoint.respond(method: "GET", path: "/metrics", authorization: "Bearer guess\(index)")?
+                        .status ?? 0
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(statuses == Array(repeating: 401, count: 8))
+        #expect(ContinuousClock.now - started >= delay * 8)
+        let right = ContinuousClock.now
+        #expect(await endpoint.respond(method: "GET", path: "/metrics", authorization: "Bearer s3cret")?.status == 200)
+        #expect(ContinuousClock.now - right < delay)
     }
 
     @Test("MonitoringServer answers on its own port, and refuses a Host that is a name unless a token is asked")

@@ -18,7 +18,16 @@ const view = {
   rows: new Map(), // gid -> {element, download}
   selected: new Set(),
 };
-let csrf = "";
+// The CSRF token of the sign-in, kept in this origin's storage: no page of another origin reads it (another port is
+// another origin, though the session cookie goes to every port of the host), and the daemon hands it out only once.
+const CSRF_KEY = "haul.csrf";
+let csrf = localStorage.getItem(CSRF_KEY) || "";
+
+function keepToken(token) {
+  csrf = token;
+  if (token) localStorage.setItem(CSRF_KEY, token);
+  else localStorage.removeItem(CSRF_KEY);
+}
 let speeds = [];
 let refreshing = null;
 let refreshAgain = false;
@@ -80,11 +89,12 @@ window.addEventListener("unhandledrejection", (event) => {
 // MARK: - Signing in
 
 async function start() {
-  const session = await (await fetch("/session", { credentials: "same-origin" })).json();
+  const answer = await fetch("/session", { headers: { "X-Haul-CSRF": csrf }, credentials: "same-origin" });
+  const session = await answer.json();
   if (session.signedIn) {
-    csrf = session.csrf || "";
     showApp();
   } else {
+    keepToken("");
     showSignIn();
   }
 }
@@ -116,7 +126,7 @@ $("signin-form").addEventListener("submit", async (event) => {
       return;
     }
     $("secret").value = "";
-    csrf = answer.csrf || "";
+    keepToken(answer.csrf || "");
     showApp();
   } finally {
     button.disabled = false;
@@ -125,7 +135,7 @@ $("signin-form").addEventListener("submit", async (event) => {
 
 $("signout").addEventListener("click", async () => {
   await fetch("/session", { method: "DELETE", headers: { "X-Haul-CSRF": csrf }, credentials: "same-origin" });
-  csrf = "";
+  keepToken("");
   showSignIn();
 });
 
