@@ -182,6 +182,7 @@ extension Daemon {
         // each download does not look its file up again as it starts (a directory of more than a few names per add is
         // not listed: reading it would cost more than the look-ups it saves).
         var moved: [Int] = []
+        var unpaused: [(index: Int, gid: GID)] = []
         var next = kept.startIndex
         while next < kept.endIndex {
             let paused = additions[kept[next].index].plan.paused
@@ -204,6 +205,7 @@ extension Daemon {
             for ((index, item), handle) in zip(stretch, handles) {
                 results[index] = .success(item.gid)
                 guard attach(handle, to: item.gid) else { continue }
+                if !paused { unpaused.append((index, item.gid)) }
                 if let position = additions[index].position {
                     handle.move(toPosition: Int(clamping: position))
                     moved.append(index)
@@ -216,6 +218,15 @@ extension Daemon {
                 try persistOrder()
             } catch {
                 for index in moved { results[index] = .failure(error) }
+            }
+        }
+        // A pauseAll between an add into the queue and the attachment of its GID paused a download it could not name:
+        // stored as the queue has it.
+        if !unpaused.isEmpty {
+            do throws(RPCError) {
+                try syncPaused(unpaused.map(\.gid), onlyPaused: true)
+            } catch {
+                for (index, _) in unpaused { results[index] = .failure(error) }
             }
         }
         return Self.answered(results)
@@ -334,9 +345,9 @@ extension Daemon {
         // A running one goes to the front of the waiting order; as in aria2, only its pause is announced.
         if wasRunning {
             notify("aria2.onDownloadPause", gid)
-            try persistOrder(paused: [gid: true])
+            try persistOrder(syncing: [gid])
         } else {
-            try persistPaused([gid: true])
+            try syncPaused([gid])
         }
         return .string(gid.description)
     }
@@ -356,13 +367,9 @@ extension Daemon {
             return (gids, running.compactMap { state.byDownload[$0] })
         }
         if paused { for gid in announced { notify("aria2.onDownloadPause", gid) } }
-        try persistOrder(paused: Dictionary(uniqueKeysWithValues: gids.map { ($0, paused) }))
+        // Stored as the queue has each now: a download added meanwhile, after the queue's pause, is not paused.
+        try persistOrder(syncing: gids)
         return "OK"
-    }
-
-    /// Stores whether each of `paused` is paused.
-    private func persistPaused(_ paused: [GID: Bool]) throws(RPCError) {
-        try record { try $0.update(ranks: [], states: paused.mapValues { $0 ? "paused" : "waiting" }) }
     }
 
     func unpause(_ arguments: Arguments) throws(RPCError) -> JSON {
@@ -372,7 +379,7 @@ extension Daemon {
         // Announced (haul.onDownloadWaiting) by the queue's event as it is resumed, before it can start again.
         guard handle.resume() else { throw RPCError("GID#\(gid) cannot be unpaused now") }
         state.withLock { $0.touch(gid) }
-        try persistPaused([gid: false])
+        try syncPaused([gid])
         return .string(gid.description)
     }
 
@@ -526,7 +533,8 @@ extension Daemon {
                 state.touch(gid)
                 return state.items[gid]
             }
-            if let item { try record { try $0.save([Self.row(item)]) } }
+            // Its options only: a whole row written from this copy would undo a removal or an end stored meanwhile.
+            if item != nil { try record { try $0.updateOptions(of: gid, to: value) } }
         }
         return "OK"
     }
@@ -628,6 +636,17 @@ extension Daemon {
     }
 
     func removeDownloadResult(_ arguments: Arguments) throws(RPCError) -> JSON {
+        try historyChanges.withLock { _ -> Result<JSON, RPCError> in
+            do throws(RPCError) {
+                return .success(try removeResult(arguments))
+            } catch {
+                return .failure(error)
+            }
+        }.get()
+    }
+
+    /// ``removeDownloadResult(_:)`` under ``historyChanges``.
+    private func removeResult(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
         guard try item(gid)?.ending != nil else { throw RPCError("Could not remove download result of GID#\(gid)") }
         // Gone from the store first: a download that is neither in memory nor stored is not counted.
@@ -646,6 +665,17 @@ extension Daemon {
     }
 
     func purgeDownloadResult() throws(RPCError) -> JSON {
+        try historyChanges.withLock { _ -> Result<JSON, RPCError> in
+            do throws(RPCError) {
+                return .success(try purgeResults())
+            } catch {
+                return .failure(error)
+            }
+        }.get()
+    }
+
+    /// ``purgeDownloadResult()`` under ``historyChanges``.
+    private func purgeResults() throws(RPCError) -> JSON {
         state.withLock { state in
             for gid in state.stopped {
                 state.items[gid] = nil

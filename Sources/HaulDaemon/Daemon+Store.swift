@@ -71,22 +71,55 @@ extension Daemon {
         return true
     }
 
-    /// Stores the waiting order (the active downloads first) and, for `paused`, whether each is paused.
-    func persistOrder(paused: [GID: Bool] = [:]) throws(RPCError) {
+    /// Stores the waiting order (the active downloads first) and whether each of `gids` is paused, both as the queue
+    /// has them now: read and written under ``storeSync``.
+    func persistOrder(syncing gids: [GID] = []) throws(RPCError) {
         state.withLock { $0.orderChanges += 1 }
         guard configuration.store != nil else { return }
-        let statuses = queue.statuses()
-        let ranks = state.withLock { state -> [(GID, Int)] in
-            var ranks: [(GID, Int)] = []
-            for (rank, status) in statuses.enumerated() {
-                guard let gid = state.byDownload[status.id] else { continue }
-                state.items[gid]?.rank = rank
-                ranks.append((gid, rank))
+        try storeSync.withLock { _ -> Result<Void, RPCError> in
+            let statuses = queue.statuses()
+            let wanted = Set(gids)
+            let (ranks, states) = state.withLock { state -> ([(GID, Int)], [GID: String]) in
+                var ranks: [(GID, Int)] = []
+                var states: [GID: String] = [:]
+                for (rank, status) in statuses.enumerated() {
+                    guard let gid = state.byDownload[status.id] else { continue }
+                    state.items[gid]?.rank = rank
+                    ranks.append((gid, rank))
+                    if wanted.contains(gid) { states[gid] = status.state == .paused ? "paused" : "waiting" }
+                }
+                state.nextRank = ranks.count
+                return (ranks, states)
             }
-            state.nextRank = ranks.count
-            return ranks
-        }
-        try record { try $0.update(ranks: ranks, states: paused.mapValues { $0 ? "paused" : "waiting" }) }
+            do throws(RPCError) {
+                return .success(try record { try $0.update(ranks: ranks, states: states) })
+            } catch {
+                return .failure(error)
+            }
+        }.get()
+    }
+
+    /// Stores whether each of `gids` is paused, as the queue says now (under ``storeSync``); `onlyPaused` writes only
+    /// those paused (the others were stored waiting, and nothing else can have changed that yet).
+    func syncPaused(_ gids: [GID], onlyPaused: Bool = false) throws(RPCError) {
+        guard configuration.store != nil, !gids.isEmpty else { return }
+        try storeSync.withLock { _ -> Result<Void, RPCError> in
+            let downloads = state.withLock { state in
+                gids.compactMap { gid in state.items[gid]?.handle.map { (gid, $0.id) } }
+            }
+            let paused = queue.pausedStates(of: downloads.map(\.1))
+            var states: [GID: String] = [:]
+            for (gid, id) in downloads {
+                guard let isPaused = paused[id], isPaused || !onlyPaused else { continue }
+                states[gid] = isPaused ? "paused" : "waiting"
+            }
+            guard !states.isEmpty else { return .success(()) }
+            do throws(RPCError) {
+                return .success(try record { try $0.update(ranks: [], states: states) })
+            } catch {
+                return .failure(error)
+            }
+        }.get()
     }
 
     /// Brings back what the store holds: the stopped downloads as history, the others into the queue in their order

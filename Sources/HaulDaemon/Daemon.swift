@@ -56,6 +56,14 @@ public final class Daemon: Sendable {
     /// changes made. (Not a lock on an empty value: ThreadSanitizer takes a value of no size, which shares the
     /// mutex's address, for a race with the mutex itself.)
     let hostChanges = Locked(0)
+    /// Held while what the store says of the downloads not stopped is read from the queue and written (paused or
+    /// waiting, the waiting order), one at a time: the last write is then of the queue as it is after every change,
+    /// whatever order calls changing it at once run in. Not held across the queue's own changes, which may send its
+    /// events (and so call the notification hook) on the calling thread.
+    let storeSync = Locked(0)
+    /// Held by a removal from the history (removeDownloadResult, purgeDownloadResult), one at a time: a second removal
+    /// of one result finds it gone, as in aria2, and the count of stopped downloads kept only in the store stays right.
+    let historyChanges = Locked(0)
     /// The last page of stopped downloads answered: every client asks for the same one every second, and a stopped
     /// download does not change.
     let stoppedPage = Locked<StoppedPage?>(nil)

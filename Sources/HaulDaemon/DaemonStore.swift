@@ -450,6 +450,22 @@ public final class DaemonStore: Sendable {
         }
     }
 
+    /// Sets the speed limit kept among the options of an unfinished download; one that stopped keeps its row as it
+    /// ended, and one being removed its state.
+    func updateOptions(of gid: GID, to limit: String) throws {
+        try writing { db in
+            let stored = try String.fetchOne(
+                db, sql: "SELECT options FROM downloads WHERE gid = ? AND stopped_order IS NULL",
+                arguments: [gid.description])
+            guard let stored else { return }
+            var options = (try? JSON.parse(Array(stored.utf8)))?.object ?? [:]
+            options["max-download-limit"] = .string(limit)
+            try db.execute(
+                sql: "UPDATE downloads SET options = ? WHERE gid = ? AND stopped_order IS NULL",
+                arguments: [Self.text(.object(options)), gid.description])
+        }
+    }
+
     /// Removes every stopped download.
     func purgeStopped() throws {
         try writing { db in try db.execute(sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL") }

@@ -33,7 +33,7 @@ public struct RPCAccess: Sendable {
     /// Access for the daemon's own origin and `allowedOrigins`.
     public init(
         allowedOrigins: Set<String> = [], allowedHosts: Set<String> = [], maxRequestSize: Int = 2 << 20,
-        unauthorizedDelay: Duration = .seconds(1), requestTimeout: Duration = .seconds(30), maxConnections: Int = 256
+        unauthorizedDelay: Duration = .seconds(1), requestTimeout: Duration = .seconds(60), maxConnections: Int = 256
     ) {
         self.allowedOrigins = allowedOrigins
         self.allowedHosts = allowedHosts

@@ -183,6 +183,18 @@ extension DownloadQueue {
         }
     }
 
+    /// Whether each of `ids` still in the queue is paused (one that ended is left out), read in one hold of the lock and
+    /// without the work of a whole status.
+    package func pausedStates(of ids: [DownloadID]) -> [DownloadID: Bool] {
+        locked { state in
+            var paused: [DownloadID: Bool] = [:]
+            for id in ids {
+                if let entry = state.entries[id.rawValue] { paused[id] = entry.paused }
+            }
+            return paused
+        }
+    }
+
     /// Every download in the queue: the running ones (oldest first), then the waiting and paused ones in the waiting
     /// order, their ``DownloadStatus/position`` counting from 0.
     public func statuses() -> [DownloadStatus] {
