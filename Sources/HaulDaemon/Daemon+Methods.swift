@@ -636,13 +636,7 @@ extension Daemon {
     }
 
     func removeDownloadResult(_ arguments: Arguments) throws(RPCError) -> JSON {
-        try historyChanges.withLock { _ -> Result<JSON, RPCError> in
-            do throws(RPCError) {
-                return .success(try removeResult(arguments))
-            } catch {
-                return .failure(error)
-            }
-        }.get()
+        try holding(historyChanges) { () throws(RPCError) in try removeResult(arguments) }
     }
 
     /// ``removeDownloadResult(_:)`` under ``historyChanges``.
@@ -665,13 +659,7 @@ extension Daemon {
     }
 
     func purgeDownloadResult() throws(RPCError) -> JSON {
-        try historyChanges.withLock { _ -> Result<JSON, RPCError> in
-            do throws(RPCError) {
-                return .success(try purgeResults())
-            } catch {
-                return .failure(error)
-            }
-        }.get()
+        try holding(historyChanges) { () throws(RPCError) in try purgeResults() }
     }
 
     /// ``purgeDownloadResult()`` under ``historyChanges``.

@@ -76,7 +76,7 @@ extension Daemon {
     func persistOrder(syncing gids: [GID] = []) throws(RPCError) {
         state.withLock { $0.orderChanges += 1 }
         guard configuration.store != nil else { return }
-        try storeSync.withLock { _ -> Result<Void, RPCError> in
+        try holding(storeSync) { () throws(RPCError) in
             let statuses = queue.statuses()
             let wanted = Set(gids)
             let (ranks, states) = state.withLock { state -> ([(GID, Int)], [GID: String]) in
@@ -91,8 +91,15 @@ extension Daemon {
                 state.nextRank = ranks.count
                 return (ranks, states)
             }
+            try record { try $0.update(ranks: ranks, states: states) }
+        }
+    }
+
+    /// Runs `body` holding `lock` (``storeSync``, ``historyChanges``), its error kept as it is.
+    func holding<Value>(_ lock: Locked<Int>, _ body: () throws(RPCError) -> Value) throws(RPCError) -> Value {
+        try lock.withLock { _ -> Result<Value, RPCError> in
             do throws(RPCError) {
-                return .success(try record { try $0.update(ranks: ranks, states: states) })
+                return .success(try body())
             } catch {
                 return .failure(error)
             }
@@ -103,7 +110,7 @@ extension Daemon {
     /// those paused (the others were stored waiting, and nothing else can have changed that yet).
     func syncPaused(_ gids: [GID], onlyPaused: Bool = false) throws(RPCError) {
         guard configuration.store != nil, !gids.isEmpty else { return }
-        try storeSync.withLock { _ -> Result<Void, RPCError> in
+        try holding(storeSync) { () throws(RPCError) in
             let downloads = state.withLock { state in
                 gids.compactMap { gid in state.items[gid]?.handle.map { (gid, $0.id) } }
             }
@@ -113,13 +120,9 @@ extension Daemon {
                 guard let isPaused = paused[id], isPaused || !onlyPaused else { continue }
                 states[gid] = isPaused ? "paused" : "waiting"
             }
-            guard !states.isEmpty else { return .success(()) }
-            do throws(RPCError) {
-                return .success(try record { try $0.update(ranks: [], states: states) })
-            } catch {
-                return .failure(error)
-            }
-        }.get()
+            guard !states.isEmpty else { return }
+            try record { try $0.update(ranks: [], states: states) }
+        }
     }
 
     /// Brings back what the store holds: the stopped downloads as history, the others into the queue in their order
