@@ -451,9 +451,8 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     private var head: HTTPRequestHead?
     private var body: ByteBuffer?
     private var tooLarge = false
-    /// Closes the connection when the client takes longer than ``RPCAccess/requestTimeout`` to send a request: armed
-    /// while it is awaited (from a request's head, and between requests), not while one is answered.
-    private var deadline: Scheduled<Void>?
+    /// Closes the connection when the client takes longer than ``RPCAccess/requestTimeout`` to send a request.
+    private var deadline: RequestDeadline
 
     init(
         endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess, dashboard: DashboardSessions,
@@ -465,27 +464,21 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         self.dashboard = dashboard
         self.monitoring = monitoring
         self.secure = secure
+        deadline = RequestDeadline(access.requestTimeout)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        armDeadline(context: context)
+        deadline.arm(context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        deadline?.cancel()
-        deadline = nil
-    }
-
-    private func armDeadline(context: ChannelHandlerContext) {
-        deadline?.cancel()
-        let channel = context.channel
-        deadline = context.eventLoop.scheduleTask(in: TimeAmount(access.requestTimeout)) { channel.close(promise: nil) }
+        deadline.disarm()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
-            armDeadline(context: context)
+            deadline.arm(context)
             self.head = head
             body = context.channel.allocator.buffer(capacity: 0)
             tooLarge = false
@@ -510,8 +503,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         case .end:
             guard let head else { return }
             self.head = nil
-            deadline?.cancel()
-            deadline = nil
+            deadline.disarm()
             respond(to: head, body: body, context: context)
             body = nil
         }
@@ -669,7 +661,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
             to: head, status: status, headers: headers, body: bytes,
             keepAlive: head.isKeepAlive && status != .payloadTooLarge)
         // Now the next request is awaited.
-        armDeadline(context: context)
+        deadline.arm(context)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

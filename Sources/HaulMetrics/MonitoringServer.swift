@@ -8,6 +8,9 @@ import NIOPosix
 /// HTTP/1.1. Anything else is 404; bodies are not read (a request with one larger than 64 KiB is refused and its
 /// connection closed).
 ///
+/// A request must arrive within `requestTimeout`, and a connection may idle as long between requests; at most
+/// `maxConnections` are open at once (one more is closed as soon as it is accepted).
+///
 /// A request must name the server in its `Host` by an IP address or `localhost` unless the endpoint asks for a bearer
 /// token: without one, a page of another site that reached the listener through DNS rebinding (its own name resolved
 /// to this address) would read the metrics, which name the hosts being downloaded from. Prometheus scrapes by the
@@ -22,16 +25,26 @@ public final class MonitoringServer: Sendable {
     /// Starts serving `endpoint` on `host`:`port` (0 picks a free port).
     public static func start(
         endpoint: MonitoringEndpoint, host: String, port: Int, requiresAddressHost: Bool,
-        group: (any EventLoopGroup)? = nil
+        requestTimeout: Duration = .seconds(60), maxConnections: Int = 64, group: (any EventLoopGroup)? = nil
     ) async throws -> MonitoringServer {
+        let open = Locked(0)
         let channel = try await ServerBootstrap(group: group ?? MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(ChannelOptions.backlog, value: 64)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                let admitted = open.withLock { count in
+                    guard count < maxConnections else { return false }
+                    count += 1
+                    return true
+                }
+                guard admitted else { return channel.close() }
+                channel.closeFuture.whenComplete { _ in open.withLock { $0 -= 1 } }
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: true)
                     try channel.pipeline.syncOperations.addHandler(
-                        MonitoringHandler(endpoint: endpoint, requiresAddressHost: requiresAddressHost))
+                        MonitoringHandler(
+                            endpoint: endpoint, requiresAddressHost: requiresAddressHost,
+                            deadline: RequestDeadline(requestTimeout)))
                 }
             }
             .bind(host: host, port: port).get()
@@ -80,15 +93,26 @@ private final class MonitoringHandler: ChannelInboundHandler {
     let requiresAddressHost: Bool
     private var head: HTTPRequestHead?
     private var bodyBytes = 0
+    private var deadline: RequestDeadline
 
-    init(endpoint: MonitoringEndpoint, requiresAddressHost: Bool) {
+    init(endpoint: MonitoringEndpoint, requiresAddressHost: Bool, deadline: RequestDeadline) {
         self.endpoint = endpoint
         self.requiresAddressHost = requiresAddressHost
+        self.deadline = deadline
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        deadline.arm(context)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline.disarm()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
+            deadline.arm(context)
             self.head = head
             bodyBytes = 0
         case .body(let part):
@@ -100,6 +124,7 @@ private final class MonitoringHandler: ChannelInboundHandler {
         case .end:
             guard let head else { return }
             self.head = nil
+            deadline.disarm()
             respond(to: head, context: context)
         }
     }
@@ -131,6 +156,7 @@ private final class MonitoringHandler: ChannelInboundHandler {
         context.writeResponse(
             to: head, status: HTTPResponseStatus(statusCode: answer.status), headers: HTTPHeaders(answer.headers),
             body: answer.body, keepAlive: head.isKeepAlive && !close)
+        deadline.arm(context)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -92,7 +92,7 @@ struct RPCHostileClientTests {
             let fd = try connectedLoopbackSocket(port: port)
             defer { close(fd) }
             writeAll(fd, Array("POST /jsonrpc HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 100\r\n\r\n[[[[".utf8))
-            return Self.readToEnd(fd, waiting: 20)
+            return readUntilClosed(fd, waiting: 20)
         }
         #expect(stalled == [], "a stalled request's connection was neither closed nor answered with nothing")
         // An idle connection too, once a request has been answered on it.
@@ -100,7 +100,7 @@ struct RPCHostileClientTests {
             let fd = try connectedLoopbackSocket(port: port)
             defer { close(fd) }
             writeAll(fd, Array("GET / HTTP/1.1\r\nHost: \(host)\r\n\r\n".utf8))
-            return Self.readToEnd(fd, waiting: 20).map { String(decoding: $0, as: UTF8.self) }
+            return readUntilClosed(fd, waiting: 20).map { String(decoding: $0, as: UTF8.self) }
         }
         #expect(idle?.hasPrefix("HTTP/1.1 200") == true)
         // A head that says the body is too large is answered at once, before any of the body.
@@ -108,7 +108,7 @@ struct RPCHostileClientTests {
             let fd = try connectedLoopbackSocket(port: port)
             defer { close(fd) }
             writeAll(fd, Array("POST /jsonrpc HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 99999999\r\n\r\n".utf8))
-            return Self.readToEnd(fd, waiting: 0.4).map { String(decoding: $0, as: UTF8.self) }
+            return readUntilClosed(fd, waiting: 0.4).map { String(decoding: $0, as: UTF8.self) }
         }
         #expect(tooLarge?.hasPrefix("HTTP/1.1 413") == true, "\(tooLarge ?? "no answer before the timeout")")
     }
@@ -133,7 +133,7 @@ struct RPCHostileClientTests {
             let fd = try connectedLoopbackSocket(port: port)
             defer { close(fd) }
             writeAll(fd, Array("GET / HTTP/1.1\r\nHost: \(harness.host)\r\n\r\n".utf8))
-            return Self.readToEnd(fd, waiting: 20)
+            return readUntilClosed(fd, waiting: 20)
         }
         #expect(refused == [], "a connection over the limit was answered")
         for fd in held { close(fd) }
@@ -178,21 +178,6 @@ struct RPCHostileClientTests {
             }
             await browser.close()
             await harness.stop()
-        }
-    }
-
-    /// What the server sends until it closes the connection (`[]`: closed with nothing), or `nil` when it is still
-    /// open after `seconds`.
-    static func readToEnd(_ fd: Int32, waiting seconds: Double) -> [UInt8]? {
-        var timeout = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - seconds.rounded(.down)) * 1_000_000))
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count == 0 { return received }
-            if count < 0 { return errno == ECONNRESET ? received : (received.isEmpty ? nil : received) }
-            received += buffer.prefix(count)
         }
     }
 }

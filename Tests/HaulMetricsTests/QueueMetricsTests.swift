@@ -8,6 +8,10 @@ import HaulTestSupport
 import Prometheus
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The value of the sample `name` (with its labels, as `haul_x{a="b"}`) in a Prometheus text exposition.
 func sample(_ name: String, in text: String) -> Double? {
     for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
@@ -157,6 +161,54 @@ struct QueueMetricsTests {
         let right = ContinuousClock.now
         #expect(await endpoint.respond(method: "GET", path: "/metrics", authorization: "Bearer s3cret")?.status == 200)
         #expect(ContinuousClock.now - right < delay)
+    }
+
+    @Test("MonitoringServer closes a request that stalls, and connections over its limit as soon as they are accepted")
+    func serverAgainstStalls() async throws {
+        let server = try await MonitoringServer.start(
+            endpoint: MonitoringEndpoint(registry: PrometheusCollectorRegistry()), host: "127.0.0.1", port: 0,
+            requiresAddressHost: true, requestTimeout: .milliseconds(300), maxConnections: 2)
+        let port = server.port
+        // A head that never ends, then a connection idle after its answer: each closed after the timeout.
+        let stalled = try await onOwnThread { () -> [UInt8]? in
+            let fd = try connectedLoopbackSocket(port: port)
+            defer { close(fd) }
+            writeAll(fd, Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ".utf8))
+            return readUntilClosed(fd, waiting: 20)
+        }
+        #expect(stalled == [])
+        let idle = try await onOwnThread { () -> String? in
+            let fd = try connectedLoopbackSocket(port: port)
+            defer { close(fd) }
+            writeAll(fd, Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+            return readUntilClosed(fd, waiting: 20).map { String(decoding: $0, as: UTF8.self) }
+        }
+        #expect(idle?.hasPrefix("HTTP/1.1 200") == true)
+        await server.stop()
+        // On a server of its own (the closed connections above counted off whenever their close is done): two held
+        // open, each answered once so that the server has them, and the third closed unanswered.
+        let limited = try await MonitoringServer.start(
+            endpoint: MonitoringEndpoint(registry: PrometheusCollectorRegistry()), host: "127.0.0.1", port: 0,
+            requiresAddressHost: true, maxConnections: 2)
+        let limitedPort = limited.port
+        let held = try await onOwnThread { () -> [Int32] in
+            try (0..<2).map { _ in
+                let fd = try connectedLoopbackSocket(port: limitedPort)
+                writeAll(fd, Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                _ = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                return fd
+            }
+        }
+        let refused = try await onOwnThread { () -> [UInt8]? in
+            let fd = try connectedLoopbackSocket(port: limitedPort)
+            defer { close(fd) }
+            writeAll(fd, Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+            return readUntilClosed(fd, waiting: 0.2)
+        }
+        #expect(refused == [])
+        for fd in held { close(fd) }
+        await limited.stop()
     }
 
     @Test("MonitoringServer answers on its own port, and refuses a Host that is a name unless a token is asked")

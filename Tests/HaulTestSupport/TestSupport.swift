@@ -277,6 +277,21 @@ package func writeAll(_ descriptor: Int32, _ bytes: [UInt8]) {
     }
 }
 
+/// What the peer sends on `descriptor` until it closes the connection (`[]`: closed with nothing), or `nil` when it is
+/// still open after `seconds` with nothing sent.
+package func readUntilClosed(_ descriptor: Int32, waiting seconds: Double) -> [UInt8]? {
+    var timeout = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - seconds.rounded(.down)) * 1_000_000))
+    setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    var received: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+        if count == 0 { return received }
+        if count < 0 { return errno == ECONNRESET ? received : (received.isEmpty ? nil : received) }
+        received += buffer.prefix(count)
+    }
+}
+
 /// Waits (polling, bounded) until a server that `process` is starting accepts connections on 127.0.0.1:`port`:
 /// true once one connects; false when `process` exits first (a server that could not start) or after `limit`.
 package func waitUntilAccepting(port: Int, process: ChildProcess, within limit: Duration = .seconds(10)) async -> Bool {
