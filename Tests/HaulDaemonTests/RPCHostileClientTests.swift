@@ -88,28 +88,18 @@ struct RPCHostileClientTests {
         let harness = try await DaemonHarness(access: RPCAccess(requestTimeout: .milliseconds(500)))
         defer { Task { await harness.stop() } }
         let (port, host) = (harness.port, harness.host)
-        let stalled = try await onOwnThread { () -> [UInt8]? in
-            let fd = try connectedLoopbackSocket(port: port)
-            defer { close(fd) }
-            writeAll(fd, Array("POST /jsonrpc HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 100\r\n\r\n[[[[".utf8))
-            return readUntilClosed(fd, waiting: 20)
-        }
+        let stalled = try await sendUntilClosed(
+            port: port, "POST /jsonrpc HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 100\r\n\r\n[[[[", waiting: 20)
         #expect(stalled == [], "a stalled request's connection was neither closed nor answered with nothing")
         // An idle connection too, once a request has been answered on it.
-        let idle = try await onOwnThread { () -> String? in
-            let fd = try connectedLoopbackSocket(port: port)
-            defer { close(fd) }
-            writeAll(fd, Array("GET / HTTP/1.1\r\nHost: \(host)\r\n\r\n".utf8))
-            return readUntilClosed(fd, waiting: 20).map { String(decoding: $0, as: UTF8.self) }
+        let idle = try await sendUntilClosed(port: port, "GET / HTTP/1.1\r\nHost: \(host)\r\n\r\n", waiting: 20).map {
+            String(decoding: $0, as: UTF8.self)
         }
         #expect(idle?.hasPrefix("HTTP/1.1 200") == true)
         // A head that says the body is too large is answered at once, before any of the body.
-        let tooLarge = try await onOwnThread { () -> String? in
-            let fd = try connectedLoopbackSocket(port: port)
-            defer { close(fd) }
-            writeAll(fd, Array("POST /jsonrpc HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 99999999\r\n\r\n".utf8))
-            return readUntilClosed(fd, waiting: 0.4).map { String(decoding: $0, as: UTF8.self) }
-        }
+        let tooLarge = try await sendUntilClosed(
+            port: port, "POST /jsonrpc HTTP/1.1\r\nHost: \(host)\r\nContent-Length: 99999999\r\n\r\n", waiting: 0.4
+        ).map { String(decoding: $0, as: UTF8.self) }
         #expect(tooLarge?.hasPrefix("HTTP/1.1 413") == true, "\(tooLarge ?? "no answer before the timeout")")
     }
 
@@ -129,12 +119,8 @@ struct RPCHostileClientTests {
             }
             #expect(answer.hasPrefix("HTTP/1.1 200"))
         }
-        let refused = try await onOwnThread { () -> [UInt8]? in
-            let fd = try connectedLoopbackSocket(port: port)
-            defer { close(fd) }
-            writeAll(fd, Array("GET / HTTP/1.1\r\nHost: \(harness.host)\r\n\r\n".utf8))
-            return readUntilClosed(fd, waiting: 20)
-        }
+        let refused = try await sendUntilClosed(
+            port: port, "GET / HTTP/1.1\r\nHost: \(harness.host)\r\n\r\n", waiting: 20)
         #expect(refused == [], "a connection over the limit was answered")
         for fd in held { close(fd) }
         try await eventuallyAsync("a place free again") {

@@ -170,19 +170,12 @@ struct QueueMetricsTests {
             requiresAddressHost: true, requestTimeout: .milliseconds(300), maxConnections: 2)
         let port = server.port
         // A head that never ends, then a connection idle after its answer: each closed after the timeout.
-        let stalled = try await onOwnThread { () -> [UInt8]? in
-            let fd = try connectedLoopbackSocket(port: port)
-            defer { close(fd) }
-            writeAll(fd, Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ".utf8))
-            return readUntilClosed(fd, waiting: 20)
-        }
+        let stalled = try await sendUntilClosed(
+            port: port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", waiting: 20)
         #expect(stalled == [])
-        let idle = try await onOwnThread { () -> String? in
-            let fd = try connectedLoopbackSocket(port: port)
-            defer { close(fd) }
-            writeAll(fd, Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
-            return readUntilClosed(fd, waiting: 20).map { String(decoding: $0, as: UTF8.self) }
-        }
+        let idle = try await sendUntilClosed(
+            port: port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", waiting: 20
+        ).map { String(decoding: $0, as: UTF8.self) }
         #expect(idle?.hasPrefix("HTTP/1.1 200") == true)
         await server.stop()
         // On a server of its own (the closed connections above counted off whenever their close is done): two held
@@ -200,12 +193,8 @@ struct QueueMetricsTests {
                 return fd
             }
         }
-        let refused = try await onOwnThread { () -> [UInt8]? in
-            let fd = try connectedLoopbackSocket(port: limitedPort)
-            defer { close(fd) }
-            writeAll(fd, Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
-            return readUntilClosed(fd, waiting: 0.2)
-        }
+        let refused = try await sendUntilClosed(
+            port: limitedPort, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", waiting: 0.2)
         #expect(refused == [])
         for fd in held { close(fd) }
         await limited.stop()

@@ -292,6 +292,17 @@ package func readUntilClosed(_ descriptor: Int32, waiting seconds: Double) -> [U
     }
 }
 
+/// Connects to 127.0.0.1:`port` on a thread of its own, sends `request` as it is, and returns what the peer sends until it
+/// closes the connection (``readUntilClosed(_:waiting:)``).
+package func sendUntilClosed(port: Int, _ request: String, waiting seconds: Double) async throws -> [UInt8]? {
+    try await onOwnThread {
+        let descriptor = try connectedLoopbackSocket(port: port)
+        defer { close(descriptor) }
+        writeAll(descriptor, Array(request.utf8))
+        return readUntilClosed(descriptor, waiting: seconds)
+    }
+}
+
 /// Waits (polling, bounded) until a server that `process` is starting accepts connections on 127.0.0.1:`port`:
 /// true once one connects; false when `process` exits first (a server that could not start) or after `limit`.
 package func waitUntilAccepting(port: Int, process: ChildProcess, within limit: Duration = .seconds(10)) async -> Bool {

@@ -436,23 +436,31 @@ struct DownloadQueueControlTests {
         }
     }
 
+    /// A download holding localhost's one slot (localhost is the same server at another origin), and one whose first
+    /// source failed: it gave its slot back and waits for one at localhost, to go on from its mirror there (held at
+    /// gate "m").
+    private func movingToBusyMirror(
+        _ server: TestServer, _ queue: DownloadQueue, into dir: TemporaryDirectory
+    ) async throws -> (busy: DownloadHandle, moved: DownloadHandle) {
+        let busy = queue.add(
+            DownloadRequest(url: server.held("busy", host: "localhost"), destination: .directory(dir.url)))
+        try await eventually("busy held") { server.heldCount(at: "g") == 1 }
+        var request = DownloadRequest(
+            url: server.url(path: "/bytes/moved", query: ["status": "404"]), destination: .file(dir.file("moved")))
+        request.mirrors = [server.held("moved", gate: "m", host: "localhost")]
+        let moved = queue.add(request)
+        try await eventually("waiting for the mirror's host") {
+            server.stats.requests(toPath: "/bytes/moved") == 1 && queue.runningCount == 1
+        }
+        return (busy, moved)
+    }
+
     @Test("a download going on from a mirror at a busy host is listed as running while it waits for a slot there")
     func movedToMirrorListed() async throws {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let queue = makeQueue(.init(maxConcurrentDownloads: 4, perHostLimit: 1), retries: 0, transport: .nio)
-            // localhost is the same server at another origin: its one slot is held by a download.
-            let busy = queue.add(
-                DownloadRequest(url: server.held("busy", host: "localhost"), destination: .directory(dir.url)))
-            try await eventually("busy held") { server.heldCount(at: "g") == 1 }
-            var request = DownloadRequest(
-                url: server.url(path: "/bytes/moved", query: ["status": "404"]), destination: .file(dir.file("moved")))
-            request.mirrors = [server.held("moved", gate: "m", host: "localhost")]
-            let moved = queue.add(request)
-            // Its first source failed: it gave its slot back and waits for one at localhost.
-            try await eventually("waiting for the mirror's host") {
-                server.stats.requests(toPath: "/bytes/moved") == 1 && queue.runningCount == 1
-            }
+            let (busy, moved) = try await movingToBusyMirror(server, queue, into: dir)
             #expect(queue.runningStatuses().map(\.id) == [busy.id, moved.id])
             #expect(queue.statuses().map(\.id) == [busy.id, moved.id])
             #expect(queue.progress.runningFiles == 2)
@@ -472,16 +480,7 @@ struct DownloadQueueControlTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let queue = makeQueue(.init(maxConcurrentDownloads: 4, perHostLimit: 1), retries: 0, transport: .nio)
-            let busy = queue.add(
-                DownloadRequest(url: server.held("busy", host: "localhost"), destination: .directory(dir.url)))
-            try await eventually("busy held") { server.heldCount(at: "g") == 1 }
-            var request = DownloadRequest(
-                url: server.url(path: "/bytes/moved", query: ["status": "404"]), destination: .file(dir.file("moved")))
-            request.mirrors = [server.held("moved", gate: "m", host: "localhost")]
-            let moved = queue.add(request)
-            try await eventually("waiting for the mirror's host") {
-                server.stats.requests(toPath: "/bytes/moved") == 1 && queue.runningCount == 1
-            }
+            let (busy, moved) = try await movingToBusyMirror(server, queue, into: dir)
             queue.pause()
             let held = queue.add(
                 DownloadRequest(url: server.url(path: "/bytes/held"), destination: .directory(dir.url)))
