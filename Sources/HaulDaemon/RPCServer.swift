@@ -488,9 +488,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
                 tooLarge = true
                 self.head = nil
                 body = nil
-                write(
-                    status: .payloadTooLarge, text: "the request is larger than \(access.maxRequestSize) bytes\n",
-                    head: head, origin: nil, context: context)
+                refuseTooLarge(head: head, origin: nil, context: context)
             }
         case .body(var part):
             guard !tooLarge else { return }
@@ -507,6 +505,13 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
             respond(to: head, body: body, context: context)
             body = nil
         }
+    }
+
+    /// Answers 413: the request's body is (or says it is) larger than ``RPCAccess/maxRequestSize``.
+    private func refuseTooLarge(head: HTTPRequestHead, origin: String?, context: ChannelHandlerContext) {
+        write(
+            status: .payloadTooLarge, text: "the request is larger than \(access.maxRequestSize) bytes\n", head: head,
+            origin: origin, context: context)
     }
 
     private func respond(to head: HTTPRequestHead, body: ByteBuffer?, context: ChannelHandlerContext) {
@@ -558,11 +563,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
                 status: .methodNotAllowed, text: "POST a JSON-RPC call to /jsonrpc\n", head: head, origin: origin,
                 context: context)
         }
-        guard !tooLarge, let body else {
-            return write(
-                status: .payloadTooLarge, text: "the request is larger than \(access.maxRequestSize) bytes\n",
-                head: head, origin: origin, context: context)
-        }
+        guard !tooLarge, let body else { return refuseTooLarge(head: head, origin: origin, context: context) }
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let signedIn = dashboard.isSignedIn(
             cookieHeader: head.headers.cookie, csrf: head.headers.first(name: DashboardSessions.csrfHeader))

@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import HaulDaemon
 import HaulNIO
+import HaulTestServer
 import HaulTestSupport
 import Testing
 
@@ -103,3 +104,37 @@ func recordedNotifications(of daemon: Daemon) -> Locked<[String]> {
 
 /// The GIDs of a list answer (`tellActive`, `tellWaiting`, `tellStopped`), in its order.
 func listedGIDs(_ list: JSON) -> [String] { list.array?.compactMap { $0.object?["gid"]?.string } ?? [] }
+
+/// A daemon (its secret `DaemonHarness.secret`), a test server and a browser, the page open and signed in.
+func withDashboard(
+    _ kind: Browser.Kind, maxConcurrent: Int = 4, signedIn: Bool = true, journal: (any Journal)? = nil,
+    _ body: (DaemonHarness, TestServer, Browser) async throws -> Void
+) async throws {
+    try await TestServer.withRunning { server in
+        let harness = try await DaemonHarness(maxConcurrent: maxConcurrent, journal: journal)
+        let browser = try await Browser.start(kind)
+        do {
+            try await browser.open("http://\(harness.host)/")
+            try await browser.waitUntil("the sign-in form", "return !document.getElementById('signin').hidden")
+            if signedIn { try await browser.signIn() }
+            try await body(harness, server, browser)
+            let errors = try await browser.consoleErrors()
+            #expect(errors.isEmpty, "console errors: \(errors)")
+        } catch {
+            await browser.close()
+            await harness.stop()
+            throw error
+        }
+        await browser.close()
+        await harness.stop()
+    }
+}
+
+extension Browser {
+    /// Signs in to the dashboard open in this browser with `secret`, and waits for its downloads to show.
+    func signIn(secret: String = DaemonHarness.secret) async throws {
+        try await type(secret, into: "#secret")
+        try await click("#signin-form button[type=submit]")
+        try await waitUntil("the downloads shown", "return !document.getElementById('app').hidden")
+    }
+}

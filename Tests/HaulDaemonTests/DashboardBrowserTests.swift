@@ -33,37 +33,6 @@ struct DashboardBrowserTests {
         }
     }
 
-    /// A daemon (its secret `DaemonHarness.secret`), a test server and a browser, the page open and signed in.
-    private func withDashboard(
-        _ kind: Browser.Kind, maxConcurrent: Int = 4, signedIn: Bool = true, journal: (any Journal)? = nil,
-        _ body: (DaemonHarness, TestServer, Browser) async throws -> Void
-    ) async throws {
-        try await TestServer.withRunning { server in
-            let harness = try await DaemonHarness(maxConcurrent: maxConcurrent, journal: journal)
-            let browser = try await Browser.start(kind)
-            do {
-                try await browser.open("http://\(harness.host)/")
-                try await browser.waitUntil("the sign-in form", "return !document.getElementById('signin').hidden")
-                if signedIn { try await signIn(browser) }
-                try await body(harness, server, browser)
-                let errors = try await browser.consoleErrors()
-                #expect(errors.isEmpty, "console errors: \(errors)")
-            } catch {
-                await browser.close()
-                await harness.stop()
-                throw error
-            }
-            await browser.close()
-            await harness.stop()
-        }
-    }
-
-    private func signIn(_ browser: Browser, secret: String = DaemonHarness.secret) async throws {
-        try await browser.type(secret, into: "#secret")
-        try await browser.click("#signin-form button[type=submit]")
-        try await browser.waitUntil("the downloads shown", "return !document.getElementById('app').hidden")
-    }
-
     @Test(
         "sign in: a wrong secret is refused and says so, the right one shows the downloads; signing out ends it",
         arguments: Browser.Kind.allCases)
@@ -77,7 +46,7 @@ struct DashboardBrowserTests {
             #expect(try await browser.text("#signin-error").contains("not the daemon's secret"))
             try await browser.screenshot("sign-in")
             #expect(try await browser.run("return document.getElementById('app').hidden") as? Bool == true)
-            try await signIn(browser)
+            try await browser.signIn()
             // The state tabs by keyboard: the arrow moves to the next tab and shows it.
             try await browser.run("document.querySelector('#states [aria-selected=true]').focus()")
             try await browser.press("\u{E014}")
@@ -131,7 +100,7 @@ struct DashboardBrowserTests {
                     "told to sign in again",
                     "return !document.getElementById('signin').hidden && document.getElementById('signin-error').textContent.includes('Signed out')"
                 )
-                try await signIn(browser)
+                try await browser.signIn()
                 // While the port was closed, a call or the WebSocket may have found it so, or found the server
                 // going as it connected (the browser logs both itself; Chromium the latter in three wordings, one a
                 // reset of a connection still in the stopped listener's backlog); nothing else may be in the console,

@@ -131,39 +131,24 @@ struct RPCHostileClientTests {
 
     @Test("the session cookie, which another local program's page receives too, is not enough to call the daemon")
     func cookieAtAnotherPort() async throws {
-        try await TestServer.withRunning { other in
-            let harness = try await DaemonHarness()
-            let browser = try await Browser.start(.chromium)
-            do {
-                try await browser.open("http://\(harness.host)/")
-                try await browser.waitUntil("the sign-in form", "return !document.getElementById('signin').hidden")
-                try await browser.type(DaemonHarness.secret, into: "#secret")
-                try await browser.click("#signin-form button[type=submit]")
-                try await browser.waitUntil("signed in", "return !document.getElementById('app').hidden")
-                // A cookie goes to every port of its host: a page of another program on loopback receives it.
-                try await browser.open(other.url(path: "/bytes/page", query: ["size": "10"]).absoluteString)
-                try await eventually("the other program asked") { !other.stats.requests.isEmpty }
-                let cookie = try #require(
-                    other.stats.requests.compactMap(\.cookie).first { $0.contains("haul_session=") })
-                // With it alone, that program is not signed in, gets no token, and its calls are refused.
-                let state = try await RawHTTP.send(
-                    port: harness.port, method: "GET", path: "/session",
-                    headers: [("Host", harness.host), ("Cookie", cookie)])
-                #expect(state.json?.object?["signedIn"] == false && state.json?.object?["csrf"] == nil)
-                let call = try await harness.post(
-                    ["jsonrpc": "2.0", "id": 1, "method": "aria2.addUri", "params": [["http://127.0.0.1:9/x"]]],
-                    headers: [("Cookie", cookie), ("X-Haul-CSRF", "")])
-                #expect(call.json?.object?["error"]?.object?["message"] == "Unauthorized")
-                // The dashboard, opened again, is still signed in: it kept its token.
-                try await browser.open("http://\(harness.host)/")
-                try await browser.waitUntil("signed in again", "return !document.getElementById('app').hidden")
-            } catch {
-                await browser.close()
-                await harness.stop()
-                throw error
-            }
-            await browser.close()
-            await harness.stop()
+        try await withDashboard(.chromium) { harness, other, browser in
+            // A cookie goes to every port of its host: a page of another program on loopback receives it.
+            try await browser.open(other.url(path: "/bytes/page", query: ["size": "10"]).absoluteString)
+            try await eventually("the other program asked") { !other.stats.requests.isEmpty }
+            let cookie = try #require(
+                other.stats.requests.compactMap(\.cookie).first { $0.contains("haul_session=") })
+            // With it alone, that program is not signed in, gets no token, and its calls are refused.
+            let state = try await RawHTTP.send(
+                port: harness.port, method: "GET", path: "/session",
+                headers: [("Host", harness.host), ("Cookie", cookie)])
+            #expect(state.json?.object?["signedIn"] == false && state.json?.object?["csrf"] == nil)
+            let call = try await harness.post(
+                ["jsonrpc": "2.0", "id": 1, "method": "aria2.addUri", "params": [["http://127.0.0.1:9/x"]]],
+                headers: [("Cookie", cookie), ("X-Haul-CSRF", "")])
+            #expect(call.json?.object?["error"]?.object?["message"] == "Unauthorized")
+            // The dashboard, opened again, is still signed in: it kept its token.
+            try await browser.open("http://\(harness.host)/")
+            try await browser.waitUntil("signed in again", "return !document.getElementById('app').hidden")
         }
     }
 }
