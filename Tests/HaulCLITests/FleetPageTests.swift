@@ -43,6 +43,14 @@ struct FleetPageTests {
             """, [name, state, String(running)])
     }
 
+    /// Opens the dashboard of `daemon` in `browser`, signs in and waits for the fleet's view.
+    private func openFleet(_ browser: Browser, _ daemon: DaemonCommandTests.Running) async throws {
+        try await browser.open("http://127.0.0.1:\(daemon.port)/")
+        try await browser.type(try #require(daemon.secret), into: "#secret")
+        try await browser.click("#signin-form button[type=submit]")
+        try await browser.waitUntil("the fleet's view", "return !document.getElementById('fleet-view').hidden")
+    }
+
     private func showTab(_ browser: Browser, _ state: String) async throws {
         try await browser.click("#fleet-states [data-state=\(state)]")
     }
@@ -60,11 +68,7 @@ struct FleetPageTests {
                 var workers: [HaulProcess] = []
                 let browser = try await Browser.start(kind)
                 do {
-                    try await browser.open("http://127.0.0.1:\(daemon.port)/")
-                    try await browser.type(try #require(daemon.secret), into: "#secret")
-                    try await browser.click("#signin-form button[type=submit]")
-                    try await browser.waitUntil(
-                        "the fleet's view", "return !document.getElementById('fleet-view').hidden")
+                    try await openFleet(browser, daemon)
                     #expect(
                         try await browser.run("return document.getElementById('downloads-view').hidden") as? Bool
                             == true)
@@ -171,6 +175,49 @@ struct FleetPageTests {
                 let ended = await daemon.process.finish()
                 #expect(ended.status == 0, "\(ended)")
             }
+        }
+    }
+
+    @Test("a page of downloads emptied by removing them shows the last page that still has any")
+    func pageEmptied() async throws {
+        try await PostgresServer.withRunning { postgres in
+            let daemonDirectory = try TemporaryDirectory()
+            let daemon = try await DaemonCommandTests.start(daemonDirectory, ["--db", postgres.url, "-j", "0"])
+            // 51 waiting, with no worker to take them: two pages, the second of one.
+            for index in 0..<51 { _ = try await daemon.result("aria2.addUri", [["http://127.0.0.1:9/f\(index)"]]) }
+            let browser = try await Browser.start(.chromium)
+            do {
+                try await openFleet(browser, daemon)
+                try await showTab(browser, "waiting")
+                try await browser.waitUntil(
+                    "the first page", "return document.getElementById('fleet-range').textContent === '1–50 of 51'")
+                try await browser.click("#fleet-next")
+                try await browser.waitUntil(
+                    "the second page",
+                    """
+                    return document.getElementById('fleet-range').textContent === '51–51 of 51'
+                      && document.querySelectorAll('#fleet-downloads tbody tr').length === 1;
+                    """)
+                try await browser.click("#fleet-downloads tbody tr button[data-action=remove]")
+                try await browser.waitUntil(
+                    "the first page again, its 50 shown",
+                    """
+                    return document.getElementById('fleet-range').textContent === '1–50 of 50'
+                      && document.querySelectorAll('#fleet-downloads tbody tr').length === 50
+                      && document.getElementById('fleet-empty').hidden
+                      && document.getElementById('fleet-previous').disabled;
+                    """)
+                let errors = try await browser.consoleErrors()
+                #expect(errors.isEmpty, "console errors: \(errors)")
+            } catch {
+                await browser.close()
+                daemon.process.send(SIGKILL)
+                throw error
+            }
+            await browser.close()
+            daemon.process.send(SIGTERM)
+            let ended = await daemon.process.finish()
+            #expect(ended.status == 0, "\(ended)")
         }
     }
 

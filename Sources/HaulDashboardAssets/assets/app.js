@@ -301,10 +301,16 @@ export function refresh() {
   return refreshing;
 }
 
+// Where a page of `size` rows starting at `offset` should start when `total` rows are left: at the last page that has
+// any, when the rows it showed went (removed, or moved to another state) and left it past the end.
+export function pageStart(offset, total, size) {
+  return offset >= total && offset > 0 ? Math.max(0, Math.floor((total - 1) / size) * size) : offset;
+}
+
 function showPage(page) {
   view.total = page.total;
-  if (view.offset >= page.total && view.offset > 0) {
-    view.offset = Math.max(0, Math.floor((page.total - 1) / PAGE_SIZE) * PAGE_SIZE);
+  if (pageStart(view.offset, page.total, PAGE_SIZE) !== view.offset) {
+    view.offset = pageStart(view.offset, page.total, PAGE_SIZE);
     refreshAgain = true;
   }
   const body = $("downloads").tBodies[0];

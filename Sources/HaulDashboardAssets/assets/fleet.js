@@ -4,7 +4,7 @@
 // daemon (haul.fleet, haul.fleetDownloads), read every two seconds while the page is shown: a summary and one page
 // of fifty, whatever the queue holds.
 
-import { $, bytes, call, calls, duration, refresh, RPCError, tabList } from "/app.js";
+import { $, bytes, call, calls, duration, pageStart, refresh, RPCError, tabList } from "/app.js";
 
 const PAGE_SIZE = 50;
 const view = { state: "active", offset: 0, total: 0, rows: new Map(), selected: new Set() };
@@ -24,8 +24,13 @@ export function show() {
 
 // Reads the fleet's summary and the page of downloads shown, and shows them.
 export async function read() {
-  const [overview, page] = await Promise.all([
+  let [overview, page] = await Promise.all([
     call("haul.fleet"), call("haul.fleetDownloads", view.state, view.offset, PAGE_SIZE)]);
+  const start = pageStart(view.offset, Number(page.total), PAGE_SIZE);
+  if (start !== view.offset) {
+    view.offset = start;
+    page = await call("haul.fleetDownloads", view.state, view.offset, PAGE_SIZE);
+  }
   showOverview(overview);
   showDownloads(page);
 }
