@@ -163,7 +163,8 @@ extension DownloadRun {
             asksForFirstPiece && (from == 0 || facts.validator != nil || continuation != nil)
             ? firstPiece(from: from).upperBound : nil
         return ResponseDecision.Asked(
-            from: from, pieceEnd: pieceEnd, revalidating: target.revalidation.map { !$0.answered } ?? false,
+            from: from, validator: from > 0 ? facts.validator : nil, pieceEnd: pieceEnd,
+            revalidating: target.revalidation.map { !$0.answered } ?? false,
             continuing: continuation != nil, held: writer?.size ?? 0, knownTotal: facts.total)
     }
 
@@ -686,6 +687,13 @@ extension DownloadRun {
         facts.oneStream = true
         facts.validator = nil
         facts.recorded = false
-        configuration.journal?.remove(partialKey)
+        // The partial record goes, but never the download: a run killed before the stream records its bytes must
+        // find it again. A new copy of a completed file has no record of its own to fall back to.
+        if target.replacesCompleted {
+            configuration.journal?.remove(partialKey)
+        } else {
+            configuration.journal?.store(
+                JournalRecord(key: journalKey, path: target.path ?? "", state: .requested, request: request))
+        }
     }
 }

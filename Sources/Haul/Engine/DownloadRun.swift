@@ -562,7 +562,10 @@ final class DownloadRun: @unchecked Sendable {
             let transfer = makeTransfer(
                 file: file, total: total, missing: missing,
                 primary: firstHop(to: sources.url))
-            transfer.state.withLock { $0.sources[0].validator = validator }
+            transfer.state.withLock { state in
+                state.sources[0].validator = validator
+                state.primaryVouched = false
+            }
             phase = .segmented(transfer)
             facts.validator = validator
             facts.total = total

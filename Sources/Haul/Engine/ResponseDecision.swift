@@ -11,6 +11,8 @@ struct ResponseDecision {
     struct Asked: Equatable {
         /// Where the request's range started (0: no range, or a first piece from the start).
         var from: Int64 = 0
+        /// The validator of the bytes held, which the request's `If-Range` carried (a range from ``from`` > 0).
+        var validator: String?
         /// A first piece's end (exclusive): the request asked for a closed range to try segments with.
         var pieceEnd: Int64?
         /// Whether the request carried a revalidation's condition not answered yet.
@@ -118,6 +120,11 @@ struct ResponseDecision {
                 }
                 return .startOver(because: "the server sent another range")
             }
+            // A server that ignores If-Range sends the rest of another version: appended, it would publish a file
+            // of two versions.
+            if asked.from > 0, let sent = asked.validator, let received = write.validator, received != sent {
+                return .startOver(because: "the file changed on the server")
+            }
             if let problem = Self.misfit(range, bodyLength: bodyLength, knownTotal: asked.knownTotal) {
                 return .misfit(
                     .transient(
@@ -196,13 +203,15 @@ struct SegmentDecision {
             range.first == asked.offset
         {
             if let complete = range.complete, complete != asked.total {
+                // The primary's file is what the download is of: a new size is a new version, fetched whole.
+                if asked.isPrimary {
+                    return .abandonSegments(because: "the file changed on the server (now \(complete) bytes)")
+                }
                 return .disagree(
                     DownloadError(
                         .invalidResponse,
-                        message: asked.isPrimary
-                            ? "the server now says the file is \(complete) bytes, not \(asked.total)"
-                            : "the sources disagree on the size: \(asked.primary.redactedString) has \(asked.total) "
-                                + "bytes, \(asked.given.redactedString) has \(complete)", url: url, status: status))
+                        message: "the sources disagree on the size: \(asked.primary.redactedString) has \(asked.total) "
+                            + "bytes, \(asked.given.redactedString) has \(complete)", url: url, status: status))
             }
             let received = HTTPRules.validator(of: head)
             // Mirrors make their own validators (an ETag is often a server's own): only the primary's change counts.

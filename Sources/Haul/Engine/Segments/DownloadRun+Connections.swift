@@ -152,7 +152,7 @@ extension DownloadRun {
                 if finishedRound(context, work) { current = nil }
             } catch {
                 current = nil
-                try await recover(after: error, context, work)
+                if let stop = try await recover(after: error, context, work) { return stop }
             }
         }
     }
@@ -170,7 +170,15 @@ extension DownloadRun {
     /// still waiting for a slot.
     private func nextWork(_ context: ConnectionContext, minimum: Int64, wanted: Int?) async throws -> NextWork {
         let transfer = context.transfer
-        guard let (segment, source, url) = takeWork(context, minimum: minimum, segment: wanted) else {
+        let taken = takeWork(context, minimum: minimum, segment: wanted)
+        switch taken {
+        case .leave: return .done
+        case .move(let url):
+            if let connections, !(await connections.move(to: url)) { throw CancellationError() }
+            return .later
+        case .work, .nothing: break
+        }
+        guard case .work(let segment, let source, let url) = taken else {
             if mayTakeOverLater(context.index, transfer) {
                 lastActivity.touch()
                 try await Task.sleep(for: .milliseconds(250))
@@ -209,8 +217,11 @@ extension DownloadRun {
     /// After a failed round: its segment is left to whoever takes it (told as `.failed`). Each source has retries of
     /// its own (failures in a row, over all its connections): it is asked again after a backoff while they last; then,
     /// or after a failure another attempt would meet again, it is dropped and left to the other sources. What ends the
-    /// download (the last source's failure, the time limit, the file system) is thrown.
-    private func recover(after error: any Error, _ context: ConnectionContext, _ work: SegmentWork) async throws {
+    /// download (the last source's failure, the time limit, the file system) is thrown. A primary that has not
+    /// vouched for the bytes held (``SegmentedTransfer/State/primaryVouched``) is not dropped: the segments end.
+    private func recover(
+        after error: any Error, _ context: ConnectionContext, _ work: SegmentWork
+    ) async throws -> SegmentsStop? {
         let failure = transportFailure(error, url: work.url)
         let range = context.transfer.state.withLock { state in
             state.connections[context.index]?.segment = nil
@@ -227,7 +238,18 @@ extension DownloadRun {
             return state.sources[work.source].failures
         }
         let retries = failure.isTransient && failures <= configuration.retryPolicy.maxRetries
-        if !retries, drop(work.source, because: failure.error.message, by: context) { return }
+        if !retries {
+            let unvouched = context.transfer.state.withLock { state in
+                state.sources[work.source].isPrimary && !state.primaryVouched
+                    && state.sources.contains { !$0.isPrimary && $0.dropped == nil }
+            }
+            if unvouched {
+                return .abandon(
+                    because: "the primary source failed before it confirmed the bytes held (\(failure.error.message))"
+                        + "; another source may have another version of the file")
+            }
+            if drop(work.source, because: failure.error.message, by: context) { return nil }
+        }
         guard retries else { throw failure }
         let delay = configuration.retryPolicy.delay(
             beforeRetry: failures, retryAfter: failure.retryAfter, random: configuration.random)
@@ -237,28 +259,38 @@ extension DownloadRun {
         }
         lastActivity.waits(until: .now + delay)
         try await configuration.backoffClock.sleep(for: delay)
+        return nil
     }
 
     /// A segment for connection `index` (`wanted`, if given: the one the first response's body is) and the live source
     /// to fetch it from (the one with the fewest connections), or `nil` when nothing is left that is worth a
     /// connection. When nothing can be split, a connection takes over the whole rest of a segment whose connection, to
     /// another source, is much slower (a quarter of its own speed or less), and that source is dropped as too slow.
-    private func takeWork(
-        _ context: ConnectionContext, minimum: Int64, segment wanted: Int?
-    ) -> (segment: Int, source: Int, url: URL)? {
+    private func takeWork(_ context: ConnectionContext, minimum: Int64, segment wanted: Int?) -> Taken {
         let (index, transfer) = (context.index, context.transfer)
-        let (work, dropped) = transfer.state.withLock { state -> ((Int, Int, URL)?, URL?) in
+        let queued = connections != nil
+        let (work, dropped) = transfer.state.withLock { state -> (Taken, URL?) in
             var dropped: URL?
             let now = ContinuousClock.now
-            guard var connection = state.connections[index] else { return (nil, nil) }
+            guard var connection = state.connections[index] else { return (.nothing, nil) }
             if state.sources[connection.source].dropped != nil {
                 // Its source was dropped: on to the live one with the fewest connections, measured afresh there.
                 guard
                     let live = state.sources.indices.filter({ state.sources[$0].dropped == nil })
                         .min(by: { state.sources[$0].connections < state.sources[$1].connections })
-                else { return (nil, nil) }
+                else { return (.nothing, nil) }
+                // Under a queue a connection holds a slot at its source's origin: another origin needs one of its own.
+                // The download's own slot moves there; an extra connection leaves (the others take its work).
+                let url = state.sources[live].url
+                let elsewhere =
+                    queued
+                    && DownloadQueue.originKey(for: url)
+                        != DownloadQueue.originKey(for: state.sources[connection.source].url)
+                if elsewhere, index != 0 { return (.leave, nil) }
                 state.sources[connection.source].connections -= 1
                 state.sources[live].connections += 1
+                state.connections[index] = SegmentedTransfer.Connection(source: live, since: now)
+                if elsewhere { return (.move(url), nil) }
                 connection = SegmentedTransfer.Connection(source: live, since: now)
             }
             var segment =
@@ -288,8 +320,10 @@ extension DownloadRun {
             }
             connection.segment = segment
             state.connections[index] = connection
-            guard let segment else { return (nil, dropped) }
-            return ((segment, connection.source, state.sources[connection.source].url), dropped)
+            guard let segment else { return (.nothing, dropped) }
+            return (
+                .work(segment: segment, source: connection.source, url: state.sources[connection.source].url), dropped
+            )
         }
         if let dropped {
             logger.info(
@@ -301,6 +335,18 @@ extension DownloadRun {
             )
         }
         return work
+    }
+
+    /// What ``takeWork(_:minimum:segment:)`` found for a connection.
+    private enum Taken {
+        /// A segment, and the source to fetch it from.
+        case work(segment: Int, source: Int, url: URL)
+        /// Nothing worth a connection now.
+        case nothing
+        /// Its source was dropped and the live one is at another origin: the download's own slot must move there.
+        case move(URL)
+        /// Its source was dropped and the live one is at another origin, where its slot does not count: it ends.
+        case leave
     }
 
     static let slowSource = "a quarter of the speed of another connection or less"
@@ -470,6 +516,7 @@ extension DownloadRun {
             transfer.state.withLock { state in
                 if let lastModified { state.lastModified = lastModified }
                 if state.sources[source].validator == nil { state.sources[source].validator = validator }
+                if state.sources[source].isPrimary { state.primaryVouched = true }
             }
             return nil
         case .abandonSegments(let reason):

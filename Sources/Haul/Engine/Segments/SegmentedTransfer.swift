@@ -68,6 +68,11 @@ final class SegmentedTransfer: @unchecked Sendable {
         var runStart: (time: ContinuousClock.Instant, written: Int64) = (.now, 0)
         /// Set when the stream that started the file found it slow enough: more connections open at once.
         var worthMore = false
+        /// Whether the primary has vouched for the bytes held. A transfer resumed from an earlier run's bytes has
+        /// only their validator, the primary's: until a range from the primary is accepted against it, nothing says
+        /// that the mirrors (whose validators are their own) have that version, and a primary dropped before then
+        /// gives the segments up rather than leave the held bytes to be completed from a mirror.
+        var primaryVouched = true
 
         /// The progress the written bytes make, to tell.
         var progress: DownloadProgress {
