@@ -134,14 +134,18 @@ public final class Fleet: Sendable {
         } catch {
             throw RPCError(error.message)
         }
+        // Added paused in the enqueue's own transaction: a worker woken by another download could claim it first.
         let record = try await database {
-            try await self.queue.enqueue([download])
+            try await self.queue.enqueue([download], paused: plan.paused)
             return try await self.queue.download(atPath: path)
         }
         guard let record, let gid = GID(UInt64(record.id)) else {
             throw RPCError("'\(path)' was enqueued but cannot be read back")
         }
-        if plan.paused { _ = try await database { try await self.queue.pause([record.id]) } }
+        // Queued before, and not paused then: paused now, as aria2 would.
+        if plan.paused, record.state != .paused {
+            _ = try await database { try await self.queue.pause([record.id]) }
+        }
         return .string(gid.description)
     }
 

@@ -88,11 +88,13 @@ public struct QueueStatus: Sendable, Codable, Hashable {
 }
 
 extension SharedQueue {
-    /// Reads the queue's status.
+    /// Reads the queue's status, after taking back the claims of workers silent past their lease (as a worker's
+    /// rescue does): with no worker left to do it, a killed one would otherwise show active, holding its downloads.
     /// - Parameters:
     ///   - failures: How many failed downloads to list with their reasons.
     ///   - stoppedWithin: Workers that stopped or were lost this recently are listed too, whatever they hold.
     public func status(failures: Int = 20, stoppedWithin: Duration = .zero) async throws -> QueueStatus {
+        try await rescue()
         var status = QueueStatus(queue: name)
         for (state, count, bytes) in try await rows(
             """

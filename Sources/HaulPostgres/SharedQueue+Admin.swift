@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import PostgresNIO
 
 /// Which downloads ``SharedQueue/cancel(_:)`` cancels.
@@ -59,14 +60,16 @@ extension SharedQueue {
     }
 
     /// Cancels downloads: waiting and paused ones at once; running ones are stopped by their workers at their next
-    /// heartbeat (their connections count against the host until then).
+    /// heartbeat (their connections count against the host until then). The claims of workers silent past their
+    /// lease are taken back first (as a worker's rescue does): with no worker left, what they held is cancelled too.
     /// - Returns: How many downloads were cancelled or asked to stop.
     @discardableResult
     public func cancel(_ selection: CancelSelection) async throws -> Int {
+        try await rescue()
         let (url, host, all, ids): (String, String, Bool, [Int64]) =
             switch selection {
             case .url(let url): (url, "", false, [])
-            case .host(let host): ("", host.lowercased(), false, [])
+            case .host(let host): ("", Self.hostKey(host), false, [])
             case .all: ("", "", true, [])
             case .ids(let ids): ("", "", false, ids)
             }
@@ -77,7 +80,7 @@ extension SharedQueue {
                 WHERE queue = \(name) AND state IN ('waiting', 'paused', 'running')
                     AND (\(all) OR url = \(url) OR host = \(host) OR id = ANY(\(ids)::bigint[])
                         OR (\(host) <> '' AND \(host) NOT LIKE '%://%'
-                            AND split_part(split_part(host, '://', 2), ':', 1) = \(host)))
+                            AND regexp_replace(host, '^[^:]*://(.*):[0-9]+$', '\\1') = \(host)))
                 ORDER BY id FOR UPDATE
             ), waiting AS (
                 UPDATE haul_download d SET state = 'cancelled', finished_at = now(), error = 'cancelled'
@@ -100,6 +103,18 @@ extension SharedQueue {
             SELECT ((SELECT count(*) FROM waiting) + (SELECT count(*) FROM running))::integer
             """, "cancelling downloads", as: (Int32).self)
         return Int(rows.first ?? 0)
+    }
+
+    /// What ``CancelSelection/host(_:)`` is matched with: an origin as the queue keys its hosts (its default port
+    /// filled in), or a host name as the keys hold it (lowercased; an IPv6 address without its brackets).
+    static func hostKey(_ given: String) -> String {
+        let text = given.trimmingCharacters(in: .whitespaces)
+        if text.contains("://") {
+            guard let url = URL(string: text), url.host != nil else { return text.lowercased() }
+            return DownloadRequest.originKey(for: url)
+        }
+        let name = text.hasPrefix("[") && text.hasSuffix("]") ? String(text.dropFirst().dropLast()) : text
+        return name.lowercased()
     }
 
     /// Deletes the rows of downloads that ended (done, failed or cancelled) more than `age` ago, and the stopped

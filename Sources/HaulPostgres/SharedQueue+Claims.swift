@@ -27,6 +27,9 @@ struct Completion: Sendable {
         /// Not finished by this worker (it stops, or the download was cancelled here): back to waiting at once, the
         /// attempt not counted.
         case returned
+        /// Handed to the worker's engine (not an end): from now the attempt counts should the worker die. A claim
+        /// taken ahead and never started goes back without it (``SharedQueue/rescue(stopping:)``).
+        case started
     }
 
     let id: Int64
@@ -54,10 +57,13 @@ struct HeartbeatAnswer: Sendable {
 }
 
 extension Duration {
-    /// Whole milliseconds (rounded down), as the database takes intervals.
+    /// Whole milliseconds (rounded down), as the database takes intervals; the largest (or smallest) number there is
+    /// for a duration beyond it.
     var milliseconds: Int64 {
         let parts = components
-        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
+        let (whole, overflow) = parts.seconds.multipliedReportingOverflow(by: 1000)
+        let (total, carried) = whole.addingReportingOverflow(parts.attoseconds / 1_000_000_000_000_000)
+        return overflow || carried ? (parts.seconds < 0 ? .min : .max) : total
     }
 }
 
@@ -121,9 +127,10 @@ extension SharedQueue {
             ), claimed AS (
                 UPDATE haul_download d
                 SET state = 'running', attempt = d.attempt + 1, worker_id = \(worker), granted = p.conns,
-                    started_at = now(), cancel_requested = false
+                    started_at = NULL, cancel_requested = false
                 FROM picked p WHERE d.id = p.id
-                RETURNING d.id, d.host, d.attempt, d.max_attempts, d.path, d.request::text AS request, d.granted
+                RETURNING d.id, d.host, d.priority, d.attempt, d.max_attempts, d.path, d.request::text AS request,
+                    d.granted
             ), counts AS (
                 SELECT host, count(*)::integer AS n, sum(granted)::integer AS g FROM claimed GROUP BY host
             ), bumped AS (
@@ -134,7 +141,8 @@ extension SharedQueue {
                     not_before = now() + h.min_interval_ms * interval '1 millisecond'
                 FROM counts c WHERE h.queue = \(name) AND h.host = c.host
             )
-            SELECT id, attempt, max_attempts, path, request, granted FROM claimed ORDER BY id
+            -- Handed out in this order: the priorities hold within one claim too.
+            SELECT id, attempt, max_attempts, path, request, granted FROM claimed ORDER BY priority DESC, id
             """, "claiming downloads", as: (Int64, Int32, Int32, String, String, Int32).self)
         let decoder = JSONDecoder()
         var claims: [Claim] = []
@@ -174,6 +182,15 @@ extension SharedQueue {
                 SELECT * FROM unnest(\(ids)::bigint[], \(kinds)::text[], \(sizes)::bigint[], \(hashes)::text[],
                     \(errors)::text[], \(delays)::bigint[], \(holds)::bigint[])
                     AS t(id, kind, size, sha256, error, delay_ms, hold_ms)
+            ), marked AS (
+                -- Started: the time is kept; a download that also ends in this batch is stamped by its end instead (a
+                -- row is changed once per statement).
+                UPDATE haul_download d SET started_at = coalesce(d.started_at, now())
+                FROM input i
+                WHERE i.kind = 'started' AND d.id = i.id AND d.queue = \(name) AND d.state = 'running'
+                    AND d.worker_id = \(worker)
+                    AND NOT EXISTS (SELECT 1 FROM input j WHERE j.id = i.id AND j.kind <> 'started')
+                RETURNING d.id
             ), held AS (
                 SELECT d.id, d.host, d.granted, i.kind, i.size, i.sha256, i.error, i.delay_ms, i.hold_ms,
                     CASE
@@ -187,7 +204,7 @@ extension SharedQueue {
                         ELSE 'failed'
                     END AS next
                 FROM haul_download d JOIN input i ON i.id = d.id
-                WHERE d.queue = \(name) AND d.state = 'running' AND d.worker_id = \(worker)
+                WHERE d.queue = \(name) AND d.state = 'running' AND d.worker_id = \(worker) AND i.kind <> 'started'
                 ORDER BY d.id
                 FOR UPDATE OF d
             ), updated AS (
@@ -196,7 +213,7 @@ extension SharedQueue {
                     attempt = CASE WHEN h.kind = 'returned' OR h.next = 'paused' THEN d.attempt - 1
                         ELSE d.attempt END,
                     worker_id = CASE WHEN h.next IN ('waiting', 'paused') THEN NULL ELSE d.worker_id END,
-                    granted = 0, pause_requested = false,
+                    granted = 0, pause_requested = false, started_at = coalesce(d.started_at, now()),
                     run_after = CASE WHEN h.next = 'waiting'
                         THEN now() + h.delay_ms * interval '1 millisecond' ELSE d.run_after END,
                     finished_at = CASE WHEN h.next IN ('waiting', 'paused') THEN NULL ELSE now() END,
@@ -220,7 +237,7 @@ extension SharedQueue {
                 FROM counts c JOIN locked l ON l.host = c.host
                 WHERE h.queue = \(name) AND h.host = c.host
             )
-            SELECT id, next FROM updated
+            SELECT id, next FROM updated UNION ALL SELECT id, 'running' FROM marked
             """, "recording finished downloads", as: (Int64, String).self)
         if rows.contains(where: { $0.1 == "waiting" }) { await notifyWorkers() }
         return Set(rows.map(\.0))
@@ -264,9 +281,10 @@ extension SharedQueue {
                 FROM dead WHERE w.id = dead.id
                 RETURNING w.id
             ), held AS (
-                SELECT d.id, d.queue, d.host, d.granted, w.name AS worker,
+                SELECT d.id, d.queue, d.host, d.granted, w.name AS worker, d.started_at IS NOT NULL AS started,
                     CASE WHEN d.cancel_requested THEN 'cancelled' WHEN d.pause_requested THEN 'paused'
-                        WHEN d.attempt >= d.max_attempts THEN 'failed' ELSE 'waiting' END AS next
+                        WHEN d.started_at IS NOT NULL AND d.attempt >= d.max_attempts THEN 'failed'
+                        ELSE 'waiting' END AS next
                 FROM haul_download d JOIN haul_worker w ON w.id = d.worker_id
                 WHERE d.state = 'running'
                     AND (w.id IN (SELECT id FROM ended) OR (w.state <> 'active' AND w.id <> \(stopping)))
@@ -274,10 +292,13 @@ extension SharedQueue {
             ), updated AS (
                 UPDATE haul_download d
                 SET state = h.next,
+                    -- A claim its worker never started (taken ahead) does not count as an attempt.
+                    attempt = CASE WHEN h.started THEN d.attempt ELSE d.attempt - 1 END,
                     worker_id = CASE WHEN h.next IN ('waiting', 'paused') THEN NULL ELSE d.worker_id END,
                     granted = 0, run_after = now(), pause_requested = false,
                     finished_at = CASE WHEN h.next IN ('waiting', 'paused') THEN NULL ELSE now() END,
-                    error = 'worker ' || h.worker || ' stopped without finishing it'
+                    error = CASE WHEN h.started THEN 'worker ' || h.worker || ' stopped without finishing it'
+                        ELSE d.error END
                 FROM held h WHERE d.id = h.id
                 RETURNING h.queue, h.host, h.granted, h.next
             ), counts AS (

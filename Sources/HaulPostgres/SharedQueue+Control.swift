@@ -43,7 +43,7 @@ public struct SharedDownloadRecord: Sendable, Codable, Hashable {
     public var pauseRequested: Bool
     /// When it was added.
     public var enqueuedAt: Date
-    /// When its last attempt started.
+    /// When its worker started its last attempt (`nil` while claimed but not started yet: a claim taken ahead).
     public var startedAt: Date?
     /// When it ended.
     public var finishedAt: Date?
@@ -61,10 +61,12 @@ public struct ThroughputSample: Sendable, Codable, Hashable {
 
 extension SharedQueue {
     /// Pauses downloads: waiting ones at once; running ones are stopped by their workers at their next heartbeat
-    /// (their partial files kept, the attempt not counted) and then wait paused. Others are left as they are.
+    /// (their partial files kept, the attempt not counted) and then wait paused. Others are left as they are. The
+    /// claims of workers silent past their lease are taken back first (as a worker's rescue does).
     /// - Returns: How many downloads were paused or asked to pause.
     @discardableResult
     public func pause(_ ids: [Int64]) async throws -> Int {
+        try await rescue()
         let rows = try await rows(
             """
             WITH chosen AS (

@@ -16,11 +16,16 @@ public struct HostSettings: Sendable, Hashable {
         self.minimumInterval = minimumInterval
     }
 
-    /// The interval in whole milliseconds, as the database keeps it.
-    var intervalMilliseconds: Int64 {
-        let parts = minimumInterval.components
-        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
+    /// Refuses a limit under which no download could ever be claimed.
+    func check() throws(SharedQueueError) {
+        if let limit = maxConnectionsPerHost, limit < 1 {
+            throw SharedQueueError(
+                .invalidDownload, "the per-host limit must be at least 1 connection (nil for none), not \(limit)")
+        }
     }
+
+    /// The interval in whole milliseconds, as the database keeps it.
+    var intervalMilliseconds: Int64 { minimumInterval.milliseconds }
 }
 
 /// What an enqueue did.
@@ -48,11 +53,15 @@ extension SharedQueue {
     /// - Parameters:
     ///   - downloads: The downloads, read once, as the transaction goes (a list of any length).
     ///   - hostSettings: Settings for the queue's hosts from now on (those of ``setHostSettings(_:)``).
-    /// - Throws: ``SharedQueueError`` (``SharedQueueError/Code/conflict`` for a path queued for another URL).
+    ///   - paused: Whether the downloads added are paused from the start (``resume(_:)`` lets them run): no worker
+    ///     can claim one first. Downloads queued already keep their state.
+    /// - Throws: ``SharedQueueError`` (``SharedQueueError/Code/conflict`` for a path queued for another URL;
+    ///   ``SharedQueueError/Code/invalidDownload`` for a per-host limit below 1).
     @discardableResult
     public func enqueue<Downloads: AsyncSequence & Sendable>(
-        _ downloads: Downloads, hostSettings: HostSettings? = nil
+        _ downloads: Downloads, hostSettings: HostSettings? = nil, paused: Bool = false
     ) async throws -> EnqueueReport where Downloads.Element == SharedDownload {
+        try hostSettings?.check()
         try await ensureQueueRow()
         let queueName = name
         let logger = logger
@@ -96,14 +105,17 @@ extension SharedQueue {
                         SELECT coalesce(per_host, 2147483647) AS max_running, per_host_interval_ms
                         FROM haul_queue WHERE name = \(queueName)
                     ), added AS (
-                        INSERT INTO haul_download (queue, url, path, host, request, priority, connections, max_attempts)
-                        SELECT \(queueName), url, path, host, request::jsonb, priority, connections, max_attempts
+                        INSERT INTO haul_download (
+                            queue, url, path, host, request, priority, connections, max_attempts, state)
+                        SELECT \(queueName), url, path, host, request::jsonb, priority, connections, max_attempts,
+                            \(paused ? "paused" : "waiting")
                         FROM (SELECT DISTINCT ON (path) * FROM haul_incoming ORDER BY path, ordinal) first
                         ORDER BY ordinal
                         ON CONFLICT (queue, path) DO NOTHING
                         RETURNING host
                     ), counts AS (
-                        SELECT host, count(*)::integer AS n FROM added GROUP BY host
+                        -- Paused downloads are not ready: their host row is made, counting none.
+                        SELECT host, CASE WHEN \(paused) THEN 0 ELSE count(*)::integer END AS n FROM added GROUP BY host
                     ), hosts AS (
                         INSERT INTO haul_host (queue, host, max_running, min_interval_ms, ready)
                         SELECT \(queueName), c.host, s.max_running, s.per_host_interval_ms, c.n
@@ -119,7 +131,7 @@ extension SharedQueue {
                 return report
             }
         }
-        if report.added > 0 || report.renewed > 0 { await notifyWorkers() }
+        if (report.added > 0 && !paused) || report.renewed > 0 { await notifyWorkers() }
         logger.info(
             "enqueued",
             metadata: [
@@ -130,14 +142,16 @@ extension SharedQueue {
 
     /// Adds `downloads` to the queue, all or none, as the sequence form does.
     @discardableResult
-    public func enqueue(_ downloads: [SharedDownload], hostSettings: HostSettings? = nil) async throws
-        -> EnqueueReport
-    {
-        try await enqueue(Downloads(items: downloads), hostSettings: hostSettings)
+    public func enqueue(
+        _ downloads: [SharedDownload], hostSettings: HostSettings? = nil, paused: Bool = false
+    ) async throws -> EnqueueReport {
+        try await enqueue(Downloads(items: downloads), hostSettings: hostSettings, paused: paused)
     }
 
     /// Changes the queue's per-host settings, for the hosts it has and those it gets later.
+    /// - Throws: ``SharedQueueError`` (``SharedQueueError/Code/invalidDownload`` for a per-host limit below 1).
     public func setHostSettings(_ settings: HostSettings) async throws {
+        try settings.check()
         try await ensureQueueRow()
         let queueName = name
         let logger = logger
@@ -176,8 +190,9 @@ extension SharedQueue {
     }
 
     /// Gives the downloads queued for the same resource under another query (the URL up to its `?` is the same) the
-    /// new URL: a waiting one keeps its place and attempts, a failed or cancelled one waits again from its first
-    /// attempt (its host counts it as ready again). A running or done one is left as it is. Returns how many.
+    /// new URL: a waiting or paused one keeps its state, place and attempts, a failed or cancelled one waits again
+    /// from its first attempt (its host counts it as ready again). A running or done one is left as it is. Returns
+    /// how many.
     private static func renew(_ queue: String, on connection: PostgresConnection, logger: Logger) async throws -> Int {
         let rows = try await connection.query(
             """
@@ -187,17 +202,18 @@ extension SharedQueue {
                 SELECT d.id, d.state AS was, i.url, i.request FROM haul_download d
                 JOIN incoming i ON d.queue = \(queue) AND d.path = i.path
                 WHERE d.url <> i.url AND split_part(d.url, '?', 1) = split_part(i.url, '?', 1)
-                    AND d.state IN ('waiting', 'failed', 'cancelled')
+                    AND d.state IN ('waiting', 'paused', 'failed', 'cancelled')
                 ORDER BY d.id FOR UPDATE OF d
             ), renewed AS (
-                UPDATE haul_download d SET url = c.url, request = c.request::jsonb, state = 'waiting',
-                    attempt = CASE WHEN c.was = 'waiting' THEN d.attempt ELSE 0 END,
-                    run_after = CASE WHEN c.was = 'waiting' THEN d.run_after ELSE now() END,
+                UPDATE haul_download d SET url = c.url, request = c.request::jsonb,
+                    state = CASE WHEN c.was = 'paused' THEN 'paused' ELSE 'waiting' END,
+                    attempt = CASE WHEN c.was IN ('waiting', 'paused') THEN d.attempt ELSE 0 END,
+                    run_after = CASE WHEN c.was IN ('waiting', 'paused') THEN d.run_after ELSE now() END,
                     error = NULL, finished_at = NULL, worker_id = NULL
                 FROM chosen c WHERE d.id = c.id
                 RETURNING d.host, c.was
             ), counts AS (
-                SELECT host, count(*)::integer AS n FROM renewed WHERE was <> 'waiting' GROUP BY host
+                SELECT host, count(*)::integer AS n FROM renewed WHERE was NOT IN ('waiting', 'paused') GROUP BY host
             ), locked AS (
                 SELECT h.host FROM haul_host h JOIN counts c ON h.queue = \(queue) AND h.host = c.host
                 ORDER BY h.host FOR UPDATE OF h

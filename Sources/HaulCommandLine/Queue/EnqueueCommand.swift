@@ -71,8 +71,13 @@ struct EnqueueCommand: AsyncParsableCommand {
             valueName: "fail|skip|overwrite|rename"))
     var onConflict: ConflictPolicy = .fail
 
+    /// The most retries a download may be given: far beyond any use, and its attempts still count in the database.
+    static let maxRetries = 1_000
+
     func validate() throws {
-        if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
+        if !(0...Self.maxRetries).contains(retries) {
+            throw ValidationError("--retries must be from 0 to \(Self.maxRetries), not \(retries)")
+        }
         if !(1...64).contains(split) { throw ValidationError("-s/--split must be from 1 to 64, not \(split)") }
         _ = try HostOptions(perHost: perHost, perHostRate: perHostRate)
     }

@@ -114,7 +114,8 @@ struct QueueCommand: AsyncParsableCommand {
 
         func validate() throws {
             if Self.age(olderThan) == nil {
-                throw ValidationError("--older-than '\(olderThan)' is not an age like 30m, 12h or 7d")
+                throw ValidationError(
+                    "--older-than '\(olderThan)' is not an age like 30m, 12h or 7d (at most 1000 years)")
             }
         }
 
@@ -124,16 +125,14 @@ struct QueueCommand: AsyncParsableCommand {
             Console.out("haul: \(count) finished download\(count == 1 ? "" : "s") purged\n")
         }
 
-        /// `N` with a unit: `s`, `m`, `h` or `d`.
+        /// `N` with a unit: `s`, `m`, `h` or `d`; `nil` for anything else, an age over a thousand years included.
         static func age(_ text: String) -> Duration? {
             guard let unit = text.last, let count = Int(text.dropLast()), count >= 0 else { return nil }
-            switch unit {
-            case "s": return .seconds(count)
-            case "m": return .seconds(count * 60)
-            case "h": return .seconds(count * 3600)
-            case "d": return .seconds(count * 86_400)
-            default: return nil
-            }
+            let seconds: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+            guard let scale = seconds[unit] else { return nil }
+            let (age, overflow) = count.multipliedReportingOverflow(by: scale)
+            guard !overflow, age <= 1_000 * 366 * 86_400 else { return nil }
+            return .seconds(age)
         }
     }
 }

@@ -48,6 +48,7 @@ struct ClaimFeed: AsyncSequence, Sendable {
                     }
                     var request = claim.request(in: configuration.directory)
                     if let credentials = configuration.credentials { request.credentials = credentials }
+                    run.started(claim)
                     return request
                 case .claim(let limit):
                     do {

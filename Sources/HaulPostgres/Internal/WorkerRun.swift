@@ -179,13 +179,16 @@ final class WorkerRun: Sendable {
             await race.next()
             race.cancelAll()
         }
-        // What was claimed and not handed out goes back now (a lost lease's claims are taken back by the rescuer).
+        // What was claimed and not handed out goes back now, fenced too: a worker fences itself when the database stops
+        // answering, not only when its lease is gone, and a row it still holds would otherwise wait out the lease and
+        // come back failed, an attempt counted for a request never made. A row that is another worker's by then is
+        // left alone (a completion changes only rows running for this worker).
         let (leftover, interrupted) = state.withLock { state in
             defer {
                 state.buffered = []
                 state.phase = .drained(fenced: state.phase.isFenced)
             }
-            return (state.phase.isFenced ? [] : state.buffered, state.phase == .stopping)
+            return (state.buffered, state.phase == .stopping)
         }
         for claim in leftover { add(Completion(id: claim.id, kind: .returned)) }
         if !leftover.isEmpty { countReturned(leftover.count) }
@@ -283,6 +286,12 @@ final class WorkerRun: Sendable {
         add(Completion(id: claim.id, kind: .failed, path: claim.path, error: problem))
         report.withLock { $0.failed += 1 }
         worker.emit(.failed(path: claim.path, url: claim.request.url.absoluteString, reason: problem, willRetry: false))
+    }
+
+    /// Records that `claim` was handed to the engine, with the next batch of ends (no batch of its own: a worker
+    /// killed before it is sent gives the attempt back, one more try at most).
+    func started(_ claim: Claim) {
+        state.withLock { $0.completions.append(Completion(id: claim.id, kind: .started)) }
     }
 
     private func add(_ completion: Completion) {
