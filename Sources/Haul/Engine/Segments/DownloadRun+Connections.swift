@@ -263,8 +263,9 @@ extension DownloadRun {
     }
 
     /// A segment for connection `index` (`wanted`, if given: the one the first response's body is) and the live source
-    /// to fetch it from (the one with the fewest connections), or `nil` when nothing is left that is worth a
-    /// connection. When nothing can be split, a connection takes over the whole rest of a segment whose connection, to
+    /// to fetch it from (the one with the fewest connections), or ``Taken/nothing`` when nothing is left that is worth
+    /// a connection (``Taken/move(_:)`` or ``Taken/leave`` when its source was dropped for one at another origin,
+    /// under a queue). When nothing can be split, a connection takes over the whole rest of a segment whose connection, to
     /// another source, is much slower (a quarter of its own speed or less), and that source is dropped as too slow.
     private func takeWork(_ context: ConnectionContext, minimum: Int64, segment wanted: Int?) -> Taken {
         let (index, transfer) = (context.index, context.transfer)
