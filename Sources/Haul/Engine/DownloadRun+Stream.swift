@@ -587,8 +587,22 @@ extension DownloadRun {
         } catch {
             throw AttemptFailure.permanent(error)
         }
+        forgetHeldBytes()
+    }
+
+    /// The bytes held are gone (the partial emptied for another version): the journal's partial record, which offers
+    /// them for a resume under their validator, goes before a byte of the new version is written. The download stays
+    /// recorded as requested, so that a run killed now finds it again; a new copy of a completed file has no record of
+    /// its own to fall back to.
+    private func forgetHeldBytes() {
         facts.validator = nil
-        facts.recorded = false
+        defer { facts.recorded = false }
+        guard facts.recorded, let journal = configuration.journal else { return }
+        if target.replacesCompleted {
+            journal.remove(partialKey)
+        } else {
+            journal.store(JournalRecord(key: journalKey, path: target.path ?? "", state: .requested, request: request))
+        }
     }
 
     /// Names the destination of a `.directory` request from the response's `Content-Disposition`, else the URL.
@@ -685,15 +699,6 @@ extension DownloadRun {
                 file: segmented.file, algorithm: request.expectedDigest?.algorithm,
                 computesSHA256: configuration.computesSHA256))
         facts.oneStream = true
-        facts.validator = nil
-        facts.recorded = false
-        // The partial record goes, but never the download: a run killed before the stream records its bytes must
-        // find it again. A new copy of a completed file has no record of its own to fall back to.
-        if target.replacesCompleted {
-            configuration.journal?.remove(partialKey)
-        } else {
-            configuration.journal?.store(
-                JournalRecord(key: journalKey, path: target.path ?? "", state: .requested, request: request))
-        }
+        forgetHeldBytes()
     }
 }

@@ -382,7 +382,6 @@ final class DownloadRun: @unchecked Sendable {
             guard let skipped = try checkDestination(destinationPath) else { throw error }
             partial.remove()
             phase = .planning
-            configuration.journal?.remove(journalKey)  // the record written before publishing is not this file's
             return skipped
         }
         logger.debug("published", metadata: ["path": "\(published)", "size": "\(size)"])
@@ -404,13 +403,24 @@ final class DownloadRun: @unchecked Sendable {
         let key = journalKey
         try partial.seal(durable: configuration.durability == .powerLoss, url: tally.finalURL)
         let stamp = partial.stamp()
+        // What the record said before: another process that won the race to publish this file recorded it there.
+        let before = journal.record(for: key)
         if let stamp {
             await journal.commit(
                 JournalRecord(
                     key: key, path: path,
                     state: .completed(size: size, sha256: sha256, stamp: stamp, validator: facts.validator)))
         }
-        let published = try publish(partial, to: path)
+        let published: String
+        do {
+            published = try publish(partial, to: path)
+        } catch  where error.code == .destinationExists {
+            // Someone else's file is there now: the record written for this one goes back to what it was.
+            if stamp != nil {
+                if let before { await journal.commit(before) } else { journal.remove(key) }
+            }
+            throw error
+        }
         // The new copy is the file now: its partial's record goes.
         if target.replacesCompleted { journal.remove(partialKey) }
         if published != path || stamp == nil, let stamp = FileStamp(ofFileAt: published) {
@@ -490,6 +500,8 @@ final class DownloadRun: @unchecked Sendable {
         writer?.file.remove()
         segmented?.file.remove()
         phase = .planning
+        // A file that appeared at the destination while this one was fetched: its record, if any, is its own.
+        if error.code == .destinationExists { return }
         guard let journal = configuration.journal else { return }
         if target.replacesCompleted {
             // The file at the destination is untouched and still the one the completed record describes: only the
@@ -627,7 +639,9 @@ final class DownloadRun: @unchecked Sendable {
     /// record moves to its key, so a file has one record): a partial, whatever its URL, since the validator it is
     /// resumed with (`If-Range`) makes a server that has another file send it whole; a completed file that is still as
     /// it was published, when this request's URL differs from that download's only in its query (a signed or expiring
-    /// URL's new token). A completed file of another resource is not this download's: the conflict policy decides.
+    /// URL's new token) and the file may be kept: under ``ConflictPolicy/overwrite`` the query may as well select
+    /// another file (`report?month=2`), and the user asked for the one at this URL. A completed file of another
+    /// resource is not this download's: the conflict policy decides.
     private func takeOver(at path: String, in journal: any Journal) -> JournalRecord? {
         let records = journal.records(forFileAt: path).filter { $0.key != journalKey }
         guard !records.isEmpty else { return nil }
@@ -637,7 +651,9 @@ final class DownloadRun: @unchecked Sendable {
         }
         let taken: JournalRecord
         if let completed {
-            guard let url = URL(string: completed.key.url), Self.sameResource(url, request.url) else { return nil }
+            guard request.conflictPolicy != .overwrite, let url = URL(string: completed.key.url),
+                Self.sameResource(url, request.url)
+            else { return nil }
             taken = JournalRecord(key: journalKey, path: path, state: completed.state)
             // The partial of a new copy of that file goes with it.
             if let newCopy = records.first(where: { $0.key == completed.key.newCopy }) {

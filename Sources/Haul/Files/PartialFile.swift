@@ -51,14 +51,22 @@ final class PartialFile {
     /// Creates a new, empty partial at `path` and takes its writer's lock (see `openLocked`).
     /// A leftover regular file there that nobody holds is emptied and reused; one another writer holds is left
     /// alone (``DownloadError/Code/destinationBusy``); a symbolic link or anything else that is not a regular file is
-    /// refused.
+    /// refused. A leftover with other names (hard links: a directory copied with `cp -al`, or a link planted there)
+    /// loses this name to a new file: written through, it would change the file under its other names.
     init(creatingAt path: String, url: URL) throws(DownloadError) {
         location = path
         isUnnamed = false
-        descriptor = try Self.openLocked(path, flags: O_WRONLY | O_CREAT, url: url)
+        var fd = try Self.openLocked(path, flags: O_WRONLY | O_CREAT, url: url)
+        var info = stat()
+        if fstat(fd, &info) == 0, info.st_nlink > 1 {
+            unlink(path)
+            close(fd)
+            fd = try Self.openLocked(path, flags: O_WRONLY | O_CREAT | O_EXCL, url: url)
+            info = stat()
+        }
+        descriptor = fd
         // Only a leftover is emptied: ext4 takes any truncation to zero, even of an empty file, for a file being
         // replaced, and then writes its blocks out when it is closed (`auto_da_alloc`), a flush nobody asked for.
-        var info = stat()
         if fstat(descriptor, &info) != 0 || info.st_size != 0, ftruncate(descriptor, 0) != 0 {
             let code = errno
             close(descriptor)
@@ -69,7 +77,8 @@ final class PartialFile {
     /// Opens the partial an earlier run left at `path`, to append to it (or, not `appending`, to write it in place),
     /// and takes its writer's lock. `nil` when
     /// there is none, or when what is there is not a regular file (a symbolic link is not followed; it is replaced
-    /// or refused later). Throws ``DownloadError/Code/destinationBusy`` when another writer holds it.
+    /// or refused later), or has other names (hard links: it is replaced too). Throws
+    /// ``DownloadError/Code/destinationBusy`` when another writer holds it.
     init?(resumingAt path: String, appending: Bool = true, url: URL) throws(DownloadError) {
         let fd: Int32
         do {
@@ -78,7 +87,7 @@ final class PartialFile {
             return nil
         }
         var info = stat()
-        guard fstat(fd, &info) == 0 else {
+        guard fstat(fd, &info) == 0, info.st_nlink == 1 else {
             close(fd)
             return nil
         }
