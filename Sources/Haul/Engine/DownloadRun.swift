@@ -204,6 +204,9 @@ final class DownloadRun: @unchecked Sendable {
 
         var skipped: DownloadResult?
         while true {
+            // A download paused or cancelled before it began (between its admission and its run) never says it
+            // started: nothing would say it stopped.
+            if Task.isCancelled { throw cancelledError() }
             tally.attempts += 1
             emit(.started(attempt: tally.attempts, resumingAt: segmented?.written ?? writer?.size ?? 0))
             do {

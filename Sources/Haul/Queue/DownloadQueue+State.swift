@@ -651,21 +651,28 @@ extension DownloadQueue {
     }
 
     /// Cancels through one handle of each of `ids`, in one hold of the lock: one at a time, a running one could end
-    /// before the others are cancelled, and its slot start one of them.
-    func cancel(_ ids: [DownloadID]) {
-        guard !ids.isEmpty else { return }
-        cancelEntries { state in
-            ids.compactMap { id in
-                guard let entry = state.entries[id.rawValue] else { return nil }
-                entry.handles -= 1
-                return entry.handles == 0 ? id.rawValue : nil
-            }
-        }
+    /// before the others are cancelled, and its slot start one of them. Returns those cancelled (no other handle
+    /// wanted them).
+    @discardableResult
+    func cancel(_ ids: [DownloadID]) -> Set<UInt64> {
+        guard !ids.isEmpty else { return [] }
+        return Set(
+            cancelEntries { state in
+                ids.compactMap { id in
+                    guard let entry = state.entries[id.rawValue] else { return nil }
+                    entry.handles -= 1
+                    return entry.handles == 0 ? id.rawValue : nil
+                }
+            })
     }
 
-    /// Cancels `handles` as ``DownloadHandle/cancel()`` on each would, all in one hold of the lock.
-    func cancel(_ handles: some Sequence<DownloadHandle>) {
-        cancel(handles.filter { $0.markCancelled() }.map(\.id))
+    /// Cancels `handles` as ``DownloadHandle/cancel()`` on each would, all in one hold of the lock. Returns those
+    /// cancelled here whose download goes on: another handle still wants it.
+    @discardableResult
+    func cancel(_ handles: some Sequence<DownloadHandle>) -> [DownloadHandle] {
+        let marked = handles.filter { $0.markCancelled() }
+        let cancelled = cancel(marked.map(\.id))
+        return marked.filter { !cancelled.contains($0.id.rawValue) }
     }
 
     /// Changes a waiting download's priority; returns `false` if it is not waiting any more.

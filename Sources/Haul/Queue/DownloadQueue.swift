@@ -82,6 +82,14 @@ public final class DownloadQueue: Sendable {
                 failurePolicy: configuration.failurePolicy))
     }
 
+    /// Ends the event sequences still subscribed: a loop over ``events`` ends once the queue is gone, as documented
+    /// (a continuation released unfinished would leave it waiting for ever). Nothing else holds the queue now, so
+    /// no one is sending its events.
+    deinit {
+        let subscribers = state.withLock { Array($0.subscribers.values) }
+        for subscriber in subscribers { subscriber.finish() }
+    }
+
     // MARK: - Adding
 
     /// Adds `request`; it starts when a global slot and a slot for its host are free (higher priority first,
@@ -329,14 +337,18 @@ public final class DownloadQueue: Sendable {
     }
 
     /// Cancels the entries `pick` names (those still there), in one hold of the lock.
-    func cancelEntries(_ pick: (inout State) -> [UInt64]) {
-        let effects = mutate { state -> SideEffects in
+    /// Cancels the downloads `pick` chooses, in one hold of the lock; returns them.
+    @discardableResult
+    func cancelEntries(_ pick: (inout State) -> [UInt64]) -> [UInt64] {
+        let (picked, effects) = mutate { state -> ([UInt64], SideEffects) in
             var effects = SideEffects()
-            for id in pick(&state) { cancelEntry(id, in: &state, effects: &effects) }
+            let picked = pick(&state)
+            for id in picked { cancelEntry(id, in: &state, effects: &effects) }
             effects.idleWaiters = takeIdleWaiters(in: &state)
-            return effects
+            return (picked, effects)
         }
         effects.run()
+        return picked
     }
 
     // MARK: - Observing

@@ -322,7 +322,8 @@ package struct AdmissionScheduler {
         guard let start = order.firstIndex(where: { place(of: $0)?.priority == priority }) else { return nil }
         var level = Array(order[start...].prefix { place(of: $0)?.priority == priority })
         level.removeAll { $0 == id }
-        let index = min(max(position - start, 0), level.count)
+        // Clamped before the subtraction: a position as far off as Int.min must not overflow.
+        let index = min(max(position, start), start + level.count) - start
         level.insert(id, at: index)
         var touched = Set<HostNumber>()
         for member in level {

@@ -73,7 +73,15 @@ final class StreamRun: Sendable {
             state.running[key] = handle
             return state.cancelled
         }
-        if cancelled { handle.cancel() }
+        if cancelled, !handle.queue.cancel([handle]).isEmpty {
+            // Another holder keeps it (see ``cancel()``).
+            let reply = state.withLock { state in
+                state.running[key] = nil
+                return takeEnd(in: &state)
+            }
+            reply?.run()
+            return
+        }
         let request = handle.request
         handle.whenEnded { [self] outcome in
             deliver(FinishedDownload(id: handle.id, request: request, result: outcome), of: key)
@@ -82,6 +90,8 @@ final class StreamRun: Sendable {
 
     /// Hands an ended download to the loop (dropped once the run is cancelled: nobody takes it), or to the sink.
     private func deliver(_ finished: FinishedDownload, of key: ObjectIdentifier) {
+        // A download let go of at a cancel (``cancel()``): its end is no longer this run's.
+        guard state.withLock({ $0.running[key] != nil }) else { return }
         // Before the download leaves `running`: the end is signalled only after every result was handed over.
         sink?(finished)
         let (reply, wake) = state.withLock { state -> (Reply?, Wake?) in
@@ -202,8 +212,16 @@ final class StreamRun: Sendable {
         feeder?.resume(returning: 0)
         // In one hold of the queue's lock (all are of one queue): one at a time, a running one could end before the
         // others are cancelled, and its slot start one of them.
-        running.first?.queue.cancel(running)
+        let kept = running.first?.queue.cancel(running) ?? []
         task?.cancel()
+        guard !kept.isEmpty else { return }
+        // Downloads another holder keeps (one the app added itself, and paused): they are not this run's to wait
+        // for, nor to deliver.
+        let reply = state.withLock { state in
+            for handle in kept { state.running[ObjectIdentifier(handle)] = nil }
+            return takeEnd(in: &state)
+        }
+        reply?.run()
     }
 
     /// Cancels the run when the iterator is let go of before the end (the loop was left).
