@@ -64,7 +64,7 @@ struct QueueAPIHazardTests {
     @Test("an events sequence ends once its queue is gone, as documented")
     func eventsEndWhenQueueIsGone() async {
         var queue: DownloadQueue? = makeQueue()
-        weak var probe = queue
+        weak let probe = queue
         let events = queue!.events
         queue = nil
         #expect(probe == nil, "the queue was not released")
