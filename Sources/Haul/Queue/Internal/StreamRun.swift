@@ -74,12 +74,7 @@ final class StreamRun: Sendable {
             return state.cancelled
         }
         if cancelled, !handle.queue.cancel([handle]).isEmpty {
-            // Another holder keeps it (see ``cancel()``).
-            let reply = state.withLock { state in
-                state.running[key] = nil
-                return takeEnd(in: &state)
-            }
-            reply?.run()
+            letGo([handle])  // another holder keeps it (see ``cancel()``)
             return
         }
         let request = handle.request
@@ -214,11 +209,15 @@ final class StreamRun: Sendable {
         // others are cancelled, and its slot start one of them.
         let kept = running.first?.queue.cancel(running) ?? []
         task?.cancel()
-        guard !kept.isEmpty else { return }
-        // Downloads another holder keeps (one the app added itself, and paused): they are not this run's to wait
-        // for, nor to deliver.
+        letGo(kept)
+    }
+
+    /// Stops holding `handles`, downloads a cancel left to another holder (one the app added itself, and paused):
+    /// they are not this run's to wait for, nor to deliver.
+    private func letGo(_ handles: [DownloadHandle]) {
+        guard !handles.isEmpty else { return }
         let reply = state.withLock { state in
-            for handle in kept { state.running[ObjectIdentifier(handle)] = nil }
+            for handle in handles { state.running[ObjectIdentifier(handle)] = nil }
             return takeEnd(in: &state)
         }
         reply?.run()

@@ -45,6 +45,30 @@ struct SegmentHazardTests {
         return Array(text.utf8) + Array(body[slice])
     }
 
+    /// A request of `url` into `destination` over up to `connections` connections, in segments of 256 KiB or more.
+    static func segmented(_ url: URL, to destination: Destination, connections: Int) -> DownloadRequest {
+        var request = DownloadRequest(url: url, destination: destination)
+        request.maxConnections = connections
+        request.minimumSegmentSize = 256 << 10
+        return request
+    }
+
+    /// Adds `request` to `queue` and pauses it once three connections or more run and 1 MiB is written; returns once
+    /// it waits again and the server has nothing in flight.
+    func pausedMidway(_ request: DownloadRequest, in queue: DownloadQueue, at server: TestServer) async throws
+        -> DownloadHandle
+    {
+        let handle = queue.add(request)
+        try await eventually("segments running") {
+            handle.status.connections >= 3 && handle.status.progress.bytesWritten > 1 << 20
+        }
+        #expect(handle.pause())
+        try await eventually("paused, back in the waiting order") {
+            handle.status.position == 0 && server.stats.inFlight == 0
+        }
+        return handle
+    }
+
     func downloader(retries: Int, journal: (any Journal)? = nil) -> Downloader {
         var configuration = TransportKind.nio.configuration(retries: retries)
         configuration.journal = journal
@@ -74,9 +98,7 @@ struct SegmentHazardTests {
         }) { port in
             let dir = try TemporaryDirectory()
             let url = try #require(URL(string: "http://127.0.0.1:\(port)/file.bin"))
-            var request = DownloadRequest(url: url, destination: .file(dir.file("file.bin")))
-            request.maxConnections = connections
-            request.minimumSegmentSize = 256 << 10
+            let request = Self.segmented(url, to: .file(dir.file("file.bin")), connections: connections)
             do {
                 let result = try await downloader(retries: 1).download(request)
                 let bytes = try #require(contentsOf(result.fileURL))
@@ -106,9 +128,7 @@ struct SegmentHazardTests {
             let dir = try TemporaryDirectory()
             let destination = dir.file("seg.bin")
             let url = try #require(URL(string: "http://127.0.0.1:\(port)/seg.bin"))
-            var request = DownloadRequest(url: url, destination: .file(destination))
-            request.maxConnections = 4
-            request.minimumSegmentSize = 256 << 10
+            let request = Self.segmented(url, to: .file(destination), connections: 4)
             // What a killed run left: the first half written in place, the rest missing.
             let partial = dir.file(".seg.bin.haul-partial")
             var held = Array(v1[..<(oldSize / 2)])
@@ -137,17 +157,8 @@ struct SegmentHazardTests {
             let queue = makeQueue(.init(maxConcurrentDownloads: 8), transport: .nio, journal: journal)
             let size = 6 << 20
             let url = server.url(path: "/bytes/p.bin", query: ["size": "\(size)", "rate": "700000"])
-            var request = DownloadRequest(url: url, destination: .directory(dir.url))
-            request.maxConnections = 4
-            request.minimumSegmentSize = 256 << 10
-            let handle = queue.add(request)
-            try await eventually("segments running") {
-                handle.status.connections >= 3 && handle.status.progress.bytesWritten > 1 << 20
-            }
-            #expect(handle.pause())
-            try await eventually("paused, back in the waiting order") {
-                handle.status.position == 0 && server.stats.inFlight == 0
-            }
+            let request = Self.segmented(url, to: .directory(dir.url), connections: 4)
+            let handle = try await pausedMidway(request, in: queue, at: server)
             let record = journal.record(for: JournalKey(request))
             guard case .partial(_, _, let missing?)? = record?.state else {
                 Issue.record("no segmented partial kept: \(String(describing: record?.state))")
@@ -179,9 +190,7 @@ struct SegmentHazardTests {
             let primary = server.url(path: "/bytes/f.bin", query: ["size": "\(size)", "status": "404"])
             let mirror = server.url(path: "/bytes/g.bin", query: ["size": "\(size)"], host: "localhost")
             let destination = dir.file("f.bin")
-            var request = DownloadRequest(url: primary, destination: .file(destination))
-            request.maxConnections = 4
-            request.minimumSegmentSize = 256 << 10
+            var request = Self.segmented(primary, to: .file(destination), connections: 4)
             request.mirrors = [mirror]
             let old = TestServer.expectedBytes(name: "f.bin", size: size)
             try Data(Array(old[..<half]) + [UInt8](repeating: 0, count: size - half))
@@ -213,9 +222,7 @@ struct SegmentHazardTests {
             // The mirror is another origin (localhost) that has lost the file.
             let mirror = server.url(
                 path: "/bytes/h.bin", query: ["size": "\(size)", "status": "404"], host: "localhost")
-            var request = DownloadRequest(url: primary, destination: .directory(dir.url))
-            request.maxConnections = 4
-            request.minimumSegmentSize = 256 << 10
+            var request = Self.segmented(primary, to: .directory(dir.url), connections: 4)
             request.mirrors = [mirror]
             let result = try await queue.add(request).result
             #expect(
@@ -237,15 +244,8 @@ struct SegmentHazardTests {
             let queue = makeQueue(.init(maxConcurrentDownloads: 8), transport: .nio, journal: journal)
             let size = 6 << 20
             let url = server.url(path: "/bytes/c.bin", query: ["size": "\(size)", "rate": "700000"])
-            var request = DownloadRequest(url: url, destination: .directory(dir.url))
-            request.maxConnections = 4
-            request.minimumSegmentSize = 256 << 10
-            let handle = queue.add(request)
-            try await eventually("segments running") {
-                handle.status.connections >= 3 && handle.status.progress.bytesWritten > 1 << 20
-            }
-            #expect(handle.pause())
-            try await eventually("paused") { handle.status.position == 0 && server.stats.inFlight == 0 }
+            let request = Self.segmented(url, to: .directory(dir.url), connections: 4)
+            let handle = try await pausedMidway(request, in: queue, at: server)
             #expect(dir.contents() == [".c.bin.haul-partial"])
             handle.cancel()
             _ = try? await handle.result
@@ -279,9 +279,7 @@ struct SegmentHazardTests {
             let dir = try TemporaryDirectory()
             let destination = dir.file("a.bin")
             let url = try #require(URL(string: "http://127.0.0.1:\(port)/a.bin"))
-            var request = DownloadRequest(url: url, destination: .file(destination))
-            request.maxConnections = 4
-            request.minimumSegmentSize = 256 << 10
+            let request = Self.segmented(url, to: .file(destination), connections: 4)
             try Data(Array(v1[..<(size / 2)]) + [UInt8](repeating: 0, count: size - size / 2))
                 .write(to: dir.file(".a.bin.haul-partial"))
             let journal = MemoryJournal()
