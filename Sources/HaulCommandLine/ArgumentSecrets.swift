@@ -1,18 +1,17 @@
 import Foundation
+import Haul
 
 /// Hides the secrets of the process's own arguments from other users: what `ps` and `/proc/PID/cmdline` show is the
 /// argument vector's memory, which stays readable for the whole run. As curl blanks `-u`, the password of
 /// `-u/--user USER:PASSWORD`, of every URL with one (`https://user:password@...`, `-x`, `--db`) and the value of a
-/// `--header` that carries `Authorization`, `Proxy-Authorization` or `Cookie` are overwritten with `*` in place, once
+/// `--header` that carries a secret (`DownloadRequest.isSecretField(_:)`: `Authorization`, `Cookie`, `X-Api-Key`...)
+/// are overwritten with `*` in place, once
 /// the arguments have been copied for parsing. Lengths stay, so nothing moves.
 enum ArgumentSecrets {
     /// The options whose next argument (or `=`-joined value) is `USER:PASSWORD`.
     static let credentialOptions: Set<String> = ["-u", "--user"]
     /// The options whose value is a header field.
     static let headerOptions: Set<String> = ["--header"]
-    /// The header fields whose value is a secret.
-    static let secretFields: Set<String> = ["authorization", "proxy-authorization", "cookie"]
-
     /// Overwrites the secrets in the argument vector (`CommandLine.unsafeArgv`). Call it after `CommandLine.arguments`
     /// has been read: the parser works on that copy.
     static func hideInArgumentVector() {
@@ -63,7 +62,7 @@ enum ArgumentSecrets {
         guard let colon = value.firstIndex(of: UInt8(ascii: ":")), colon + 1 < value.count else { return [] }
         if !credentialOptions.contains(option) {
             let name = String(decoding: value[..<colon], as: UTF8.self).trimmingCharacters(in: .whitespaces)
-            guard secretFields.contains(name.lowercased()) else { return [] }
+            guard DownloadRequest.isSecretField(name) else { return [] }
         }
         return [(colon + 1 + offset)..<(value.count + offset)]
     }

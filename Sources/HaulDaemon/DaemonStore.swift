@@ -7,7 +7,8 @@ import HaulOperations
 ///
 /// A change is committed before the call that made it is answered, so a call that was answered is never lost, even
 /// to a SIGKILL right after it. Secrets are never written: options that are passwords, and header fields that carry
-/// credentials or cookies, stay in memory (a download that needed them comes back as failed, saying so).
+/// secrets (`DownloadRequest.isSecretField(_:)`), stay in memory (a download that needed them comes back as failed,
+/// saying so).
 public final class DaemonStore: Sendable {
     private let database: DatabaseQueue
 

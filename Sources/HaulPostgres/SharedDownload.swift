@@ -5,9 +5,9 @@ import HTTPTypes
 /// One download as the shared queue keeps it: a request, and the path its file takes under each worker's directory.
 ///
 /// The request is stored without its destination (every worker writes under its own `-d DIR`) and without secrets:
-/// a request that carries credentials (a user and password, `Authorization`, `Cookie`) is refused, because the
-/// database would hold them for every reader of the queue. Give workers their credentials instead (a netrc file,
-/// `--user`).
+/// a request that carries credentials (a user and password, or a header field `DownloadRequest.isSecretField(_:)`
+/// names: `Authorization`, `Cookie`, `X-Api-Key`...) is refused, because the database would hold them for every
+/// reader of the queue. Give workers their credentials instead (a netrc file, `--user`).
 ///
 /// ```swift
 /// let download = try SharedDownload(request: DownloadRequest(url: url, destination: .directory(base)), path: "a/b.iso")
@@ -35,7 +35,7 @@ public struct SharedDownload: Sendable, Hashable {
                 "'\(request.url.absoluteString)' carries a user and password, which the queue would store for every "
                     + "reader of the database: give workers their credentials (--netrc-file, --user)")
         }
-        if let field = request.headerFields.first(where: { Self.secretFields.contains($0.name.canonicalName) }) {
+        if let field = request.headerFields.first(where: { DownloadRequest.isSecretField($0.name.canonicalName) }) {
             let name = field.name.rawName
             throw SharedQueueError(
                 .invalidDownload,
@@ -59,9 +59,6 @@ public struct SharedDownload: Sendable, Hashable {
 
     /// The key per-host limits count by (scheme, host and port of the URL).
     public var hostKey: String { DownloadRequest.originKey(for: request.url) }
-
-    /// The fields that hold secrets.
-    static let secretFields: Set<String> = ["authorization", "cookie", "proxy-authorization"]
 
     /// Why `path` cannot be a file's place under a directory, or `nil` when it can.
     static func problem(withPath path: String) -> String? {

@@ -72,7 +72,8 @@ struct GetPromisesTests {
             let url = try #require(held?.string)
             let process = try HaulProcess([
                 "get", "-u", "me:USERPASSWORD", "--header", "Authorization: Bearer HEADERTOKEN",
-                "--header=Cookie: sid=COOKIEVALUE", "--noproxy", "*", "-x", "http://p:PROXYPASSWORD@127.0.0.1:9",
+                "--header=Cookie: sid=COOKIEVALUE", "--header", "PRIVATE-TOKEN: GITLABTOKEN", "--noproxy", "*", "-x",
+                "http://p:PROXYPASSWORD@127.0.0.1:9",
                 "-d", dir.path, url,
             ])
             try await eventually("the request is held") { server.stats.heldByGate["g", default: 0] > 0 }
@@ -80,7 +81,8 @@ struct GetPromisesTests {
             server.openGate("g")
             let run = await process.finish()
             #expect(run.status == 0, "\(run)")
-            for secret in ["USERPASSWORD", "HEADERTOKEN", "COOKIEVALUE", "PROXYPASSWORD", "URLPASSWORD"] {
+            for secret in ["USERPASSWORD", "HEADERTOKEN", "COOKIEVALUE", "PROXYPASSWORD", "URLPASSWORD", "GITLABTOKEN"]
+            {
                 #expect(!cmdline.contains(secret), "\(secret) in \(cmdline)")
             }
             // What is not a secret stays readable.

@@ -154,7 +154,7 @@ struct DaemonSecurityTests {
         await harness.stop()
     }
 
-    @Test("secrets in options never come back: passwords, Authorization and Cookie headers, a URL's user info")
+    @Test("secrets in options never come back: passwords, secret headers (Authorization, X-Api-Key...), user info")
     func secretsNotAnswered() async throws {
         try await TestServer.withRunning { server in
             let harness = try await DaemonHarness()
@@ -168,7 +168,10 @@ struct DaemonSecurityTests {
                     [.string(url.url!.absoluteString)],
                     [
                         "http-user": "bob", "http-passwd": "option-password",
-                        "header": ["Authorization: Bearer tok-123", "Cookie: c=cookie-value", "X-Plain: shown"],
+                        "header": [
+                            "Authorization: Bearer tok-123", "Cookie: c=cookie-value", "X-Plain: shown",
+                            "X-Api-Key: api-key-456",
+                        ],
                     ],
                 ])
             try await eventually("held") { server.heldCount(at: "g") == 1 }
@@ -177,7 +180,7 @@ struct DaemonSecurityTests {
                 everything += "\(try await harness.call(method, [gid]))"
             }
             everything += "\(try await harness.call("aria2.tellActive"))"
-            for secret in ["url-password", "option-password", "tok-123", "cookie-value"] {
+            for secret in ["url-password", "option-password", "tok-123", "cookie-value", "api-key-456"] {
                 #expect(!everything.contains(secret), "\(secret) in an answer")
             }
             #expect(everything.contains("X-Plain: shown"))

@@ -49,5 +49,10 @@ struct DatabaseURLTests {
         withCookie.headerFields[.cookie] = "s=1"
         let error = #expect(throws: SharedQueueError.self) { try SharedDownload(request: withCookie, path: "a") }
         #expect(error?.message.contains("Cookie") == true && error?.message.contains("s=1") == false)
+        // A token in a field of its own is as much a secret: it would be stored in clear, or dropped unsaid.
+        var withToken = request
+        withToken.headerFields[HTTPField.Name("PRIVATE-TOKEN")!] = "glpat-123"
+        let tokenError = #expect(throws: SharedQueueError.self) { try SharedDownload(request: withToken, path: "a") }
+        #expect(tokenError?.message.contains("PRIVATE-TOKEN") == true && tokenError?.message.contains("glpat") == false)
     }
 }

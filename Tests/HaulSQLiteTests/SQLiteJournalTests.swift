@@ -33,8 +33,12 @@ struct SQLiteJournalTests {
             expectedSize: 9, maxSize: 100, conflictPolicy: .rename, priority: -3)
         request.headerFields[.authorization] = "Bearer t"
         request.headerFields[HTTPField.Name("X-Trace")!] = "1"
+        request.headerFields[HTTPField.Name("X-Api-Key")!] = "k"
+        request.headerFields[HTTPField.Name("PRIVATE-TOKEN")!] = "p"
         var withoutSecrets = request
         withoutSecrets.headerFields[.authorization] = nil
+        withoutSecrets.headerFields[HTTPField.Name("X-Api-Key")!] = nil
+        withoutSecrets.headerFields[HTTPField.Name("PRIVATE-TOKEN")!] = nil
         for state in states {
             let record = JournalRecord(key: key, path: "/d/a", state: state, request: request)
             try SQLiteJournal(path: path).store(record)

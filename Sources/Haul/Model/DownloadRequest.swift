@@ -253,9 +253,9 @@ extension DownloadRequest {
             try container.decodeIfPresent(Int64.self, forKey: .minimumSegmentSize) ?? Self.defaultMinimumSegmentSize
     }
 
-    /// Encodes the request without its secrets: ``credentials`` and the `Authorization`, `Cookie` and
-    /// `Proxy-Authorization` fields stay out of whatever keeps it (a journal's file). Neither are the downloader
-    /// settings it replaces (``retryPolicy``, ``connectTimeout``, ``stallTimeout``, ``tls``, ``proxy``,
+    /// Encodes the request without its secrets: ``credentials`` and the header fields ``isSecretField(_:)`` names
+    /// (`Authorization`, `Cookie`, `X-Api-Key`...) stay out of whatever keeps it (a journal's file). Neither are the
+    /// downloader settings it replaces (``retryPolicy``, ``connectTimeout``, ``stallTimeout``, ``tls``, ``proxy``,
     /// ``revalidatesCompletedFile``, ``usesRemoteModificationTime``): a proxy's password is a secret too, and a
     /// request decoded from a journal runs with its downloader's settings. A request decoded again has
     /// none of them; a download resumed from a journal gets its credentials from the downloader's credential
@@ -263,7 +263,7 @@ extension DownloadRequest {
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         var fields = headerFields
-        for name in HTTPRules.credentialFields { fields[name] = nil }
+        for field in headerFields where Self.isSecretField(field.name.canonicalName) { fields[field.name] = nil }
         try container.encode(storedURL, forKey: .storedURL)
         try container.encode(destination, forKey: .destination)
         try container.encode(fields, forKey: .headerFields)
@@ -282,6 +282,19 @@ extension DownloadRequest {
             try container.encode(minimumSegmentSize, forKey: .minimumSegmentSize)
         }
     }
+
+    /// Whether a header field of this name carries a secret, which Haul never writes to a file nor shows: the
+    /// credential fields (`Authorization`, `Proxy-Authorization`, `Cookie`), and any field whose name says it holds a
+    /// key, token, secret, password, signature, session or credential (`X-Api-Key`, `PRIVATE-TOKEN`, `X-Auth-Token`,
+    /// `X-Amz-Security-Token`...), since no list of names can be complete. Case does not matter.
+    public static func isSecretField(_ name: some StringProtocol) -> Bool {
+        let lowered = name.lowercased()
+        return secretFieldWords.contains { lowered.contains($0) }
+    }
+
+    private static let secretFieldWords = [
+        "auth", "cookie", "key", "token", "secret", "passw", "signature", "session", "credential",
+    ]
 
     /// `url` without its user info, and the credentials it carried.
     private static func splittingUserInfo(_ url: URL) -> (URL, Credentials?) {

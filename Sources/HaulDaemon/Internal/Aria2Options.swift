@@ -48,7 +48,4 @@ enum Aria2Options {
         "http-passwd", "all-proxy-passwd", "http-proxy-passwd", "https-proxy-passwd", "ftp-passwd", "ftp-proxy-passwd",
         "rpc-secret", "rpc-passwd",
     ]
-
-    /// Header fields whose values are secrets.
-    static let secretHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
 }

@@ -9,12 +9,12 @@ struct DownloadPlan {
     /// The options as given (a cumulative one's values joined by newlines), for `getOption`.
     let options: [String: String]
 
-    /// The options as stored: without passwords, without header fields that carry credentials or cookies, and with a
+    /// The options as stored: without passwords, without header fields that carry secrets, and with a
     /// proxy's password hidden.
     let storedOptions: [String: String]
 
     /// `options` (a cumulative one's values joined by newlines) without passwords, without header fields that carry
-    /// credentials or cookies, and with a proxy's password hidden: what may be stored or shown.
+    /// secrets, and with a proxy's password hidden: what may be stored or shown.
     static func withoutSecrets(_ options: [String: String]) -> [String: String] {
         var stored = options.filter { !Aria2Options.secret.contains($0.key) }
         if let proxy = stored["all-proxy"] { stored["all-proxy"] = Self.redactedProxy(proxy) }
@@ -40,7 +40,7 @@ struct DownloadPlan {
 
     static func isSecretHeader(_ line: String) -> Bool {
         let name = line.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
-        return Aria2Options.secretHeaders.contains(name.lowercased().trimmingCharacters(in: .whitespaces))
+        return DownloadRequest.isSecretField(name.trimmingCharacters(in: .whitespaces))
     }
     var request: DownloadRequest
     var paused = false
