@@ -43,7 +43,9 @@ public final class DownloadHandle: Sendable {
     /// The result if the download has ended, else `nil`.
     public var outcome: Result<DownloadResult, DownloadError>? { box.value }
 
-    /// This download's events from now on, ending with `.finished` or `.failed` (at once if it has ended).
+    /// This download's events from now on, ending with `.finished` or `.failed` (at once if it has ended), or
+    /// earlier when ``DownloadQueue/finishEvents()`` ends every sequence (the outcome is then in ``outcome`` or
+    /// ``result``).
     public var events: AsyncStream<DownloadEvent> { queue.events(of: id, box: box) }
 
     /// Cancels the download: a waiting one never starts, a running one stops and leaves nothing at its
