@@ -126,7 +126,7 @@ extension DownloadRun {
             // Most downloaders pace nothing, and no host asked them for time.
             if pacer.isActive { try await waitForTurn(url: url, clock: clock, emit: emit) }
             let fields = withCredentialsAndCookies(for: hops)
-            var head = HTTPRequest(method: .get, url: url)
+            var head = HTTPRules.getRequest(for: url)
             // Most requests set no fields and ask for no range: the fields made once are theirs, with nothing to copy.
             head.headerFields =
                 fields.isEmpty && asking.isPlain

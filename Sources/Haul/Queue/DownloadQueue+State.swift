@@ -9,6 +9,24 @@ extension DownloadQueue {
     struct JoinKey: Hashable {
         let url: URL
         let destination: Destination
+        /// Hashed once: the table hashes a key again for each look-up, and for each key it moves when another is
+        /// removed, and hashing a URL reads all of its text.
+        private let hash: Int
+
+        init(url: URL, destination: Destination) {
+            self.url = url
+            self.destination = destination
+            var hasher = Hasher()
+            hasher.combine(url)
+            hasher.combine(destination)
+            hash = hasher.finalize()
+        }
+
+        static func == (left: JoinKey, right: JoinKey) -> Bool {
+            left.hash == right.hash && left.url == right.url && left.destination == right.destination
+        }
+
+        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
     }
 
     /// Drops `entry`'s join if it is still this entry's, with one lookup.

@@ -149,6 +149,7 @@ struct RunReport: Sendable {
 
 /// The name a download is shown by: the planned file name, else the URL's last component.
 func displayName(of request: DownloadRequest) -> String {
-    request.plannedFileURL?.lastPathComponent ?? DownloadRequest.fileName(for: request.url)
-        ?? request.url.redactedString
+    // The planned file's name, without building its URL: in a directory, it is the URL's name.
+    if case .file(let file) = request.destination { return file.lastPathComponent }
+    return DownloadRequest.fileName(for: request.url) ?? request.url.redactedString
 }
