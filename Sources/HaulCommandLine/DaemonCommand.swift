@@ -272,7 +272,8 @@ struct DaemonCommand: AsyncParsableCommand {
         }
         let directory = destination.url
         try FileManager.default.createDirectory(
-            at: directory.appendingPathComponent(".haul"), withIntermediateDirectories: true)
+            at: directory.appendingPathComponent(".haul"), withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
         let secret = try loadSecret(directory: directory, conf: conf, log: log)
         var configuration = Downloader.Configuration.commandLine
         _ = try network.apply(to: &configuration, transport: connection.transport)

@@ -253,7 +253,9 @@ extension Daemon {
         if statuses == nil, query.isEmpty, order.key == .stopped {
             // The page counted from the end for the newest first, from the start for the oldest.
             let total = state.withLock { $0.stoppedTotal }
-            if !order.descending { return (total, try stoppedItems(min(offset, total)..<min(offset + count, total))) }
+            // A client's count may be as large as an Int goes: counted against what is left, it cannot overflow.
+            let start = min(offset, total)
+            if !order.descending { return (total, try stoppedItems(start..<start + min(count, total - start))) }
             let end = max(0, total - offset)
             let items = try stoppedItems(max(0, end - count)..<end)
             return (total, items.reversed())

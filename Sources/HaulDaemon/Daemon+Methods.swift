@@ -395,8 +395,9 @@ extension Daemon {
         let target: Int64
         switch how {
         case "POS_SET": target = offset
-        case "POS_CUR": target = Int64(current) + offset
-        case "POS_END": target = Int64(waiting - 1) + offset
+        // Saturating: a client's offset may be as large as an Int64 goes.
+        case "POS_CUR": target = Self.saturatingSum(Int64(current), offset)
+        case "POS_END": target = Self.saturatingSum(Int64(waiting - 1), offset)
         default: throw .invalidParams("aria2.changePosition: how must be POS_SET, POS_CUR or POS_END, not \(how)")
         }
         guard let moved = handle.move(toPosition: Int(clamping: max(0, target))) else {
@@ -467,7 +468,14 @@ extension Daemon {
         } else if size <= offset {
             return 0..<0
         }
-        return Int(offset)..<Int(min(size, offset + count))
+        // Counted against what is left: a client's count may be as large as an Int64 goes.
+        return Int(offset)..<Int(offset + min(count, size - offset))
+    }
+
+    /// `left + right`, held at the ends of `Int64` instead of trapping.
+    static func saturatingSum(_ left: Int64, _ right: Int64) -> Int64 {
+        let (sum, overflow) = left.addingReportingOverflow(right)
+        return overflow ? (right > 0 ? .max : .min) : sum
     }
 
     /// The status objects of the queue's downloads the daemon knows.

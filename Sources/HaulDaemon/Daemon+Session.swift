@@ -88,7 +88,7 @@ extension Daemon {
         _ = try saveSession()
     }
 
-    private static func withoutUserInfo(_ uri: String) -> String {
+    static func withoutUserInfo(_ uri: String) -> String {
         guard let url = URL(string: uri), url.user != nil || url.password != nil,
             var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
         else { return uri }

@@ -3,10 +3,11 @@ import Haul
 
 /// Keeping the daemon's downloads across restarts (``DaemonStore``).
 extension Daemon {
-    /// The stored form of `item`.
+    /// The stored form of `item`: its URIs without their user and password (`withheldSecrets` says they were left
+    /// out), as its options are stored without theirs.
     static func row(_ item: Item) -> DaemonStore.Row {
         var row = DaemonStore.Row(
-            gid: item.gid, uris: item.uris, options: item.options,
+            gid: item.gid, uris: item.uris.map(withoutUserInfo), options: item.options,
             state: item.removing ? removingState : item.handle?.status.state == .paused ? "paused" : "waiting",
             rank: item.rank,
             withheldSecrets: item.withheldSecrets)

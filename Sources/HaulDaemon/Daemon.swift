@@ -147,8 +147,8 @@ public final class Daemon: Sendable {
     /// every list answered from memory.
     struct Item {
         let gid: GID
-        /// Its URIs as given (user info and all: a restart and the session file need them); the first is used, the
-        /// others are its mirrors.
+        /// Its URIs as given (user info and all, for this run's requests; the store and the session file leave it
+        /// out); the first is used, the others are its mirrors.
         var uris: [String]
         var options: [String: String]
         /// Its file's directory as the lists show it (one string shared by the downloads of a directory,

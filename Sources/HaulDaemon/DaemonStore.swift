@@ -57,8 +57,14 @@ public final class DaemonStore: Sendable {
             try db.execute(sql: "PRAGMA wal_autocheckpoint = \(Self.checkpointPages)")
             try db.execute(sql: "PRAGMA journal_size_limit = \(Self.checkpointPages * 4096)")
         }
+        // Owner-only from the start: SQLite gives the -wal and -shm files it makes the database's mode. A store made
+        // before with a wider mode is narrowed, its -wal and -shm files too.
+        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        if descriptor >= 0 { close(descriptor) }
         database = try DatabaseQueue(path: path, configuration: configuration)
-        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
+        for file in [path, path + "-wal", path + "-shm"] where FileManager.default.fileExists(atPath: file) {
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: file)
+        }
         var migrator = DatabaseMigrator()
         migrator.registerMigration("downloads") { db in
             try db.execute(

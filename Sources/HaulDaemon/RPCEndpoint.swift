@@ -117,8 +117,10 @@ public struct RPCEndpoint: Sendable {
         switch parsed {
         case .array(let calls):
             guard !calls.isEmpty else { return (Self.response(id: .null, error: .invalidRequest).encoded(), 0) }
-            guard calls.count <= Self.maxCalls else {
-                return (Self.response(id: .null, error: Self.tooManyCalls(calls.count, in: "a batch")).encoded(), 0)
+            // A multicall's calls count one by one: a batch of multicalls must not answer maxCalls times maxCalls.
+            let total = calls.reduce(0) { $0 + Self.callCount(of: $1) }
+            guard total <= Self.maxCalls else {
+                return (Self.response(id: .null, error: Self.tooManyCalls(total, in: "a batch")).encoded(), 0)
             }
             requests = calls
         default: requests = [parsed]
@@ -135,8 +137,8 @@ public struct RPCEndpoint: Sendable {
             let id = members["id"]
             let step: Step
             switch members["params"] {
-            case nil, .null?: step = check(method, [], wrongSecrets: &wrongSecrets)
-            case .array(let list)?: step = check(method, list, wrongSecrets: &wrongSecrets)
+            case nil, .null?: step = check(method, [], session: session, wrongSecrets: &wrongSecrets)
+            case .array(let list)?: step = check(method, list, session: session, wrongSecrets: &wrongSecrets)
             default: step = .failed(.invalidParams("params must be an array"))
             }
             calls.append((answers.count - 1, id, step))
@@ -163,19 +165,22 @@ public struct RPCEndpoint: Sendable {
     }
 
     /// Checks the secret of one call (its first parameter) and takes it off. `system.multicall` needs none of its
-    /// own: each of its calls carries one.
-    private func check(_ method: String, _ params: [JSON], wrongSecrets: inout Int) -> Step {
+    /// own: each of its calls carries one. A call that passes the check vouches for its `session`.
+    private func check(_ method: String, _ params: [JSON], session: RPCSession?, wrongSecrets: inout Int) -> Step {
         var params = params
         var token: String?
         if let first = params.first?.string, first.hasPrefix("token:") {
             token = String(first.dropFirst("token:".count))
             params.removeFirst()
         }
-        if let secret, method != "system.multicall", !Self.open.contains(method) {
-            guard let token, secret.matches(token) else {
-                wrongSecrets += 1
-                return .failed(.unauthorized)
+        if method != "system.multicall", !Self.open.contains(method) {
+            if let secret {
+                guard let token, secret.matches(token) else {
+                    wrongSecrets += 1
+                    return .failed(.unauthorized)
+                }
             }
+            session?.vouch()
         }
         return .call(method: method, params: params)
     }
@@ -237,7 +242,7 @@ public struct RPCEndpoint: Sendable {
             guard method != "system.multicall" else {
                 return .failed(RPCError("Recursive system.multicall forbidden."))
             }
-            return check(method, members["params"]?.array ?? [], wrongSecrets: &wrongSecrets)
+            return check(method, members["params"]?.array ?? [], session: session, wrongSecrets: &wrongSecrets)
         }
         return .array(
             await perform(steps, session: session, wrongSecrets: &wrongSecrets).map { result in
@@ -246,6 +251,14 @@ public struct RPCEndpoint: Sendable {
                 case .failure(let error): error.json
                 }
             })
+    }
+
+    /// How many calls `request` makes: one, or a `system.multicall`'s calls.
+    static func callCount(of request: JSON) -> Int {
+        guard let members = request.object, members["method"]?.string == "system.multicall",
+            let calls = members["params"]?.array?.first?.array
+        else { return 1 }
+        return max(1, calls.count)
     }
 
     /// The error of a batch or multicall of `count` calls, over ``maxCalls``.

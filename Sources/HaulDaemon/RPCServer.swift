@@ -82,6 +82,10 @@ public final class RPCServer: Sendable {
     private let sessions: OpenChannels
     private let connections: OpenChannels
 
+    /// How much may wait to be sent to a WebSocket client before a notification closes it instead (it does not read):
+    /// room for the largest answers, a page of a thousand statuses, and a burst of notifications behind them.
+    static let webSocketBacklog = ChannelOptions.Types.WriteBufferWaterMark(low: 1 << 20, high: 4 << 20)
+
     /// The host names the daemon answers to (without the port): its loopback names, the address bound (every
     /// interface's address when bound to all of them) and `allowed`.
     static func hostNames(boundTo address: SocketAddress, allowed: Set<String>) -> Set<String> {
@@ -131,7 +135,10 @@ public final class RPCServer: Sendable {
             .childChannelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 checksKnown.futureResult.hop(to: channel.eventLoop).flatMapThrowing { checks in
-                    guard connections.count < access.maxConnections else {
+                    guard
+                        connections.count < access.maxConnections
+                            || sessions.closeUnvouched(countedIn: connections)
+                    else {
                         channel.close(promise: nil)
                         return
                     }
@@ -163,6 +170,8 @@ public final class RPCServer: Sendable {
                                     type: RPCConnectionHandler.self)
                                 return channel.pipeline.syncOperations.removeHandler(handler)
                             }.flatMap { $0 }.flatMapThrowing {
+                                try channel.syncOptions?.setOption(
+                                    ChannelOptions.writeBufferWaterMark, value: Self.webSocketBacklog)
                                 try channel.pipeline.syncOperations.addHandler(
                                     WebSocketRPCHandler(
                                         endpoint: endpoint, access: access, sessions: sessions, signedIn: signedIn))
@@ -196,7 +205,10 @@ public final class RPCServer: Sendable {
         let authorities = names.map { "\($0):\(bound)" } + (bound == (tls == nil ? 80 : 443) ? Array(names) : [])
         checksKnown.succeed(
             RequestChecks(
-                hosts: Set(authorities), origins: access.allowedOrigins.union(authorities.map { "\(scheme)://\($0)" })))
+                hosts: Set(authorities),
+                // Compared lowercased, as a request's Origin is (and as browsers send it).
+                origins: Set(access.allowedOrigins.map { $0.lowercased() }).union(
+                    authorities.map { "\(scheme)://\($0)" })))
         return RPCServer(address: address, channel: channel, sessions: sessions, connections: connections)
     }
 
@@ -236,28 +248,58 @@ public final class RPCServer: Sendable {
 
 /// Channels open now: the WebSocket sessions, to send notifications to; every connection, to close at a stop.
 final class OpenChannels: Sendable {
-    private let channels = Locked<[ObjectIdentifier: any Channel]>([:])
+    private struct Open {
+        let channel: any Channel
+        /// A WebSocket's session.
+        let session: RPCSession?
+    }
+
+    private let channels = Locked<[ObjectIdentifier: Open]>([:])
 
     var isEmpty: Bool { channels.withLock { $0.isEmpty } }
     var count: Int { channels.withLock { $0.count } }
 
-    func add(_ channel: any Channel) { channels.withLock { $0[ObjectIdentifier(channel)] = channel } }
+    func add(_ channel: any Channel, session: RPCSession? = nil) {
+        channels.withLock { $0[ObjectIdentifier(channel)] = Open(channel: channel, session: session) }
+    }
+
     func remove(_ channel: any Channel) { _ = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) } }
+
+    /// Closes a WebSocket session that no call has vouched for (``RPCSession/isVouched``), and takes it out of
+    /// `connections`, to make room for a new connection; `false` when there is none. Without it, WebSockets opened
+    /// and left idle, which need no secret (notifications go to every session, as aria2 sends them), would hold
+    /// every connection slot for as long as they stay open.
+    func closeUnvouched(countedIn connections: OpenChannels) -> Bool {
+        let unvouched = channels.withLock { channels -> (any Channel)? in
+            guard let (key, open) = channels.first(where: { $0.value.session?.isVouched == false }) else { return nil }
+            channels[key] = nil
+            return open.channel
+        }
+        guard let unvouched else { return false }
+        connections.remove(unvouched)
+        unvouched.close(promise: nil)
+        return true
+    }
 
     /// Sends `text` to every channel, after what was sent before from any thread: always through the channel's event
     /// loop, since a write made on the loop itself would go out at once, ahead of one queued there from another
     /// thread a moment before (a download's start, told on its loop, ahead of its resumption told by an RPC call).
     func send(_ text: [UInt8]) {
-        let open = channels.withLock { Array($0.values) }
+        let open = channels.withLock { $0.values.map(\.channel) }
         for channel in open {
-            channel.eventLoop.execute { channel.writeAndFlush(WebSocketFrame.text(text, on: channel), promise: nil) }
+            channel.eventLoop.execute {
+                // A client that does not read what it is sent is closed, not sent more: what waits for it is kept
+                // in memory (up to the WebSocket's high-water mark, RPCServer.webSocketBacklog).
+                guard channel.isWritable else { return channel.close(promise: nil) }
+                channel.writeAndFlush(WebSocketFrame.text(text, on: channel), promise: nil)
+            }
         }
     }
 
     func closeAll() {
         let open = channels.withLock { channels in
             defer { channels = [:] }
-            return Array(channels.values)
+            return channels.values.map(\.channel)
         }
         for channel in open { channel.close(promise: nil) }
     }
@@ -268,6 +310,14 @@ final class OpenChannels: Sendable {
 public final class RPCSession: Sendable {
     private let channel: any Channel
     private let push = Locked<RepeatedTask?>(nil)
+    private let vouched = Locked(false)
+
+    /// Whether a call of the session has passed the secret's check (or needed none but the daemon's, with no secret
+    /// set): a session that never did may be closed to make room for another connection (``OpenChannels``).
+    var isVouched: Bool { vouched.withLock { $0 } }
+
+    /// Notes that a call of the session passed the secret's check.
+    func vouch() { vouched.withLock { $0 = true } }
 
     init(channel: any Channel) { self.channel = channel }
 
@@ -346,8 +396,10 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        session = RPCSession(channel: context.channel)
-        sessions.add(context.channel)
+        let session = RPCSession(channel: context.channel)
+        if signedIn() { session.vouch() }
+        self.session = session
+        sessions.add(context.channel, session: session)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
