@@ -27,7 +27,8 @@ public struct RPCAccess: Sendable {
     /// notifications.
     public var requestTimeout: Duration
     /// The most connections open at once; one more is closed as soon as it is accepted, so that a client cannot use up
-    /// the daemon's file descriptors.
+    /// the daemon's file descriptors, unless a WebSocket session no call has vouched for (with the secret, or signed in
+    /// to the dashboard) is closed to make room for it: idle WebSockets need no secret, and must not lock callers out.
     public var maxConnections: Int
 
     /// Access for the daemon's own origin and `allowedOrigins`.
@@ -72,7 +73,7 @@ extension RPCAccess {
 /// secret of its own.
 ///
 /// Notifications (``notify(_:gid:)``) go to every WebSocket session, as aria2 sends them: they carry a GID only,
-/// which is of no use without the secret.
+/// which is of no use without the secret. A session that does not read them is closed once 4 MiB wait for it.
 public final class RPCServer: Sendable {
     /// Where the server listens.
     public let address: SocketAddress
