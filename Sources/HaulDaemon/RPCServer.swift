@@ -21,6 +21,11 @@ public struct RPCAccess: Sendable {
     /// Holds every wrong secret's answer back after the one before it (``unauthorizedDelay`` each), across the
     /// server's connections, its `/session` and its `/metrics`: shared by every copy of this value.
     package var guesses = GuessThrottle()
+    /// The connections waiting for a held-back answer, shared by every copy of this value: under a full
+    /// ``maxConnections`` one of them is closed, its answer never sent, to make room for a new connection. That tells
+    /// a guesser nothing it could not tell already, since a right secret's answer is never held: a guess not answered
+    /// at once is a wrong one.
+    let holding = OpenChannels()
 
     /// How long a client has to send a whole request, and how long a connection may wait for its next one: a
     /// connection that stops halfway (or holds a slot doing nothing) is closed then. Not a WebSocket's: it waits for
@@ -28,7 +33,8 @@ public struct RPCAccess: Sendable {
     public var requestTimeout: Duration
     /// The most connections open at once; one more is closed as soon as it is accepted, so that a client cannot use up
     /// the daemon's file descriptors, unless a WebSocket session no call has vouched for (with the secret, or signed in
-    /// to the dashboard) is closed to make room for it: idle WebSockets need no secret, and must not lock callers out.
+    /// to the dashboard), or else a connection waiting for a wrong secret's held-back answer, is closed to make room
+    /// for it: neither needs the secret, and they must not lock callers out.
     public var maxConnections: Int
 
     /// Access for the daemon's own origin and `allowedOrigins`.
@@ -47,18 +53,28 @@ public struct RPCAccess: Sendable {
 
 extension RPCAccess {
     /// Answers `bytes` with `endpoint` off the event loop (a method may touch the file system: an add makes its
-    /// directories), then hands the answer to `deliver` on `loop`, held back when calls carried a wrong secret: by
-    /// ``unauthorizedDelay`` for each, after the wrong guesses answered before (``guesses``).
+    /// directories), then hands the answer to `deliver` on `channel`'s loop, held back when calls carried a wrong
+    /// secret: by ``unauthorizedDelay`` for each, after the wrong guesses answered before (``guesses``).
     func answer(
         _ bytes: [UInt8], with endpoint: RPCEndpoint, session: RPCSession? = nil, signedIn: Bool,
-        on loop: any EventLoop,
+        on channel: any Channel,
         deliver: @escaping @Sendable ([UInt8]?) -> Void
     ) {
         let (delay, guesses) = (unauthorizedDelay, self.guesses)
         Task {
             let (answer, wrongSecrets) = await endpoint.answer(bytes, session: session, signedIn: signedIn)
-            guard wrongSecrets > 0 else { return loop.execute { deliver(answer) } }
-            loop.scheduleTask(in: TimeAmount(guesses.hold(wrongSecrets, each: delay))) { deliver(answer) }
+            guard wrongSecrets > 0 else { return channel.eventLoop.execute { deliver(answer) } }
+            hold(channel, for: guesses.hold(wrongSecrets, each: delay)) { deliver(answer) }
+        }
+    }
+
+    /// Runs `deliver` on `channel`'s loop after `delay`, the channel counted in ``holding`` meanwhile.
+    func hold(_ channel: any Channel, for delay: Duration, then deliver: @escaping @Sendable () -> Void) {
+        let holding = self.holding
+        holding.add(channel)
+        channel.eventLoop.scheduleTask(in: TimeAmount(delay)) {
+            holding.remove(channel)
+            deliver()
         }
     }
 }
@@ -139,6 +155,7 @@ public final class RPCServer: Sendable {
                     guard
                         connections.count < access.maxConnections
                             || sessions.closeUnvouched(countedIn: connections)
+                            || access.holding.closeOne(countedIn: connections)
                     else {
                         channel.close(promise: nil)
                         return
@@ -297,6 +314,23 @@ final class OpenChannels: Sendable {
         }
     }
 
+    /// Closes one of the channels, taking it out of `connections` too, to make room for a new connection; `false`
+    /// when there is none.
+    func closeOne(countedIn connections: OpenChannels) -> Bool {
+        let chosen = channels.withLock { channels -> (any Channel)? in
+            // One that closed meanwhile frees no place: it is only forgotten.
+            while let (key, open) = channels.first {
+                channels[key] = nil
+                if open.channel.isActive { return open.channel }
+            }
+            return nil
+        }
+        guard let chosen else { return false }
+        connections.remove(chosen)
+        chosen.close(promise: nil)
+        return true
+    }
+
     func closeAll() {
         let open = channels.withLock { channels in
             defer { channels = [:] }
@@ -451,7 +485,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     private func answer(_ bytes: [UInt8], on channel: any Channel) {
         answering = true
         let handler = NIOLoopBound(self, eventLoop: channel.eventLoop)
-        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn(), on: channel.eventLoop) { answer in
+        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn(), on: channel) { answer in
             if let answer { channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil) }
             handler.value.answered(on: channel)
         }
@@ -620,7 +654,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let signedIn = dashboard.isSignedIn(
             cookieHeader: head.headers.cookie, csrf: head.headers.first(name: DashboardSessions.csrfHeader))
-        access.answer(Array(body.readableBytesView), with: endpoint, signedIn: signedIn, on: context.eventLoop) {
+        access.answer(Array(body.readableBytesView), with: endpoint, signedIn: signedIn, on: context.channel) {
             answer in
             let (handler, context) = bound.value
             handler.write(
@@ -664,7 +698,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
             guard secret.matches(given) else {
                 let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
                 let headers = headers
-                context.eventLoop.scheduleTask(in: TimeAmount(access.guesses.hold(1, each: access.unauthorizedDelay))) {
+                access.hold(context.channel, for: access.guesses.hold(1, each: access.unauthorizedDelay)) {
                     let (handler, context) = bound.value
                     handler.write(
                         status: .ok, bytes: Self.wrongSecret,

@@ -197,6 +197,33 @@ struct DaemonReviewHazardTests {
         withExtendedLifetime(sockets) {}
     }
 
+    @Test("wrong secrets packed into a multicall do not hold every connection slot far past the request timeout")
+    func heldGuessesLockOut() async throws {
+        let harness = try await DaemonHarness(
+            access: RPCAccess(
+                unauthorizedDelay: .milliseconds(500), requestTimeout: .milliseconds(500), maxConnections: 2))
+        defer { Task { await harness.stop() } }
+        // Each request: one multicall of 20 wrong guesses, its answer held back 10 s and more.
+        let inner: [JSON] = (0..<20).map { index in
+            ["methodName": "aria2.getVersion", "params": [.string("token:guess-\(index)")]]
+        }
+        let body = (["jsonrpc": "2.0", "id": 1, "method": "system.multicall", "params": [.array(inner)]] as JSON)
+            .encoded()
+        var held: [Int32] = []
+        for _ in 0..<2 {
+            let fd = try connectedLoopbackSocket(port: harness.port)
+            var head = "POST /jsonrpc HTTP/1.1\r\nHost: \(harness.host)\r\nContent-Type: application/json\r\n"
+            head += "Content-Length: \(body.count)\r\n\r\n"
+            writeAll(fd, Array(head.utf8) + body)
+            held.append(fd)
+        }
+        defer { for fd in held { close(fd) } }
+        // Well past the request timeout, well before the held answers go out.
+        try await Task.sleep(for: .seconds(2))
+        let answered = try? await harness.call("aria2.getVersion")
+        #expect(answered != nil, "a client with the right secret was locked out by two requests of wrong guesses")
+    }
+
     // MARK: - Amplification without the secret
 
     @Test(
