@@ -164,7 +164,10 @@ enum HTTPRules {
         let halves = spec.split(separator: "/", maxSplits: 1)
         guard halves.count == 2 else { return nil }
         let bounds = halves[0].split(separator: "-", maxSplits: 1)
-        guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first <= last else {
+        // The range's length must be an Int64 too: `bytes 0-9223372036854775807/*` would overflow it.
+        guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), 0 <= first, first <= last,
+            last < Int64.max
+        else {
             return nil
         }
         return ContentRange(first: first, last: last, complete: Int64(halves[1]))

@@ -134,8 +134,15 @@ struct ResponseDecision {
                                 + "\(range.complete.map(String.init) ?? "*")' does not fit: \(problem); starting over",
                             url: url, status: 206)))
             }
+            // `bytes 0-99/*`: a total the server does not know. Without one known from before, the end of the range
+            // would pass for the end of the file: a first piece is asked for again without a range (the whole file
+            // comes), held bytes are given up for the whole file.
+            guard let total = range.complete ?? asked.knownTotal else {
+                if asked.pieceEnd != nil { return .askWithoutPiece }
+                return .startOver(because: "the server does not say how long the file is")
+            }
             write.startsContinuation = asked.continuing
-            write.total = range.complete
+            write.total = total
             write.expected = range.last - range.first + 1
         } else {
             write.endsPieces = asked.pieceEnd != nil
@@ -154,8 +161,9 @@ struct ResponseDecision {
     /// Appending such a body would publish a file of the wrong size or bytes.
     static func misfit(_ range: HTTPRules.ContentRange, bodyLength: Int64?, knownTotal: Int64?) -> String? {
         let length = range.last - range.first + 1
-        if let complete = range.complete, range.last >= complete {
-            return "a range past the total it states"
+        if let complete = range.complete ?? knownTotal, range.last >= complete {
+            return range.complete == nil
+                ? "a range past the total an earlier response said" : "a range past the total it states"
         } else if let bodyLength, bodyLength != length {
             return "a body of \(bodyLength) bytes for a range of \(length)"
         } else if let known = knownTotal, let complete = range.complete, known != complete {

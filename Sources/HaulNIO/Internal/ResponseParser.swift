@@ -19,9 +19,10 @@ enum ResponsePart {
 /// and body bytes are slices of the read (bench/compare, s3).
 ///
 /// Strict where a lax reading could misframe a body: a `Content-Length` must be digits (repeats must agree), a
-/// folded header line or a malformed chunk is an error, and so is a response nobody asked for. Bodies are framed as
-/// RFC 9112, 6.3 says: none for a response to HEAD or with status 1xx, 204 or 304; chunked when it is the final
-/// transfer coding; else by `Content-Length`; else (or with another transfer coding) up to the connection's close.
+/// folded header line or a malformed chunk is an error, and so is a response, or any byte, nobody asked for. Bodies
+/// are framed as RFC 9112, 6.3 says: none for a response to HEAD or with status 1xx, 204 or 304; chunked when it is
+/// the final transfer coding; else by `Content-Length`; else (or with another transfer coding) up to the
+/// connection's close.
 struct ResponseParser {
     private enum State {
         case head
@@ -69,6 +70,11 @@ struct ResponseParser {
         while buffer.readableBytes > 0 {
             switch state {
             case .head:
+                // Bytes after the last response asked for answer no request, and RFC 9112, 6.3 forbids reading
+                // them as a response: kept, they would start the next download's response on the kept-alive
+                // connection (its head a server's or a proxy's leftovers, a stray CRLF breaking it). The error
+                // closes the connection, whether they come in the read that ended the response or later.
+                guard !expected.isEmpty else { throw Self.invalid("a response to no request") }
                 guard let head = try takeHead(from: &buffer) else {
                     return try hold(buffer, limit: Self.maxHeadSize, "a response head over 80 KiB")
                 }
@@ -159,7 +165,6 @@ struct ResponseParser {
         }
         guard let length = found else { return nil }
         guard length <= Self.maxHeadSize else { throw Self.invalid("a response head over 80 KiB") }
-        guard !expected.isEmpty else { throw Self.invalid("a response to no request") }
         let head = try buffer.withUnsafeReadableBytes { bytes throws(NIOTransportError) in
             try Self.parseHead(UnsafeRawBufferPointer(rebasing: bytes[..<length]))
         }
