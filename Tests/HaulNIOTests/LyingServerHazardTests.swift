@@ -107,4 +107,22 @@ struct LyingServerHazardTests {
             }
         }
     }
+
+    @Test(
+        "a body in a transfer coding Haul did not ask for is no file: nothing is published, the error names the coding",
+        arguments: [
+            "Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "Transfer-Encoding: gzip\r\nConnection: close\r\n\r\nhello",
+        ])
+    func unaskedTransferCoding(framing: String) async throws {
+        let response = Array(("HTTP/1.1 200 OK\r\n" + framing).utf8)
+        try await RawServer.withRunning(responses: [response]) { port in
+            let dir = try TemporaryDirectory()
+            let request = DownloadRequest(
+                url: try #require(URL(string: "http://127.0.0.1:\(port)/f.gz")), destination: .file(dir.file("f.gz")))
+            let error = await #expect(throws: DownloadError.self) { _ = try await Self.downloader().download(request) }
+            #expect(error?.message.contains("transfer coding 'gzip'") == true, "\(String(describing: error))")
+            #expect(contentsOf(dir.file("f.gz")) == nil, "a coded body was published as the file")
+        }
+    }
 }

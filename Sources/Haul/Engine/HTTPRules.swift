@@ -173,6 +173,20 @@ enum HTTPRules {
         return ContentRange(first: first, last: last, complete: Int64(halves[1]))
     }
 
+    /// A transfer coding the body comes in other than `chunked` (`gzip`, `deflate`, `compress`), or nil. Haul sends
+    /// no `TE` and decodes none: such a body is not the file's bytes, and publishing it would publish a wrong file.
+    static func unaskedTransferCoding(of head: HTTPResponse) -> String? {
+        for value in head.headerFields[values: .transferEncoding] {
+            for item in value.split(separator: ",") {
+                let coding = (item.split(separator: ";", maxSplits: 1).first ?? "").trimmingCharacters(in: .whitespaces)
+                // `identity` (no coding) was dropped from the registry (RFC 9112), but harmless where sent.
+                if coding.isEmpty || coding.lowercased() == "chunked" || coding.lowercased() == "identity" { continue }
+                return coding
+            }
+        }
+        return nil
+    }
+
     /// The complete length from `bytes */total` (a 416 answer).
     static func unsatisfiedRangeLength(_ value: String?) -> Int64? {
         guard let value, value.hasPrefix("bytes */") else { return nil }

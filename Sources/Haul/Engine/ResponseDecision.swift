@@ -101,6 +101,9 @@ struct ResponseDecision {
             // The host asked for time: every download to it waits, not only this one.
             return .fail(failure, holdHost: policy.hostHold(status: status, retryAfter: failure.retryAfter))
         }
+        if let coding = HTTPRules.unaskedTransferCoding(of: head) {
+            return .fail(.permanent(Self.codedBody(coding, url: url, status: status)), holdHost: nil)
+        }
         let bodyLength = head.headerFields.first(.contentLength).flatMap { Int64($0) }
         var write = Write(
             isRange: status == 206, expected: bodyLength, bodyLength: bodyLength, total: bodyLength,
@@ -156,6 +159,15 @@ struct ResponseDecision {
         return .write(write)
     }
 
+    /// The failure of a body sent in a transfer coding Haul did not ask for (see
+    /// ``HTTPRules/unaskedTransferCoding(of:)``): permanent, as the server answers alike every time.
+    static func codedBody(_ coding: String, url: URL, status: Int) -> DownloadError {
+        DownloadError(
+            .invalidResponse,
+            message: "the server sent the body in transfer coding '\(coding)', which Haul did not ask for and does not "
+                + "decode", url: url, status: status)
+    }
+
     /// What is wrong with a `206` before any of its bytes are appended: the range must lie inside the total it
     /// states, its body must be as long as the range, and the total must be the one earlier responses stated.
     /// Appending such a body would publish a file of the wrong size or bytes.
@@ -207,6 +219,9 @@ struct SegmentDecision {
 
     func decide(_ head: HTTPResponse, from url: URL, asked: Asked, sent: ResponseDecision.Sent) -> Action {
         let status = head.status.code
+        if (200..<300).contains(status), let coding = HTTPRules.unaskedTransferCoding(of: head) {
+            return .fail(.permanent(ResponseDecision.codedBody(coding, url: url, status: status)))
+        }
         if status == 206, let range = HTTPRules.contentRange(head.headerFields.first(.contentRange)),
             range.first == asked.offset
         {

@@ -234,6 +234,35 @@ struct ResponseDecisionTests {
             if case .write(let write) = $0 { write.total == nil && write.expected == nil } else { false }
         },
         Row(
+            rule: "200 in transfer coding gzip (none was asked for): fails for good, naming it",
+            head: head(200, [(.transferEncoding, "gzip, chunked")])
+        ) {
+            if case .fail(let failure, nil) = $0 {
+                !failure.isTransient && failure.error.code == .invalidResponse
+                    && failure.error.message.contains("transfer coding 'gzip'")
+            } else {
+                false
+            }
+        },
+        Row(
+            rule: "206 in transfer coding deflate: fails",
+            head: head(206, [range(100, 199, 1000), (.transferEncoding, "deflate")]), asked: .init(from: 100, held: 100)
+        ) {
+            if case .fail(let failure, nil) = $0 { failure.error.message.contains("'deflate'") } else { false }
+        },
+        Row(
+            rule: "200 in transfer codings chunked and identity only: written",
+            head: head(200, [(.transferEncoding, "Chunked"), (.transferEncoding, "identity , chunked;x=1")])
+        ) {
+            if case .write = $0 { true } else { false }
+        },
+        Row(
+            rule: "404 in transfer coding gzip: the status is the failure",
+            head: head(404, [(.transferEncoding, "gzip")])
+        ) {
+            if case .fail(let failure, nil) = $0 { failure.error.status == 404 } else { false }
+        },
+        Row(
             rule: "a weak ETag is no validator: Last-Modified is",
             head: head(200, [(.eTag, "W/\"w\""), (.lastModified, date)])
         ) {
@@ -328,6 +357,21 @@ struct ResponseDecisionTests {
         else {
             Issue.record("\(mirrorWhole)")
             return
+        }
+    }
+
+    @Test("a segment's range in a transfer coding other than chunked fails for good, the primary's as a mirror's")
+    func segmentInTransferCoding() {
+        for primary in [true, false] {
+            let coded = Self.decideSegment(
+                Self.head(206, [Self.range(100, 199, 1000), (.eTag, Self.etag), (.transferEncoding, "gzip")]),
+                Self.segmentAsked(primary: primary))
+            guard case .fail(let failure) = coded, !failure.isTransient,
+                failure.error.message.contains("transfer coding 'gzip'")
+            else {
+                Issue.record("\(coded)")
+                return
+            }
         }
     }
 
