@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Haul
 import HaulOperations
 
 /// Where the daemon keeps its downloads across restarts: one SQLite database (DIR/.haul/daemon.sqlite) holding each
@@ -59,8 +60,7 @@ public final class DaemonStore: Sendable {
         }
         // Owner-only from the start: SQLite gives the -wal and -shm files it makes the database's mode. A store made
         // before with a wider mode is narrowed, its -wal and -shm files too.
-        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-        if descriptor >= 0 { close(descriptor) }
+        PrivateFile.createIfAbsent(path)
         database = try DatabaseQueue(path: path, configuration: configuration)
         for file in [path, path + "-wal", path + "-shm"] where FileManager.default.fileExists(atPath: file) {
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: file)

@@ -116,8 +116,7 @@ public final class SQLiteJournal: Journal {
         if let log = JournalSchema.olderLog(besides: path) {
             throw JournalOpenError(reason: .olderLog, path: path, detail: log)
         }
-        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-        if descriptor >= 0 { close(descriptor) }
+        PrivateFile.createIfAbsent(path)
         var configuration = Configuration()
         configuration.label = "haul-journal"
         let synchronous = durability == .powerLoss ? "FULL" : "OFF"

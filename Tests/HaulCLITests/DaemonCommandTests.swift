@@ -48,17 +48,7 @@ struct DaemonCommandTests {
     {
         let process = try HaulProcess(
             ["daemon", "-d", dir.path, "--rpc-listen", "127.0.0.1:0", "-j", "1"] + extra, environment: environment)
-        var port: Int?
-        try await eventually("the daemon serves", within: .seconds(30)) {
-            let marker = "://127.0.0.1:"
-            let line = process.stderrSoFar.split(separator: "\n").first {
-                $0.contains("serving aria2 JSON-RPC on ") && $0.contains(marker)
-            }
-            port = line.flatMap { line in
-                line.range(of: marker).flatMap { Int(line[$0.upperBound...].prefix { $0.isNumber }) }
-            }
-            return port != nil || process.hasExited
-        }
+        let port = try await process.daemonRPCPort()
         let secret = try? String(contentsOf: dir.file(".haul/rpc-secret"), encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
         return Running(process: process, port: try #require(port, "\(process.stderrSoFar)"), secret: secret)

@@ -55,17 +55,7 @@ struct DaemonReviewHazardTests {
         let binary = try #require(builtProduct(named: "haul"), "the haul executable is not built")
         let process = try ChildProcess(
             binary.path, ["daemon", "-d", dir.path, "--rpc-listen", "127.0.0.1:0", "-j", "1"])
-        var port: Int?
-        try await eventually("the daemon serves", within: .seconds(30)) {
-            let marker = "://127.0.0.1:"
-            let line = process.stderrSoFar.split(separator: "\n").first {
-                $0.contains("serving aria2 JSON-RPC on ") && $0.contains(marker)
-            }
-            port = line.flatMap { line in
-                line.range(of: marker).flatMap { Int(line[$0.upperBound...].prefix { $0.isNumber }) }
-            }
-            return port != nil || process.hasExited
-        }
+        let port = try await process.daemonRPCPort()
         guard let port, let secret = try? String(contentsOf: dir.file(".haul/rpc-secret"), encoding: .utf8) else {
             process.send(SIGKILL)
             _ = await process.finish()
@@ -133,50 +123,59 @@ struct DaemonReviewHazardTests {
 
     @Test("a URI's password is not written to the daemon's store (daemon.sqlite)")
     func uriPasswordNotStored() async throws {
-        let root = try TemporaryDirectory()
-        let queue = daemonTestQueue(width: 1)
-        queue.pause()
-        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
-        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
-        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url, store: store))
-        let gid = try daemon.call(
-            "aria2.addUri", [["http://alice:url-password-9137@127.0.0.1:9/file"], ["pause": "true"]])
-        #expect(gid.string != nil)
-        daemon.close()
-        queue.cancelAll()
-        await queue.waitUntilIdle()
-        var stored = ""
-        for suffix in ["", "-wal", "-shm"] {
-            if let data = FileManager.default.contents(atPath: root.file(".haul/daemon.sqlite\(suffix)").path) {
-                stored += String(decoding: data, as: UTF8.self)
+        try await Self.withStoredDaemon { daemon, _ in
+            let gid = try daemon.call(
+                "aria2.addUri", [["http://alice:url-password-9137@127.0.0.1:9/file"], ["pause": "true"]])
+            #expect(gid.string != nil)
+        } afterClose: { root in
+            var stored = ""
+            for suffix in ["", "-wal", "-shm"] {
+                if let data = FileManager.default.contents(atPath: root.file(".haul/daemon.sqlite\(suffix)").path) {
+                    stored += String(decoding: data, as: UTF8.self)
+                }
             }
+            let leaked = stored.contains("url-password-9137")
+            #expect(!leaked, "a URI's password is in the store in clear")
         }
-        let leaked = stored.contains("url-password-9137")
-        #expect(!leaked, "a URI's password is in the store in clear")
     }
 
     @Test("the store's write-ahead log (daemon.sqlite-wal, -shm) is readable by its owner only, as daemon.sqlite is")
     func storeLogPermissions() async throws {
+        // The umask most users have.
+        try await Self.withStoredDaemon(umask: 0o022) { daemon, root in
+            _ = try daemon.call("aria2.addUri", [["http://127.0.0.1:9/private-name"], ["pause": "true"]])
+            for suffix in ["", "-wal", "-shm"] {
+                var info = stat()
+                let path = root.file(".haul/daemon.sqlite\(suffix)").path
+                #expect(stat(path, &info) == 0, "\(path) missing")
+                #expect(
+                    info.st_mode & 0o077 == 0,
+                    "daemon.sqlite\(suffix) has mode \(String(info.st_mode & 0o777, radix: 8))")
+            }
+        }
+    }
+
+    /// Runs `body` with a daemon on a paused queue, its store in ROOT/.haul/daemon.sqlite (made, and `body` run, under
+    /// `mask` when given), then closes the daemon, empties the queue and runs `afterClose`.
+    static func withStoredDaemon(
+        umask mask: mode_t? = nil, _ body: (Daemon, TemporaryDirectory) throws -> Void,
+        afterClose: (TemporaryDirectory) throws -> Void = { _ in }
+    ) async throws {
         let root = try TemporaryDirectory()
         let queue = daemonTestQueue(width: 1)
         queue.pause()
         try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
-        // The umask most users have.
-        let previous = umask(0o022)
-        defer { umask(previous) }
-        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
-        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url, store: store))
-        _ = try daemon.call("aria2.addUri", [["http://127.0.0.1:9/private-name"], ["pause": "true"]])
-        for suffix in ["", "-wal", "-shm"] {
-            var info = stat()
-            let path = root.file(".haul/daemon.sqlite\(suffix)").path
-            #expect(stat(path, &info) == 0, "\(path) missing")
-            #expect(
-                info.st_mode & 0o077 == 0, "daemon.sqlite\(suffix) has mode \(String(info.st_mode & 0o777, radix: 8))")
-        }
+        let previous = mask.map { umask($0) }
+        defer { if let previous { umask(previous) } }
+        let store = Result { try DaemonStore(path: root.file(".haul/daemon.sqlite").path) }
+        let daemon = try Daemon(
+            queue: queue, configuration: Daemon.Configuration(root: root.url, store: try store.get()))
+        let outcome = Result { try body(daemon, root) }
         daemon.close()
         queue.cancelAll()
         await queue.waitUntilIdle()
+        try outcome.get()
+        try afterClose(root)
     }
 
     // MARK: - Connection slots

@@ -332,3 +332,22 @@ package enum TestPlatform {
     package static let isLinux = false
     #endif
 }
+
+extension ChildProcess {
+    /// The port a starting `haul daemon` serves on, read from its `serving aria2 JSON-RPC on http://127.0.0.1:PORT/`
+    /// line (waiting up to 30 s for it), or nil when the process ended first.
+    package func daemonRPCPort() async throws -> Int? {
+        var port: Int?
+        try await eventually("the daemon serves", within: .seconds(30)) {
+            let marker = "://127.0.0.1:"
+            let line = stderrSoFar.split(separator: "\n").first {
+                $0.contains("serving aria2 JSON-RPC on ") && $0.contains(marker)
+            }
+            port = line.flatMap { line in
+                line.range(of: marker).flatMap { Int(line[$0.upperBound...].prefix { $0.isNumber }) }
+            }
+            return port != nil || hasExited
+        }
+        return port
+    }
+}

@@ -21,6 +21,14 @@ package enum PrivateFile {
         package var reason: String { String(cString: strerror(code)) }
     }
 
+    /// Creates an empty file at `path` that only its owner may read, unless something is there already: a database
+    /// made owner-only before SQLite opens it (SQLite gives the `-wal` and `-shm` files it makes the database's mode).
+    /// Whatever is already at `path` is left as it is.
+    package static func createIfAbsent(_ path: String) {
+        let descriptor = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        if descriptor >= 0 { close(descriptor) }
+    }
+
     /// Replaces the file at `path` with `bytes` through a temporary file beside it: mode 0600 whatever the umask,
     /// written through to the disk before it is renamed over `path`, so a reader (or a crash) sees the old file or
     /// the new one, never a part. No temporary file is left behind when a step fails.

@@ -42,6 +42,9 @@ final class HaulProcess: Sendable {
     /// What the process has written to standard error so far.
     var stderrSoFar: String { child.stderrSoFar }
 
+    /// The port of a starting `haul daemon` (see ``ChildProcess/daemonRPCPort()``).
+    func daemonRPCPort() async throws -> Int? { try await child.daemonRPCPort() }
+
     /// The URL of a `haul serve` process's "Serving on URL" line, once it has printed it.
     var printedURL: String? {
         let line = child.stdoutSoFar.split(separator: "\n").first { $0.hasPrefix("Serving on ") }
