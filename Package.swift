@@ -277,8 +277,10 @@ let package = Package(
         .testTarget(
             name: "HaulDaemonTests",
             dependencies: [
-                "HaulDaemon", "Haul", "HaulNIO", "HaulTestServer", "HaulTestSupport",
+                "HaulDaemon", "Haul", "HaulMetrics", "HaulNIO", "HaulTestServer", "HaulTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // The daemon's /metrics (MonitoringEndpoint) needs a registry.
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

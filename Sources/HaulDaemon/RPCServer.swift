@@ -611,17 +611,22 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         if let monitoring, MonitoringEndpoint.serves(path) {
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let (method, authorization) = (head.method.rawValue, head.headers.first(name: "authorization"))
-            let loop = context.eventLoop
+            let (channel, access) = (context.channel, access)
             Task {
-                guard let answer = await monitoring.respond(method: method, path: path, authorization: authorization)
+                guard
+                    let (answer, hold) = await monitoring.answer(
+                        method: method, path: path, authorization: authorization)
                 else { return }
-                loop.execute {
+                let deliver: @Sendable () -> Void = {
                     let (handler, context) = bound.value
                     handler.write(
                         status: HTTPResponseStatus(statusCode: answer.status),
                         bytes: answer.body,
                         type: nil, extra: HTTPHeaders(answer.headers), head: head, origin: nil, context: context)
                 }
+                // A wrong token's answer is held as a wrong secret's is: its connection may be closed for a new one.
+                guard let hold else { return channel.eventLoop.execute(deliver) }
+                access.hold(channel, for: hold, then: deliver)
             }
             return
         }

@@ -77,36 +77,51 @@ public final class MonitoringEndpoint: Sendable {
     }
 
     /// The answer to `method` `path` with the request's `Authorization` header, or `nil` when the path is not one
-    /// of the three.
+    /// of the three. A wrong token's answer comes after its hold (see ``guesses``).
     public func respond(method: String, path: String, authorization: String?) async -> Response? {
+        guard let (response, hold) = await answer(method: method, path: path, authorization: authorization) else {
+            return nil
+        }
+        if let hold {
+            // Not cut short by a cancellation: the answer would then tell a wrong token at once.
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                Task.detached {
+                    try? await Task.sleep(for: hold)
+                    done.resume()
+                }
+            }
+        }
+        return response
+    }
+
+    /// Like ``respond(method:path:authorization:)``, but a wrong token's answer comes at once with how long to hold
+    /// it back (counted among the guesses already from now): a server that holds it itself can give the connection's
+    /// place to a new one meanwhile, so that guesses cannot lock a scraper with the token out.
+    package func answer(
+        method: String, path: String, authorization: String?
+    ) async -> (response: Response, hold: Duration?)? {
         let route = Self.route(path)
         guard Self.serves(String(route)) else { return nil }
         guard method == "GET" || method == "HEAD" else {
-            return Self.text(405, "only GET and HEAD are answered here\n", headers: [("Allow", "GET, HEAD")])
+            return (Self.text(405, "only GET and HEAD are answered here\n", headers: [("Allow", "GET, HEAD")]), nil)
         }
         switch route {
         case "/healthz":
-            return Self.json(200, #"{"status":"alive"}"#)
+            return (Self.json(200, #"{"status":"alive"}"#), nil)
         case "/readyz":
-            return await ready()
+            return (await ready(), nil)
         default:
             guard authorized(authorization) else {
-                // Not cut short by a cancellation: the answer would then tell a wrong token at once.
-                let hold = guesses.hold(1, each: unauthorizedDelay)
-                await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-                    Task.detached {
-                        try? await Task.sleep(for: hold)
-                        done.resume()
-                    }
-                }
-                return Self.text(
+                let unauthorized = Self.text(
                     401, "Unauthorized: send the secret as Authorization: Bearer\n",
                     headers: [("WWW-Authenticate", #"Bearer realm="haul""#)])
+                return (unauthorized, guesses.hold(1, each: unauthorizedDelay))
             }
             await refresh()
-            return Response(
+            let metrics = Response(
                 status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
                 body: registry.emitToBuffer())
+            return (metrics, nil)
         }
     }
 

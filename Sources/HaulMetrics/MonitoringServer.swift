@@ -9,7 +9,8 @@ import NIOPosix
 /// connection closed).
 ///
 /// A request must arrive within `requestTimeout`, and a connection may idle as long between requests; at most
-/// `maxConnections` are open at once (one more is closed as soon as it is accepted).
+/// `maxConnections` are open at once: one more is closed as soon as it is accepted, unless a connection waits for a
+/// wrong token's held-back 401, which is closed instead to make room for it.
 ///
 /// A request must name the server in its `Host` by an IP address or `localhost` unless the endpoint asks for a bearer
 /// token: without one, a page of another site that reached the listener through DNS rebinding (its own name resolved
@@ -27,24 +28,19 @@ public final class MonitoringServer: Sendable {
         endpoint: MonitoringEndpoint, host: String, port: Int, requiresAddressHost: Bool,
         requestTimeout: Duration = .seconds(60), maxConnections: Int = 64, group: (any EventLoopGroup)? = nil
     ) async throws -> MonitoringServer {
-        let open = Locked(0)
+        let connections = Connections(limit: maxConnections)
         let channel = try await ServerBootstrap(group: group ?? MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(ChannelOptions.backlog, value: 64)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                let admitted = open.withLock { count in
-                    guard count < maxConnections else { return false }
-                    count += 1
-                    return true
-                }
-                guard admitted else { return channel.close() }
-                channel.closeFuture.whenComplete { _ in open.withLock { $0 -= 1 } }
+                guard connections.admit(channel) else { return channel.close() }
+                channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: true)
                     try channel.pipeline.syncOperations.addHandler(
                         MonitoringHandler(
                             endpoint: endpoint, requiresAddressHost: requiresAddressHost,
-                            deadline: RequestDeadline(requestTimeout)))
+                            deadline: RequestDeadline(requestTimeout), connections: connections))
                 }
             }
             .bind(host: host, port: port).get()
@@ -79,6 +75,57 @@ public final class MonitoringServer: Sendable {
     }
 }
 
+/// The server's open connections, and those of them waiting for a wrong token's held-back answer: with the limit
+/// reached, one of those is closed, its answer never sent, to make room for a new connection. A right token's answer
+/// is never held, so that tells a guesser nothing, and guesses cannot lock a scraper with the token out.
+final class Connections: Sendable {
+    private struct State {
+        var open: [ObjectIdentifier: any Channel] = [:]
+        var held: Set<ObjectIdentifier> = []
+    }
+    private let state = Locked(State())
+    private let limit: Int
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Counts `channel` in, closing a held connection to make room when the limit is reached; `false` when there is
+    /// none (`channel` is not counted).
+    func admit(_ channel: any Channel) -> Bool {
+        let key = ObjectIdentifier(channel)
+        let outcome = state.withLock { state -> (admitted: Bool, evicted: (any Channel)?) in
+            var evicted: (any Channel)?
+            if state.open.count >= limit {
+                guard let victim = state.held.popFirst() else { return (false, nil) }
+                evicted = state.open.removeValue(forKey: victim)
+            }
+            state.open[key] = channel
+            return (true, evicted)
+        }
+        outcome.evicted?.close(promise: nil)
+        return outcome.admitted
+    }
+
+    /// Forgets a closed connection.
+    func remove(_ channel: any Channel) {
+        let key = ObjectIdentifier(channel)
+        state.withLock { state in
+            state.open[key] = nil
+            state.held.remove(key)
+        }
+    }
+
+    /// Marks `channel` as waiting for a held-back answer (`true`), or no longer.
+    func setHeld(_ channel: any Channel, _ held: Bool) {
+        let key = ObjectIdentifier(channel)
+        state.withLock { state in
+            guard state.open[key] != nil else { return }
+            if held { state.held.insert(key) } else { state.held.remove(key) }
+        }
+    }
+}
+
 enum IPv6Address {
     static func isLiteral(_ text: Substring) -> Bool {
         !text.isEmpty && text.contains(":") && text.allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." }
@@ -95,10 +142,15 @@ private final class MonitoringHandler: ChannelInboundHandler {
     private var bodyBytes = 0
     private var deadline: RequestDeadline
 
-    init(endpoint: MonitoringEndpoint, requiresAddressHost: Bool, deadline: RequestDeadline) {
+    private let connections: Connections
+
+    init(
+        endpoint: MonitoringEndpoint, requiresAddressHost: Bool, deadline: RequestDeadline, connections: Connections
+    ) {
         self.endpoint = endpoint
         self.requiresAddressHost = requiresAddressHost
         self.deadline = deadline
+        self.connections = connections
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -136,16 +188,21 @@ private final class MonitoringHandler: ChannelInboundHandler {
                 close: false, context: context)
         }
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        let loop = context.eventLoop
-        let endpoint = endpoint
+        let (channel, endpoint, connections) = (context.channel, endpoint, connections)
         let (method, uri, authorization) = (head.method.rawValue, head.uri, head.headers.first(name: "authorization"))
         Task {
-            let answer =
-                await endpoint.respond(method: method, path: uri, authorization: authorization)
-                ?? MonitoringEndpoint.text(404, "not found: /metrics, /healthz and /readyz are served here\n")
-            loop.execute {
+            let (answer, hold) =
+                await endpoint.answer(method: method, path: uri, authorization: authorization)
+                ?? (MonitoringEndpoint.text(404, "not found: /metrics, /healthz and /readyz are served here\n"), nil)
+            let deliver: @Sendable () -> Void = {
                 let (handler, context) = bound.value
                 handler.write(answer, head: head, close: false, context: context)
+            }
+            guard let hold else { return channel.eventLoop.execute(deliver) }
+            connections.setHeld(channel, true)
+            channel.eventLoop.scheduleTask(in: TimeAmount(hold)) {
+                connections.setHeld(channel, false)
+                deliver()
             }
         }
     }

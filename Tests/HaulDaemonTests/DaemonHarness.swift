@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulDaemon
+import HaulMetrics
 import HaulNIO
 import HaulTestServer
 import HaulTestSupport
@@ -23,7 +24,7 @@ final class DaemonHarness: Sendable {
 
     init(
         maxConcurrent: Int = 4, access: RPCAccess = RPCAccess(unauthorizedDelay: .milliseconds(300)),
-        secret: String? = DaemonHarness.secret, journal: (any Journal)? = nil
+        secret: String? = DaemonHarness.secret, journal: (any Journal)? = nil, monitoring: MonitoringEndpoint? = nil
     ) async throws {
         root = try TemporaryDirectory()
         var configuration = testConfiguration(clock: clock)
@@ -35,7 +36,7 @@ final class DaemonHarness: Sendable {
         daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url))
         server = try await RPCServer.start(
             endpoint: daemon.endpoint(secret: secret.flatMap(RPCSecret.init)), host: "127.0.0.1", port: 0,
-            access: access)
+            access: access, monitoring: monitoring)
         let server = self.server
         daemon.onNotification { method, gid in server.notify(method, gid: gid) }
     }

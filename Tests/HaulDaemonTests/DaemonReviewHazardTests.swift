@@ -1,9 +1,11 @@
 import Foundation
 import Haul
 import HaulDaemon
+import HaulMetrics
 import HaulNIO
 import HaulTestServer
 import HaulTestSupport
+import Prometheus
 import Testing
 
 #if canImport(Glibc)
@@ -221,6 +223,32 @@ struct DaemonReviewHazardTests {
         try await Task.sleep(for: .seconds(2))
         let answered = try? await harness.call("aria2.getVersion")
         #expect(answered != nil, "a client with the right secret was locked out by two requests of wrong guesses")
+    }
+
+    @Test("wrong /metrics tokens held back do not hold every connection slot: a caller with the secret gets in")
+    func heldMetricsGuessesLockOut() async throws {
+        let monitoring = MonitoringEndpoint(
+            registry: PrometheusCollectorRegistry(), bearerToken: "metrics-token", unauthorizedDelay: .seconds(30))
+        let harness = try await DaemonHarness(
+            access: RPCAccess(unauthorizedDelay: .seconds(30), maxConnections: 2), monitoring: monitoring)
+        defer { Task { await harness.stop() } }
+        let held = try (0..<2).map { index in
+            let fd = try connectedLoopbackSocket(port: harness.port)
+            writeAll(
+                fd,
+                Array(
+                    "GET /metrics HTTP/1.1\r\nHost: \(harness.host)\r\nAuthorization: Bearer guess\(index)\r\n\r\n".utf8
+                ))
+            return fd
+        }
+        defer { for fd in held { close(fd) } }
+        // Until the daemon has read both guesses a new connection is refused; then one of them makes room.
+        var answered = false
+        try await eventuallyAsync("a call with the secret is answered", within: .seconds(10)) {
+            answered = (try? await harness.call("aria2.getVersion")) != nil
+            return answered
+        }
+        #expect(answered, "a client with the right secret was locked out by two wrong /metrics tokens")
     }
 
     // MARK: - Amplification without the secret

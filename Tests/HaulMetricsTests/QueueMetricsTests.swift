@@ -200,6 +200,35 @@ struct QueueMetricsTests {
         await limited.stop()
     }
 
+    @Test("connections waiting for wrong tokens' held-back 401s give their place to a scraper with the right token")
+    func heldGuessesGiveWay() async throws {
+        let endpoint = MonitoringEndpoint(
+            registry: PrometheusCollectorRegistry(), bearerToken: "s3cret", unauthorizedDelay: .seconds(30))
+        let server = try await MonitoringServer.start(
+            endpoint: endpoint, host: "127.0.0.1", port: 0, requiresAddressHost: true, maxConnections: 2)
+        defer { Task { await server.stop() } }
+        let port = server.port
+        // Every slot taken by a guess whose answer is held back 30 s and more.
+        let guesses = try (0..<2).map { index in
+            let fd = try connectedLoopbackSocket(port: port)
+            writeAll(
+                fd,
+                Array("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer guess\(index)\r\n\r\n".utf8))
+            return fd
+        }
+        defer { for fd in guesses { close(fd) } }
+        // Until the server has read both guesses a new connection is refused; then one of them makes room.
+        var status = 0
+        try await eventuallyAsync("the right token is answered", within: .seconds(10)) {
+            status =
+                (try? await RawHTTP.send(
+                    port: port, method: "GET", path: "/metrics",
+                    headers: [("Host", "127.0.0.1"), ("Authorization", "Bearer s3cret")]))?.status ?? 0
+            return status == 200
+        }
+        #expect(status == 200)
+    }
+
     @Test("MonitoringServer answers on its own port, and refuses a Host that is a name unless a token is asked")
     func server() async throws {
         let registry = PrometheusCollectorRegistry()
