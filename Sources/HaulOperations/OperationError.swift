@@ -77,3 +77,21 @@ public struct OperationError: Error, Sendable, CustomStringConvertible {
         }
     }
 }
+
+/// An error that says whether it reports a cancellation rather than a failure. ``OperationGroup`` does not count a
+/// member that ends with one as failed, and a consumer of an operation that ended with one is told
+/// ``OperationError/Code/dependencyCancelled``. ``OperationError`` conforms, as does Haul's `DownloadError`; Swift's
+/// `CancellationError` counts as a cancellation too.
+public protocol CancellationReporting: Error {
+    /// `true` when the error reports a cancellation.
+    var isCancellation: Bool { get }
+}
+
+extension OperationError: CancellationReporting {}
+
+extension OperationError {
+    /// Whether `error` reports a cancellation: a ``CancellationReporting`` error that says so, or `CancellationError`.
+    static func reportsCancellation(_ error: any Error) -> Bool {
+        (error as? any CancellationReporting)?.isCancellation == true || error is CancellationError
+    }
+}

@@ -111,7 +111,7 @@ public final class OperationGroup: Sendable {
     private func memberFinished(_ operation: Operation) {
         var failure: (any Error)?
         if case .failure(let error)? = (operation as? any ResultReporting)?.failureIfAny,
-            (error as? OperationError)?.isCancellation != true
+            !OperationError.reportsCancellation(error)
         {
             failure = error
         }

@@ -16,7 +16,10 @@ open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendabl
     /// Set exactly once: the first of ``finish(with:)``, a cancellation before start, or a plain
     /// ``AsyncOperation/finish()`` (which records ``OperationError/Code/missingResult``) wins.
     public var result: Result<Output, any Error>? {
-        storage.withLock { $0 }
+        // Stored before the finish is announced (``finish(with:)`` before `start()` stores it long before): seen
+        // only once it is.
+        guard isFinished else { return nil }
+        return storage.withLock { $0 }
     }
 
     /// Finishes the operation with `result`; ignored if the operation already has one.
@@ -54,7 +57,7 @@ open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendabl
         switch result {
         case .success(let value):
             return value
-        case .failure(let error as OperationError) where error.isCancellation:
+        case .failure(let error) where OperationError.reportsCancellation(error):
             throw OperationError(.dependencyCancelled, operationName: name, underlying: error)
         case .failure(let error):
             throw OperationError(.dependencyFailed, operationName: name, underlying: error)
@@ -74,6 +77,11 @@ open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendabl
         get async throws {
             let finished = OneShot<Bool>()
             addFinishObserver { finished.resolve(true) }
+            // Cancelled before it started, it finishes only when a queue starts it: never, in a suspended queue or
+            // none. Its outcome is a cancellation either way, so it is thrown now.
+            onCancel { [weak self] in
+                if self?.isExecuting != true { finished.resolve(false) }
+            }
             let ended = await withTaskCancellationHandler {
                 await finished.wait()
             } onCancel: {

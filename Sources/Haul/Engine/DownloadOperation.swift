@@ -86,3 +86,7 @@ extension DownloadQueue {
         requests.map { DownloadOperation($0, queue: self) }
     }
 }
+
+/// A cancelled download's error is a cancellation to ``OperationGroup`` and to a consumer of a `DownloadOperation`,
+/// not a failure.
+extension DownloadError: CancellationReporting {}

@@ -1,8 +1,9 @@
 public import Foundation
 
 extension DownloadQueue {
-    /// Adds `request` and waits for its result. Cancelling the calling task cancels the download (unless another
-    /// caller shares it, whose download goes on) and returns ``DownloadError/Code/cancelled`` at once.
+    /// Adds `request` and waits for its result. Cancelling the calling task cancels the download and returns once it
+    /// has stopped, with ``DownloadError/Code/cancelled`` (or its result, if it had finished first); when another
+    /// caller shares the download, which goes on for it, this call returns ``DownloadError/Code/cancelled`` at once.
     ///
     /// ```swift
     /// for url in urls {                        // one after another, stoppable at any point
@@ -21,16 +22,18 @@ extension DownloadQueue {
     ) async throws(DownloadError) -> DownloadResult {
         let handle = add(request)
         added(handle)
-        // This caller's outcome: the download's, or its own cancellation, whichever comes first. (A download
-        // joined by another caller goes on after this one gave up on it.)
+        // This caller's outcome: the download's, which a cancellation ends (a file published before it stays, and
+        // its result is returned). A download joined by another caller goes on for it, so this caller stops waiting
+        // at once; nothing of it is this caller's alone.
         let mine = ResultBox<Outcome>()
         let forwarder = Task { mine.resolve(await handle.finalOutcome()) }
         // The outcome is awaited as a value: withTaskCancellationHandler does not carry typed throws.
         let outcome = await withTaskCancellationHandler {
             await mine.wait()
         } onCancel: {
-            handle.cancel()
-            mine.resolve(.failure(DownloadError(.cancelled, message: "cancelled", url: request.url)))
+            if !cancel([handle]).isEmpty {
+                mine.resolve(.failure(DownloadError(.cancelled, message: "cancelled", url: request.url)))
+            }
         }
         _ = forwarder  // ends with the download
         return try outcome.get()

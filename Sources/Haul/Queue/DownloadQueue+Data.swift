@@ -34,12 +34,13 @@ extension DownloadQueue {
         priority: Int = 0
     ) async throws(DownloadError) -> Data {
         let directory = try Self.makePrivateDirectory(for: url)
-        defer { rmdir(directory.path) }
+        // Everything in it is this call's: the body, or a partial a cancelled or failed download kept
+        // (`keepsPartialOnCancel`, a failure the engine keeps bytes of for a resume nobody will ask for).
+        defer { try? FileManager.default.removeItem(at: directory) }
         let request = DownloadRequest(
             url: url, destination: .file(directory.appendingPathComponent("body")), headerFields: headerFields,
             maxSize: maxSize, priority: priority)
         let result = try await download(request)
-        defer { unlink(result.fileURL.path) }
         do {
             return try Data(contentsOf: result.fileURL)
         } catch {

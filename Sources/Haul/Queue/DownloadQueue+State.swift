@@ -41,7 +41,8 @@ extension DownloadQueue {
     /// A class: the table of entries then moves 8 bytes per entry when it reorganises on a removal (an entry with its
     /// request is a few hundred), and an admitted entry is updated in place instead of copied out and back.
     final class Entry {
-        let request: DownloadRequest
+        /// The request, its priority as last set (``DownloadQueue/setPriority(_:of:)``).
+        var request: DownloadRequest
         let joinKey: JoinKey
         let box: ResultBox<Outcome>
         /// The destination, when it was absent as the request was added (see ``DestinationSnapshot``).
@@ -685,18 +686,35 @@ extension DownloadQueue {
     }
 
     /// Cancels `handles` as ``DownloadHandle/cancel()`` on each would, all in one hold of the lock. Returns those
-    /// cancelled here whose download goes on: another handle still wants it.
+    /// cancelled here whose download goes on: another handle still wants it (not one that had ended already).
     @discardableResult
     func cancel(_ handles: some Sequence<DownloadHandle>) -> [DownloadHandle] {
         let marked = handles.filter { $0.markCancelled() }
-        let cancelled = cancel(marked.map(\.id))
-        return marked.filter { !cancelled.contains($0.id.rawValue) }
+        guard !marked.isEmpty else { return [] }
+        var goingOn: Set<UInt64> = []
+        cancelEntries { state in
+            marked.compactMap { handle in
+                let id = handle.id.rawValue
+                guard let entry = state.entries[id] else { return nil }
+                entry.handles -= 1
+                guard entry.handles == 0 else {
+                    goingOn.insert(id)
+                    return nil
+                }
+                goingOn.remove(id)
+                return id
+            }
+        }
+        return marked.filter { goingOn.contains($0.id.rawValue) }
     }
 
     /// Changes a waiting download's priority; returns `false` if it is not waiting any more.
     func setPriority(_ priority: Int, of id: DownloadID) -> Bool {
         locked { state in
             let changed = state.scheduler.setPriority(priority, of: id.rawValue)
+            // Kept with the request too: a download paused while it runs goes back to waiting at this priority, and
+            // its status shows it.
+            if changed { state.entries[id.rawValue]?.request.priority = priority }
             admit(in: &state)
             return changed
         }
