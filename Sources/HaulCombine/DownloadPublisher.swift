@@ -48,6 +48,7 @@ private final class DownloadSubscription: Subscription, @unchecked Sendable {
         var subscriber: Downstream?
         var handle: DownloadHandle?
         var started = false
+        var cancelled = false
     }
 
     private let publisher: DownloadPublisher
@@ -60,14 +61,19 @@ private final class DownloadSubscription: Subscription, @unchecked Sendable {
 
     func request(_ demand: Subscribers.Demand) {
         guard demand > .none else { return }
-        let handle = state.withLock { state -> DownloadHandle? in
-            guard state.subscriber != nil, !state.started else { return nil }
+        let starts = state.withLock { state -> Bool in
+            guard state.subscriber != nil, !state.started else { return false }
             state.started = true
-            let handle = publisher.queue.add(publisher.request)
-            state.handle = handle
-            return handle
+            return true
         }
-        guard let handle else { return }
+        guard starts else { return }
+        // Outside the lock: adding sends the queue's events on this thread, and what they run may cancel this.
+        let handle = publisher.queue.add(publisher.request)
+        let cancelledMeanwhile = state.withLock { state in
+            state.handle = handle
+            return state.cancelled
+        }
+        if cancelledMeanwhile { return handle.cancel() }
         Task { [self] in
             let completion: Subscribers.Completion<DownloadError>
             var value: DownloadResult?
@@ -77,13 +83,15 @@ private final class DownloadSubscription: Subscription, @unchecked Sendable {
             } catch {
                 completion = .failure(error)
             }
-            // Taking the subscriber out makes delivery happen once, and never after a cancel.
+            // Taking the subscriber out makes delivery happen once; a cancel before it, or from inside the value's
+            // delivery, stops what follows.
             guard
                 let subscriber = state.withLock({ state in
                     defer { state.subscriber = nil }; return state.subscriber
                 })
             else { return }
             if let value { _ = subscriber.receive(value) }
+            guard !state.withLock({ $0.cancelled }) else { return }
             subscriber.receive(completion: completion)
         }
     }
@@ -91,6 +99,7 @@ private final class DownloadSubscription: Subscription, @unchecked Sendable {
     func cancel() {
         let handle = state.withLock { state in
             state.subscriber = nil
+            state.cancelled = true
             return state.handle
         }
         handle?.cancel()

@@ -20,9 +20,11 @@ final class StreamRun: Sendable {
         var failure: (any Error)?
         var cancelled = false
         var task: Task<Void, Never>?
+        /// Results taken out of `running` and being handed to the sink: the run ends only after them.
+        var delivering = 0
 
         /// Nothing more will be delivered.
-        var ended: Bool { feederDone && running.isEmpty }
+        var ended: Bool { feederDone && running.isEmpty && delivering == 0 }
     }
 
     private let window: Int
@@ -85,12 +87,18 @@ final class StreamRun: Sendable {
 
     /// Hands an ended download to the loop (dropped once the run is cancelled: nobody takes it), or to the sink.
     private func deliver(_ finished: FinishedDownload, of key: ObjectIdentifier) {
-        // A download let go of at a cancel (``cancel()``): its end is no longer this run's.
-        guard state.withLock({ $0.running[key] != nil }) else { return }
-        // Before the download leaves `running`: the end is signalled only after every result was handed over.
+        // Taken out of `running` by whoever comes first: this end, or a cancel that let it go (``letGo(_:)``), which
+        // hands over its result then.
+        let claimed = state.withLock { state in
+            guard state.running.removeValue(forKey: key) != nil else { return false }
+            state.delivering += 1
+            return true
+        }
+        guard claimed else { return }
+        // The end is signalled only after every result was handed over.
         sink?(finished)
         let (reply, wake) = state.withLock { state -> (Reply?, Wake?) in
-            state.running[key] = nil
+            state.delivering -= 1
             if sink != nil { return (takeEnd(in: &state), takeResult(in: &state)) }
             guard !state.cancelled, let consumer = state.consumer else {
                 if !state.cancelled { state.ready.append(finished) }
@@ -213,11 +221,23 @@ final class StreamRun: Sendable {
     }
 
     /// Stops holding `handles`, downloads a cancel left to another holder (one the app added itself, and paused):
-    /// they are not this run's to wait for, nor to deliver.
+    /// they are not this run's to wait for. The sink is handed a cancellation for each, at once, as for every download
+    /// this run read; the loop takes none after a cancel.
     private func letGo(_ handles: [DownloadHandle]) {
         guard !handles.isEmpty else { return }
+        let claimed = state.withLock { state in
+            let claimed = handles.filter { state.running.removeValue(forKey: ObjectIdentifier($0)) != nil }
+            state.delivering += claimed.count
+            return claimed
+        }
+        if let sink {
+            for handle in claimed {
+                let cancelled = DownloadError(.cancelled, message: "cancelled", url: handle.request.url)
+                sink(FinishedDownload(id: handle.id, request: handle.request, result: .failure(cancelled)))
+            }
+        }
         let reply = state.withLock { state in
-            for handle in handles { state.running[ObjectIdentifier(handle)] = nil }
+            state.delivering -= claimed.count
             return takeEnd(in: &state)
         }
         reply?.run()

@@ -1,0 +1,147 @@
+import Foundation
+import Haul
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+/// Yields one request, then signals that the next was asked for (so the first is added and tracked) and waits.
+private struct FirstThenSignal: AsyncSequence, Sendable {
+    let request: DownloadRequest
+    let askedForMore: Gate<Void>
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let sequence: FirstThenSignal
+        var sent = false
+
+        mutating func next() async throws -> DownloadRequest? {
+            if !sent {
+                sent = true
+                return sequence.request
+            }
+            sequence.askedForMore.open()
+            try? await Task.sleep(for: .seconds(3600))
+            return nil
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(sequence: self) }
+}
+
+/// Whether `task` ends within `limit` (awaiting a task's value ignores cancellation, so it is awaited apart).
+private func finishes(_ task: Task<Void, any Error>, within limit: Duration) async -> Bool {
+    let done = Gate<Void>()
+    Task {
+        _ = await task.result
+        done.open()
+    }
+    let deadline = ContinuousClock.now + limit
+    while done.value == nil, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+    return done.value != nil
+}
+
+@Suite("Stream front end: review hazards", .serialized, .timeLimit(.minutes(1)))
+struct StreamReviewHazardTests {
+    /// `download(_:window:onResult:)` promises "Every download read gets its result, a cancelled one too" and that
+    /// it "returns once every download read has ended and its result was handed over". A download read from the
+    /// sequence that the app also holds (it added the same file itself) is let go of at the cancel
+    /// (`StreamRun.letGo`), and `onResult` never hears of it.
+    @Test("download(onResult:) cancelled: a download read that the app also holds still gets its result")
+    func callbackResultForSharedDownload() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue()
+            let request = DownloadRequest(url: server.held("shared"), destination: .directory(dir.url))
+            let mine = queue.add(request)  // the app's own download of the same file
+            try await eventually("the app's download held by the server") { server.heldCount(at: "g") == 1 }
+            let asked = Gate<Void>()
+            let results = Locked<[FinishedDownload]>([])
+            let call = Task {
+                try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) {
+                    finished in results.withLock { $0.append(finished) }
+                }
+            }
+            await asked.wait()  // the request was read, added (joined) and tracked
+            call.cancel()
+            #expect(await finishes(call, within: .seconds(10)), "the cancelled call never returned")
+            let atReturn = results.withLock { $0.count }
+            #expect(atReturn == 1, "download(onResult:) returned with \(atReturn) results for the 1 download it read")
+
+            // Even once the shared download has ended, the read one never gets a result.
+            server.openGate("g")
+            _ = try? await mine.result
+            try await eventually("the shared download's result reaches onResult", within: .seconds(3)) {
+                results.withLock { $0.count } == 1
+            }
+            queue.cancelAll()
+        }
+    }
+
+    /// A download that ends just as the run is cancelled: the queue stores a download's outcome and removes its entry under its lock,
+    /// and wakes the `whenEnded` callbacks only after the lock, once its events are sent. A cancel in between finds
+    /// the entry gone, `DownloadQueue.cancel(_ handles:)` reports the handle as kept by another holder, and
+    /// `StreamRun.cancel()` lets go of it: `deliver` then drops the result of a download that finished.
+    @Test("download(onResult:) cancelled after a download ended but before its result was handed over")
+    func callbackResultLostWhenCancelledAsItEnds() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue()
+            let request = DownloadRequest(url: server.held("ending"), destination: .directory(dir.url))
+            let inObserver = Gate<Void>()
+            let release = DispatchSemaphore(value: 0)
+            // Holds the thread that ends the download between the queue's lock and the wake-up of its waiters.
+            let observation = queue.observe(including: [.finished]) { _ in
+                inObserver.open()
+                _ = release.wait(timeout: .now() + 10)
+            }
+            let asked = Gate<Void>()
+            let results = Locked<[FinishedDownload]>([])
+            let call = Task {
+                try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) {
+                    finished in results.withLock { $0.append(finished) }
+                }
+            }
+            await asked.wait()
+            server.openGate("g")
+            await inObserver.wait()  // finished: outcome stored, entry gone, callbacks not yet run
+            call.cancel()  // runs StreamRun.cancel() here and now
+            release.signal()
+            #expect(await finishes(call, within: .seconds(10)))
+            observation.cancel()
+            let got = results.withLock { $0.count }
+            #expect(got == 1, "a download read and finished got \(got) results")
+        }
+    }
+
+    /// `deliver` checks that the download is still held, calls `onResult`, and only then removes it. A cancel while
+    /// `onResult` runs reports the (ended) download as kept elsewhere and lets go of it, so the call returns while
+    /// `onResult` is still running: against "returns once every download read has ended and its result was handed
+    /// over".
+    @Test("download(onResult:) does not return while an onResult call is still running")
+    func returnsOnlyAfterCallbacks() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue()
+            let request = DownloadRequest(url: server.held("slowcallback"), destination: .directory(dir.url))
+            let inCallback = Gate<Void>()
+            let release = DispatchSemaphore(value: 0)
+            let callbackReturned = Locked(false)
+            let asked = Gate<Void>()
+            let call = Task {
+                try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) { _ in
+                    inCallback.open()
+                    _ = release.wait(timeout: .now() + 10)
+                    callbackReturned.withLock { $0 = true }
+                }
+            }
+            await asked.wait()
+            server.openGate("g")
+            await inCallback.wait()
+            call.cancel()
+            let returnedEarly = await finishes(call, within: .seconds(1))
+            #expect(!returnedEarly, "download(onResult:) returned while onResult was still running")
+            release.signal()
+            #expect(await finishes(call, within: .seconds(10)))
+            #expect(callbackReturned.withLock { $0 })
+        }
+    }
+}
