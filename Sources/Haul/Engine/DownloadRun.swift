@@ -703,7 +703,12 @@ struct AttemptFailure: Error {
 /// When the transfer last made progress, and how many body bytes it has received; read by the stall watch. A time in
 /// the future is a wait the download chose (a bandwidth limit, a request's turn): not a stall until it has passed.
 final class ActivityClock: Sendable {
-    private let state = Locked((last: ContinuousClock.now, bytes: Int64(0)))
+    private struct State {
+        var last = ContinuousClock.now
+        var bytes: Int64 = 0
+        var stallsWatchedElsewhere = false
+    }
+    private let state = Locked(State())
     func touch(_ now: ContinuousClock.Instant = .now) { state.withLock { $0.last = now } }
     /// Records `count` body bytes received now.
     func received(_ count: Int, now: ContinuousClock.Instant = .now) {
@@ -714,5 +719,16 @@ final class ActivityClock: Sendable {
     }
     /// Marks the transfer as waiting by its own choice until `until`.
     func waits(until: ContinuousClock.Instant) { state.withLock { $0.last = max($0.last, until) } }
-    var reading: (last: ContinuousClock.Instant, bytes: Int64) { state.withLock { $0 } }
+    /// While `true`, silence on this clock is no stall (``StallWatch``): the connections of a segmented transfer are
+    /// each watched on their own, and the stall of one drops its source for the others (a mirror) to go on, which the
+    /// same silence seen on the whole download would stop first. Set back, the clock counts from now.
+    func setStallsWatchedElsewhere(_ elsewhere: Bool) {
+        state.withLock { state in
+            state.stallsWatchedElsewhere = elsewhere
+            state.last = max(state.last, .now)
+        }
+    }
+    var reading: (last: ContinuousClock.Instant, bytes: Int64, stallsWatchedElsewhere: Bool) {
+        state.withLock { ($0.last, $0.bytes, $0.stallsWatchedElsewhere) }
+    }
 }

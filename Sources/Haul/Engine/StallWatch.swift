@@ -31,8 +31,8 @@ final class StallWatch: Sendable {
         /// Why the attempt must stop at `now`, if it must; moves the speed window on.
         mutating func reason(now: ContinuousClock.Instant, timeout: Duration) -> Reason? {
             if let deadline = limits.deadline, now >= deadline { return .timedOut }
-            let (last, bytes) = clock.reading
-            if now - last >= limits.stallTimeout ?? timeout { return .stalled }
+            let (last, bytes, stallsWatchedElsewhere) = clock.reading
+            if !stallsWatchedElsewhere, now - last >= limits.stallTimeout ?? timeout { return .stalled }
             guard let minimum = limits.minimumSpeed else { return nil }
             // A wait the download itself chose (a bandwidth limit) is not slowness: the window starts after it.
             guard let window, last <= now else {

@@ -151,6 +151,29 @@ struct MirrorFailoverTests {
         }
     }
 
+    @Test("one connection in segments (a slow first source) that then stalls: the mirror serves the rest")
+    func slowSourceStallsInSegments() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let size = 1 << 20
+            // Slow enough that the rest of the first piece would take seconds: the run goes on in segments.
+            let stalling = server.url(
+                path: "/bytes/s.bin",
+                query: ["size": "\(size)", "rate": "200000", "stallAfter": "100000", "stall": "forever"])
+            let good = server.url(path: "/bytes/s.bin", query: ["size": "\(size)"], host: "localhost")
+            let log = EventLog()
+            let result = try await downloader(retries: 0) { $0.stallTimeout = .milliseconds(400) }.download(
+                request(stalling, mirrors: [good], file: dir.file("s"), connections: 1), onEvent: log.record)
+            #expect(
+                { contentsOf(dir.file("s")) == TestServer.expectedBytes(name: "s.bin", size: size) }(),
+                "not the server's bytes")
+            let segmented = log.all.contains { if case .segment = $0 { true } else { false } }
+            #expect(segmented, "the download was not fetched in segments: the test does not test what it says")
+            #expect(server.stats.requests.contains { $0.host?.hasPrefix("localhost") == true })
+            _ = result
+        }
+    }
+
     @Test("retries count per source: a bad first source cannot use up the budget of a good mirror")
     func retriesPerSource() async throws {
         try await TestServer.withRunning { server in

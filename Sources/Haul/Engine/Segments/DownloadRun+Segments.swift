@@ -123,12 +123,15 @@ extension DownloadRun {
     func runSegments(
         _ transfer: SegmentedTransfer, first: BodyRest?, interruption: TransferInterruption?
     ) async throws -> SegmentsStop? {
+        // Each connection is watched for stalls on its own; the whole download only for its time limit and speed.
+        lastActivity.setStallsWatchedElsewhere(true)
+        defer { lastActivity.setStallsWatchedElsewhere(false) }
         let (notes, sink) = AsyncStream<SegmentNote>.makeStream()
         let work = Task {
             defer { sink.finish() }
             return try await self.runConnections(transfer, first: first, sink: sink)
         }
-        // A stall, the time limit or the minimum speed of the whole download stops every connection.
+        // The time limit or the minimum speed of the whole download stops every connection.
         interruption?.onInterrupt { work.cancel() }
         await withTaskCancellationHandler {
             for await note in notes {
