@@ -44,13 +44,26 @@ extension TestServer {
         }
         var channels: [any Channel] = []
         do {
-            let primary = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
+            var (primary, port) = try await bindPrimary(bootstrap)
             channels.append(primary)
-            let port = primary.localAddress?.port ?? configuration.port
             if configuration.host == "127.0.0.1", configuration.bindIPv6Loopback {
-                // Best effort: `localhost` may resolve to ::1 first; without IPv6 we simply skip it.
-                if let secondary = try? await bootstrap.bind(host: "::1", port: port).get() {
-                    channels.append(secondary)
+                // `localhost` may resolve to ::1 first, so ::1 must be this server on the same port. A free port
+                // picked for 127.0.0.1 may be taken on ::1 by another server (tests run side by side): `localhost`
+                // would reach that one, so another port is picked. Without IPv6 it is skipped.
+                for attempt in 1...Self.portAttempts {
+                    do {
+                        channels.append(try await bootstrap.bind(host: "::1", port: port).get())
+                        break
+                    } catch let error as IOError
+                        where error.errnoCode == EADDRINUSE && configuration.port == 0 && attempt < Self.portAttempts
+                    {
+                        try? await primary.close()
+                        channels.removeAll()
+                        (primary, port) = try await bindPrimary(bootstrap)
+                        channels.append(primary)
+                    } catch {
+                        break
+                    }
                 }
             }
             try markRunning(port: port, channels: channels, group: group)
@@ -60,6 +73,15 @@ extension TestServer {
             if let error = error as? TestServerError { throw error }
             throw TestServerError.bindFailed(host: configuration.host, port: configuration.port, underlying: error)
         }
+    }
+
+    /// How many free ports are tried for one that is free on `::1` too.
+    private static let portAttempts = 20
+
+    /// Binds the configured host and port: the listener and the port it got.
+    private func bindPrimary(_ bootstrap: ServerBootstrap) async throws -> (any Channel, Int) {
+        let channel = try await bootstrap.bind(host: configuration.host, port: configuration.port).get()
+        return (channel, channel.localAddress?.port ?? configuration.port)
     }
 
     /// Closes the listeners and every connection, releases held requests, and stops owned event loops.

@@ -19,7 +19,7 @@ struct DownloaderTests {
                 DownloadRequest(url: url, destination: .directory(dir.url)), onEvent: events.record)
 
             let expected = TestServer.expectedBytes(name: "plain.bin", size: 300_000)
-            #expect(contentsOf(result.fileURL) == expected)
+            #expect({ contentsOf(result.fileURL) == expected }())
             #expect(result.fileURL.lastPathComponent == "plain.bin")
             #expect(result.size == 300_000 && result.attempts == 1 && !result.skipped)
             #expect(dir.contents() == ["plain.bin"])
@@ -63,7 +63,7 @@ struct DownloaderTests {
             #expect(result.attempts == 3)
             #expect(clock.recorded == [.milliseconds(500), .seconds(1)])
             #expect(server.stats.requests(toPath: "/bytes/flaky") == 3)
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "flaky", size: 1000))
+            #expect({ contentsOf(result.fileURL) == TestServer.expectedBytes(name: "flaky", size: 1000) }())
         }
     }
 
@@ -128,7 +128,7 @@ struct DownloaderTests {
                 path: "/bytes/cut.bin", query: ["size": "\(size)", "cutAfter": "400000", "cutTimes": "1"])
             let result = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
 
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "cut.bin", size: size))
+            #expect({ contentsOf(result.fileURL) == TestServer.expectedBytes(name: "cut.bin", size: size) }())
             let requests = server.stats.requests
             #expect(requests.count == 2)
             let resumed = try #require(requests.last)
@@ -180,7 +180,8 @@ struct DownloaderTests {
             #expect(requests.count == 2)
             #expect(requests.last?.ifRange == TestServer.entityTag(name: "moving", size: size, version: 0))
             // The If-Range no longer matches: the server sent version 1 whole, and only version 1 is on disk.
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "moving", size: size, version: 1))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "moving", size: size, version: 1) }())
         }
     }
 
@@ -194,7 +195,7 @@ struct DownloaderTests {
                 query: ["size": "100000", "cutAfter": "30000", "cutTimes": "1", "ignoreRange": "1"])
             let result = try await downloader.download(DownloadRequest(url: url, destination: .directory(dir.url)))
             #expect(server.stats.requests.last?.range != nil)
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "norange", size: 100000))
+            #expect({ contentsOf(result.fileURL) == TestServer.expectedBytes(name: "norange", size: 100000) }())
         }
     }
 
@@ -203,7 +204,8 @@ struct DownloaderTests {
         try await TestServer.withRunning(kind.server()) { server in
             let dir = try TemporaryDirectory()
             var configuration = kind.configuration(retries: 10)
-            configuration.stallTimeout = .milliseconds(300)
+            // Long enough that a loaded machine (suites run side by side) does not take a slow start for a stall.
+            configuration.stallTimeout = .milliseconds(800)
             let downloader = Downloader(transport: kind.makeTransport(), configuration: configuration)
             // Every response stalls for good after 40,000 bytes; each attempt resumes 40,000 further on.
             let url = server.url(
@@ -211,7 +213,7 @@ struct DownloaderTests {
             let events = EventLog()
             let result = try await downloader.download(
                 DownloadRequest(url: url, destination: .directory(dir.url)), onEvent: events.record)
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "stally", size: 100000))
+            #expect({ contentsOf(result.fileURL) == TestServer.expectedBytes(name: "stally", size: 100000) }())
             // At least 3 attempts (40,000 + 40,000 + 20,000); a loaded machine may see a spurious extra stall, but
             // every attempt resumes where the last one stopped, so no byte is fetched twice.
             #expect(result.attempts >= 3)
@@ -286,7 +288,7 @@ struct DownloaderTests {
             let started = ContinuousClock.now
             let result = try await downloader.download(DownloadRequest(url: slow, destination: .directory(dir.url)))
             #expect(ContinuousClock.now - started >= .milliseconds(190))
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "slow", size: 100))
+            #expect({ contentsOf(result.fileURL) == TestServer.expectedBytes(name: "slow", size: 100) }())
 
             let guarded = server.url(path: "/bytes/guarded", query: ["size": "100", "requireAuth": "Bearer t"])
             let error = try await #require(throws: DownloadError.self) {

@@ -1,8 +1,33 @@
 import Foundation
 import Haul
+import HaulNIO
 import HaulTestServer
 import HaulTestSupport
+import NIOCore
+import NIOPosix
 import Testing
+
+/// Runs `body` with a queue on NIO's transport over an event loop of its own: the callbacks these tests block run
+/// there (a download's task runs on its transport's loop), and hold up no other test's transfers on the shared loops
+/// (tests run side by side; a shared thread blocked for a second made their stall timeouts fire).
+private func withOwnLoopQueue(_ body: (DownloadQueue) async throws -> Void) async throws {
+    let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    let queue = DownloadQueue(
+        downloader: Downloader(
+            transport: NIOTransport(eventLoopGroup: group), configuration: TransportKind.nio.configuration(retries: 3)),
+        configuration: .init())
+    let outcome: Result<Void, any Error>
+    do {
+        try await body(queue)
+        outcome = .success(())
+    } catch {
+        outcome = .failure(error)
+    }
+    queue.cancelAll()
+    await queue.waitUntilIdle()
+    try await group.shutdownGracefully()
+    try outcome.get()
+}
 
 /// Yields one request, then signals that the next was asked for (so the first is added and tracked) and waits.
 private struct FirstThenSignal: AsyncSequence, Sendable {
@@ -83,32 +108,33 @@ struct StreamReviewHazardTests {
     @Test("download(onResult:) cancelled after a download ended but before its result was handed over")
     func callbackResultLostWhenCancelledAsItEnds() async throws {
         try await TestServer.withRunning { server in
-            let dir = try TemporaryDirectory()
-            let queue = makeQueue()
-            let request = DownloadRequest(url: server.held("ending"), destination: .directory(dir.url))
-            let inObserver = Gate<Void>()
-            let release = DispatchSemaphore(value: 0)
-            // Holds the thread that ends the download between the queue's lock and the wake-up of its waiters.
-            let observation = queue.observe(including: [.finished]) { _ in
-                inObserver.open()
-                _ = release.wait(timeout: .now() + 10)
-            }
-            let asked = Gate<Void>()
-            let results = Locked<[FinishedDownload]>([])
-            let call = Task {
-                try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) {
-                    finished in results.withLock { $0.append(finished) }
+            try await withOwnLoopQueue { queue in
+                let dir = try TemporaryDirectory()
+                let request = DownloadRequest(url: server.held("ending"), destination: .directory(dir.url))
+                let inObserver = Gate<Void>()
+                let release = DispatchSemaphore(value: 0)
+                // Holds the thread that ends the download between the queue's lock and the wake-up of its waiters.
+                let observation = queue.observe(including: [.finished]) { _ in
+                    inObserver.open()
+                    _ = release.wait(timeout: .now() + 10)
                 }
+                let asked = Gate<Void>()
+                let results = Locked<[FinishedDownload]>([])
+                let call = Task {
+                    try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) {
+                        finished in results.withLock { $0.append(finished) }
+                    }
+                }
+                await asked.wait()
+                server.openGate("g")
+                await inObserver.wait()  // finished: outcome stored, entry gone, callbacks not yet run
+                call.cancel()  // runs StreamRun.cancel() here and now
+                release.signal()
+                #expect(await finishes(call, within: .seconds(10)))
+                observation.cancel()
+                let got = results.withLock { $0.count }
+                #expect({ got == 1 }(), "a download read and finished got \(got) results")
             }
-            await asked.wait()
-            server.openGate("g")
-            await inObserver.wait()  // finished: outcome stored, entry gone, callbacks not yet run
-            call.cancel()  // runs StreamRun.cancel() here and now
-            release.signal()
-            #expect(await finishes(call, within: .seconds(10)))
-            observation.cancel()
-            let got = results.withLock { $0.count }
-            #expect(got == 1, "a download read and finished got \(got) results")
         }
     }
 
@@ -119,29 +145,30 @@ struct StreamReviewHazardTests {
     @Test("download(onResult:) does not return while an onResult call is still running")
     func returnsOnlyAfterCallbacks() async throws {
         try await TestServer.withRunning { server in
-            let dir = try TemporaryDirectory()
-            let queue = makeQueue()
-            let request = DownloadRequest(url: server.held("slowcallback"), destination: .directory(dir.url))
-            let inCallback = Gate<Void>()
-            let release = DispatchSemaphore(value: 0)
-            let callbackReturned = Locked(false)
-            let asked = Gate<Void>()
-            let call = Task {
-                try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) { _ in
-                    inCallback.open()
-                    _ = release.wait(timeout: .now() + 10)
-                    callbackReturned.withLock { $0 = true }
+            try await withOwnLoopQueue { queue in
+                let dir = try TemporaryDirectory()
+                let request = DownloadRequest(url: server.held("slowcallback"), destination: .directory(dir.url))
+                let inCallback = Gate<Void>()
+                let release = DispatchSemaphore(value: 0)
+                let callbackReturned = Locked(false)
+                let asked = Gate<Void>()
+                let call = Task {
+                    try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) { _ in
+                        inCallback.open()
+                        _ = release.wait(timeout: .now() + 10)
+                        callbackReturned.withLock { $0 = true }
+                    }
                 }
+                await asked.wait()
+                server.openGate("g")
+                await inCallback.wait()
+                call.cancel()
+                let returnedEarly = await finishes(call, within: .seconds(1))
+                #expect(!returnedEarly, "download(onResult:) returned while onResult was still running")
+                release.signal()
+                #expect(await finishes(call, within: .seconds(10)))
+                #expect(callbackReturned.withLock { $0 })
             }
-            await asked.wait()
-            server.openGate("g")
-            await inCallback.wait()
-            call.cancel()
-            let returnedEarly = await finishes(call, within: .seconds(1))
-            #expect(!returnedEarly, "download(onResult:) returned while onResult was still running")
-            release.signal()
-            #expect(await finishes(call, within: .seconds(10)))
-            #expect(callbackReturned.withLock { $0 })
         }
     }
 }

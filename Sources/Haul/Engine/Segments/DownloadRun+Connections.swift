@@ -294,6 +294,9 @@ extension DownloadRun {
                 if elsewhere { return (.move(url), nil) }
                 connection = SegmentedTransfer.Connection(source: live, since: now)
             }
+            // Resumed bytes are the primary's version until it confirms them: no other source's bytes join them
+            // before (a mirror's validator is its own, so it could write another version of the same size).
+            guard state.primaryVouched || state.sources[connection.source].isPrimary else { return (.nothing, nil) }
             var segment =
                 if let wanted {
                     state.table.assign(wanted, to: index) ? wanted : nil
@@ -304,9 +307,12 @@ extension DownloadRun {
                 // Nothing to split: the segment of a connection to another source that is much slower is taken over
                 // whole, its response in flight ended, and that source dropped. (Between connections to one server,
                 // speeds that far apart come and go with the machine's load: what is in flight is not worth ending.)
+                // A primary that has not yet confirmed the bytes held (resumed segments) is never dropped so: another
+                // source's bytes could be of another version of the file.
                 let slow = state.connections.filter { other in
                     other.key != index && other.value.segment != nil && other.value.source != connection.source
                         && state.sources[other.value.source].dropped == nil
+                        && !(state.sources[other.value.source].isPrimary && !state.primaryVouched)
                         && (other.value.speed(now: now) ?? .infinity) * 4 <= own
                 }
                 if let slower = slow.min(by: { $0.value.bytes < $1.value.bytes })?.value {

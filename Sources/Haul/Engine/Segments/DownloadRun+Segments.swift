@@ -14,10 +14,11 @@ extension DownloadRun {
     }
 
     /// Whether the next request asks for a first piece (a closed range) instead of the rest of the file: the request
-    /// wants segments or mirrors, and none are running or were given up. A revalidation's condition goes with the
-    /// piece (a current file is a `304` all the same), and so does the rest of a file another tool left.
+    /// wants segments, and none are running or were given up. A revalidation's condition goes with the piece (a
+    /// current file is a `304` all the same), and so does the rest of a file another tool left. With one connection
+    /// (mirrors or not) a download is one stream, which moves from source to source with `If-Range`.
     var asksForFirstPiece: Bool {
-        (request.maxConnections > 1 || !request.mirrors.isEmpty) && segmented == nil && !facts.oneStream
+        request.maxConnections > 1 && segmented == nil && !facts.oneStream
     }
 
     /// The first piece asked for from `offset`: the smallest segment, so a file too small to split comes whole in it.
@@ -25,14 +26,13 @@ extension DownloadRun {
         offset..<(offset + max(1, request.minimumSegmentSize))
     }
 
-    /// Whether the `206` to a first piece lets the download go on in segments over several connections (or over
-    /// mirrors): the file's size and a validator are known, the file is not small, and it is worth a second
-    /// connection (or has mirrors).
+    /// Whether the `206` to a first piece lets the download go on in segments over several connections: the file's
+    /// size and a validator are known, the file is not small, and it is worth a second connection.
     func canSegment(resumeFrom: Int64) -> Bool {
         guard target.path != nil, facts.validator != nil, let total = facts.total, total > Self.restartableLimit else {
             return false
         }
-        return plannedConnections(total: total, from: resumeFrom) > 1 || !request.mirrors.isEmpty
+        return plannedConnections(total: total, from: resumeFrom) > 1
     }
 
     /// Whether the first piece, `received` bytes into it after starting at `offset` at `start`, comes slowly enough
