@@ -307,12 +307,11 @@ extension DownloadRun {
                 // Nothing to split: the segment of a connection to another source that is much slower is taken over
                 // whole, its response in flight ended, and that source dropped. (Between connections to one server,
                 // speeds that far apart come and go with the machine's load: what is in flight is not worth ending.)
-                // A primary that has not yet confirmed the bytes held (resumed segments) is never dropped so: another
-                // source's bytes could be of another version of the file.
+                // (Before the primary has confirmed the bytes held, only its own connections get here: it is never
+                // dropped for another source.)
                 let slow = state.connections.filter { other in
                     other.key != index && other.value.segment != nil && other.value.source != connection.source
                         && state.sources[other.value.source].dropped == nil
-                        && !(state.sources[other.value.source].isPrimary && !state.primaryVouched)
                         && (other.value.speed(now: now) ?? .infinity) * 4 <= own
                 }
                 if let slower = slow.min(by: { $0.value.bytes < $1.value.bytes })?.value {
