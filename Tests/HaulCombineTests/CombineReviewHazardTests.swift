@@ -68,10 +68,9 @@ struct CombineReviewHazardTests {
             configuration: .init(maxConcurrentDownloads: 4))
     }
 
-    /// `DownloadSubscription.request` calls `queue.add` inside `state.withLock`; `add` sends the queue's events on
-    /// the calling thread (observers run synchronously there), so any callback reached from an event runs under the
-    /// subscription's (non-recursive) lock. One that cancels the subscription (a UI reacting to `.queued`) blocks
-    /// for ever on that lock.
+    /// `queue.add` sends the queue's events on the calling thread (observers run synchronously there): a callback
+    /// reached from an event of `DownloadSubscription.request`'s add that cancels the subscription (a UI reacting to
+    /// `.queued`) must not find the subscription's lock held.
     @Test("request(_:) does not hold the subscription's lock while the queue sends events")
     func cancelFromEventDuringRequest() async throws {
         try await TestServer.withRunning { server in
@@ -102,9 +101,8 @@ struct CombineReviewHazardTests {
         }
     }
 
-    /// PublishersAndCancellation.md: "it delivers at most once, and never after a cancellation". The delivery task
-    /// takes the subscriber out, then calls `receive(_:)` and `receive(completion:)` back to back without looking
-    /// again: a subscriber that cancels on the value still gets the completion.
+    /// PublishersAndCancellation.md: "it delivers at most once, and never after a cancellation": a subscriber that
+    /// cancels on the value gets no completion after it.
     @Test("nothing is delivered after a cancel made from inside receiveValue")
     func cancelInsideReceiveValue() async throws {
         try await TestServer.withRunning { server in

@@ -10,8 +10,8 @@ private final class IdleResultOperation: ResultOperation<Int>, @unchecked Sendab
 
 @Suite("Operations review hazards", .timeLimit(.minutes(1)))
 struct OperationsReviewHazardTests {
-    /// ResultOperation.result: "The outcome, or `nil` while the operation has not finished." `finish(with:)` stores
-    /// the result before the finish transition, and before `start()` it stores it with no finish at all.
+    /// ResultOperation.result: "The outcome, or `nil` while the operation has not finished", a result given with
+    /// `finish(with:)` before `start()` included.
     @Test("result stays nil until the operation has finished")
     func resultNilUntilFinished() {
         let operation = IdleResultOperation(name: "early")
@@ -25,7 +25,7 @@ struct OperationsReviewHazardTests {
 
     /// ResultOperation.value: "Cancellation travels both ways: ... if the operation is cancelled, this throws."
     /// Cancelled while its queue is suspended (or before it is in one), the operation is not finished until a queue
-    /// starts it, and `value` waits for that finish: it hangs.
+    /// starts it; `value` throws without waiting for that.
     @Test("value throws once the operation is cancelled, even in a suspended queue")
     func valueThrowsWhenCancelledInSuspendedQueue() async throws {
         let queue = OperationQueue()

@@ -22,41 +22,6 @@ private func ends(_ stream: AsyncStream<QueueEvent>, within limit: Duration) asy
     }
 }
 
-/// One request, then waits (until cancelled) for more, saying when it is asked for more.
-private struct OneThenWait: AsyncSequence, Sendable {
-    let request: DownloadRequest
-    let askedForMore: Gate<Void>
-
-    struct AsyncIterator: AsyncIteratorProtocol {
-        let sequence: OneThenWait
-        var sent = false
-
-        mutating func next() async throws -> DownloadRequest? {
-            if !sent {
-                sent = true
-                return sequence.request
-            }
-            sequence.askedForMore.open()
-            try? await Task.sleep(for: .seconds(3600))
-            return nil
-        }
-    }
-
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(sequence: self) }
-}
-
-/// Whether `task` ends within `limit` (awaiting a task's result ignores cancellation: it is awaited apart).
-private func ends(_ task: Task<Void, any Error>, within limit: Duration) async -> Bool {
-    let done = Gate<Void>()
-    Task {
-        _ = await task.result
-        done.open()
-    }
-    let deadline = ContinuousClock.now + limit
-    while done.value == nil, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
-    return done.value != nil
-}
-
 /// The queue's API used the way apps misuse it: a queue released under a loop over its events, a position of
 /// Int.min, a pause as a download starts, a cancelled loop over a list one of whose downloads the app also holds.
 @Suite("Queue API against apps that misuse it", .serialized, .timeLimit(.minutes(1)))

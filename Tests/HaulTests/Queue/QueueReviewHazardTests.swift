@@ -8,7 +8,7 @@ import Testing
 @Suite("Queue review hazards", .timeLimit(.minutes(1)))
 struct QueueReviewHazardTests {
     /// OperationGroup promises "a cancellation is not a failure" under `.cancelOthers`; a DownloadOperation cancelled
-    /// while it runs finishes with `DownloadError(.cancelled)`, which the group takes for a failure.
+    /// while it runs finishes with `DownloadError(.cancelled)`, which is a cancellation (`CancellationReporting`).
     @Test("cancelling one DownloadOperation of a cancelOthers group does not cancel the others")
     func cancelledDownloadOperationIsNotAGroupFailure() async throws {
         try await TestServer.withRunning { server in
@@ -34,8 +34,8 @@ struct QueueReviewHazardTests {
         }
     }
 
-    /// ResultOperation.outputForConsumer: a cancelled dependency is `.dependencyCancelled`; a DownloadOperation
-    /// cancelled while running hands its consumer `.dependencyFailed` instead.
+    /// ResultOperation.outputForConsumer: a cancelled dependency is `.dependencyCancelled`, a DownloadOperation
+    /// cancelled while it runs too.
     @Test("a consumer of a cancelled DownloadOperation sees dependencyCancelled")
     func consumerOfCancelledDownloadOperation() async throws {
         try await TestServer.withRunning { server in
@@ -53,8 +53,8 @@ struct QueueReviewHazardTests {
     }
 
     /// DownloadOperation: "it stays executing until the file is published (or the download failed), so a queue of
-    /// width 1 downloads strictly one file after another". Made with a DownloadQueue and cancelled, it finishes at
-    /// once, while its download still runs in the queue: the next operation starts next to it.
+    /// width 1 downloads strictly one file after another". Made with a DownloadQueue and cancelled, it finishes once
+    /// its download has left the queue, before the next operation starts.
     @Test("a cancelled queue DownloadOperation finishes only once its download has left the queue")
     func cancelledQueueOperationFinishesAfterItsDownload() async throws {
         try await TestServer.withRunning { server in
@@ -79,7 +79,7 @@ struct QueueReviewHazardTests {
     }
 
     /// `setPriority` changes a waiting download's priority; once that download has run and is paused, it goes back to
-    /// the waiting order with the priority it was added with (`requeue` reads `entry.request.priority`).
+    /// the waiting order with that priority, not the one it was added with.
     @Test("a re-prioritised download paused while it runs keeps its new priority")
     func priorityKeptAcrossPauseWhileRunning() async throws {
         try await TestServer.withRunning { server in
@@ -109,8 +109,8 @@ struct QueueReviewHazardTests {
     }
 
     /// `download(_:)`: "Throws: DownloadError; nothing of this download is left at its destination." A task cancelled
-    /// once the download has been published (its `.finished` sent, its waiters not yet woken) is told `.cancelled`
-    /// while the file stays at its destination: the cancellation handler resolves the caller's box first.
+    /// once the download has been published (its `.finished` sent, its waiters not yet woken) gets the result, not a
+    /// cancellation with the file left at its destination.
     @Test("download(_:) cancelled after its file is published does not report a cancellation with the file left")
     func cancelAfterPublishReportsTheOutcome() async throws {
         try await TestServer.withRunning { server in
@@ -138,9 +138,8 @@ struct QueueReviewHazardTests {
         }
     }
 
-    /// `data(from:)` streams through a private directory "removed before this returns". Cancelled mid-body, the
-    /// `download(_:)` under it returns at once while the run still holds its partial there: `rmdir` fails on the
-    /// non-empty directory, and once the run has removed its partial nobody removes the directory.
+    /// `data(from:)` streams through a private directory "removed before this returns", a call cancelled mid-body
+    /// too (its run still holds a partial there when the cancel comes).
     @Test("data(from:) cancelled mid-body leaves no private temporary directory behind")
     func cancelledDataLeavesNoDirectory() async throws {
         try await TestServer.withRunning { server in

@@ -29,47 +29,12 @@ private func withOwnLoopQueue(_ body: (DownloadQueue) async throws -> Void) asyn
     try outcome.get()
 }
 
-/// Yields one request, then signals that the next was asked for (so the first is added and tracked) and waits.
-private struct FirstThenSignal: AsyncSequence, Sendable {
-    let request: DownloadRequest
-    let askedForMore: Gate<Void>
-
-    struct AsyncIterator: AsyncIteratorProtocol {
-        let sequence: FirstThenSignal
-        var sent = false
-
-        mutating func next() async throws -> DownloadRequest? {
-            if !sent {
-                sent = true
-                return sequence.request
-            }
-            sequence.askedForMore.open()
-            try? await Task.sleep(for: .seconds(3600))
-            return nil
-        }
-    }
-
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(sequence: self) }
-}
-
-/// Whether `task` ends within `limit` (awaiting a task's value ignores cancellation, so it is awaited apart).
-private func finishes(_ task: Task<Void, any Error>, within limit: Duration) async -> Bool {
-    let done = Gate<Void>()
-    Task {
-        _ = await task.result
-        done.open()
-    }
-    let deadline = ContinuousClock.now + limit
-    while done.value == nil, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
-    return done.value != nil
-}
-
 @Suite("Stream front end: review hazards", .serialized, .timeLimit(.minutes(1)))
 struct StreamReviewHazardTests {
     /// `download(_:window:onResult:)` promises "Every download read gets its result, a cancelled one too" and that
     /// it "returns once every download read has ended and its result was handed over". A download read from the
-    /// sequence that the app also holds (it added the same file itself) is let go of at the cancel
-    /// (`StreamRun.letGo`), and `onResult` never hears of it.
+    /// sequence that the app also holds (it added the same file itself) goes on for the app after the cancel; the
+    /// call hands `onResult` a cancellation for it before it returns.
     @Test("download(onResult:) cancelled: a download read that the app also holds still gets its result")
     func callbackResultForSharedDownload() async throws {
         try await TestServer.withRunning { server in
@@ -81,13 +46,13 @@ struct StreamReviewHazardTests {
             let asked = Gate<Void>()
             let results = Locked<[FinishedDownload]>([])
             let call = Task {
-                try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) {
+                try await queue.download(OneThenWait(request: request, askedForMore: asked), window: 2) {
                     finished in results.withLock { $0.append(finished) }
                 }
             }
             await asked.wait()  // the request was read, added (joined) and tracked
             call.cancel()
-            #expect(await finishes(call, within: .seconds(10)), "the cancelled call never returned")
+            #expect(await ends(call, within: .seconds(10)), "the cancelled call never returned")
             let atReturn = results.withLock { $0.count }
             #expect(atReturn == 1, "download(onResult:) returned with \(atReturn) results for the 1 download it read")
 
@@ -101,10 +66,9 @@ struct StreamReviewHazardTests {
         }
     }
 
-    /// A download that ends just as the run is cancelled: the queue stores a download's outcome and removes its entry under its lock,
-    /// and wakes the `whenEnded` callbacks only after the lock, once its events are sent. A cancel in between finds
-    /// the entry gone, `DownloadQueue.cancel(_ handles:)` reports the handle as kept by another holder, and
-    /// `StreamRun.cancel()` lets go of it: `deliver` then drops the result of a download that finished.
+    /// A download that ends just as the run is cancelled: the queue stores its outcome and removes its entry under its
+    /// lock, and runs the `whenEnded` callbacks only after the lock, once its events are sent. A cancel in between
+    /// finds the entry gone; the download has ended, not gone on for another holder, and its result is handed over.
     @Test("download(onResult:) cancelled after a download ended but before its result was handed over")
     func callbackResultLostWhenCancelledAsItEnds() async throws {
         try await TestServer.withRunning { server in
@@ -121,7 +85,7 @@ struct StreamReviewHazardTests {
                 let asked = Gate<Void>()
                 let results = Locked<[FinishedDownload]>([])
                 let call = Task {
-                    try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) {
+                    try await queue.download(OneThenWait(request: request, askedForMore: asked), window: 2) {
                         finished in results.withLock { $0.append(finished) }
                     }
                 }
@@ -130,7 +94,7 @@ struct StreamReviewHazardTests {
                 await inObserver.wait()  // finished: outcome stored, entry gone, callbacks not yet run
                 call.cancel()  // runs StreamRun.cancel() here and now
                 release.signal()
-                #expect(await finishes(call, within: .seconds(10)))
+                #expect(await ends(call, within: .seconds(10)))
                 observation.cancel()
                 let got = results.withLock { $0.count }
                 #expect({ got == 1 }(), "a download read and finished got \(got) results")
@@ -138,10 +102,8 @@ struct StreamReviewHazardTests {
         }
     }
 
-    /// `deliver` checks that the download is still held, calls `onResult`, and only then removes it. A cancel while
-    /// `onResult` runs reports the (ended) download as kept elsewhere and lets go of it, so the call returns while
-    /// `onResult` is still running: against "returns once every download read has ended and its result was handed
-    /// over".
+    /// "Returns once every download read has ended and its result was handed over": a cancel while `onResult` runs
+    /// for an ended download waits for that call.
     @Test("download(onResult:) does not return while an onResult call is still running")
     func returnsOnlyAfterCallbacks() async throws {
         try await TestServer.withRunning { server in
@@ -153,7 +115,7 @@ struct StreamReviewHazardTests {
                 let callbackReturned = Locked(false)
                 let asked = Gate<Void>()
                 let call = Task {
-                    try await queue.download(FirstThenSignal(request: request, askedForMore: asked), window: 2) { _ in
+                    try await queue.download(OneThenWait(request: request, askedForMore: asked), window: 2) { _ in
                         inCallback.open()
                         _ = release.wait(timeout: .now() + 10)
                         callbackReturned.withLock { $0 = true }
@@ -163,10 +125,10 @@ struct StreamReviewHazardTests {
                 server.openGate("g")
                 await inCallback.wait()
                 call.cancel()
-                let returnedEarly = await finishes(call, within: .seconds(1))
+                let returnedEarly = await ends(call, within: .seconds(1))
                 #expect(!returnedEarly, "download(onResult:) returned while onResult was still running")
                 release.signal()
-                #expect(await finishes(call, within: .seconds(10)))
+                #expect(await ends(call, within: .seconds(10)))
                 #expect(callbackReturned.withLock { $0 })
             }
         }

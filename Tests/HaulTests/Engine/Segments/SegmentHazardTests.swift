@@ -53,6 +53,25 @@ struct SegmentHazardTests {
         return request
     }
 
+    /// What a killed segmented run of `request` into the file `destination` left: `held` written in place in its
+    /// partial (the rest of `size` bytes zeros) and a journal that offers it for a resume under `validator`, with the
+    /// `missing` ranges still to fetch.
+    static func leftByKilledRun(
+        _ request: DownloadRequest, at destination: URL, held: ArraySlice<UInt8>, size: Int, validator: String,
+        missing: [Range<Int64>]
+    ) throws -> MemoryJournal {
+        let partial = destination.deletingLastPathComponent()
+            .appendingPathComponent(".\(destination.lastPathComponent).haul-partial")
+        try Data(Array(held) + [UInt8](repeating: 0, count: size - held.count)).write(to: partial)
+        let journal = MemoryJournal()
+        journal.store(
+            JournalRecord(
+                key: JournalKey(request), path: destination.path,
+                state: .partial(validator: validator, totalBytes: Int64(size), missingRanges: missing),
+                request: request))
+        return journal
+    }
+
     /// Adds `request` to `queue` and pauses it once three connections or more run and 1 MiB is written; returns once
     /// it waits again and the server has nothing in flight.
     func pausedMidway(_ request: DownloadRequest, in queue: DownloadQueue, at server: TestServer) async throws
@@ -130,18 +149,9 @@ struct SegmentHazardTests {
             let url = try #require(URL(string: "http://127.0.0.1:\(port)/seg.bin"))
             let request = Self.segmented(url, to: .file(destination), connections: 4)
             // What a killed run left: the first half written in place, the rest missing.
-            let partial = dir.file(".seg.bin.haul-partial")
-            var held = Array(v1[..<(oldSize / 2)])
-            held += [UInt8](repeating: 0, count: oldSize - oldSize / 2)
-            try Data(held).write(to: partial)
-            let journal = MemoryJournal()
-            journal.store(
-                JournalRecord(
-                    key: JournalKey(request), path: destination.path,
-                    state: .partial(
-                        validator: "\"v1\"", totalBytes: Int64(oldSize),
-                        missingRanges: [Int64(oldSize / 2)..<Int64(oldSize)]),
-                    request: request))
+            let journal = try Self.leftByKilledRun(
+                request, at: destination, held: v1[..<(oldSize / 2)], size: oldSize, validator: "\"v1\"",
+                missing: [Int64(oldSize / 2)..<Int64(oldSize)])
             let result = try await downloader(retries: 2, journal: journal).download(request)
             #expect({ contentsOf(result.fileURL) == v2 }(), "not the server's new file")
         }
@@ -193,16 +203,9 @@ struct SegmentHazardTests {
             var request = Self.segmented(primary, to: .file(destination), connections: 4)
             request.mirrors = [mirror]
             let old = TestServer.expectedBytes(name: "f.bin", size: size)
-            try Data(Array(old[..<half]) + [UInt8](repeating: 0, count: size - half))
-                .write(to: dir.file(".f.bin.haul-partial"))
-            let journal = MemoryJournal()
-            journal.store(
-                JournalRecord(
-                    key: JournalKey(request), path: destination.path,
-                    state: .partial(
-                        validator: TestServer.entityTag(name: "f.bin", size: size), totalBytes: Int64(size),
-                        missingRanges: [Int64(half)..<Int64(size)]),
-                    request: request))
+            let journal = try Self.leftByKilledRun(
+                request, at: destination, held: old[..<half], size: size,
+                validator: TestServer.entityTag(name: "f.bin", size: size), missing: [Int64(half)..<Int64(size)])
             // The primary never vouches for the held bytes: they go, and the mirror's version comes whole.
             let result = try await downloader(retries: 0, journal: journal).download(request)
             #expect({ contentsOf(result.fileURL) == TestServer.expectedBytes(name: "g.bin", size: size) }())
@@ -280,17 +283,10 @@ struct SegmentHazardTests {
             let destination = dir.file("a.bin")
             let url = try #require(URL(string: "http://127.0.0.1:\(port)/a.bin"))
             let request = Self.segmented(url, to: .file(destination), connections: 4)
-            try Data(Array(v1[..<(size / 2)]) + [UInt8](repeating: 0, count: size - size / 2))
-                .write(to: dir.file(".a.bin.haul-partial"))
-            let journal = MemoryJournal()
+            let journal = try Self.leftByKilledRun(
+                request, at: destination, held: v1[..<(size / 2)], size: size, validator: "\"v1\"",
+                missing: [Int64(size / 2)..<Int64(size)])
             let key = JournalKey(request)
-            journal.store(
-                JournalRecord(
-                    key: key, path: destination.path,
-                    state: .partial(
-                        validator: "\"v1\"", totalBytes: Int64(size),
-                        missingRanges: [Int64(size / 2)..<Int64(size)]),
-                    request: request))
             let clock = GatedClock()
             var configuration = TransportKind.nio.configuration(clock: clock, retries: 2)
             configuration.journal = journal
