@@ -218,6 +218,7 @@ let package = Package(
             dependencies: [
                 "HaulMetrics", "Haul", "HaulNIO", "HaulTestServer", "HaulTestSupport",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
         ),
 

@@ -21,11 +21,6 @@ public struct RPCAccess: Sendable {
     /// Holds every wrong secret's answer back after the one before it (``unauthorizedDelay`` each), across the
     /// server's connections, its `/session` and its `/metrics`: shared by every copy of this value.
     package var guesses = GuessThrottle()
-    /// The connections waiting for a held-back answer, shared by every copy of this value: under a full
-    /// ``maxConnections`` one of them is closed, its answer never sent, to make room for a new connection. That tells
-    /// a guesser nothing it could not tell already, since a right secret's answer is never held: a guess not answered
-    /// at once is a wrong one.
-    let holding = OpenChannels()
 
     /// How long a client has to send a whole request, and how long a connection may wait for its next one: a
     /// connection that stops halfway (or holds a slot doing nothing) is closed then. Not a WebSocket's: it waits for
@@ -54,27 +49,18 @@ public struct RPCAccess: Sendable {
 extension RPCAccess {
     /// Answers `bytes` with `endpoint` off the event loop (a method may touch the file system: an add makes its
     /// directories), then hands the answer to `deliver` on `channel`'s loop, held back when calls carried a wrong
-    /// secret: by ``unauthorizedDelay`` for each, after the wrong guesses answered before (``guesses``).
+    /// secret: by ``unauthorizedDelay`` for each, after the wrong guesses answered before (``guesses``), the channel
+    /// one of `connections` that may be closed meanwhile to make room.
     func answer(
         _ bytes: [UInt8], with endpoint: RPCEndpoint, session: RPCSession? = nil, signedIn: Bool,
-        on channel: any Channel,
+        on channel: any Channel, of connections: ConnectionSlots,
         deliver: @escaping @Sendable ([UInt8]?) -> Void
     ) {
         let (delay, guesses) = (unauthorizedDelay, self.guesses)
         Task {
             let (answer, wrongSecrets) = await endpoint.answer(bytes, session: session, signedIn: signedIn)
             guard wrongSecrets > 0 else { return channel.eventLoop.execute { deliver(answer) } }
-            hold(channel, for: guesses.hold(wrongSecrets, each: delay)) { deliver(answer) }
-        }
-    }
-
-    /// Runs `deliver` on `channel`'s loop after `delay`, the channel counted in ``holding`` meanwhile.
-    func hold(_ channel: any Channel, for delay: Duration, then deliver: @escaping @Sendable () -> Void) {
-        let holding = self.holding
-        holding.add(channel)
-        channel.eventLoop.scheduleTask(in: TimeAmount(delay)) {
-            holding.remove(channel)
-            deliver()
+            connections.hold(channel, for: guesses.hold(wrongSecrets, each: delay)) { deliver(answer) }
         }
     }
 }
@@ -96,8 +82,8 @@ public final class RPCServer: Sendable {
     /// The port it listens on.
     public var port: Int { address.port ?? 0 }
     private let channel: any Channel
-    private let sessions: OpenChannels
-    private let connections: OpenChannels
+    private let sessions: WebSocketSessions
+    private let connections: ConnectionSlots
 
     /// How much may wait to be sent to a WebSocket client before a notification closes it instead (it does not read):
     /// room for the largest answers, a page of a thousand statuses, and a burst of notifications behind them.
@@ -143,8 +129,8 @@ public final class RPCServer: Sendable {
         // is known waits for it: a client that knew the port, as one reconnecting to a restarted daemon does, can
         // come that early.
         let checksKnown = group.next().makePromise(of: RequestChecks.self)
-        let sessions = OpenChannels()
-        let connections = OpenChannels()
+        let sessions = WebSocketSessions()
+        let connections = ConnectionSlots(limit: access.maxConnections)
         let dashboard = DashboardSessions()
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
@@ -152,16 +138,10 @@ public final class RPCServer: Sendable {
             .childChannelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 checksKnown.futureResult.hop(to: channel.eventLoop).flatMapThrowing { checks in
-                    guard
-                        connections.count < access.maxConnections
-                            || sessions.closeUnvouched(countedIn: connections)
-                            || access.holding.closeOne(countedIn: connections)
-                    else {
+                    guard connections.admit(channel) else {
                         channel.close(promise: nil)
                         return
                     }
-                    connections.add(channel)
-                    channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                     if let tls {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls.context))
                     }
@@ -192,7 +172,8 @@ public final class RPCServer: Sendable {
                                     ChannelOptions.writeBufferWaterMark, value: Self.webSocketBacklog)
                                 try channel.pipeline.syncOperations.addHandler(
                                     WebSocketRPCHandler(
-                                        endpoint: endpoint, access: access, sessions: sessions, signedIn: signedIn))
+                                        endpoint: endpoint, access: access, sessions: sessions,
+                                        connections: connections, signedIn: signedIn))
                             }
                         })
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(
@@ -201,8 +182,8 @@ public final class RPCServer: Sendable {
                     )
                     try channel.pipeline.syncOperations.addHandler(
                         RPCConnectionHandler(
-                            endpoint: endpoint, checks: checks, access: access, dashboard: dashboard,
-                            monitoring: monitoring, secure: tls != nil))
+                            endpoint: endpoint, checks: checks, access: access, connections: connections,
+                            dashboard: dashboard, monitoring: monitoring, secure: tls != nil))
                 }
             }
         let channel: any Channel
@@ -230,7 +211,9 @@ public final class RPCServer: Sendable {
         return RPCServer(address: address, channel: channel, sessions: sessions, connections: connections)
     }
 
-    private init(address: SocketAddress, channel: any Channel, sessions: OpenChannels, connections: OpenChannels) {
+    private init(
+        address: SocketAddress, channel: any Channel, sessions: WebSocketSessions, connections: ConnectionSlots
+    ) {
         self.address = address
         self.channel = channel
         self.sessions = sessions
@@ -264,46 +247,21 @@ public final class RPCServer: Sendable {
     }
 }
 
-/// Channels open now: the WebSocket sessions, to send notifications to; every connection, to close at a stop.
-final class OpenChannels: Sendable {
-    private struct Open {
-        let channel: any Channel
-        /// A WebSocket's session.
-        let session: RPCSession?
-    }
-
-    private let channels = Locked<[ObjectIdentifier: Open]>([:])
+/// The WebSocket sessions open now, to send notifications to.
+final class WebSocketSessions: Sendable {
+    private let channels = Locked<[ObjectIdentifier: any Channel]>([:])
 
     var isEmpty: Bool { channels.withLock { $0.isEmpty } }
-    var count: Int { channels.withLock { $0.count } }
 
-    func add(_ channel: any Channel, session: RPCSession? = nil) {
-        channels.withLock { $0[ObjectIdentifier(channel)] = Open(channel: channel, session: session) }
-    }
+    func add(_ channel: any Channel) { channels.withLock { $0[ObjectIdentifier(channel)] = channel } }
 
     func remove(_ channel: any Channel) { _ = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) } }
-
-    /// Closes a WebSocket session that no call has vouched for (``RPCSession/isVouched``), and takes it out of
-    /// `connections`, to make room for a new connection; `false` when there is none. Without it, WebSockets opened
-    /// and left idle, which need no secret (notifications go to every session, as aria2 sends them), would hold
-    /// every connection slot for as long as they stay open.
-    func closeUnvouched(countedIn connections: OpenChannels) -> Bool {
-        let unvouched = channels.withLock { channels -> (any Channel)? in
-            guard let (key, open) = channels.first(where: { $0.value.session?.isVouched == false }) else { return nil }
-            channels[key] = nil
-            return open.channel
-        }
-        guard let unvouched else { return false }
-        connections.remove(unvouched)
-        unvouched.close(promise: nil)
-        return true
-    }
 
     /// Sends `text` to every channel, after what was sent before from any thread: always through the channel's event
     /// loop, since a write made on the loop itself would go out at once, ahead of one queued there from another
     /// thread a moment before (a download's start, told on its loop, ahead of its resumption told by an RPC call).
     func send(_ text: [UInt8]) {
-        let open = channels.withLock { $0.values.map(\.channel) }
+        let open = channels.withLock { Array($0.values) }
         for channel in open {
             channel.eventLoop.execute {
                 // A client that does not read what it is sent is closed, not sent more: what waits for it is kept
@@ -314,27 +272,10 @@ final class OpenChannels: Sendable {
         }
     }
 
-    /// Closes one of the channels, taking it out of `connections` too, to make room for a new connection; `false`
-    /// when there is none.
-    func closeOne(countedIn connections: OpenChannels) -> Bool {
-        let chosen = channels.withLock { channels -> (any Channel)? in
-            // One that closed meanwhile frees no place: it is only forgotten.
-            while let (key, open) = channels.first {
-                channels[key] = nil
-                if open.channel.isActive { return open.channel }
-            }
-            return nil
-        }
-        guard let chosen else { return false }
-        connections.remove(chosen)
-        chosen.close(promise: nil)
-        return true
-    }
-
     func closeAll() {
         let open = channels.withLock { channels in
             defer { channels = [:] }
-            return channels.values.map(\.channel)
+            return Array(channels.values)
         }
         for channel in open { channel.close(promise: nil) }
     }
@@ -344,17 +285,20 @@ final class OpenChannels: Sendable {
 /// changes) goes out as JSON-RPC notifications, until it closes.
 public final class RPCSession: Sendable {
     private let channel: any Channel
+    private let connections: ConnectionSlots
+
     private let push = Locked<RepeatedTask?>(nil)
-    private let vouched = Locked(false)
 
-    /// Whether a call of the session has passed the secret's check (or needed none but the daemon's, with no secret
-    /// set): a session that never did may be closed to make room for another connection (``OpenChannels``).
-    var isVouched: Bool { vouched.withLock { $0 } }
+    /// Notes that a call of the session passed the secret's check (or needed none but the daemon's, with no secret
+    /// set): a session that never did may be closed to make room for another connection (``ConnectionSlots``).
+    func vouch() { connections.mark(channel, .unvouched, false) }
 
-    /// Notes that a call of the session passed the secret's check.
-    func vouch() { vouched.withLock { $0 = true } }
-
-    init(channel: any Channel) { self.channel = channel }
+    /// A session on `channel`, one of `connections`, which no call has vouched for yet.
+    init(channel: any Channel, of connections: ConnectionSlots) {
+        self.channel = channel
+        self.connections = connections
+        connections.mark(channel, .unvouched, true)
+    }
 
     /// Calls `produce` every `interval`, off the event loop, the next call only after the last one's message went
     /// out, and sends what it returns (nothing for `nil`); replaces the session's earlier push, ends with the session.
@@ -411,7 +355,8 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
 
     let endpoint: RPCEndpoint
     let access: RPCAccess
-    let sessions: OpenChannels
+    let sessions: WebSocketSessions
+    let connections: ConnectionSlots
     /// Whether it was opened by a page signed in to the dashboard whose session is still on: its calls need no
     /// secret.
     let signedIn: @Sendable () -> Bool
@@ -422,19 +367,21 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     private var waiting: [[UInt8]] = []
 
     init(
-        endpoint: RPCEndpoint, access: RPCAccess, sessions: OpenChannels, signedIn: @escaping @Sendable () -> Bool
+        endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions, connections: ConnectionSlots,
+        signedIn: @escaping @Sendable () -> Bool
     ) {
         self.endpoint = endpoint
         self.access = access
         self.sessions = sessions
+        self.connections = connections
         self.signedIn = signedIn
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        let session = RPCSession(channel: context.channel)
+        let session = RPCSession(channel: context.channel, of: connections)
         if signedIn() { session.vouch() }
         self.session = session
-        sessions.add(context.channel, session: session)
+        sessions.add(context.channel)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -485,7 +432,8 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     private func answer(_ bytes: [UInt8], on channel: any Channel) {
         answering = true
         let handler = NIOLoopBound(self, eventLoop: channel.eventLoop)
-        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn(), on: channel) { answer in
+        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn(), on: channel, of: connections) {
+            answer in
             if let answer { channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil) }
             handler.value.answered(on: channel)
         }
@@ -531,6 +479,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     let endpoint: RPCEndpoint
     let checks: RequestChecks
     let access: RPCAccess
+    let connections: ConnectionSlots
     let dashboard: DashboardSessions
     let monitoring: MonitoringEndpoint?
     /// Served over TLS: the session cookie is marked `Secure`.
@@ -542,12 +491,13 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     private var deadline: RequestDeadline
 
     init(
-        endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess, dashboard: DashboardSessions,
-        monitoring: MonitoringEndpoint?, secure: Bool
+        endpoint: RPCEndpoint, checks: RequestChecks, access: RPCAccess, connections: ConnectionSlots,
+        dashboard: DashboardSessions, monitoring: MonitoringEndpoint?, secure: Bool
     ) {
         self.endpoint = endpoint
         self.checks = checks
         self.access = access
+        self.connections = connections
         self.dashboard = dashboard
         self.monitoring = monitoring
         self.secure = secure
@@ -611,7 +561,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         if let monitoring, MonitoringEndpoint.serves(path) {
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let (method, authorization) = (head.method.rawValue, head.headers.first(name: "authorization"))
-            let (channel, access) = (context.channel, access)
+            let (channel, connections) = (context.channel, connections)
             Task {
                 guard
                     let (answer, hold) = await monitoring.answer(
@@ -626,7 +576,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
                 }
                 // A wrong token's answer is held as a wrong secret's is: its connection may be closed for a new one.
                 guard let hold else { return channel.eventLoop.execute(deliver) }
-                access.hold(channel, for: hold, then: deliver)
+                connections.hold(channel, for: hold, then: deliver)
             }
             return
         }
@@ -659,7 +609,9 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let signedIn = dashboard.isSignedIn(
             cookieHeader: head.headers.cookie, csrf: head.headers.first(name: DashboardSessions.csrfHeader))
-        access.answer(Array(body.readableBytesView), with: endpoint, signedIn: signedIn, on: context.channel) {
+        access.answer(
+            Array(body.readableBytesView), with: endpoint, signedIn: signedIn, on: context.channel, of: connections
+        ) {
             answer in
             let (handler, context) = bound.value
             handler.write(
@@ -703,7 +655,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
             guard secret.matches(given) else {
                 let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
                 let headers = headers
-                access.hold(context.channel, for: access.guesses.hold(1, each: access.unauthorizedDelay)) {
+                connections.hold(context.channel, for: access.guesses.hold(1, each: access.unauthorizedDelay)) {
                     let (handler, context) = bound.value
                     handler.write(
                         status: .ok, bytes: Self.wrongSecret,

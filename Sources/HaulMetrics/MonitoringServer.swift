@@ -28,13 +28,12 @@ public final class MonitoringServer: Sendable {
         endpoint: MonitoringEndpoint, host: String, port: Int, requiresAddressHost: Bool,
         requestTimeout: Duration = .seconds(60), maxConnections: Int = 64, group: (any EventLoopGroup)? = nil
     ) async throws -> MonitoringServer {
-        let connections = Connections(limit: maxConnections)
+        let connections = ConnectionSlots(limit: maxConnections)
         let channel = try await ServerBootstrap(group: group ?? MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(ChannelOptions.backlog, value: 64)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 guard connections.admit(channel) else { return channel.close() }
-                channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: true)
                     try channel.pipeline.syncOperations.addHandler(
@@ -75,57 +74,6 @@ public final class MonitoringServer: Sendable {
     }
 }
 
-/// The server's open connections, and those of them waiting for a wrong token's held-back answer: with the limit
-/// reached, one of those is closed, its answer never sent, to make room for a new connection. A right token's answer
-/// is never held, so that tells a guesser nothing, and guesses cannot lock a scraper with the token out.
-final class Connections: Sendable {
-    private struct State {
-        var open: [ObjectIdentifier: any Channel] = [:]
-        var held: Set<ObjectIdentifier> = []
-    }
-    private let state = Locked(State())
-    private let limit: Int
-
-    init(limit: Int) {
-        self.limit = limit
-    }
-
-    /// Counts `channel` in, closing a held connection to make room when the limit is reached; `false` when there is
-    /// none (`channel` is not counted).
-    func admit(_ channel: any Channel) -> Bool {
-        let key = ObjectIdentifier(channel)
-        let outcome = state.withLock { state -> (admitted: Bool, evicted: (any Channel)?) in
-            var evicted: (any Channel)?
-            if state.open.count >= limit {
-                guard let victim = state.held.popFirst() else { return (false, nil) }
-                evicted = state.open.removeValue(forKey: victim)
-            }
-            state.open[key] = channel
-            return (true, evicted)
-        }
-        outcome.evicted?.close(promise: nil)
-        return outcome.admitted
-    }
-
-    /// Forgets a closed connection.
-    func remove(_ channel: any Channel) {
-        let key = ObjectIdentifier(channel)
-        state.withLock { state in
-            state.open[key] = nil
-            state.held.remove(key)
-        }
-    }
-
-    /// Marks `channel` as waiting for a held-back answer (`true`), or no longer.
-    func setHeld(_ channel: any Channel, _ held: Bool) {
-        let key = ObjectIdentifier(channel)
-        state.withLock { state in
-            guard state.open[key] != nil else { return }
-            if held { state.held.insert(key) } else { state.held.remove(key) }
-        }
-    }
-}
-
 enum IPv6Address {
     static func isLiteral(_ text: Substring) -> Bool {
         !text.isEmpty && text.contains(":") && text.allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." }
@@ -142,10 +90,10 @@ private final class MonitoringHandler: ChannelInboundHandler {
     private var bodyBytes = 0
     private var deadline: RequestDeadline
 
-    private let connections: Connections
+    private let connections: ConnectionSlots
 
     init(
-        endpoint: MonitoringEndpoint, requiresAddressHost: Bool, deadline: RequestDeadline, connections: Connections
+        endpoint: MonitoringEndpoint, requiresAddressHost: Bool, deadline: RequestDeadline, connections: ConnectionSlots
     ) {
         self.endpoint = endpoint
         self.requiresAddressHost = requiresAddressHost
@@ -199,11 +147,7 @@ private final class MonitoringHandler: ChannelInboundHandler {
                 handler.write(answer, head: head, close: false, context: context)
             }
             guard let hold else { return channel.eventLoop.execute(deliver) }
-            connections.setHeld(channel, true)
-            channel.eventLoop.scheduleTask(in: TimeAmount(hold)) {
-                connections.setHeld(channel, false)
-                deliver()
-            }
+            connections.hold(channel, for: hold, then: deliver)
         }
     }
 
