@@ -136,7 +136,9 @@ struct FullDiskTests {
             let rerun = try await HaulProcess.run(arguments)
             #expect(rerun.status == 0, "\(rerun)")
             for name in names {
-                #expect(contentsOf(mountPoint.file(name)) == TestServer.expectedBytes(name: name, size: 400_000))
+                #expect(
+                    { contentsOf(mountPoint.file(name)) == TestServer.expectedBytes(name: name, size: 400_000) }(),
+                    "not the server's bytes")
             }
             // Only what had not completed was fetched again.
             #expect(server.stats.requestCount - requestsBefore == names.count - completed)

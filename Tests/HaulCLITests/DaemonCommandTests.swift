@@ -257,7 +257,9 @@ struct DaemonCommandTests {
                 let status = try? await restarted.result("aria2.tellStatus", [gid, ["status"]]) as? [String: Any]
                 return status?["status"] as? String == "complete"
             }
-            #expect(contentsOf(dir.file("big.bin")) == TestServer.expectedBytes(name: "big.bin", size: size))
+            #expect(
+                { contentsOf(dir.file("big.bin")) == TestServer.expectedBytes(name: "big.bin", size: size) }(),
+                "not the server's bytes")
             let resumed = try #require(server.stats.requests.last)
             #expect(resumed.range?.hasPrefix("bytes=") == true && resumed.range != "bytes=0-", "\(resumed.range ?? "")")
             restarted.process.send(SIGTERM)

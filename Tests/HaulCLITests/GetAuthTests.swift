@@ -54,7 +54,9 @@ struct GetAuthTests {
             #expect(fields.status == 1, "\(fields)")
             let stored = everyFile(in: dir.url)
             #expect(!stored.contains("h3ader-t0ken") && !stored.contains("c00kie-s3cret"))
-            #expect(contentsOf(dir.file("ok.bin")) == TestServer.expectedBytes(name: "ok.bin", size: 300_000))
+            #expect(
+                { contentsOf(dir.file("ok.bin")) == TestServer.expectedBytes(name: "ok.bin", size: 300_000) }(),
+                "not the server's bytes")
             #expect(
                 server.stats.requests.filter { $0.path == "/bytes/ok.bin" }.allSatisfy {
                     $0.authorization == Self.basic

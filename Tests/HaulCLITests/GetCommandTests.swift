@@ -29,7 +29,9 @@ struct GetCommandTests {
             ])
             #expect(run.status == 0, "\(run)")
             #expect(dir.contents() == [".haul", "a.bin", "b.bin", "c.bin"])
-            #expect(contentsOf(dir.file("b.bin")) == TestServer.expectedBytes(name: "b.bin", size: 300_000))
+            #expect(
+                { contentsOf(dir.file("b.bin")) == TestServer.expectedBytes(name: "b.bin", size: 300_000) }(),
+                "not the server's bytes")
             #expect(contentsOf(dir.file("c.bin")) == [])
             // The journal was finished before the process exited: its log folded into the database, none left.
             let journalFiles = try FileManager.default.contentsOfDirectory(atPath: dir.file(".haul").path)
@@ -546,7 +548,9 @@ struct GetCommandTests {
                 "get", "--transport", "urlsession", "-d", dir.path, bytes(server, "u.bin", size: 200_000),
             ])
             #expect(run.status == 0, "\(run)")
-            #expect(contentsOf(dir.file("u.bin")) == TestServer.expectedBytes(name: "u.bin", size: 200_000))
+            #expect(
+                { contentsOf(dir.file("u.bin")) == TestServer.expectedBytes(name: "u.bin", size: 200_000) }(),
+                "not the server's bytes")
         }
     }
     #else
@@ -624,7 +628,9 @@ struct GetCommandTests {
             let rerun = try await HaulProcess.run(["get", "-d", dir.path, url])
             #expect(rerun.status == 0, "\(rerun)")
             #expect(rerun.stdout.contains("resuming at"))
-            #expect(contentsOf(dir.file("slow.bin")) == TestServer.expectedBytes(name: "slow.bin", size: size))
+            #expect(
+                { contentsOf(dir.file("slow.bin")) == TestServer.expectedBytes(name: "slow.bin", size: size) }(),
+                "not the server's bytes")
             #expect(dir.contents() == [".haul", "slow.bin"])
             #expect(server.stats.requests.last?.range != nil)
             #expect(server.stats.bodyBytesSent - sentBefore < size)

@@ -38,7 +38,9 @@ struct GetIntegrityTests {
             #expect(firstRun.status == 0, "\(firstRun)")
             #expect(second.status == 1, "\(second)")
             #expect(second.stderr.contains("another download"), "\(second)")
-            #expect(contentsOf(dir.file("shared.bin")) == TestServer.expectedBytes(name: "shared.bin", size: size))
+            #expect(
+                { contentsOf(dir.file("shared.bin")) == TestServer.expectedBytes(name: "shared.bin", size: size) }(),
+                "not the server's bytes")
             #expect(!dir.contents().contains { $0.hasSuffix(".haul-partial") }, "\(dir.contents())")
             // Nothing writes it after the runs said done.
             #expect(GetCommandTests.size(of: dir.file("shared.bin").path) == size)
@@ -90,7 +92,9 @@ struct GetIntegrityTests {
             let run = try await HaulProcess.run(["get", "-d", dir.path, "-i", "-"], input: list)
             #expect(run.status == 0, "\(run)")
             for name in names {
-                #expect(contentsOf(dir.file(name)) == TestServer.expectedBytes(name: "long", size: 200_000))
+                #expect(
+                    { contentsOf(dir.file(name)) == TestServer.expectedBytes(name: "long", size: 200_000) }(),
+                    "not the server's bytes")
             }
 
             let slow = bytes(server, "slowlong", size: 2_000_000, ["rate": "1000000"])
@@ -111,7 +115,9 @@ struct GetIntegrityTests {
             let rerun = try await HaulProcess.run(["get", "-d", dir.path, "-o", name, slow])
             #expect(rerun.status == 0, "\(rerun)")
             #expect(rerun.stdout.contains("resuming at"), "\(rerun)")
-            #expect(contentsOf(dir.file(name)) == TestServer.expectedBytes(name: "slowlong", size: 2_000_000))
+            #expect(
+                { contentsOf(dir.file(name)) == TestServer.expectedBytes(name: "slowlong", size: 2_000_000) }(),
+                "not the server's bytes")
         }
     }
 

@@ -383,7 +383,9 @@ struct SQLiteJournalTests {
             await #expect(throws: DownloadError.self) { try await task.value }
             let sentBefore = server.stats.bodyBytesSent
             let result = try await downloader().download(request)
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: size))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: size) }(),
+                "not the server's bytes")
             #expect(server.stats.requests.last?.range != nil)
             #expect(server.stats.bodyBytesSent - sentBefore < size)
             let again = try await downloader().download(request)

@@ -72,7 +72,9 @@ struct FreshnessTests {
                 url: server.url(path: "/bytes/moving.bin", query: ["size": "\(size)", "changeAfterFirst": "1"]),
                 destination: .directory(dir.url))
             let first = try await downloader(journal).download(request)
-            #expect(contentsOf(first.fileURL) == TestServer.expectedBytes(name: "moving.bin", size: size))
+            #expect(
+                { contentsOf(first.fileURL) == TestServer.expectedBytes(name: "moving.bin", size: size) }(),
+                "not the server's bytes")
 
             let events = EventLog()
             let again = try await downloader(journal) { $0.revalidatesCompletedFiles = true }
@@ -177,7 +179,9 @@ struct FreshnessTests {
             server.removeAllRules()
             server.resetStats()
             let result = try await downloader(journal).download(request)
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: size))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: size) }(),
+                "not the server's bytes")
             let stats = server.stats
             #expect(stats.bodyBytesSent == size - 1_500_000)  // the rest, not the file again
             #expect(stats.requests.first?.range == "bytes=1500000-")
@@ -259,7 +263,9 @@ struct FreshnessTests {
 
             request.conflictPolicy = .overwrite
             let result = try await downloader(MemoryJournal()).download(request)
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "f.bin", size: 100_000))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "f.bin", size: 100_000) }(),
+                "not the server's bytes")
         }
     }
 }

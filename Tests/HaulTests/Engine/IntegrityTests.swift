@@ -71,7 +71,9 @@ struct IntegrityTests {
             #expect(error?.code == .destinationBusy, "\(String(describing: error))")
             #expect(error?.message.contains("another download") == true)
             #expect(result.fileURL.lastPathComponent == "same.bin")
-            #expect(contentsOf(dir.file("same.bin")) == TestServer.expectedBytes(name: "first", size: 600_000))
+            #expect(
+                { contentsOf(dir.file("same.bin")) == TestServer.expectedBytes(name: "first", size: 600_000) }(),
+                "not the server's bytes")
             #expect(dir.contents() == ["same.bin"])
         }
     }
@@ -91,7 +93,9 @@ struct IntegrityTests {
                 destination: .file(target), conflictPolicy: .overwrite)
             let (_, error) = try await Self.collide(first, second, at: target, on: server, kind: kind)
             #expect(error?.code == .destinationBusy, "\(String(describing: error))")
-            #expect(contentsOf(target) == TestServer.expectedBytes(name: "first", size: 600_000))
+            #expect(
+                { contentsOf(target) == TestServer.expectedBytes(name: "first", size: 600_000) }(),
+                "not the server's bytes")
             #expect(dir.contents() == ["one.bin"])
         }
     }

@@ -171,7 +171,9 @@ struct JournalTests {
             let events = log.all
             #expect(result.size == Int64(size))
             #expect(result.bytesTransferred == Int64(size) - kept)
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: size))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big.bin", size: size) }(),
+                "not the server's bytes")
             #expect(dir.contents() == ["big.bin"])
             let resumed = server.stats.requests.last
             #expect(resumed?.range == "bytes=\(kept)-")

@@ -232,7 +232,9 @@ struct PolitenessTests {
             let result = try await downloader(retries: 2) {
                 $0.minimumSpeed = MinimumSpeed(bytesPerSecond: 20_000, for: .seconds(1))
             }.download(request, onEvent: events.record)
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "drip", size: size))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "drip", size: size) }(),
+                "not the server's bytes")
             let retried = events.all.compactMap { if case .retrying(_, _, let error) = $0 { error } else { nil } }
             #expect(retried.map(\.code) == [.tooSlow])
             let requests = server.stats.requests

@@ -114,7 +114,9 @@ struct DownloadQueueControlTests {
             server.openGate("g")
             let result = try await handle.result
             _ = try await next.result
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big", size: size))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "big", size: size) }(),
+                "not the server's bytes")
             let requests = server.stats.requests.filter { $0.path == "/bytes/big" }
             #expect(requests.count == 2)
             let range = try #require(requests.last?.range)
@@ -257,7 +259,9 @@ struct DownloadQueueControlTests {
             // A wait that did not notice the change would last for days: failed here rather than left hanging.
             try await eventually("finished once the limit is lifted", within: .seconds(30)) { handle.outcome != nil }
             let result = try await handle.result
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "limited", size: size))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "limited", size: size) }(),
+                "not the server's bytes")
             #expect(!handle.setMaxBytesPerSecond(10))  // it has ended
         }
     }

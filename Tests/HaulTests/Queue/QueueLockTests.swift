@@ -139,7 +139,9 @@ extension QueueLockTests {
             #expect(
                 firstOutcome.map { if case .failure(let error) = $0 { error.isCancellation } else { false } } == true)
             let result = try #require(try secondOutcome?.get())
-            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "again", size: 400_000))
+            #expect(
+                { contentsOf(result.fileURL) == TestServer.expectedBytes(name: "again", size: 400_000) }(),
+                "not the server's bytes")
             #expect(dir.contents() == ["again"])
         }
     }
