@@ -2,16 +2,22 @@ import Foundation
 import Haul
 
 /// Hides the secrets of the process's own arguments from other users: what `ps` and `/proc/PID/cmdline` show is the
-/// argument vector's memory, which stays readable for the whole run. As curl blanks `-u`, the password of
-/// `-u/--user USER:PASSWORD`, of every URL with one (`https://user:password@...`, `-x`, `--db`) and the value of a
-/// `--header` that carries a secret (`DownloadRequest.isSecretField(_:)`: `Authorization`, `Cookie`, `X-Api-Key`...)
-/// are overwritten with `*` in place, once
-/// the arguments have been copied for parsing. Lengths stay, so nothing moves.
+/// argument vector's memory, which stays readable for the whole run. As curl blanks `-u`, these are overwritten with
+/// `*` in place, once the arguments have been copied for parsing (lengths stay, so nothing moves): the password of
+/// `-u/--user USER:PASSWORD` (`-ku USER:PASSWORD` too), of every URL with one (`https://user:password@...`, `--db`),
+/// of `-x/--proxy`'s with or without a scheme, and the value of a `--header` that carries a secret
+/// (`DownloadRequest.isSecretField(_:)`: `Authorization`, `Cookie`, `X-Api-Key`...), with its colon or without.
 enum ArgumentSecrets {
     /// The options whose next argument (or `=`-joined value) is `USER:PASSWORD`.
     static let credentialOptions: Set<String> = ["-u", "--user"]
     /// The options whose value is a header field.
     static let headerOptions: Set<String> = ["--header"]
+    /// The options whose value is a URL that may carry a password without a scheme (curl's
+    /// `[SCHEME://]USER:PASSWORD@HOST:PORT` for a proxy).
+    static let urlOptions: Set<String> = ["-x", "--proxy"]
+    /// The short options above, by letter: in a group (`-ku`) one takes the rest of the group or the next argument.
+    static let shortOptions: [UInt8: String] = [UInt8(ascii: "u"): "-u", UInt8(ascii: "x"): "-x"]
+
     /// Overwrites the secrets in the argument vector (`CommandLine.unsafeArgv`). Call it after `CommandLine.arguments`
     /// has been read: the parser works on that copy.
     static func hideInArgumentVector() {
@@ -35,50 +41,56 @@ enum ArgumentSecrets {
                 ranges += secret(ofValue: bytes, offset: 0, for: option).map { (index, $0) }
                 continue
             }
-            if credentialOptions.contains(argument) || headerOptions.contains(argument) {
+            if credentialOptions.contains(argument) || headerOptions.contains(argument) || urlOptions.contains(argument)
+            {
                 pending = argument
                 continue
             }
             if let equals = bytes.firstIndex(of: UInt8(ascii: "=")), argument.hasPrefix("-") {
                 let option = String(decoding: bytes[..<equals], as: UTF8.self)
-                if credentialOptions.contains(option) || headerOptions.contains(option) {
+                if credentialOptions.contains(option) || headerOptions.contains(option) || urlOptions.contains(option) {
                     ranges += secret(ofValue: Array(bytes[(equals + 1)...]), offset: equals + 1, for: option)
                         .map { (index, $0) }
                     continue
                 }
             }
-            if argument.hasPrefix("-u"), !argument.hasPrefix("--"), bytes.count > 2 {
-                ranges += secret(ofValue: Array(bytes[2...]), offset: 2, for: "-u").map { (index, $0) }
+            if argument.hasPrefix("-"), !argument.hasPrefix("--"),
+                let letter = bytes.indices.dropFirst().first(where: { shortOptions[bytes[$0]] != nil }),
+                let option = shortOptions[bytes[letter]]
+            {
+                // `-uUSER:PASSWORD`, `-kuUSER:PASSWORD`, or the group's last letter with its value next (`-ku V`).
+                if letter + 1 < bytes.count {
+                    ranges += secret(ofValue: Array(bytes[(letter + 1)...]), offset: letter + 1, for: option)
+                        .map { (index, $0) }
+                } else {
+                    pending = option
+                }
                 continue
             }
-            if let password = urlPassword(in: bytes) { ranges.append((index, password)) }
+            if let password = URLText.passwordRange(in: bytes, requiringScheme: true) {
+                ranges.append((index, password))
+            }
         }
         return ranges
     }
 
-    /// The secret in `value`, an argument of `option` (a credential or a header option), shifted by `offset`.
+    /// The secret in `value`, an argument of `option`, shifted by `offset`: the password of `USER:PASSWORD` or of a
+    /// URL, or the value of a header field that carries a secret, whatever follows its name (a colon or not).
     private static func secret(ofValue value: [UInt8], offset: Int, for option: String) -> [Range<Int>] {
-        // After the first colon: the password of `USER:PASSWORD`, or a header's value (of one that carries a secret).
-        guard let colon = value.firstIndex(of: UInt8(ascii: ":")), colon + 1 < value.count else { return [] }
-        if !credentialOptions.contains(option) {
-            let name = String(decoding: value[..<colon], as: UTF8.self).trimmingCharacters(in: .whitespaces)
-            guard DownloadRequest.isSecretField(name) else { return [] }
+        if urlOptions.contains(option) {
+            return URLText.passwordRange(in: value).map { [($0.lowerBound + offset)..<($0.upperBound + offset)] } ?? []
         }
-        return [(colon + 1 + offset)..<(value.count + offset)]
-    }
-
-    /// The password of a URL's user info (`scheme://user:password@host`), if `bytes` holds one.
-    static func urlPassword(in bytes: [UInt8]) -> Range<Int>? {
-        let text = String(decoding: bytes, as: UTF8.self)
-        guard let scheme = text.range(of: "://") else { return nil }
-        let start = text.utf8.distance(from: text.startIndex, to: scheme.upperBound)
-        // The authority ends at the first `/`, `?` or `#`; its user info at its last `@`.
-        let authorityEnd =
-            bytes[start...].firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }
-            ?? bytes.count
-        guard let at = bytes[start..<authorityEnd].lastIndex(of: UInt8(ascii: "@")),
-            let colon = bytes[start..<at].firstIndex(of: UInt8(ascii: ":")), colon + 1 < at
-        else { return nil }
-        return (colon + 1)..<at
+        if credentialOptions.contains(option) {
+            guard let colon = value.firstIndex(of: UInt8(ascii: ":")), colon + 1 < value.count else { return [] }
+            return [(colon + 1 + offset)..<(value.count + offset)]
+        }
+        let start = value.firstIndex { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") } ?? value.count
+        let end = value[start...].firstIndex {
+            $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t")
+        }
+        guard let end, end + 1 < value.count,
+            DownloadRequest.isSecretField(String(decoding: value[start..<end], as: UTF8.self))
+        else { return [] }
+        return [(end + 1 + offset)..<(value.count + offset)]
     }
 }

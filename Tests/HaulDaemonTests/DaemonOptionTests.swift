@@ -196,4 +196,22 @@ struct DaemonOptionTests {
         #expect(try await harness.call("aria2.tellStopped", [0, 10]) == [])
         await harness.stop()
     }
+
+    @Test("a refused URI's password and a malformed secret header's value are not in the answer")
+    func refusalsHideSecrets() async throws {
+        let harness = try await DaemonHarness()
+        let secret = "hunter2-s3cret"
+        for (uris, options) in [
+            ([JSON.string("ftp://alice:\(secret)@127.0.0.1:1/x")], [:] as JSON),
+            (["http://127.0.0.1:1/x"], ["header": .array([.string("Authorization Bearer \(secret)")])]),
+        ] {
+            await #expect {
+                try await harness.call("aria2.addUri", [.array(uris), options])
+            } throws: { error in
+                let message = (error as? CallError)?.message ?? ""
+                return !message.isEmpty && !message.contains(secret)
+            }
+        }
+        await harness.stop()
+    }
 }

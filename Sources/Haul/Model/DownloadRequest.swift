@@ -292,6 +292,14 @@ extension DownloadRequest {
         return secretFieldWords.contains { lowered.contains($0) }
     }
 
+    /// A header line given by a user (`Name: value`, or something that is not one) as an error shows it: for a field
+    /// that carries a secret (``isSecretField(_:)``), its name and `...`, whatever follows the name (a colon or not);
+    /// any other line as given.
+    package static func redactedHeaderLine(_ line: String) -> String {
+        let name = line.drop { $0.isWhitespace }.prefix { $0 != ":" && !$0.isWhitespace }
+        return isSecretField(name) ? "\(name): ..." : line
+    }
+
     private static let secretFieldWords = [
         "auth", "cookie", "key", "token", "secret", "passw", "signature", "session", "credential",
     ]

@@ -99,12 +99,7 @@ public struct Proxy: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// A proxy URL as text with any password replaced by `***`, for messages about a value that did not parse.
-    static func redacted(_ text: String) -> String {
-        guard let at = text.lastIndex(of: "@") else { return text }
-        let start = text.range(of: "://").map(\.upperBound) ?? text.startIndex
-        guard start <= at, let colon = text[start..<at].firstIndex(of: ":") else { return text }
-        return text[..<colon] + ":***" + text[at...]
-    }
+    static func redacted(_ text: String) -> String { URLText.redacted(text) }
 }
 
 /// A proxy setting that cannot be used: names the setting and its value, never a password.

@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 
 #if canImport(Glibc)
 import Glibc
@@ -211,7 +212,7 @@ struct InputFile {
             urlLineFailed = true
             ready.append(
                 problem(
-                    "'\(text)' is not one URL: put one URL per line (mirrors of one file after it, separated by tabs), "
+                    "'\(URLText.redacted(text))' is not one URL: put one URL per line (mirrors of one file after it, separated by tabs), "
                         + "and options on indented lines"))
             return
         }
@@ -243,18 +244,18 @@ struct InputFile {
         guard !value.isEmpty || key == "header" else { return "'\(key)=' needs a value" }
         switch key {
         case "out":
-            guard entry.fileName == nil else { return "'out' given twice for \(entry.url)" }
+            guard entry.fileName == nil else { return "'out' given twice for \(URLText.redacted(entry.url))" }
             entry.fileName = value
         case "dir":
-            guard entry.subdirectory == nil else { return "'dir' given twice for \(entry.url)" }
+            guard entry.subdirectory == nil else { return "'dir' given twice for \(URLText.redacted(entry.url))" }
             entry.subdirectory = value
         case "checksum":
-            guard entry.checksum == nil else { return "'checksum' given twice for \(entry.url)" }
+            guard entry.checksum == nil else { return "'checksum' given twice for \(URLText.redacted(entry.url))" }
             entry.checksum = value
         case "header":
             entry.headers.append(value)
         case "split":
-            guard entry.split == nil else { return "'split' given twice for \(entry.url)" }
+            guard entry.split == nil else { return "'split' given twice for \(URLText.redacted(entry.url))" }
             entry.split = value
         case "limit-rate", "max-time", "speed-limit", "speed-time":
             let field: WritableKeyPath<InputEntry, String?> =
@@ -264,7 +265,7 @@ struct InputFile {
                 case "speed-limit": \.speedLimit
                 default: \.speedTime
                 }
-            guard entry[keyPath: field] == nil else { return "'\(key)' given twice for \(entry.url)" }
+            guard entry[keyPath: field] == nil else { return "'\(key)' given twice for \(URLText.redacted(entry.url))" }
             entry[keyPath: field] = value
         default:
             return "unknown option '\(key)' (expected one of \(optionList))"

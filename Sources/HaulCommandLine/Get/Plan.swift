@@ -167,7 +167,9 @@ struct Planner: Sendable {
                 UsageFailure([
                     InputProblem(
                         origin: entry.origin,
-                        message: "no safe file name in '\(entry.url)'; give one with -o or an 'out=NAME' line")
+                        message:
+                            "no safe file name in '\(URLText.redacted(entry.url))'; give one with -o or an 'out=NAME' line"
+                    )
                 ]))
         }
         return .success(
@@ -207,8 +209,10 @@ struct Planner: Sendable {
     }
 
     /// The URL, if it is an absolute http(s) URL with a host; otherwise a problem saying which part is wrong.
-    static func validateURL(_ text: String, problems: inout [String]) -> URL? {
-        guard let url = URL(string: text), let scheme = url.scheme else {
+    static func validateURL(_ given: String, problems: inout [String]) -> URL? {
+        // Only as problems show it.
+        let text = URLText.redacted(given)
+        guard let url = URL(string: given), let scheme = url.scheme else {
             problems.append("'\(text)' is not a valid URL (expected http://HOST/PATH or https://HOST/PATH)")
             return nil
         }
@@ -233,7 +237,7 @@ struct Planner: Sendable {
 
     static func parseHeader(_ text: String) -> Result<HTTPField, HeaderProblem> {
         guard let colon = text.firstIndex(of: ":") else {
-            return .failure(HeaderProblem("header '\(text)' is not 'Name: value'"))
+            return .failure(HeaderProblem("header '\(DownloadRequest.redactedHeaderLine(text))' is not 'Name: value'"))
         }
         let name = text[..<colon].trimmingSpaces()
         let value = text[text.index(after: colon)...].trimmingSpaces()

@@ -166,7 +166,7 @@ struct DownloadPlan {
             guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
                 scheme == "http" || scheme == "https",
                 url.host?.isEmpty == false
-            else { throw RPCError("'\(text)' is not an http or https URI") }
+            else { throw RPCError("'\(URLText.redacted(text))' is not an http or https URI") }
             return url
         }
     }
@@ -259,13 +259,7 @@ struct DownloadPlan {
     }
 
     /// A proxy URL as shown and stored: its password hidden.
-    static func redactedProxy(_ text: String) -> String {
-        guard let at = text.lastIndex(of: "@") else { return text }
-        let start = text.range(of: "://").map(\.upperBound) ?? text.startIndex
-        let userInfo = text[start..<at]
-        guard let colon = userInfo.firstIndex(of: ":") else { return text }
-        return String(text[..<colon]) + ":...@" + text[text.index(after: at)...]
-    }
+    static func redactedProxy(_ text: String) -> String { URLText.redacted(text, mask: "...") }
 
     /// The directory `dir` names inside `root` (the root when it is absent): an absolute path under the root, or a
     /// path relative to it; never `..`, and no name starting with a dot (`.ssh`, `.config`, the daemon's `.haul`).
@@ -327,8 +321,5 @@ struct DownloadPlan {
     }
 
     /// A header line as shown in an error: the value of a secret field left out.
-    static func redactedHeader(_ header: String) -> String {
-        let name = header.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
-        return isSecretHeader(header) ? "\(name): ..." : header
-    }
+    static func redactedHeader(_ header: String) -> String { DownloadRequest.redactedHeaderLine(header) }
 }
