@@ -195,8 +195,14 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         let timeout = TimeAmount.nanoseconds(Int64(connectTimeout.seconds * 1e9))
         let deadline = NIODeadline.now() + timeout
         // Made (and their files read) before connecting: settings that cannot be used fail without a connection.
+        // Through a tunnel the address connected to is the proxy's: the server's name is checked by the handshake's
+        // watcher instead (HandshakeWatcher), against the host asked for.
         let tls = try endpoint.tls.map {
-            try (context: sslContext(for: $0), serverName: Self.serverName(endpoint.host))
+            try (
+                context: sslContext(for: $0, checksNames: !endpoint.tunnels),
+                serverName: Self.serverName(endpoint.host),
+                identity: endpoint.tunnels && $0.verifiesPeer ? endpoint.host : nil
+            )
         }
         let proxyTLS = try endpoint.proxyTLS.map {
             try (context: sslContext(for: $0), serverName: Self.serverName(endpoint.proxy?.host ?? ""))
@@ -212,7 +218,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
             let pipeline = channel.pipeline.syncOperations
             if let tls, let handshake {
                 try pipeline.addHandler(NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
-                try pipeline.addHandler(HandshakeWatcher(handshake))
+                try pipeline.addHandler(HandshakeWatcher(handshake, identity: tls.identity))
             }
             try pipeline.addHandler(handler)
         }
@@ -302,11 +308,21 @@ public final class NIOTransport: InterruptibleHTTPTransport {
 
     /// swift-nio-ssl contexts, one per distinct settings value: making one reads the files the settings name and
     /// loads the trust store, which must not happen per connection.
-    private let sslContexts = Locked([TLSSettings: NIOSSLContext]())
+    private struct ContextKey: Hashable {
+        let settings: TLSSettings
+        let checksNames: Bool
+    }
+    private let sslContexts = Locked([ContextKey: NIOSSLContext]())
 
-    private func sslContext(for settings: TLSSettings) throws -> NIOSSLContext {
-        if let made = sslContexts.withLock({ $0[settings] }) { return made }
+    /// The context for `settings`; without `checksNames`, one that verifies the certificate's chain but leaves the
+    /// name it is for to the caller.
+    private func sslContext(for settings: TLSSettings, checksNames: Bool = true) throws -> NIOSSLContext {
+        let key = ContextKey(settings: settings, checksNames: checksNames)
+        if let made = sslContexts.withLock({ $0[key] }) { return made }
         var configuration = try settings.makeClientConfiguration()
+        if !checksNames, configuration.certificateVerification == .fullVerification {
+            configuration.certificateVerification = .noHostnameVerification
+        }
         configuration.applicationProtocols = ["http/1.1"]
         // A connection is closed when its response is abandoned (a cancelled download, a segment whose end moved):
         // it then sends close_notify and closes at once. Waiting for the server's close_notify (5 s by default) would
@@ -319,7 +335,7 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         } catch {
             throw TransportError("cannot use the TLS settings: \(error)", isTransient: false, underlying: error)
         }
-        sslContexts.withLock { $0[settings] = made }
+        sslContexts.withLock { $0[key] = made }
         return made
     }
 

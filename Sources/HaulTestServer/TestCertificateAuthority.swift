@@ -85,6 +85,18 @@ public struct TestCertificateAuthority: Sendable {
         }
     }
 
+    /// A server certificate issued by this CA for the DNS names `dnsNames` and the IP addresses `addresses` (4 or 16
+    /// bytes each), as its subject alternative names: to see which names a client takes it for.
+    public func serverCertificate(dnsNames: [String], addresses: [[UInt8]] = []) throws -> Issued {
+        let now = Date()
+        let names =
+            dnsNames.map { GeneralName.dnsName($0) }
+            + addresses.map { .ipAddress(ASN1OctetString(contentBytes: ArraySlice($0))) }
+        return try issue(
+            dnsNames.first ?? "haul test server", names: names, from: now - 3600, to: now + 30 * 86400,
+            usage: .serverAuth)
+    }
+
     /// A client certificate issued by this CA, for a server that asks for one (``TestServer/TLS/requiresClientCertificate``).
     public func clientCertificate(commonName: String = "haul client") throws -> Issued {
         let now = Date()
