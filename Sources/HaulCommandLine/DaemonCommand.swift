@@ -276,6 +276,8 @@ struct DaemonCommand: AsyncParsableCommand {
             attributes: [.posixPermissions: 0o700])
         let secret = try loadSecret(directory: directory, conf: conf, log: log)
         var configuration = Downloader.Configuration.commandLine
+        // A client's `dir` is checked to be inside DIR; no link under DIR may lead a file out of it either.
+        configuration.containingDirectory = directory
         _ = try network.apply(to: &configuration, transport: connection.transport)
         configuration.tls = try connection.tlsSettings(checkingFiles: true)
         let journal = try self.journal.apply(

@@ -103,6 +103,7 @@ public final class SharedQueueWorker: Sendable {
         engine.retryPolicy.maxRetries = 0
         // A cancelled download (a stop, a lease lost) keeps its partial: the next worker on this directory resumes it.
         engine.keepsPartialOnCancel = true
+        engine.containingDirectory = configuration.directory
         // The database records each file's SHA-256.
         engine.computesSHA256 = true
         let downloads = DownloadQueue(

@@ -274,9 +274,25 @@ final class DownloadRun: @unchecked Sendable {
         }
     }
 
+    /// Refuses `path` when a directory between ``Downloader/Configuration/containingDirectory`` and it is a symbolic
+    /// link or not a directory now (walked without following links, nothing remembered from an earlier walk).
+    func checkContainment(_ path: String) throws(DownloadError) {
+        guard let base = configuration.containingDirectory?.standardizedFileURL.path else { return }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().standardizedFileURL.path
+        guard directory.hasPrefix(base + "/") else { return }
+        let components = directory.dropFirst(base.count + 1).split(separator: "/")
+        guard let problem = ContainedDirectories(base: base).walk(components, making: false) else { return }
+        throw DownloadError(
+            .unsafePath,
+            message: "refusing to write through '\(problem.path)': "
+                + (problem.finding == .symbolicLink ? "a symbolic link" : "not a directory") + " under '\(base)'",
+            url: request.url, path: path)
+    }
+
     /// Applies the conflict policy before any byte is fetched. Returns a result when the policy is `skip` and
     /// the file exists.
     func checkDestination(_ path: String) throws(DownloadError) -> DownloadResult? {
+        try checkContainment(path)
         switch PathKind(at: path) {
         case .missing:
             return nil
@@ -438,6 +454,7 @@ final class DownloadRun: @unchecked Sendable {
     private func publish(_ partial: PartialFile, to path: String) throws(DownloadError) -> String {
         let durable = configuration.durability == .powerLoss
         try partial.seal(durable: durable, url: tally.finalURL)
+        try checkContainment(path)
         switch target.replacesFile ? .overwrite : request.conflictPolicy {
         case .overwrite:
             if case .other = PathKind(at: path) {

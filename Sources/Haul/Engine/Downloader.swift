@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import HTTPTypes
 public import Logging
 
@@ -43,6 +43,12 @@ public final class Downloader: Sendable {
         public var stallTimeout: Duration = .seconds(30)
         /// Whether a published file is also synced to disk (`fsync` of file and directory).
         public var durability: Durability = .processCrash
+        /// A directory downloads stay inside: a destination below it whose directories (between it and the file)
+        /// include a symbolic link, or anything not a directory, is refused (``DownloadError/Code/unsafePath``), when
+        /// the download starts and again just before its file is published, so that a link planted there meanwhile
+        /// does not lead a file out of it. `nil` (the default): destinations are taken as given. `haul get` sets its
+        /// destination directory, a shared queue worker its own.
+        public var containingDirectory: URL?
         /// The shortest time between two progress events of one download.
         public var progressInterval: Duration = .milliseconds(100)
         /// Keep the partial file when the download is cancelled, so a later run can resume it through the

@@ -145,6 +145,8 @@ struct GetCommand: AsyncParsableCommand {
         // takes the same memory.
         let checked = try InputCheck.run(source, planner: planner, directories: directories)
         var configuration = Downloader.Configuration.commandLine
+        // `dir=` directories were checked with the input; a link planted under the destination since is refused.
+        configuration.containingDirectory = directory
         let netrc = try network.apply(to: &configuration, transport: connection.transport)
         let proxy = configuration.proxy
         // As curl does, the CA and certificate files are read only when something is fetched over https: a stale

@@ -117,6 +117,9 @@ struct Planner: Sendable {
             let parts = subdirectory.split(separator: "/")
             if subdirectory.hasPrefix("/") || parts.contains("..") || parts.isEmpty {
                 problems.append("dir='\(subdirectory)' must be a relative path inside the destination, without '..'")
+            } else if parts.contains(".haul") {
+                // Any directory's own `.haul`: the run that downloads into it keeps its records there.
+                problems.append("dir='\(subdirectory)': '.haul' is where Haul keeps its records; choose another name")
             } else {
                 directory = directory.appendingPathComponent(subdirectory, isDirectory: true)
                 directoryPath = directory.standardizedFileURL.path
