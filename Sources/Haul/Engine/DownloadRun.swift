@@ -434,9 +434,20 @@ final class DownloadRun: @unchecked Sendable {
         do {
             published = try publish(partial, to: path)
         } catch  where error.code == .destinationExists {
-            // Someone else's file is there now: the record written for this one goes back to what it was.
-            if stamp != nil {
-                if let before { await journal.commit(before) } else { journal.remove(key) }
+            // Someone else's file is there now. The record written for this one must not stay, nor erase another's:
+            // it is undone only while it is still this one's, and it becomes the winner's when the winner holds the
+            // same bytes (another run of this download, whose own record this one's may have replaced).
+            if let stamp, case .completed(_, _, stamp, _)? = journal.record(for: key)?.state {
+                if partial.holdsSameBytes(asFileAt: path), let theirs = FileStamp(ofFileAt: path) {
+                    await journal.commit(
+                        JournalRecord(
+                            key: key, path: path,
+                            state: .completed(size: size, sha256: sha256, stamp: theirs, validator: facts.validator)))
+                } else if let before {
+                    await journal.commit(before)
+                } else {
+                    journal.remove(key)
+                }
             }
             throw error
         }

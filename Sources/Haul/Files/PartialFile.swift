@@ -56,12 +56,12 @@ final class PartialFile {
     init(creatingAt path: String, url: URL) throws(DownloadError) {
         location = path
         isUnnamed = false
-        var fd = try Self.openLocked(path, flags: O_WRONLY | O_CREAT, url: url)
+        var fd = try Self.openLocked(path, flags: O_RDWR | O_CREAT, url: url)
         var info = stat()
         if fstat(fd, &info) == 0, info.st_nlink > 1 {
             unlink(path)
             close(fd)
-            fd = try Self.openLocked(path, flags: O_WRONLY | O_CREAT | O_EXCL, url: url)
+            fd = try Self.openLocked(path, flags: O_RDWR | O_CREAT | O_EXCL, url: url)
             info = stat()
         }
         descriptor = fd
@@ -82,7 +82,7 @@ final class PartialFile {
     init?(resumingAt path: String, appending: Bool = true, url: URL) throws(DownloadError) {
         let fd: Int32
         do {
-            fd = try Self.openLocked(path, flags: appending ? O_WRONLY | O_APPEND : O_WRONLY, url: url)
+            fd = try Self.openLocked(path, flags: appending ? O_RDWR | O_APPEND : O_RDWR, url: url)
         } catch  where error.code != .destinationBusy {
             return nil
         }
@@ -144,7 +144,7 @@ final class PartialFile {
         guard Self.canLinkUnnamed else { return nil }
         let directory = String(FileNaming.split(path: destination).directory)
         // 0644 less the umask, applied by open(2) as for any new file: the mode it is published with.
-        let fd = open(directory, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0o644)
+        let fd = open(directory, __O_TMPFILE | O_RDWR | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return nil }
         location = destination
         descriptor = fd
@@ -340,6 +340,32 @@ final class PartialFile {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return nil }
         return ~info.st_mode & 0o777
+    }
+
+    /// Whether the regular file at `path` holds exactly this file's bytes (it is opened for reading too, so that a
+    /// download that lost a race to publish can tell whether the file that won is the one it fetched).
+    func holdsSameBytes(asFileAt path: String) -> Bool {
+        guard descriptor >= 0 else { return false }
+        let other = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard other >= 0 else { return false }
+        defer { close(other) }
+        var mine = stat()
+        var theirs = stat()
+        guard fstat(descriptor, &mine) == 0, fstat(other, &theirs) == 0, theirs.st_mode & S_IFMT == S_IFREG,
+            mine.st_size == theirs.st_size
+        else { return false }
+        let chunk = 64 << 10
+        var (a, b) = ([UInt8](repeating: 0, count: chunk), [UInt8](repeating: 0, count: chunk))
+        var offset: off_t = 0
+        while offset < mine.st_size {
+            let count = a.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, chunk, offset) }
+            guard count > 0,
+                b.withUnsafeMutableBytes({ pread(other, $0.baseAddress, count, offset) }) == count,
+                a[..<count] == b[..<count]
+            else { return false }
+            offset += off_t(count)
+        }
+        return true
     }
 
     /// The stamp of the sealed file, which publishing keeps (a link or rename changes neither inode nor times).
