@@ -40,8 +40,9 @@ struct DaemonCommand: AsyncParsableCommand {
             the call that made it is answered: a restart (even after a SIGKILL) brings every download back, the \
             active ones waiting again, the paused ones paused, the finished ones in the history, and the journal \
             resumes their partial files. Passwords and secret headers are never written there: a download that \
-            needed them comes back failed, saying so. SIGINT or SIGTERM (or aria2.shutdown) stops the daemon: \
-            running downloads stop and keep their partial files.
+            needed them comes back failed, saying so. SIGINT or SIGTERM (or aria2.shutdown) stops the daemon, \
+            exiting 0 at any stage: running downloads stop and keep their partial files. One daemon serves a \
+            DIR at a time (it holds DIR/.haul/daemon.lock); a second is refused, naming the first one's PID.
 
             With --db postgres://..., the daemon drives the shared queue that `haul worker`s work on, on any \
             machine: addUri enqueues (dir and out name the file's place under each worker's directory), the lists \
@@ -251,7 +252,8 @@ struct DaemonCommand: AsyncParsableCommand {
     }
 
     mutating func run() async throws {
-        Interruption.install()
+        // Stopped by a signal before it serves, as after: exit 0 (a service manager's clean stop).
+        Interruption.install(earlyExitStatus: 0)
         let log = logging.log(label: "haul.daemon")
         var conf = try confPath.map(AriaConfiguration.init(path:)) ?? AriaConfiguration()
         // A flag given wins over the configuration file, as in aria2.
@@ -274,6 +276,9 @@ struct DaemonCommand: AsyncParsableCommand {
         try FileManager.default.createDirectory(
             at: directory.appendingPathComponent(".haul"), withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
+        // Held until the process ends: two daemons on one DIR would run the same stored downloads into the same files.
+        let lock = try Self.lockDirectory(directory)
+        defer { withExtendedLifetime(lock) {} }
         let secret = try loadSecret(directory: directory, conf: conf, log: log)
         var configuration = Downloader.Configuration.commandLine
         // A client's `dir` is checked to be inside DIR; no link under DIR may lead a file out of it either.
@@ -452,6 +457,29 @@ struct DaemonCommand: AsyncParsableCommand {
 
     /// The secret: from --rpc-secret-file, else $HAUL_RPC_SECRET, else DIR/.haul/rpc-secret (made on the first start
     /// and printed once); none with --rpc-no-secret, said at every start.
+    /// Takes DIR/.haul/daemon.lock for this process (an exclusive `flock`, released when the process ends however it
+    /// ends) and writes its PID there; refuses when another process holds it, naming that process.
+    static func lockDirectory(_ directory: URL) throws -> FileHandle {
+        let path = directory.appendingPathComponent(".haul/daemon.lock").path
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0 else {
+            throw ValidationError("cannot open '\(path)': \(String(cString: strerror(errno)))")
+        }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            let holder = (try? handle.readToEnd()).flatMap { String(decoding: $0, as: UTF8.self) }?
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            throw ValidationError(
+                "another haul daemon is serving '\(directory.path)'"
+                    + (holder.map { $0.isEmpty ? "" : " (pid \($0))" } ?? "") + ": it holds '\(path)'")
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, pid, pid.count, 0) == pid.count else {
+            throw ValidationError("cannot write '\(path)': \(String(cString: strerror(errno)))")
+        }
+        return handle
+    }
+
     func loadSecret(directory: URL, conf: AriaConfiguration, log: ServiceLog) throws -> RPCSecret? {
         if noSecret {
             log.line(

@@ -41,6 +41,8 @@ public final class QueueMetrics: Sendable {
         var queuedAt: [DownloadID: ContinuousClock.Instant] = [:]
         /// Bytes of each running download counted so far, and where its current attempt started.
         var counted: [DownloadID: Int64] = [:]
+        /// The downloads counted as started, until they end.
+        var begun: Set<DownloadID> = []
         var hostGauges: [String: Gauge] = [:]
     }
 
@@ -92,15 +94,17 @@ public final class QueueMetrics: Sendable {
             state.withLock { $0.queuedAt[id] = now }
         case .download(let id, .started(_, let resumingAt)):
             let now = ContinuousClock.now
-            let queuedAt = state.withLock { state in
-                // A later attempt or a resume counts what it receives from where it starts.
+            let (queuedAt, first, fresh) = state.withLock { state in
+                // A later attempt, or the download resumed after a pause, continues from bytes this process received
+                // and may not have counted yet (none since the last scrape); then counts from where it starts.
+                let fresh = state.counted[id].map { max(0, resumingAt - $0) } ?? 0
                 state.counted[id] = resumingAt
-                return state.queuedAt.removeValue(forKey: id)
+                return (state.queuedAt.removeValue(forKey: id), state.begun.insert(id).inserted, fresh)
             }
-            if let queuedAt {
-                started.increment()
-                wait.recordNanoseconds(Int64((now - queuedAt) / .nanoseconds(1)))
-            }
+            if fresh > 0 { received.increment(by: fresh) }
+            // Counted once, queued before these metrics started (restored by a daemon at its start) or not.
+            if first { started.increment() }
+            if let queuedAt { wait.recordNanoseconds(Int64((now - queuedAt) / .nanoseconds(1))) }
         case .download(_, .retrying):
             retries.increment()
         case .download(let id, .finished(let result)):
@@ -119,6 +123,7 @@ public final class QueueMetrics: Sendable {
     private func forget(_ id: DownloadID) -> Int64? {
         state.withLock { state in
             state.queuedAt.removeValue(forKey: id)
+            state.begun.remove(id)
             return state.counted.removeValue(forKey: id)
         }
     }

@@ -103,8 +103,11 @@ enum GetRun {
 final class Interruption: Sendable {
     private let poller: Task<Void, Never>
 
-    /// Takes over SIGINT, SIGTERM and SIGHUP (counted) and SIGPIPE (ignored) for the rest of the process.
-    static func install() {
+    /// Takes over SIGINT, SIGTERM and SIGHUP (counted) and SIGPIPE (ignored) for the rest of the process. A signal
+    /// before anything runs ends the process with `earlyExitStatus`: 130, as a shell reports an interrupted command,
+    /// or a service's status for a stop by a signal (`haul daemon`'s 0).
+    static func install(earlyExitStatus: Int32 = 130) {
+        earlyExit.store(earlyExitStatus, ordering: .sequentiallyConsistent)
         restoresCursor.store(Console.isInteractiveTerminal, ordering: .sequentiallyConsistent)
         var action = sigaction()
         #if canImport(Glibc)
@@ -152,6 +155,7 @@ final class Interruption: Sendable {
 
 private let interruptCount = Atomic<Int>(0)
 private let restoresCursor = Atomic<Bool>(false)
+private let earlyExit = Atomic<Int32>(130)
 private let closedOutput = Atomic<Bool>(false)
 
 private let downloading = Atomic<Bool>(false)
@@ -165,5 +169,5 @@ private func handleInterrupt(_ signal: Int32) {
         let show: StaticString = "\u{1B}[?25h\n"
         _ = write(1, show.utf8Start, show.utf8CodeUnitCount)
     }
-    _exit(130)
+    _exit(earlyExit.load(ordering: .sequentiallyConsistent))
 }

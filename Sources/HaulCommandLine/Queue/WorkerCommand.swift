@@ -174,7 +174,9 @@ struct WorkerCommand: AsyncParsableCommand {
         // The queue's depth is the shared queue's, fleet-wide; a scrape while the database is away keeps the last.
         let depth: @Sendable () async -> [(state: String, count: Int)] = {
             guard let counts = try? await queue.counts() else { return [] }
-            return counts.map { ($0.key.rawValue, $0.value) }.sorted { $0.0 < $1.0 }
+            // Every state, those with no download at 0: the count leaves them out, and a state that emptied must not
+            // keep its last value.
+            return SharedDownloadState.allCases.map { ($0.rawValue, counts[$0] ?? 0) }.sorted { $0.0 < $1.0 }
         }
         let queueMetrics = worker?.downloads.map { QueueMetrics(queue: $0, factory: factory, depth: depth) }
         queueMetrics?.start()
