@@ -101,14 +101,7 @@ struct LifecycleReviewHazardTests {
                     "worker", "--db", postgres.url, "-d", root.path, "-j", "1", "--metrics-listen", "127.0.0.1:0",
                 ])
                 defer { worker.send(SIGKILL) }
-                var workerPort: Int?
-                try await eventually("the worker serves its metrics", within: .seconds(30)) {
-                    let marker = "metrics on http://127.0.0.1:"
-                    workerPort = worker.stderrSoFar.range(of: marker).flatMap { range in
-                        Int(worker.stderrSoFar[range.upperBound...].prefix { $0.isNumber })
-                    }
-                    return workerPort != nil || worker.hasExited
-                }
+                let workerPort = try await worker.metricsPort()
                 let port = try #require(workerPort, "\(worker.stderrSoFar)")
                 try await eventually("the download is held at the server", within: .seconds(30)) {
                     server.heldCount(at: "depth") == 1

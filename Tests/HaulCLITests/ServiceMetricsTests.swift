@@ -145,14 +145,7 @@ struct ServiceMetricsTests {
                     "worker", "--db", postgres.url, "-d", root.path, "-j", "3", "--lease", "3", "--metrics-listen",
                     "127.0.0.1:0", "--log-format", "json",
                 ])
-                var workerPort: Int?
-                try await eventually("the worker serves its metrics", within: .seconds(30)) {
-                    let marker = "metrics on http://127.0.0.1:"
-                    workerPort = worker.stderrSoFar.range(of: marker).flatMap { range in
-                        Int(worker.stderrSoFar[range.upperBound...].prefix { $0.isNumber })
-                    }
-                    return workerPort != nil || worker.hasExited
-                }
+                let workerPort = try await worker.metricsPort()
                 let metricsPort = try #require(workerPort, "\(worker.stderrSoFar)")
                 let jobs = [
                     Prometheus.Job(

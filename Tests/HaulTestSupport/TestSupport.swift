@@ -350,4 +350,18 @@ extension ChildProcess {
         }
         return port
     }
+
+    /// The port a starting `haul worker --metrics-listen 127.0.0.1:0` serves its metrics on, read from its `metrics
+    /// on http://127.0.0.1:PORT` line (waiting up to 30 s for it), or nil when the process ended first.
+    package func metricsPort() async throws -> Int? {
+        var port: Int?
+        try await eventually("the worker serves its metrics", within: .seconds(30)) {
+            let marker = "metrics on http://127.0.0.1:"
+            port = stderrSoFar.range(of: marker).flatMap { range in
+                Int(stderrSoFar[range.upperBound...].prefix { $0.isNumber })
+            }
+            return port != nil || hasExited
+        }
+        return port
+    }
 }

@@ -45,6 +45,9 @@ final class HaulProcess: Sendable {
     /// The port of a starting `haul daemon` (see ``ChildProcess/daemonRPCPort()``).
     func daemonRPCPort() async throws -> Int? { try await child.daemonRPCPort() }
 
+    /// The port of a starting `haul worker --metrics-listen 127.0.0.1:0` (``ChildProcess/metricsPort()``).
+    func metricsPort() async throws -> Int? { try await child.metricsPort() }
+
     /// The URL of a `haul serve` process's "Serving on URL" line, once it has printed it.
     var printedURL: String? {
         let line = child.stdoutSoFar.split(separator: "\n").first { $0.hasPrefix("Serving on ") }
