@@ -15,15 +15,21 @@ import Darwin
 /// under the directory downloads stay inside.
 @Suite("Containment: no file through a link under the containing directory", .timeLimit(.minutes(2)))
 struct ContainmentTests {
+    /// ROOT/D, the containing directory (with `subdirectory` in it), and ROOT/outside, where a link leads.
+    static func directories(in root: TemporaryDirectory, making subdirectory: String = "") throws -> (URL, URL) {
+        let base = root.url.appendingPathComponent("D")
+        let outside = root.url.appendingPathComponent("outside")
+        for directory in [base.appendingPathComponent(subdirectory), outside] {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        }
+        return (base, outside)
+    }
+
     @Test("a directory replaced by a link while its file downloads: refused at publishing, nothing published outside")
     func linkPlantedMidDownload() async throws {
         try await TestServer.withRunning { server in
             let root = try TemporaryDirectory()
-            let base = root.url.appendingPathComponent("D")
-            let outside = root.url.appendingPathComponent("outside")
-            for directory in [base.appendingPathComponent("sub"), outside] {
-                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            }
+            let (base, outside) = try Self.directories(in: root, making: "sub")
             var configuration = testConfiguration(retries: 0)
             configuration.containingDirectory = base
             let downloader = Downloader(transport: NIOTransport(), configuration: configuration)
@@ -57,11 +63,7 @@ struct ContainmentTests {
     func linkBeforeStart() async throws {
         try await TestServer.withRunning { server in
             let root = try TemporaryDirectory()
-            let base = root.url.appendingPathComponent("D")
-            let outside = root.url.appendingPathComponent("outside")
-            for directory in [base, outside] {
-                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            }
+            let (base, outside) = try Self.directories(in: root)
             #expect(symlink(outside.path, base.appendingPathComponent("sub").path) == 0)
             let request = DownloadRequest(
                 url: server.url(path: "/bytes/g", query: ["size": "1000"]),
