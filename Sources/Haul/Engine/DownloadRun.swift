@@ -277,11 +277,18 @@ final class DownloadRun: @unchecked Sendable {
     /// Refuses `path` when a directory between ``Downloader/Configuration/containingDirectory`` and it is a symbolic
     /// link or not a directory now (walked without following links, nothing remembered from an earlier walk).
     func checkContainment(_ path: String) throws(DownloadError) {
-        guard let base = configuration.containingDirectory?.standardizedFileURL.path else { return }
-        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().standardizedFileURL.path
-        guard directory.hasPrefix(base + "/") else { return }
-        let components = directory.dropFirst(base.count + 1).split(separator: "/")
-        guard let problem = ContainedDirectories(base: base).walk(components, making: false) else { return }
+        // A file right in the directory (the usual case) has no directory of its own to walk.
+        guard let prefix = configuration.containingPrefix, path.hasPrefix(prefix),
+            path.utf8.dropFirst(prefix.utf8.count).contains(UInt8(ascii: "/"))
+        else { return }
+        let base = String(prefix.dropLast())
+        let directories = path.dropFirst(prefix.count).split(separator: "/").dropLast()
+        if directories.contains(where: { $0 == ".." || $0 == "." }) {
+            throw DownloadError(
+                .unsafePath, message: "refusing '\(path)': its path is not plainly under '\(base)'", url: request.url,
+                path: path)
+        }
+        guard let problem = ContainedDirectories(base: base).walk(directories, making: false) else { return }
         throw DownloadError(
             .unsafePath,
             message: "refusing to write through '\(problem.path)': "

@@ -48,7 +48,11 @@ public final class Downloader: Sendable {
         /// the download starts and again just before its file is published, so that a link planted there meanwhile
         /// does not lead a file out of it. `nil` (the default): destinations are taken as given. `haul get` sets its
         /// destination directory, a shared queue worker its own.
-        public var containingDirectory: URL?
+        public var containingDirectory: URL? {
+            didSet { containingPrefix = containingDirectory.map { $0.standardizedFileURL.path + "/" } }
+        }
+        /// ``containingDirectory``'s path and a slash, made once: the start of every path it contains.
+        private(set) var containingPrefix: String?
         /// The shortest time between two progress events of one download.
         public var progressInterval: Duration = .milliseconds(100)
         /// Keep the partial file when the download is cancelled, so a later run can resume it through the
