@@ -67,6 +67,9 @@ public final class SQLiteJournal: Journal {
         var change: JournalChange
         var instance: String
         var batch: UInt64
+        /// The log it was read from: gone, its batch is in the database (a log is deleted only once committed), even
+        /// when the database no longer notes the batch (its journal finished, and forgot its instance).
+        var log: String
         /// Where it was in the logs read at open: the order of keys new to the database.
         var position: Int
     }
@@ -141,6 +144,9 @@ public final class SQLiteJournal: Journal {
         let statements = WriteStatements()
         self.statements = statements
         let otherLogs = PendingLog.others(besides: path)
+        for refusal in otherLogs.refused {
+            onError(PendingLog.Refused(description: refusal))
+        }
         try JournalOpenError.mapping(path) { try Self.commit(otherLogs.left, into: pool, with: statements) }
         let query = try JournalOpenError.mapping(path) { try RecordQuery(path: path) }
         self.query = query
@@ -150,7 +156,7 @@ public final class SQLiteJournal: Journal {
                 guard let change = JournalChange(payload: payload) else { break }
                 let position = others[change.key]?.position ?? others.count
                 others[change.key] = OtherChange(
-                    change: change, instance: log.instance, batch: log.batch, position: position)
+                    change: change, instance: log.instance, batch: log.batch, log: log.path, position: position)
             }
         }
         self.others = Locked(others)
@@ -440,8 +446,7 @@ public final class SQLiteJournal: Journal {
     /// database has is dropped.
     private func otherChange(for key: JournalKey) -> JournalChange? {
         guard let entry = others.withLock({ $0[key] }) else { return nil }
-        let committed = (try? query.committedBatch(of: entry.instance)) ?? 0
-        guard committed < entry.batch else {
+        guard !isCommitted(entry) else {
             others.withLock { if $0[key]?.batch == entry.batch { $0[key] = nil } }
             return nil
         }
@@ -456,9 +461,20 @@ public final class SQLiteJournal: Journal {
         for (key, entry) in entries {
             let last = committed[entry.instance] ?? (try? query.committedBatch(of: entry.instance)) ?? 0
             committed[entry.instance] = last
-            if last < entry.batch { changes[key] = entry }
+            if last < entry.batch, !Self.logIsGone(entry) { changes[key] = entry }
         }
         return changes
+    }
+
+    /// Whether the database holds `entry`'s batch: noted as committed, or its log is gone.
+    private func isCommitted(_ entry: OtherChange) -> Bool {
+        (try? query.committedBatch(of: entry.instance)) ?? 0 >= entry.batch || Self.logIsGone(entry)
+    }
+
+    /// Checked after the database's note: a journal commits its batch before it deletes the log and forgets its
+    /// instance, so a note read missing and a log read gone after it still mean committed.
+    private static func logIsGone(_ entry: OtherChange) -> Bool {
+        access(entry.log, F_OK) != 0 && errno == ENOENT
     }
 
     /// `record` in the table's columns (its request as JSON; the sequence is the writer's to give).

@@ -121,7 +121,9 @@ enum JournalSchema {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory.isEmpty ? "." : directory)) ?? []
         for entry in entries.sorted() where entry.hasPrefix(name + "-log.") || entry.hasPrefix(name + "-newlog.") {
             let logPath = (directory as NSString).appendingPathComponent(entry)
-            if entry.hasPrefix(name + "-newlog.") || !holdsChanges(logPath) {
+            // Not a regular file (a FIFO or a link named like one): no version's log, and not this journal's to delete.
+            guard let holds = holdsChanges(logPath) else { continue }
+            if entry.hasPrefix(name + "-newlog.") || !holds {
                 unlink(logPath)
             } else {
                 return logPath
@@ -131,11 +133,14 @@ enum JournalSchema {
     }
 
     /// Whether the log at `path` has a first frame: its first four bytes, the frame's length, are not zero (the
-    /// space such a log reserved ahead reads as zeros).
-    private static func holdsChanges(_ path: String) -> Bool {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard descriptor >= 0 else { return false }
+    /// space such a log reserved ahead reads as zeros); `nil` for what is not a regular file (opened without waiting
+    /// for a FIFO's writer).
+    private static func holdsChanges(_ path: String) -> Bool? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        guard descriptor >= 0 else { return errno == ELOOP ? nil : false }
         defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         var length: UInt32 = 0
         let read = pread(descriptor, &length, 4, 0)
         return read != 0 && (read != 4 || length != 0)

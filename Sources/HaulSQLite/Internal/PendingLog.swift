@@ -176,6 +176,11 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
 
     // MARK: Reading a dead log
 
+    /// A file named like a log that a journal opening leaves alone, and why.
+    struct Refused: Error, CustomStringConvertible {
+        let description: String
+    }
+
     /// Another journal's log: its batch number and payloads.
     struct Left {
         let path: String
@@ -189,19 +194,30 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
     /// The logs of other journals beside `databasePath`, each list in the order written. `left`: those nobody holds
     /// (their journals were killed), each locked for the caller, which commits their batches and deletes them (closing
     /// the descriptors); unnamed logs of journals killed while making them go. `held`: those live journals hold, read
-    /// as they are now (never locked or deleted).
-    static func others(besides databasePath: String) -> (left: [Left], held: [Left]) {
+    /// as they are now (never locked or deleted). `refused`: what is named like a log and is not one this journal may
+    /// read (not a regular file, another user's, larger than a log can be), left alone, each with why.
+    static func others(besides databasePath: String) -> (left: [Left], held: [Left], refused: [String]) {
         let directory = (databasePath as NSString).deletingLastPathComponent
         let name = (databasePath as NSString).lastPathComponent
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory.isEmpty ? "." : directory)) ?? []
-        var (left, held): ([Left], [Left]) = ([], [])
+        var (left, held, refused): ([Left], [Left], [String]) = ([], [], [])
         for entry in entries {
             let path = (directory as NSString).appendingPathComponent(entry)
             let named = entry.hasPrefix(name + "-pending.")
             guard named || entry.hasPrefix(name + "-newpending.") else { continue }
-            let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-            guard descriptor >= 0 else { continue }  // its journal closed meanwhile
+            // Without waiting for a writer (a FIFO named like a log), and never through a link.
+            let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+            guard descriptor >= 0 else {
+                // Its journal closed meanwhile; a link is not a log.
+                if errno == ELOOP { refused.append("'\(path)' is a symbolic link, not a journal's log: left alone") }
+                continue
+            }
             var info = stat()
+            if let problem = fstat(descriptor, &info) == 0 ? Self.problem(with: info) : "cannot be read" {
+                refused.append("'\(path)' \(problem): left alone")
+                close(descriptor)
+                continue
+            }
             guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
                 // A live journal's.
                 if named, let (batch, payloads) = read(descriptor) {
@@ -236,7 +252,18 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
                     descriptor: descriptor))
         }
         let written = { (a: Left, b: Left) in (a.instance, a.batch) < (b.instance, b.batch) }
-        return (left.sorted(by: written), held.sorted(by: written))
+        return (left.sorted(by: written), held.sorted(by: written), refused)
+    }
+
+    /// Why a file named like a log is not one to read: a log is a regular file of this user's, no larger than the
+    /// space one is given.
+    private static func problem(with info: stat) -> String? {
+        if info.st_mode & S_IFMT != S_IFREG { return "is not a regular file" }
+        if info.st_uid != geteuid() { return "belongs to another user (uid \(info.st_uid))" }
+        if info.st_size > off_t(window + headerSize) {
+            return "is larger than a journal's log can be (\(info.st_size) bytes)"
+        }
+        return nil
     }
 
     /// The journal's instance name in a log's file name (`NAME-pending.<instance>.<side>`).
