@@ -9,9 +9,13 @@ import HaulOperations
 ///
 /// Sessions live in memory: a restart signs every browser out. One unused for ``idleLimit`` ends; past ``maximum``
 /// the least recently used ends.
+///
+/// The cookie is named after the daemon's port (`haul_session_6800`): a browser sends a host's cookies to all its
+/// ports, so daemons on one machine under one name would replace, and sign out, each other's.
 final class DashboardSessions: Sendable {
-    /// The cookie's name.
-    static let cookieName = "haul_session"
+    /// The cookie's name, once the port is known (``useCookieName(forPort:)``).
+    var cookieName: String { name.withLock { $0 } }
+    private let name = Locked("haul_session")
     /// The header a signed-in page sends its CSRF token in.
     static let csrfHeader = "x-haul-csrf"
     /// How long a session lasts unused.
@@ -27,6 +31,11 @@ final class DashboardSessions: Sendable {
     /// Sessions by the digest of their cookie, so that finding one takes no time that depends on how much of a
     /// guessed cookie is right.
     private let sessions = Locked<[SHA256Digest: Session]>([:])
+
+    /// Names the cookie after the port the daemon listens on: called once it is bound, before any request is read.
+    func useCookieName(forPort port: Int) {
+        name.withLock { $0 = "haul_session_\(port)" }
+    }
 
     /// A new session: the cookie's value and the CSRF token.
     func start() -> (cookie: String, csrf: String) {
@@ -45,7 +54,7 @@ final class DashboardSessions: Sendable {
 
     /// The CSRF token of the live session a request's `Cookie` header names, or `nil`; the session counts as used.
     func csrf(cookieHeader: String?) -> String? {
-        guard let cookie = Self.cookie(in: cookieHeader) else { return nil }
+        guard let cookie = cookie(in: cookieHeader) else { return nil }
         let key = Self.digest(cookie)
         let now = ContinuousClock.now
         return sessions.withLock { sessions in
@@ -67,13 +76,14 @@ final class DashboardSessions: Sendable {
 
     /// Ends the session `cookieHeader` names.
     func end(cookieHeader: String?) {
-        guard let cookie = Self.cookie(in: cookieHeader) else { return }
+        guard let cookie = cookie(in: cookieHeader) else { return }
         _ = sessions.withLock { $0.removeValue(forKey: Self.digest(cookie)) }
     }
 
     /// The value of the session cookie in a `Cookie` header.
-    static func cookie(in header: String?) -> String? {
+    func cookie(in header: String?) -> String? {
         guard let header else { return nil }
+        let cookieName = self.cookieName
         for pair in header.split(separator: ";") {
             let trimmed = pair.trimmingCharacters(in: .whitespaces)
             guard let equals = trimmed.firstIndex(of: "="), trimmed[..<equals] == cookieName else { continue }
@@ -84,7 +94,7 @@ final class DashboardSessions: Sendable {
     }
 
     /// The `Set-Cookie` value that gives a browser `cookie`, or (for `nil`) takes it away.
-    static func setCookie(_ cookie: String?, secure: Bool) -> String {
+    func setCookie(_ cookie: String?, secure: Bool) -> String {
         var value = "\(cookieName)=\(cookie ?? ""); Path=/; HttpOnly; SameSite=Strict"
         if cookie == nil { value += "; Max-Age=0" }
         if secure { value += "; Secure" }

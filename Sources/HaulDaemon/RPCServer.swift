@@ -198,6 +198,7 @@ public final class RPCServer: Sendable {
             try? await channel.close()
             throw ChannelError.unknownLocalAddress
         }
+        dashboard.useCookieName(forPort: bound)
         let names = hostNames(boundTo: address, allowed: access.allowedHosts)
         let scheme = tls == nil ? "http" : "https"
         // Browsers leave the scheme's own port out of Host and Origin.
@@ -288,6 +289,9 @@ public final class RPCSession: Sendable {
     private let connections: ConnectionSlots
 
     private let push = Locked<RepeatedTask?>(nil)
+    /// For a session whose calls a signed-in dashboard page made: whether that page is still signed in. Once it is
+    /// not (signed out, or unused too long), the session ends instead of being pushed anything more.
+    private let pushesWhile = Locked<(@Sendable () -> Bool)?>(nil)
 
     /// Notes that a call of the session passed the secret's check (or needed none but the daemon's, with no secret
     /// set): a session that never did may be closed to make room for another connection (``ConnectionSlots``).
@@ -304,12 +308,13 @@ public final class RPCSession: Sendable {
     /// out, and sends what it returns (nothing for `nil`); replaces the session's earlier push, ends with the session.
     public func every(_ interval: Duration, _ produce: @escaping @Sendable () -> JSON?) {
         let delay = TimeAmount(interval)
-        let channel = self.channel
+        let (channel, pushesWhile) = (self.channel, self.pushesWhile)
         let task = channel.eventLoop.scheduleRepeatedAsyncTask(initialDelay: delay, delay: delay) { task in
             let sent = channel.eventLoop.makePromise(of: Void.self)
-            // Asked for as the session closed: it ends here.
-            guard channel.isActive else {
+            // Asked for as the session closed, or its dashboard page signed out: it ends here.
+            guard channel.isActive, pushesWhile.withLock({ $0 })?() ?? true else {
                 task.cancel()
+                channel.close(promise: nil)
                 sent.succeed(())
                 return sent.futureResult
             }
@@ -327,6 +332,12 @@ public final class RPCSession: Sendable {
             return push
         }
         earlier?.cancel()
+    }
+
+    /// Makes what ``every(_:_:)`` pushes depend on `signedIn`, the sign-in of the dashboard page whose calls this
+    /// session makes.
+    func pushOnlyWhile(_ signedIn: @escaping @Sendable () -> Bool) {
+        pushesWhile.withLock { $0 = signedIn }
     }
 
     /// Stops what ``every(_:_:)`` pushes.
@@ -431,8 +442,11 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
 
     private func answer(_ bytes: [UInt8], on channel: any Channel) {
         answering = true
+        let signedIn = self.signedIn()
+        // Its calls carry the page's sign-in, not the secret: what they subscribe to lasts as long as the sign-in.
+        if signedIn { session?.pushOnlyWhile(self.signedIn) }
         let handler = NIOLoopBound(self, eventLoop: channel.eventLoop)
-        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn(), on: channel, of: connections) {
+        access.answer(bytes, with: endpoint, session: session, signedIn: signedIn, on: channel, of: connections) {
             answer in
             if let answer { channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil) }
             handler.value.answered(on: channel)
@@ -664,7 +678,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
                 return
             }
             let (cookie, csrf) = dashboard.start()
-            headers.add(name: "Set-Cookie", value: DashboardSessions.setCookie(cookie, secure: secure))
+            headers.add(name: "Set-Cookie", value: dashboard.setCookie(cookie, secure: secure))
             answer(.ok, ["signedIn": true, "secretNeeded": true, "csrf": .string(csrf)])
         case .DELETE:
             guard
@@ -674,7 +688,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
                 return answer(.forbidden, ["error": "not signed in"])
             }
             dashboard.end(cookieHeader: cookieHeader)
-            headers.add(name: "Set-Cookie", value: DashboardSessions.setCookie(nil, secure: secure))
+            headers.add(name: "Set-Cookie", value: dashboard.setCookie(nil, secure: secure))
             answer(.ok, ["signedIn": false, "secretNeeded": true])
         default:
             write(

@@ -89,7 +89,7 @@ struct DashboardSessionTests {
         #expect(!cookieOnly.text.contains(csrf))
         let stranger = try await RawHTTP.send(
             port: harness.port, method: "GET", path: "/session",
-            headers: [("Host", harness.host), ("Cookie", "haul_session=0123")])
+            headers: [("Host", harness.host), ("Cookie", "haul_session_\(harness.port)=0123")])
         #expect(stranger.json?.object?["signedIn"] == false && stranger.json?.object?["csrf"] == nil)
         // Malformed sign-ins are told what to send.
         let garbage = try await RawHTTP.send(
@@ -130,7 +130,7 @@ struct DashboardSessionTests {
         #expect(tokened?.object?["result"] != nil)
         for headers in [
             [("Cookie", session)], [("X-Haul-CSRF", token)], [("Cookie", session), ("X-Haul-CSRF", token + "0")],
-            [("Cookie", "haul_session=\(token)"), ("X-Haul-CSRF", token)],
+            [("Cookie", "haul_session_\(harness.port)=\(token)"), ("X-Haul-CSRF", token)],
         ] {
             let refused = try await rpc(harness, "aria2.getGlobalStat", headers: headers)
             #expect(refused?.object?["error"]?.object?["message"] == "Unauthorized", "\(headers)")

@@ -137,7 +137,7 @@ struct RPCHostileClientTests {
             try await browser.open(other.url(path: "/bytes/page", query: ["size": "10"]).absoluteString)
             try await eventually("the other program asked") { !other.stats.requests.isEmpty }
             let cookie = try #require(
-                other.stats.requests.compactMap(\.cookie).first { $0.contains("haul_session=") })
+                other.stats.requests.compactMap(\.cookie).first { $0.contains("haul_session_\(harness.port)=") })
             // With it alone, that program is not signed in, gets no token, and its calls are refused.
             let state = try await RawHTTP.send(
                 port: harness.port, method: "GET", path: "/session",
