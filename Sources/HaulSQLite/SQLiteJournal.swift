@@ -147,6 +147,12 @@ public final class SQLiteJournal: Journal {
         for refusal in otherLogs.refused {
             onError(PendingLog.Refused(description: refusal))
         }
+        for log in otherLogs.left + otherLogs.held where log.damaged {
+            onError(
+                PendingLog.Refused(
+                    description: "'\(log.path)' holds a damaged change (its checksum fails): it and the changes after "
+                        + "it in that log are not applied"))
+        }
         try JournalOpenError.mapping(path) { try Self.commit(otherLogs.left, into: pool, with: statements) }
         let query = try JournalOpenError.mapping(path) { try RecordQuery(path: path) }
         self.query = query

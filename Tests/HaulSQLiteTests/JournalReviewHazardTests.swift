@@ -125,6 +125,33 @@ struct JournalReviewHazardTests {
         #expect(errors.withLock { $0 }.contains { $0.contains("belongs to another user") }, "\(errors.withLock { $0 })")
         journal.finish()
     }
+
+    // MARK: A damaged change is never applied as it reads
+
+    @Test("a frame whose bytes were damaged is not applied with the damage, and a warning names its log")
+    func damagedFrameRefused() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("j.sqlite").path
+        try SQLiteJournal(path: path).finish()
+        let logPath: String
+        do {
+            let log = try PendingLog(databasePath: path, instance: "dead.1", side: 0, batch: 1)
+            try log.append([JournalChange.upsert(row("intact")).payload])
+            logPath = log.path
+        }
+        // One byte of the frame's payload flipped (a bad sector, a stray write): "intact" becomes "intbct".
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: logPath)))
+        let needle = Array("intact".utf8)
+        let at = try #require(
+            (0...(bytes.count - needle.count)).first { Array(bytes[$0..<$0 + needle.count]) == needle })
+        bytes[at + 3] ^= 0x03
+        try Data(bytes).write(to: URL(fileURLWithPath: logPath))
+        let errors = Locked<[String]>([])
+        let journal = try SQLiteJournal(path: path, onError: { error in errors.withLock { $0.append("\(error)") } })
+        #expect(try committed(path) != "intbct", "the damaged frame was applied as written")
+        #expect(errors.withLock { $0 }.contains { $0.contains(logPath) && $0.contains("damaged") })
+        journal.finish()
+    }
 }
 
 @Suite("SQLite journal review hazards, odd files", .timeLimit(.minutes(1)))

@@ -13,9 +13,11 @@ import Darwin
 /// for the few milliseconds before the batch is committed. A journal has two, one taking changes while the other's
 /// batch is committed; a log whose batch is committed is restarted for the next one.
 ///
-/// Frames: length (8 bytes), batch number (8 bytes), payload, padded to 8 bytes. A frame is written payload first,
-/// then its batch number, then its length, each word with one aligned store, so a process killed during an append
-/// leaves a frame whose length is zero, which ends the log. The header (magic, batch number) says which batch the
+/// Frames: length and checksum (8 bytes: the payload's length, and above it a checksum of batch and payload), batch
+/// number (8 bytes), payload, padded to 8 bytes. A frame is written payload first, then its batch number, then its
+/// length, each word with one aligned store, so a process killed during an append leaves a frame whose length is
+/// zero, which ends the log; a frame whose bytes were changed afterwards (a damaged disk after a power loss) fails its
+/// checksum, and ends the log too, reported. Logs of an earlier version (their own magic) have no checksum. The header (magic, batch number) says which batch the
 /// log holds: restarting it is one store of a new batch number, and frames left from an earlier batch end the log
 /// as a torn one does.
 ///
@@ -35,7 +37,9 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
     private var mapping: UnsafeMutableRawPointer?
     private var reserved = 0
 
-    private static let magic: UInt64 = 0x4C44_4E45_5048_4148  // "HAHPENDL", little-endian
+    private static let magic: UInt64 = 0x3244_4E45_5048_4148  // "HAHPEND2", little-endian
+    /// The magic of the logs the version before wrote, whose frames have no checksum.
+    private static let uncheckedMagic: UInt64 = 0x4C44_4E45_5048_4148  // "HAHPENDL"
     static let headerSize = 16
     /// Space reserved and made writable at once, and added at a time: a batch of a few hundred changes.
     private static let reservation = 1 << 17
@@ -102,7 +106,7 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
                     if let start = bytes.baseAddress { (frame + 16).copyMemory(from: start, byteCount: bytes.count) }
                 }
                 Self.publish(batch, at: frame + 8)
-                Self.publish(UInt64(payload.count), at: frame)
+                Self.publish(Self.lengthWord(payload, batch: batch), at: frame)
                 length = needed
                 continue
             }
@@ -112,12 +116,34 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
             bytes += payload
             bytes += repeatElement(0, count: padded - payload.count)
             var size: [UInt8] = []
-            Self.put(UInt64(payload.count), into: &size)
+            Self.put(Self.lengthWord(payload, batch: batch), into: &size)
             guard write(bytes, at: length), write(size, at: length) else {
                 throw Self.error("cannot append to the journal's log '\(path)'")
             }
             length = needed
         }
+    }
+
+    /// A frame's first word: the payload's length, and above it the checksum of `batch` and the payload.
+    static func lengthWord(_ payload: [UInt8], batch: UInt64) -> UInt64 {
+        UInt64(payload.count) | UInt64(checksum(payload[...], batch: batch)) << 32
+    }
+
+    /// A 32-bit checksum of `batch` and `payload`, eight bytes at a time (a multiply and a shift per word, each a
+    /// bijection, so any change to a word changes what follows): it finds damage, it is no defence against forgery.
+    static func checksum(_ payload: ArraySlice<UInt8>, batch: UInt64) -> UInt32 {
+        var hash = 0x9E37_79B9_7F4A_7C15 ^ batch ^ UInt64(payload.count) &* 0xD6E8_FEB8_6659_FD93
+        var index = payload.startIndex
+        while index < payload.endIndex {
+            var word: UInt64 = 0
+            for shift in 0..<min(8, payload.endIndex - index) {
+                word |= UInt64(payload[index + shift]) << (8 * shift)
+            }
+            hash = (hash ^ word) &* 0xBF58_476D_1CE4_E5B9
+            hash ^= hash >> 31
+            index += 8
+        }
+        return UInt32(truncatingIfNeeded: hash ^ hash >> 32)
     }
 
     /// Deletes the log (its batch is committed, and the journal is closing).
@@ -187,6 +213,8 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
         let instance: String
         let batch: UInt64
         let payloads: [[UInt8]]
+        /// Whether a frame failed its checksum: the payloads are those before it.
+        let damaged: Bool
         /// Held locked until the caller has committed and deleted the log (-1 for a live journal's log).
         let descriptor: Int32
     }
@@ -220,11 +248,11 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
             }
             guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
                 // A live journal's.
-                if named, let (batch, payloads) = read(descriptor) {
+                if named, let log = read(descriptor) {
                     held.append(
                         Left(
-                            path: path, instance: instance(of: entry, name), batch: batch, payloads: payloads,
-                            descriptor: -1))
+                            path: path, instance: instance(of: entry, name), batch: log.batch, payloads: log.payloads,
+                            damaged: log.damaged, descriptor: -1))
                 }
                 close(descriptor)
                 continue
@@ -234,7 +262,7 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
                 close(descriptor)
                 continue
             }
-            guard named, let (batch, payloads) = read(descriptor) else {
+            guard named, let log = read(descriptor) else {
                 // An unnamed log holds no change. It is locked a moment after it is made: only one older than a
                 // minute is a killed journal's.
                 #if canImport(Darwin)
@@ -248,8 +276,8 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
             }
             left.append(
                 Left(
-                    path: path, instance: instance(of: entry, name), batch: batch, payloads: payloads,
-                    descriptor: descriptor))
+                    path: path, instance: instance(of: entry, name), batch: log.batch, payloads: log.payloads,
+                    damaged: log.damaged, descriptor: descriptor))
         }
         let written = { (a: Left, b: Left) in (a.instance, a.batch) < (b.instance, b.batch) }
         return (left.sorted(by: written), held.sorted(by: written), refused)
@@ -272,7 +300,7 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
     }
 
     /// The batch number and the whole frames of the log behind `descriptor`; `nil` for one without a header.
-    static func read(_ descriptor: Int32) -> (batch: UInt64, payloads: [[UInt8]])? {
+    static func read(_ descriptor: Int32) -> (batch: UInt64, payloads: [[UInt8]], damaged: Bool)? {
         var info = stat()
         guard fstat(descriptor, &info) == 0, info.st_size >= headerSize else { return nil }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
@@ -288,19 +316,25 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
         return parse(Array(bytes[..<count]))
     }
 
-    /// The batch number and whole frames of a log's bytes; `nil` without a header.
-    static func parse(_ bytes: [UInt8]) -> (batch: UInt64, payloads: [[UInt8]])? {
-        guard bytes.count >= headerSize, word(bytes, 0) == magic else { return nil }
+    /// The batch number and whole frames of a log's bytes, up to the first torn frame or (`damaged`) the first that
+    /// fails its checksum; `nil` without a header.
+    static func parse(_ bytes: [UInt8]) -> (batch: UInt64, payloads: [[UInt8]], damaged: Bool)? {
+        guard bytes.count >= headerSize else { return nil }
+        let checked = word(bytes, 0) == magic
+        guard checked || word(bytes, 0) == uncheckedMagic else { return nil }
         let batch = word(bytes, 8)
         var payloads: [[UInt8]] = []
         var offset = headerSize
         while bytes.count - offset >= 16 {
-            let size = word(bytes, offset)
+            let first = word(bytes, offset)
+            let size = checked ? first & 0xFFFF_FFFF : first
             guard size > 0, word(bytes, offset + 8) == batch, size <= UInt64(bytes.count - offset - 16) else { break }
-            payloads.append(Array(bytes[(offset + 16)..<(offset + 16 + Int(size))]))
+            let payload = bytes[(offset + 16)..<(offset + 16 + Int(size))]
+            if checked, first >> 32 != UInt64(checksum(payload, batch: batch)) { return (batch, payloads, true) }
+            payloads.append(Array(payload))
             offset += 16 + (Int(size) + 7) & ~7
         }
-        return (batch, payloads)
+        return (batch, payloads, false)
     }
 
     private static func word(_ bytes: [UInt8], _ offset: Int) -> UInt64 {

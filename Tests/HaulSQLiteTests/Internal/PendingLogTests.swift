@@ -76,6 +76,44 @@ struct PendingLogTests {
         log.remove()
     }
 
+    @Test("a frame whose bytes changed after it was written fails its checksum and ends the log, reported as damaged")
+    func damagedFrames() throws {
+        var random = SplitMix(seed: 11)
+        let dir = try TemporaryDirectory()
+        let log = try PendingLog(databasePath: dir.file("j.sqlite").path, instance: "t.1", side: 0, batch: 2)
+        let payloads = (0..<6).map { change($0, &random).payload }
+        try log.append(payloads)
+        let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: log.path)))
+        #expect(PendingLog.parse(bytes).map { ($0.payloads, $0.damaged) }! == (payloads, false))
+        // Any one byte of the third frame's payload, changed in any bit: the two frames before it are read.
+        let third = PendingLog.headerSize + payloads[..<2].reduce(0) { $0 + 16 + ($1.count + 7) & ~7 } + 16
+        for offset in third..<(third + payloads[2].count) {
+            for bit in 0..<8 {
+                var damaged = bytes
+                damaged[offset] ^= 1 << bit
+                let read = PendingLog.parse(damaged)
+                #expect(read?.damaged == true && read?.payloads == Array(payloads[..<2]), "byte \(offset), bit \(bit)")
+            }
+        }
+        log.remove()
+    }
+
+    @Test("a log the version before wrote (its frames have no checksum) still reads back whole")
+    func logWithoutChecksums() {
+        var random = SplitMix(seed: 12)
+        let payloads = (0..<5).map { change($0, &random).payload }
+        var bytes: [UInt8] = []
+        PendingLog.put(0x4C44_4E45_5048_4148, into: &bytes)  // "HAHPENDL"
+        PendingLog.put(7, into: &bytes)
+        for payload in payloads {
+            PendingLog.put(UInt64(payload.count), into: &bytes)
+            PendingLog.put(7, into: &bytes)
+            bytes += payload + [UInt8](repeating: 0, count: (payload.count + 7) & ~7 - payload.count)
+        }
+        let read = PendingLog.parse(bytes + [UInt8](repeating: 0, count: 64))
+        #expect(read?.batch == 7 && read?.payloads == payloads && read?.damaged == false)
+    }
+
     @Test("a batch many times the space a log reserves at first grows it, and reads back whole, frame by frame")
     func batchLargerThanTheReservation() throws {
         let dir = try TemporaryDirectory()
