@@ -102,6 +102,15 @@ struct JournalReviewHazardTests {
         withExtendedLifetime(dir) {}
     }
 
+    /// A journal in `dir` and the pending log a killed one left beside it, holding one record failed with `failure`.
+    func leftLog(in dir: TemporaryDirectory, failure: String) throws -> (database: String, log: String) {
+        let path = dir.file("j.sqlite").path
+        try SQLiteJournal(path: path).finish()
+        let log = try PendingLog(databasePath: path, instance: "dead.1", side: 0, batch: 1)
+        try log.append([JournalChange.upsert(row(failure)).payload])
+        return (path, log.path)
+    }
+
     // MARK: A log is this user's
 
     @Test(
@@ -109,14 +118,7 @@ struct JournalReviewHazardTests {
         .enabled(if: getuid() == 0, "giving the file to another user needs root (CI runs as root)"))
     func foreignOwnedLogApplied() throws {
         let dir = try TemporaryDirectory()
-        let path = dir.file("j.sqlite").path
-        try SQLiteJournal(path: path).finish()
-        let logPath: String
-        do {
-            let log = try PendingLog(databasePath: path, instance: "intruder.1", side: 0, batch: 1)
-            try log.append([JournalChange.upsert(row("planted")).payload])
-            logPath = log.path
-        }
+        let (path, logPath) = try leftLog(in: dir, failure: "planted")
         #expect(chown(logPath, 65534, 65534) == 0)
         let errors = Locked<[String]>([])
         let journal = try SQLiteJournal(path: path, onError: { error in errors.withLock { $0.append("\(error)") } })
@@ -131,14 +133,7 @@ struct JournalReviewHazardTests {
     @Test("a frame whose bytes were damaged is not applied with the damage, and a warning names its log")
     func damagedFrameRefused() throws {
         let dir = try TemporaryDirectory()
-        let path = dir.file("j.sqlite").path
-        try SQLiteJournal(path: path).finish()
-        let logPath: String
-        do {
-            let log = try PendingLog(databasePath: path, instance: "dead.1", side: 0, batch: 1)
-            try log.append([JournalChange.upsert(row("intact")).payload])
-            logPath = log.path
-        }
+        let (path, logPath) = try leftLog(in: dir, failure: "intact")
         // One byte of the frame's payload flipped (a bad sector, a stray write): "intact" becomes "intbct".
         var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: logPath)))
         let needle = Array("intact".utf8)
