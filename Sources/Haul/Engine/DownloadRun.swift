@@ -441,19 +441,18 @@ final class DownloadRun: @unchecked Sendable {
         do {
             published = try publish(partial, to: path)
         } catch  where error.code == .destinationExists {
-            // Someone else's file is there now. The record written for this one must not stay, nor erase another's:
-            // it is undone only while it is still this one's, and it becomes the winner's when the winner holds the
-            // same bytes (another run of this download, whose own record this one's may have replaced).
-            if let stamp, case .completed(_, _, stamp, _)? = journal.record(for: key)?.state {
+            // Someone else's file is there now. The record written for this one must not stay, nor erase another's.
+            // When the winner holds the very bytes fetched here (another run of this download, whose own record this
+            // one's may have replaced), the record becomes the winner's file's; otherwise it is undone while it is
+            // still this one's (a journal that does not answer its own writes answers nothing: undone too).
+            if let stamp {
                 if partial.holdsSameBytes(asFileAt: path), let theirs = FileStamp(ofFileAt: path) {
                     await journal.commit(
                         JournalRecord(
                             key: key, path: path,
                             state: .completed(size: size, sha256: sha256, stamp: theirs, validator: facts.validator)))
-                } else if let before {
-                    await journal.commit(before)
-                } else {
-                    journal.remove(key)
+                } else if Self.isOwn(journal.record(for: key), stamp: stamp) {
+                    if let before { await journal.commit(before) } else { journal.remove(key) }
                 }
             }
             throw error
@@ -467,6 +466,14 @@ final class DownloadRun: @unchecked Sendable {
                     state: .completed(size: size, sha256: sha256, stamp: stamp, validator: facts.validator)))
         }
         return published
+    }
+
+    /// Whether `record` is still the completed record of the file sealed with `stamp` (or, from a journal that does
+    /// not answer its own writes, nothing).
+    private static func isOwn(_ record: JournalRecord?, stamp: FileStamp) -> Bool {
+        guard let record else { return true }
+        if case .completed(_, _, stamp, _) = record.state { return true }
+        return false
     }
 
     private func publish(_ partial: PartialFile, to path: String) throws(DownloadError) -> String {

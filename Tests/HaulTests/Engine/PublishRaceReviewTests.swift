@@ -6,35 +6,6 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
-/// A journal shared by two "processes" (two downloaders over one store), whose commit of a completed record can be
-/// held: makes the interleaving of two runs publishing one file deterministic.
-final class HeldCommitJournal: Journal {
-    let base: MemoryJournal
-    let holds: Bool
-    let reached: AsyncStream<Void>.Continuation
-    let release: AsyncStream<Void>
-
-    init(base: MemoryJournal, holds: Bool, reached: AsyncStream<Void>.Continuation, release: AsyncStream<Void>) {
-        self.base = base
-        self.holds = holds
-        self.reached = reached
-        self.release = release
-    }
-
-    func record(for key: JournalKey) -> JournalRecord? { base.record(for: key) }
-    func store(_ record: JournalRecord) { base.store(record) }
-    func remove(_ key: JournalKey) { base.remove(key) }
-    func allRecords() -> [JournalRecord] { base.allRecords() }
-    func records(forFileAt path: String) -> [JournalRecord] { base.records(forFileAt: path) }
-    func commit(_ record: JournalRecord) async {
-        if holds, case .completed = record.state {
-            reached.yield()
-            for await _ in release { break }
-        }
-        base.store(record)
-    }
-}
-
 /// Promise: two runs on one directory never both publish, and the file the winner published stays recorded as
 /// Haul's, so a rerun skips it.
 @Suite("Publishing races (review)", .timeLimit(.minutes(2)))
@@ -52,8 +23,8 @@ struct PublishRaceReviewTests {
                 configuration.journal = journal
                 return Downloader(transport: NIOTransport(), configuration: configuration)
             }
-            let loser = downloader(HeldCommitJournal(base: shared, holds: true, reached: reached, release: release))
-            let winner = downloader(HeldCommitJournal(base: shared, holds: false, reached: reached, release: idle))
+            let loser = downloader(HeldCommitJournal(shared, holds: true, reached: reached, release: release))
+            let winner = downloader(HeldCommitJournal(shared, holds: false, reached: reached, release: idle))
             let url = server.url(path: "/bytes/f", query: ["size": "1000"])
             let request = DownloadRequest(url: url, destination: .file(dir.file("f")))
 
