@@ -95,6 +95,8 @@ struct RunReport: Sendable {
     var failures: [Failure] = []
     var cancelled = 0
     var interrupted = false
+    /// Whether what the run wrote after its downloads (the cookie jar) failed.
+    var finishingFailed = false
     var elapsed: Duration = .zero
     var bytesTransferred: Int64 = 0
     var bytesOnDisk: Int64 = 0
@@ -118,7 +120,8 @@ struct RunReport: Sendable {
     var exitCode: Int32 {
         if Interruption.stoppedByClosedOutput { return 141 }
         if interrupted { return 130 }
-        return failures.isEmpty ? 0 : 1
+        // A download not finished in a run nobody stopped (an entry left out: its list changed in place) failed too.
+        return failures.isEmpty && cancelled == 0 && !finishingFailed ? 0 : 1
     }
 
     var averageSpeed: Double {

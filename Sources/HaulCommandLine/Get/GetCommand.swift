@@ -58,12 +58,13 @@ struct GetCommand: AsyncParsableCommand {
     @OptionGroup
     var concurrency: ConcurrencyOptions
 
+    // Unconditional, like -j: `--per-host -3` and `--retries -1` are reported as bad numbers, not missing values.
     @Option(
-        name: .customLong("per-host"),
+        name: .customLong("per-host"), parsing: .unconditional,
         help: ArgumentHelp("Connections at once per host (default: no limit).", valueName: "N"))
     var perHost: Int?
 
-    @Option(help: ArgumentHelp("Retries of transient failures (0 = none).", valueName: "N"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Retries of transient failures (0 = none).", valueName: "N"))
     var retries: Int = 3
 
     // Unconditional, like -j: `-s -1` is reported as a bad number, not a missing value.
@@ -126,6 +127,9 @@ struct GetCommand: AsyncParsableCommand {
     func validate() throws {
         try connection.validate(with: network)
         if let perHost, perHost < 1 { throw ValidationError("--per-host must be at least 1, not \(perHost)") }
+        if let perHost, perHost > ConcurrencyOptions.limit {
+            throw ValidationError("--per-host must be at most \(ConcurrencyOptions.limit), not \(perHost)")
+        }
         if retries < 0 { throw ValidationError("--retries must be 0 or more, not \(retries)") }
         if !(1...64).contains(split) { throw ValidationError("-s/--split must be from 1 to 64, not \(split)") }
         if let minSplitSize, (parseByteCount(minSplitSize) ?? 0) < 1 {
@@ -164,20 +168,22 @@ struct GetCommand: AsyncParsableCommand {
         let requests = PlannedRequests(
             source: source, planner: planner, credentials: network.credentialRule(netrc: netrc),
             directories: directories, names: names)
+        let (cookies, jar) = (configuration.cookies, network.cookieJar)
         let report = await GetRun.run(
-            requests, count: checked.count, names: names, engine: engine, queue: queue, output: output)
-        // The process exits without releasing the journal, so its last changes are folded in here.
-        journal?.finish()
-        var exitCode = report.exitCode
-        if let cookies = configuration.cookies, let path = network.cookieJar {
+            requests, count: checked.count, names: names, engine: engine, queue: queue, output: output
+        ) {
+            guard let cookies, let jar else { return true }
             do {
-                try cookies.write(to: URL(fileURLWithPath: path))
+                try cookies.write(to: URL(fileURLWithPath: jar))
+                return true
             } catch {
                 Console.err("haul: --cookie-jar: \(error)\n")
-                exitCode = max(exitCode, 1)
+                return false
             }
         }
-        Foundation.exit(exitCode)
+        // The process exits without releasing the journal, so its last changes are folded in here.
+        journal?.finish()
+        Foundation.exit(report.exitCode)
     }
 
     /// Sets what the options of every group, and `get`'s own, ask of the engine: timeouts and HTTP version,

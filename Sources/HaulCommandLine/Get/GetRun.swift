@@ -19,7 +19,7 @@ enum GetRun {
     static func run<Requests: AsyncSequence & Sendable>(
         _ requests: Requests, count: Int, names: NameBook, engine: Engine,
         queue configuration: DownloadQueue.Configuration,
-        output: OutputOptions
+        output: OutputOptions, finishing: () -> Bool = { true }
     ) async -> RunReport where Requests.Element == DownloadRequest {
         let display = makeDisplay(output, names: names, plannedFiles: count)
         let ownedTransport = engine.ownedTransport
@@ -75,6 +75,8 @@ enum GetRun {
         report.interrupted = interruption.happened
         report.elapsed = .now - started
         report.cancelled += count - report.total
+        // What the run still has to write (the cookie jar) counts in the summary's exit status.
+        report.finishingFailed = !finishing()
         display.summarize(report)
         return report
     }

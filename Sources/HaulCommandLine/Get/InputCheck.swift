@@ -25,7 +25,7 @@ enum InputCheck {
             problemCount += 1
             Console.err("haul: \(problem)\n")
         }
-        planner.headerProblems.forEach(report)
+        planner.optionProblems.forEach(report)
         var summary = Summary()
         let finder = DuplicateFinder()
         var reader = source.makeReader()

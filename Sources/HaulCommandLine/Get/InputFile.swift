@@ -108,8 +108,12 @@ struct InputFile {
         while true {
             if !ready.isEmpty { return ready.removeFirst() }
             guard let line = try nextLine() else {
-                defer { pending = nil }
-                return pending.map(InputItem.entry)
+                // The last entry, then what its reading found after it (a last line too long to read).
+                if let last = pending {
+                    pending = nil
+                    return .entry(last)
+                }
+                return ready.isEmpty ? nil : ready.removeFirst()
             }
             take(line)
         }
@@ -185,10 +189,12 @@ struct InputFile {
         // Both line ends: files written on Windows must read the same.
         var end = line.endIndex
         if end > line.startIndex, line[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-        var start = line.startIndex
+        // A byte order mark, which Windows editors put first: not part of the first line's text.
+        let first = line.startIndex + (lineNumber == 1 && line.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0)
+        var start = first
         while start < end, isBlank(line[start]) { start += 1 }
         if start == end || line[start] == UInt8(ascii: "#") { return }
-        let indented = start > line.startIndex
+        let indented = start > first
         if !indented {
             while isBlank(line[end - 1]) { end -= 1 }  // stops at line[start], which is not blank
         }

@@ -43,8 +43,10 @@ struct Planner: Sendable {
     let settings: PlanSettings
     /// `--header`, parsed.
     private let headers: HTTPFields
-    /// What is wrong with `--header` values.
-    let headerProblems: [InputProblem]
+    /// `--checksum`, parsed.
+    private let checksum: Digest?
+    /// What is wrong with `--header` and `--checksum` values, each named by its option.
+    let optionProblems: [InputProblem]
     /// Every download without dir= shares the directory; standardizing its URL is the dearest step of planning one
     /// (bench/compare, s3: planning runs before the first request).
     private let directoryPath: String
@@ -60,7 +62,16 @@ struct Planner: Sendable {
             }
         }
         self.headers = headers
-        headerProblems = problems
+        var checksum: Digest?
+        if let given = settings.checksum {
+            do {
+                checksum = try Digest(parsing: given)
+            } catch {
+                problems.append(InputProblem(origin: "--checksum", message: error.message))
+            }
+        }
+        self.checksum = checksum
+        optionProblems = problems
         directoryPath = settings.directory.standardizedFileURL.path
     }
 
@@ -87,11 +98,11 @@ struct Planner: Sendable {
 
     /// The download `entry` asks for, or every problem with it.
     func plan(_ entry: InputEntry) -> Result<PlannedDownload, UsageFailure> {
-        Self.plan(entry, settings: settings, headers: headers, directoryPath: directoryPath)
+        Self.plan(entry, settings: settings, headers: headers, checksum: checksum, directoryPath: directoryPath)
     }
 
     private static func plan(
-        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields, directoryPath: String
+        _ entry: InputEntry, settings: PlanSettings, headers: HTTPFields, checksum: Digest?, directoryPath: String
     ) -> Result<PlannedDownload, UsageFailure> {
         var problems: [String] = []
         let url = validateURL(entry.url, problems: &problems)
@@ -134,9 +145,9 @@ struct Planner: Sendable {
             case .failure(let problem): problems.append(problem.message)
             }
         }
-        var digest: Digest?
-        if let checksum = entry.checksum ?? settings.checksum {
-            do { digest = try Digest(parsing: checksum) } catch { problems.append(error.message) }
+        var digest = checksum
+        if let given = entry.checksum {
+            do { digest = try Digest(parsing: given) } catch { problems.append(error.message) }
         }
         let limits = entryLimits(entry, settings: settings, problems: &problems)
         guard let url, problems.isEmpty else {

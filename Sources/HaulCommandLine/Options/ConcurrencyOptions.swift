@@ -11,9 +11,15 @@ struct ConcurrencyOptions: ParsableArguments {
                 + "N of -s when larger, and 1 fetches one at a time in input order).", valueName: "N"))
     var maxConcurrent: Int?
 
+    /// The most connections at once a run may ask for: each is a socket and a file descriptor.
+    static let limit = 10_000
+
     func validate() throws {
         if let maxConcurrent, maxConcurrent < 1 {
             throw ValidationError("-j/--max-concurrent must be at least 1, not \(maxConcurrent)")
+        }
+        if let maxConcurrent, maxConcurrent > Self.limit {
+            throw ValidationError("-j/--max-concurrent must be at most \(Self.limit), not \(maxConcurrent)")
         }
     }
 

@@ -121,7 +121,7 @@ struct SecretsReviewHazardTests {
     func malformedSecretHeaderHidesValue() {
         var settings = PlanSettings(directory: directory)
         settings.headers = ["Authorization Bearer \(Self.password)"]
-        let problems = Planner(settings: settings).headerProblems.map(\.description)
+        let problems = Planner(settings: settings).optionProblems.map(\.description)
         #expect(!problems.isEmpty)
         #expect(!problems.joined().contains(Self.password), "\(problems)")
     }
