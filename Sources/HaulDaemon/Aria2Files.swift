@@ -60,6 +60,8 @@ public enum Aria2Files {
     /// What `name` is to the daemon when a configuration file sets it.
     public static func role(of name: String) -> Role {
         guard Aria2Options.known.contains(name) else { return .unknown }
+        // Accepted over RPC as a client sends it, but named at start: a file's setting that does nothing.
+        if DownloadPlan.inertOptions.contains(name) { return .unused }
         if ["max-concurrent-downloads", "max-overall-download-limit"].contains(name)
             || DownloadPlan.supported.contains(name) || DownloadPlan.isInert(name)
         {

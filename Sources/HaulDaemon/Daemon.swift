@@ -403,8 +403,8 @@ public final class Daemon: Sendable {
         case .failure(let error) where error.isCancellation && item.removing:
             path = nil
             item.ending = Ending(
-                status: "removed", length: total?.totalBytes ?? 0, completed: total?.bytesWritten ?? 0, errorCode: 0,
-                errorMessage: "")
+                status: "removed", length: total?.totalBytes ?? 0, completed: total?.bytesWritten ?? 0,
+                errorCode: Aria2Status.removedCode, errorMessage: "")
         case .failure(let error):
             path = error.path
             item.ending = Ending(

@@ -20,8 +20,11 @@ public struct RPCError: Error, Sendable, Hashable {
     public static let parseError = RPCError(code: -32700, "Parse error.")
     /// The JSON is not a JSON-RPC call.
     public static let invalidRequest = RPCError(code: -32600, "Invalid Request.")
-    /// The parameters are not what the method takes.
+    /// The call's `params` is not an array (JSON-RPC's own code).
     public static func invalidParams(_ detail: String) -> RPCError { RPCError(code: -32602, detail) }
+    /// A parameter is missing or of the wrong type: aria2 answers these with its generic code 1, as any other failure
+    /// of a method.
+    public static func badParameter(_ detail: String) -> RPCError { RPCError(code: 1, detail) }
 
     var json: JSON { ["code": .int(Int64(code)), "message": .string(message)] }
 }
@@ -232,12 +235,12 @@ public struct RPCEndpoint: Sendable {
         -> JSON
     {
         guard params.count == 1, let calls = params[0].array else {
-            throw .invalidParams("system.multicall takes one array of calls")
+            throw .badParameter("system.multicall takes one array of calls")
         }
         guard calls.count <= Self.maxCalls else { throw Self.tooManyCalls(calls.count, in: "system.multicall") }
         let steps = calls.map { call -> Step in
             guard let members = call.object, let method = members["methodName"]?.string else {
-                return .failed(.invalidParams("each call needs a methodName"))
+                return .failed(.badParameter("each call needs a methodName"))
             }
             guard method != "system.multicall" else {
                 return .failed(RPCError("Recursive system.multicall forbidden."))

@@ -605,7 +605,7 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         switch head.method {
         case .OPTIONS:
             var headers = HTTPHeaders()
-            headers.add(name: "Access-Control-Allow-Methods", value: "POST, GET, OPTIONS")
+            headers.add(name: "Access-Control-Allow-Methods", value: "POST, OPTIONS")
             if let asked = head.headers.first(name: "access-control-request-headers") {
                 headers.add(name: "Access-Control-Allow-Headers", value: asked)
             }

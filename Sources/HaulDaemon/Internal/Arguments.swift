@@ -9,7 +9,7 @@ struct Arguments {
 
     func string(_ index: Int, _ name: String) throws(RPCError) -> String {
         guard let value = optional(index)?.string else {
-            throw .invalidParams("\(method): parameter \(index + 1) (\(name)) must be a string")
+            throw .badParameter("\(method): parameter \(index + 1) (\(name)) must be a string")
         }
         return value
     }
@@ -17,7 +17,7 @@ struct Arguments {
     func int(_ index: Int, _ name: String) throws(RPCError) -> Int64 {
         // aria2's clients send numbers as JSON numbers, and some as strings.
         guard let value = optional(index).flatMap({ $0.int ?? $0.string.flatMap { Int64($0) } }) else {
-            throw .invalidParams("\(method): parameter \(index + 1) (\(name)) must be an integer")
+            throw .badParameter("\(method): parameter \(index + 1) (\(name)) must be an integer")
         }
         return value
     }
@@ -26,7 +26,7 @@ struct Arguments {
     func strings(_ index: Int, _ name: String) throws(RPCError) -> [String]? {
         guard let value = optional(index) else { return nil }
         guard let list = value.array, case let strings = list.compactMap(\.string), strings.count == list.count else {
-            throw .invalidParams("\(method): parameter \(index + 1) (\(name)) must be an array of strings")
+            throw .badParameter("\(method): parameter \(index + 1) (\(name)) must be an array of strings")
         }
         return strings
     }
@@ -36,7 +36,7 @@ struct Arguments {
     func options(_ index: Int) throws(RPCError) -> [String: [String]] {
         guard let value = optional(index) else { return [:] }
         guard let members = value.object else {
-            throw .invalidParams("\(method): parameter \(index + 1) (options) must be an object")
+            throw .badParameter("\(method): parameter \(index + 1) (options) must be an object")
         }
         var options: [String: [String]] = [:]
         for (name, value) in members {
@@ -45,7 +45,7 @@ struct Arguments {
             case .int(let number): options[name] = [String(number)]
             case .bool(let flag): options[name] = [flag ? "true" : "false"]
             case .array(let list) where list.allSatisfy({ $0.string != nil }): options[name] = list.compactMap(\.string)
-            default: throw .invalidParams("\(method): option '\(name)' must be a string")
+            default: throw .badParameter("\(method): option '\(name)' must be a string")
             }
         }
         return options

@@ -121,9 +121,8 @@ enum Aria2Status {
         }
         if let ending = item.ending {
             if keys.contains(.errorCode) { members.number("errorCode", Int64(ending.errorCode)) }
-            if keys.contains(.errorMessage), !ending.errorMessage.isEmpty {
-                members.string("errorMessage", ending.errorMessage)
-            }
+            // Empty too, as aria2 answers it for every stopped download.
+            if keys.contains(.errorMessage) { members.string("errorMessage", ending.errorMessage) }
         }
         members.output.append(UInt8(ascii: "}"))
         output = members.output
@@ -241,6 +240,9 @@ enum Aria2Status {
         }
         return shown
     }
+
+    /// aria2's error code of a download a user removed (its `REMOVED`, 31: "Aborted by user").
+    static let removedCode = 31
 
     /// aria2's exit status for how a download failed ("EXIT STATUS" in its manual).
     static func exitCode(of error: DownloadError) -> Int {

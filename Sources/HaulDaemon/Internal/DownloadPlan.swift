@@ -58,10 +58,22 @@ struct DownloadPlan {
         "all-proxy-user", "all-proxy-passwd", "check-certificate", "ca-certificate", "conditional-get", "remote-time",
     ]
 
-    /// Whether `name` is an option of a feature Haul does not have (BitTorrent, FTP, Metalink, DHT...): accepted and
-    /// reported back, as front ends send them in bulk, and changing nothing.
+    /// aria2's options that ask for nothing Haul does not do already, or of nothing Haul has: a partial is always
+    /// continued, space is never allocated ahead, nothing is uploaded, there is no control file to remove and no
+    /// session to save on a timer (the store keeps every change), a download's checksum is always checked. Clients
+    /// send them in bulk (`continue=true` in most configurations), so they are accepted and shown back.
+    static let inertOptions: Set<String> = [
+        "continue", "always-resume", "file-allocation", "max-upload-limit", "max-overall-upload-limit",
+        "http-accept-gzip", "check-integrity", "max-file-not-found", "remove-control-file", "force-save",
+        "max-download-result", "save-session-interval", "auto-save-interval", "optimize-concurrent-downloads",
+        "log-level", "console-log-level", "disk-cache", "enable-mmap", "no-file-allocation-limit",
+    ]
+
+    /// Whether `name` is an option of a feature Haul does not have (BitTorrent, FTP, Metalink, DHT...), or one of
+    /// ``inertOptions``: accepted and reported back, as front ends send them in bulk, and changing nothing.
     static func isInert(_ name: String) -> Bool {
-        [
+        if inertOptions.contains(name) { return true }
+        return [
             "bt-", "ftp-", "metalink-", "dht-", "seed-", "peer-", "enable-dht", "enable-peer-exchange", "follow-",
             "select-file", "index-out", "torrent-file", "listen-port", "on-bt-", "pause-metadata",
         ]

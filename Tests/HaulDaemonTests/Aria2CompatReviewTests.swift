@@ -1,0 +1,171 @@
+import Foundation
+import HaulDaemon
+import HaulTestServer
+import HaulTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Debian's `aria2c` on a free loopback port, downloading into a temporary directory of its own, with the same secret
+/// as ``DaemonHarness``: the reference the daemon's answers are compared with.
+final class Aria2Reference: Sendable {
+    let dir: TemporaryDirectory
+    let port: Int
+    let process: ChildProcess
+
+    init() async throws {
+        dir = try TemporaryDirectory()
+        port = try freeLoopbackPort()
+        process = try ChildProcess(
+            "/usr/bin/aria2c",
+            [
+                "--enable-rpc", "--rpc-listen-port=\(port)", "--rpc-secret=\(DaemonHarness.secret)",
+                "--dir=\(dir.path)", "--no-conf", "--quiet", "--auto-file-renaming=false",
+            ], input: "", environment: ProcessInfo.processInfo.environment)
+        try #require(await waitUntilAccepting(port: port, process: process), "aria2c did not start")
+    }
+
+    func stop() async {
+        process.send(SIGKILL)
+        _ = await process.finish()
+    }
+}
+
+/// Runs `body` with aria2c and a daemon, each on its own free port and directory; both stopped after.
+func withBoth(
+    maxConcurrent: Int = 4, _ body: (_ aria2: Int, _ haul: DaemonHarness, _ server: TestServer) async throws -> Void
+) async throws {
+    try await TestServer.withRunning { server in
+        let aria2 = try await Aria2Reference()
+        let harness = try await DaemonHarness(maxConcurrent: maxConcurrent)
+        do {
+            try await body(aria2.port, harness, server)
+        } catch {
+            await aria2.stop()
+            await harness.stop()
+            throw error
+        }
+        await aria2.stop()
+        await harness.stop()
+    }
+}
+
+/// The whole JSON-RPC answer (`result` or `error`) of `method` with the secret and `params`, POSTed to `port`.
+func rpcAnswer(_ port: Int, _ method: String, _ params: [JSON] = []) async throws -> [String: JSON] {
+    let body: JSON = [
+        "jsonrpc": "2.0", "id": "r", "method": .string(method),
+        "params": .array([JSON.string("token:\(DaemonHarness.secret)")] + params),
+    ]
+    let answer = try await RawHTTP.send(
+        port: port, headers: [("Host", "127.0.0.1:\(port)"), ("Content-Type", "application/json")],
+        body: body.encoded())
+    return try #require(answer.json?.object, "not a JSON-RPC answer from \(port): \(answer.text)")
+}
+
+/// The result of `method`, failing the test with the error otherwise.
+func rpcResult(_ port: Int, _ method: String, _ params: [JSON] = []) async throws -> JSON {
+    let answer = try await rpcAnswer(port, method, params)
+    return try #require(answer["result"], "\(method) on \(port): \(answer)")
+}
+
+/// Waits until `gid` on `port` has the status `status`.
+func waitForStatus(_ port: Int, _ gid: String, _ status: String) async throws {
+    try await eventuallyAsync("\(gid) on \(port) \(status)") {
+        let answer = try? await rpcAnswer(port, "aria2.tellStatus", [.string(gid), ["status"]])
+        return answer?["result"]?.object?["status"]?.string == status
+    }
+}
+
+@Suite("aria2 compatibility under review: haul daemon against aria2c", .serialized, .timeLimit(.minutes(2)))
+struct Aria2CompatReviewTests {
+    /// aria2 options that clients send with addUri (`continue` above all: it is in most aria2.conf files and
+    /// scripts), all meaningful or harmless for an HTTP download.
+    @Test("addUri takes aria2's common HTTP options (continue, file-allocation, always-resume, ...) as aria2 does")
+    func addUriTakesCommonOptions() async throws {
+        try await withBoth { aria2, haul, server in
+            let url = JSON.string(server.url(path: "/bytes/opt", query: ["size": "10"]).absoluteString)
+            for (name, value) in [
+                ("continue", "true"), ("file-allocation", "none"), ("always-resume", "true"),
+                ("max-upload-limit", "0"), ("http-accept-gzip", "true"), ("check-integrity", "false"),
+                ("max-file-not-found", "3"), ("remove-control-file", "true"), ("force-save", "false"),
+            ] {
+                let options: JSON = .object(["pause": "true", name: .string(value)])
+                let reference = try await rpcAnswer(aria2, "aria2.addUri", [[url], options])
+                let ours = try await rpcAnswer(haul.port, "aria2.addUri", [[url], options])
+                #expect(reference["result"]?.string != nil, "aria2 refused \(name): \(reference)")
+                #expect(
+                    ours["result"]?.string != nil,
+                    "addUri with \(name)=\(value): aria2 \(reference["result"] ?? "-"), haul \(ours["error"] ?? "-")")
+            }
+        }
+    }
+
+    /// Motrix's speed-limit switch, and AriaNg's global settings page, send the upload limit with the download one.
+    @Test("changeGlobalOption takes max-overall-upload-limit (and other global options) as aria2 does")
+    func changeGlobalOptionTakesUploadLimit() async throws {
+        try await withBoth { aria2, haul, _ in
+            let both: JSON = ["max-overall-download-limit": "1M", "max-overall-upload-limit": "256K"]
+            let reference = try await rpcAnswer(aria2, "aria2.changeGlobalOption", [both])
+            let ours = try await rpcAnswer(haul.port, "aria2.changeGlobalOption", [both])
+            #expect(reference["result"]?.string == "OK")
+            #expect(ours["result"]?.string == "OK", "haul: \(ours)")
+            for (name, value) in [
+                ("continue", "true"), ("max-download-result", "100"), ("save-session-interval", "30"),
+                ("optimize-concurrent-downloads", "false"), ("log-level", "warn"),
+            ] {
+                let option: JSON = .object([name: .string(value)])
+                let reference = try await rpcAnswer(aria2, "aria2.changeGlobalOption", [option])
+                let ours = try await rpcAnswer(haul.port, "aria2.changeGlobalOption", [option])
+                #expect(reference["result"]?.string == "OK")
+                #expect(ours["result"]?.string == "OK", "changeGlobalOption \(name): haul \(ours)")
+            }
+        }
+    }
+
+    /// aria2 ends a removed download with its exit status 31 ("removed by the user") and an errorMessage member.
+    @Test("a removed active download has aria2's errorCode 31 and an errorMessage")
+    func removedDownloadErrorCode() async throws {
+        try await withBoth { aria2, haul, server in
+            let referenceURL = JSON.string(
+                server.url(path: "/bytes/a-slow", query: ["size": "1000000", "rate": "2000"]).absoluteString)
+            let ourURL = JSON.string(
+                server.url(path: "/bytes/h-slow", query: ["size": "1000000", "rate": "2000"]).absoluteString)
+            let referenceGID = try #require(try await rpcResult(aria2, "aria2.addUri", [[referenceURL]]).string)
+            let ourGID = try #require(try await rpcResult(haul.port, "aria2.addUri", [[ourURL]]).string)
+            try await waitForStatus(aria2, referenceGID, "active")
+            try await waitForStatus(haul.port, ourGID, "active")
+            _ = try await rpcResult(aria2, "aria2.forceRemove", [.string(referenceGID)])
+            _ = try await rpcResult(haul.port, "aria2.forceRemove", [.string(ourGID)])
+            try await waitForStatus(aria2, referenceGID, "removed")
+            try await waitForStatus(haul.port, ourGID, "removed")
+            let keys: JSON = ["status", "errorCode", "errorMessage"]
+            let reference = try await rpcResult(aria2, "aria2.tellStatus", [.string(referenceGID), keys]).object
+            let ours = try await rpcResult(haul.port, "aria2.tellStatus", [.string(ourGID), keys]).object
+            #expect(reference?["errorCode"]?.string == "31")
+            #expect(
+                ours?["errorCode"]?.string == reference?["errorCode"]?.string
+                    && (ours?["errorMessage"] != nil) == (reference?["errorMessage"] != nil),
+                "aria2 \(reference ?? [:]), haul \(ours ?? [:])")
+        }
+    }
+
+    /// aria2 answers a missing or mistyped parameter with its code 1 ("The parameter at 0 is required but
+    /// missing."), as every other failure of a method; clients tell aria2's failures by code 1.
+    @Test("a missing parameter is answered with aria2's code 1")
+    func missingParameterCode() async throws {
+        try await withBoth { aria2, haul, _ in
+            for (method, params) in [
+                ("aria2.tellStatus", [JSON]()), ("aria2.tellStatus", [5]), ("aria2.tellWaiting", [0]),
+            ] {
+                let reference = try await rpcAnswer(aria2, method, params)
+                let ours = try await rpcAnswer(haul.port, method, params)
+                #expect(reference["error"]?.object?["code"]?.int == 1)
+                #expect(
+                    ours["error"]?.object?["code"]?.int == reference["error"]?.object?["code"]?.int,
+                    "\(method) \(params): aria2 \(reference["error"] ?? "-"), haul \(ours["error"] ?? "-")")
+            }
+        }
+    }
+}
