@@ -134,21 +134,12 @@ struct Aria2pTests {
             let haul = try ours.get()
 
             // aria2c on a free port, the same way.
-            let aria2Dir = try TemporaryDirectory()
-            let port = try freeLoopbackPort()
-            let aria2 = try ChildProcess(
-                "/usr/bin/aria2c",
-                [
-                    "--enable-rpc", "--rpc-listen-port=\(port)", "--rpc-secret=reference", "--dir=\(aria2Dir.path)",
-                    "--max-concurrent-downloads=1", "--no-conf", "--quiet", "--auto-file-renaming=false",
-                ], input: "", environment: ProcessInfo.processInfo.environment)
-            try #require(await waitUntilAccepting(port: port, process: aria2), "aria2c did not start")
+            let aria2 = try await Aria2Reference(secret: "reference", arguments: ["--max-concurrent-downloads=1"])
             let scenario = await catching {
-                try await Self.runScenario(port: port, secret: "reference", server: server, tag: "aria2")
+                try await Self.runScenario(port: aria2.port, secret: "reference", server: server, tag: "aria2")
             }
             // Stopped whatever the scenario did: its held request would keep the test server from stopping.
-            aria2.send(SIGKILL)
-            _ = await aria2.finish()
+            await aria2.stop()
             server.openGate("aria2")
             server.openGate("haul")
             let reference = try scenario.get()

@@ -8,37 +8,12 @@ import Testing
 import Glibc
 #endif
 
-/// Debian's `aria2c` on a free loopback port, downloading into a temporary directory of its own, with the same secret
-/// as ``DaemonHarness``: the reference the daemon's answers are compared with.
-final class Aria2Reference: Sendable {
-    let dir: TemporaryDirectory
-    let port: Int
-    let process: ChildProcess
-
-    init() async throws {
-        dir = try TemporaryDirectory()
-        port = try freeLoopbackPort()
-        process = try ChildProcess(
-            "/usr/bin/aria2c",
-            [
-                "--enable-rpc", "--rpc-listen-port=\(port)", "--rpc-secret=\(DaemonHarness.secret)",
-                "--dir=\(dir.path)", "--no-conf", "--quiet", "--auto-file-renaming=false",
-            ], input: "", environment: ProcessInfo.processInfo.environment)
-        try #require(await waitUntilAccepting(port: port, process: process), "aria2c did not start")
-    }
-
-    func stop() async {
-        process.send(SIGKILL)
-        _ = await process.finish()
-    }
-}
-
 /// Runs `body` with aria2c and a daemon, each on its own free port and directory; both stopped after.
 func withBoth(
     maxConcurrent: Int = 4, _ body: (_ aria2: Int, _ haul: DaemonHarness, _ server: TestServer) async throws -> Void
 ) async throws {
     try await TestServer.withRunning { server in
-        let aria2 = try await Aria2Reference()
+        let aria2 = try await Aria2Reference(secret: DaemonHarness.secret)
         let harness = try await DaemonHarness(maxConcurrent: maxConcurrent)
         do {
             try await body(aria2.port, harness, server)
