@@ -132,4 +132,26 @@ struct GetOutputReviewTests {
             #expect(!FileManager.default.fileExists(atPath: dir.path + "/D/arg"))
         }
     }
+
+    @Test("--on-conflict skip of a file Haul did not write is said as left as found, not 'already complete'")
+    func conflictSkipIsNotAlreadyComplete() async throws {
+        let dir = try TemporaryDirectory()
+        try await TestServer.withRunning { server in
+            let out = dir.path + "/D"
+            try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+            // Someone else's 5-byte file where the 100-byte resource would go.
+            try Data("junk\n".utf8).write(to: URL(fileURLWithPath: out + "/x"))
+            let url = bytes(server, "x", size: 100)
+            let run = try await HaulProcess.run(["get", "-d", out, "--on-conflict", "skip", url])
+            #expect(run.status == 0, "\(run)")
+            #expect(!run.stdout.contains("already complete"), "\(run.stdout)")
+            #expect(run.stdout.contains("skip   x: exists, left as it is") && run.stdout.contains("1 left as found"))
+            let json = try await HaulProcess.run(["get", "--json", "-d", out, "--on-conflict", "skip", url])
+            let lines = json.stdout.split(separator: "\n")
+            let summary = try #require(lines.last)
+            #expect(!summary.contains("\"alreadyComplete\":1") && summary.contains("\"leftAsFound\":1"), "\(summary)")
+            #expect(lines.contains { $0.contains("\"event\":\"finish\"") && $0.contains("\"keptExisting\":true") })
+            #expect(server.stats.requests.isEmpty)
+        }
+    }
 }

@@ -313,7 +313,9 @@ final class DownloadRun: @unchecked Sendable {
                     message: "'\(path)' already exists; left untouched (choose skip, overwrite or rename)",
                     url: request.url, path: path)
             case .skip:
-                return try existingFileResult(path: path, size: size, sha256: nil, finalURL: request.url)
+                var result = try existingFileResult(path: path, size: size, sha256: nil, finalURL: request.url)
+                result.keptExisting = true
+                return result
             case .overwrite, .rename:
                 return nil
             }

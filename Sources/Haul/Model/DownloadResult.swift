@@ -49,6 +49,10 @@ public struct DownloadResult: Sendable, Equatable {
     /// (``Downloader/Configuration/revalidatesCompletedFiles``): the file was kept as it was (``skipped`` is `true`
     /// too).
     public var notModified = false
+    /// `true` when the file was skipped because one was already at the destination and the conflict policy is
+    /// ``DownloadRequest/ConflictPolicy/skip``: the result describes whatever file was there, which nothing shows
+    /// this download wrote (``skipped`` is `true` too). `false` for a file the journal shows complete.
+    public var keptExisting = false
 
     /// Creates a result.
     public init(
@@ -88,6 +92,7 @@ public struct DownloadResult: Sendable, Equatable {
     public static func == (lhs: Self, rhs: Self) -> Bool {
         lhs.size == rhs.size && lhs.sha256 == rhs.sha256 && lhs.finalURL == rhs.finalURL
             && lhs.source == rhs.source && lhs.attempts == rhs.attempts && lhs.bytesTransferred == rhs.bytesTransferred
-            && lhs.skipped == rhs.skipped && lhs.notModified == rhs.notModified && lhs.fileURL == rhs.fileURL
+            && lhs.skipped == rhs.skipped && lhs.notModified == rhs.notModified && lhs.keptExisting == rhs.keptExisting
+            && lhs.fileURL == rhs.fileURL
     }
 }

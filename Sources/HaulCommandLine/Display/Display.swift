@@ -92,6 +92,8 @@ struct RunReport: Sendable {
     var skipped = 0
     /// Files the server confirmed unchanged (`304`, with `-N`).
     var unchanged = 0
+    /// Files skipped because one was already there (`--on-conflict skip`), not known to be this download's.
+    var keptExisting = 0
     var failures: [Failure] = []
     var cancelled = 0
     var interrupted = false
@@ -101,12 +103,14 @@ struct RunReport: Sendable {
     var bytesTransferred: Int64 = 0
     var bytesOnDisk: Int64 = 0
 
-    var total: Int { downloaded + skipped + unchanged + failures.count + cancelled }
+    var total: Int { downloaded + skipped + keptExisting + unchanged + failures.count + cancelled }
 
-    /// Counts a successful download (or one skipped as already complete).
+    /// Counts a successful download (or one skipped as already complete, or left as it was found).
     mutating func add(_ result: DownloadResult) {
         if result.notModified {
             unchanged += 1
+        } else if result.keptExisting {
+            keptExisting += 1
         } else if result.skipped {
             skipped += 1
         } else {
@@ -132,6 +136,7 @@ struct RunReport: Sendable {
     var text: String {
         var parts = ["\(downloaded) downloaded"]
         if skipped > 0 { parts.append("\(skipped) already complete") }
+        if keptExisting > 0 { parts.append("\(keptExisting) left as found") }
         if unchanged > 0 { parts.append("\(unchanged) unchanged on the server") }
         if !failures.isEmpty { parts.append("\(failures.count) failed") }
         if cancelled > 0 { parts.append("\(cancelled) not finished") }

@@ -34,6 +34,7 @@ final class JSONDisplay: Display {
         var sha256: String?
         var skipped: Bool?
         var notModified: Bool?
+        var keptExisting: Bool?
         var modified: Bool?
         var reason: String?
         var change: String?
@@ -47,6 +48,7 @@ final class JSONDisplay: Display {
         var files: Int?
         var downloaded: Int?
         var alreadyComplete: Int?
+        var leftAsFound: Int?
         var unchanged: Int?
         var failed: Int?
         var notFinished: Int?
@@ -131,6 +133,7 @@ final class JSONDisplay: Display {
                 line.attempt = result.attempts
                 line.skipped = result.skipped
                 if result.notModified { line.notModified = true }
+                if result.keptExisting { line.keptExisting = true }
             case .failed(let error):
                 line.event = "fail"
                 line.url = error.url?.redactedString
@@ -151,6 +154,7 @@ final class JSONDisplay: Display {
         line.files = report.total
         line.downloaded = report.downloaded
         line.alreadyComplete = report.skipped
+        line.leftAsFound = report.keptExisting
         line.unchanged = report.unchanged
         line.failed = report.failures.count
         line.notFinished = report.cancelled

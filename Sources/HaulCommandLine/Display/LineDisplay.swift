@@ -65,6 +65,8 @@ final class LineDisplay: Display {
             guard !quiet else { return }
             if result.notModified {
                 Console.out("skip   \(name): unchanged on the server (304)\n")
+            } else if result.keptExisting {
+                Console.out("skip   \(name): exists, left as it is (--on-conflict skip)\n")
             } else if result.skipped {
                 Console.out("skip   \(name): already complete\n")
             } else {
