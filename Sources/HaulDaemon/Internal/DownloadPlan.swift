@@ -17,7 +17,7 @@ struct DownloadPlan {
     /// secrets, and with a proxy's password hidden: what may be stored or shown.
     static func withoutSecrets(_ options: [String: String]) -> [String: String] {
         var stored = options.filter { !Aria2Options.secret.contains($0.key) }
-        if let proxy = stored["all-proxy"] { stored["all-proxy"] = Self.redactedProxy(proxy) }
+        if let proxy = stored["all-proxy"] { stored["all-proxy"] = URLText.redacted(proxy, mask: "...") }
         if let header = stored["header"] {
             let kept = header.split(separator: "\n").filter { !Self.isSecretHeader(String($0)) }
             stored["header"] = kept.isEmpty ? nil : kept.joined(separator: "\n")
@@ -142,7 +142,8 @@ struct DownloadPlan {
         for header in options["header"] ?? [] {
             let parts = header.split(separator: ":", maxSplits: 1)
             guard parts.count == 2, let name = HTTPField.Name(parts[0].trimmingCharacters(in: .whitespaces)) else {
-                throw RPCError("header must be 'Name: value', not '\(Self.redactedHeader(header))'")
+                throw RPCError(
+                    "header must be 'Name: value', not '\(DownloadRequest.redactedHeaderLine(header))'")
             }
             request.headerFields.append(HTTPField(name: name, value: parts[1].trimmingCharacters(in: .whitespaces)))
         }
@@ -270,9 +271,6 @@ struct DownloadPlan {
         return seconds
     }
 
-    /// A proxy URL as shown and stored: its password hidden.
-    static func redactedProxy(_ text: String) -> String { URLText.redacted(text, mask: "...") }
-
     /// The directory `dir` names inside `root` (the root when it is absent): an absolute path under the root, or a
     /// path relative to it; never `..`, and no name starting with a dot (`.ssh`, `.config`, the daemon's `.haul`).
     static func directory(_ dir: String?, root: String) throws(RPCError) -> String {
@@ -331,7 +329,4 @@ struct DownloadPlan {
         case let other?: throw RPCError("\(option) must be true or false, not '\(other)'")
         }
     }
-
-    /// A header line as shown in an error: the value of a secret field left out.
-    static func redactedHeader(_ header: String) -> String { DownloadRequest.redactedHeaderLine(header) }
 }
