@@ -452,7 +452,7 @@ public final class SQLiteJournal: Journal {
     /// database has is dropped.
     private func otherChange(for key: JournalKey) -> JournalChange? {
         guard let entry = others.withLock({ $0[key] }) else { return nil }
-        guard !isCommitted(entry) else {
+        guard !Self.isCommitted(entry, noted: (try? query.committedBatch(of: entry.instance)) ?? 0) else {
             others.withLock { if $0[key]?.batch == entry.batch { $0[key] = nil } }
             return nil
         }
@@ -467,20 +467,17 @@ public final class SQLiteJournal: Journal {
         for (key, entry) in entries {
             let last = committed[entry.instance] ?? (try? query.committedBatch(of: entry.instance)) ?? 0
             committed[entry.instance] = last
-            if last < entry.batch, !Self.logIsGone(entry) { changes[key] = entry }
+            if !Self.isCommitted(entry, noted: last) { changes[key] = entry }
         }
         return changes
     }
 
-    /// Whether the database holds `entry`'s batch: noted as committed, or its log is gone.
-    private func isCommitted(_ entry: OtherChange) -> Bool {
-        (try? query.committedBatch(of: entry.instance)) ?? 0 >= entry.batch || Self.logIsGone(entry)
-    }
-
-    /// Checked after the database's note: a journal commits its batch before it deletes the log and forgets its
-    /// instance, so a note read missing and a log read gone after it still mean committed.
-    private static func logIsGone(_ entry: OtherChange) -> Bool {
-        access(entry.log, F_OK) != 0 && errno == ENOENT
+    /// Whether the database holds `entry`'s batch: `noted`, the last batch the database notes its journal committed,
+    /// reaches it, or its log is gone. The log is looked at after the note is read: a journal commits its batch before
+    /// it deletes the log and forgets its instance, so a note read missing and a log read gone after it still mean
+    /// committed.
+    private static func isCommitted(_ entry: OtherChange, noted: UInt64) -> Bool {
+        noted >= entry.batch || (access(entry.log, F_OK) != 0 && errno == ENOENT)
     }
 
     /// `record` in the table's columns (its request as JSON; the sequence is the writer's to give).
