@@ -346,7 +346,7 @@ final class PartialFile {
     /// download that lost a race to publish can tell whether the file that won is the one it fetched).
     func holdsSameBytes(asFileAt path: String) -> Bool {
         guard descriptor >= 0 else { return false }
-        let other = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        let other = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)  // a FIFO there: no wait for a writer
         guard other >= 0 else { return false }
         defer { close(other) }
         var mine = stat()

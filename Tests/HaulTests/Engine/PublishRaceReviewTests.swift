@@ -50,4 +50,25 @@ struct PublishRaceReviewTests {
             }
         }
     }
+
+    @Test("a FIFO that took the file's name while it was fetched: the download fails at once, never waits on it")
+    func fifoAtTheDestination() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let (reachedStream, reached) = AsyncStream<Void>.makeStream()
+            let (release, releasing) = AsyncStream<Void>.makeStream()
+            var configuration = TransportKind.nio.configuration(retries: 0)
+            configuration.journal = HeldCommitJournal(MemoryJournal(), holds: true, reached: reached, release: release)
+            let downloader = Downloader(transport: NIOTransport(), configuration: configuration)
+            let request = DownloadRequest(
+                url: server.url(path: "/bytes/f", query: ["size": "1000"]), destination: .file(dir.file("f")))
+            let download = Task { try await downloader.download(request) }
+            for await _ in reachedStream { break }
+            #expect(mkfifo(dir.file("f").path, 0o600) == 0)
+            releasing.yield()
+            releasing.finish()
+            let error = await #expect(throws: DownloadError.self) { try await download.value }
+            #expect(error?.code == .destinationExists, "\(String(describing: error))")
+        }
+    }
 }
