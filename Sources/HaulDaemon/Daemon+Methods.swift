@@ -520,7 +520,23 @@ extension Daemon {
         let gid = try gid(arguments)
         guard let item = try item(gid) else { throw RPCError("GID \(gid) is not found") }
         var options = Aria2Status.shown(item.options)
-        if let limit = item.handle?.status.maxBytesPerSecond { options["max-download-limit"] = .string(String(limit)) }
+        // The request it runs, or the one its options plan (a download the store kept without its secrets may no
+        // longer plan: it shows the options it was given).
+        let base = queue.downloader.configuration
+        let status = item.handle?.status
+        let request =
+            status?.request
+            ?? (try? DownloadPlan(
+                uris: item.uris, options: item.options.mapValues { $0.components(separatedBy: "\n") }, defaults: [:],
+                root: root, base: base))?.request
+        // The options given show as given; the others as in force.
+        if let request {
+            for (name, value) in DownloadPlan.inForce(request, base: base) where options[name] == nil {
+                options[name] = .string(value)
+            }
+        }
+        // The limit changes while it runs (changeOption).
+        if let status { options["max-download-limit"] = .string(String(status.maxBytesPerSecond ?? 0)) }
         return .object(options)
     }
 
@@ -548,7 +564,17 @@ extension Daemon {
     }
 
     func getGlobalOption() -> JSON {
-        var options = Aria2Status.shown(state.withLock { $0.globalOptions })
+        let defaults = state.withLock { $0.globalOptions }
+        var options = Aria2Status.shown(defaults)
+        // What a download added now with no options of its own would run with.
+        let base = queue.downloader.configuration
+        if let request = try? DownloadPlan(
+            uris: ["http://localhost/"], options: [:], defaults: defaults, root: root, base: base
+        ).request {
+            for (name, value) in DownloadPlan.inForce(request, base: base) where options[name] == nil {
+                options[name] = .string(value)
+            }
+        }
         options["dir"] = .string(root)
         options["max-concurrent-downloads"] = .string(String(queue.maxConcurrentDownloads))
         options["max-overall-download-limit"] = .string(String(queue.downloader.maxBytesPerSecond ?? 0))

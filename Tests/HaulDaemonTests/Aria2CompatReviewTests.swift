@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import HaulDaemon
 import HaulTestServer
 import HaulTestSupport
@@ -123,6 +124,66 @@ struct Aria2CompatReviewTests {
                 ours?["errorCode"]?.string == reference?["errorCode"]?.string
                     && (ours?["errorMessage"] != nil) == (reference?["errorMessage"] != nil),
                 "aria2 \(reference ?? [:]), haul \(ours ?? [:])")
+        }
+    }
+
+    /// aria2's getOption answers every option in force for the download: a front end reads `dir`, `split`,
+    /// `max-download-limit`... of any download, not only of those it gave them to. Each value is what the download
+    /// runs with; the options given show as given.
+    @Test("getOption of a download answers the options in force (dir, split, max-download-limit...), as aria2 does")
+    func getOptionAnswersEffectiveOptions() async throws {
+        try await withBoth { aria2, haul, server in
+            let url = JSON.string(server.url(path: "/bytes/plain", query: ["size": "10"]).absoluteString)
+            let given: JSON = ["pause": "true", "split": "3", "max-download-limit": "100K"]
+            let referenceGID = try #require(try await rpcResult(aria2, "aria2.addUri", [[url], given]).string)
+            let ourGID = try #require(try await rpcResult(haul.port, "aria2.addUri", [[url], given]).string)
+            let reference = try await rpcResult(aria2, "aria2.getOption", [.string(referenceGID)]).object ?? [:]
+            let ours = try await rpcResult(haul.port, "aria2.getOption", [.string(ourGID)]).object ?? [:]
+            let names = [
+                "dir", "split", "max-connection-per-server", "min-split-size", "max-download-limit", "max-tries",
+                "retry-wait", "timeout", "connect-timeout", "allow-overwrite", "auto-file-renaming", "user-agent",
+                "lowest-speed-limit", "remote-time", "conditional-get", "check-certificate",
+            ]
+            let missing = names.filter { reference[$0] != nil && ours[$0] == nil }
+            #expect(missing.isEmpty, "haul's getOption lacks \(missing); it answered \(ours.keys.sorted())")
+            let settings = haul.queue.downloader.configuration
+            #expect(ours["dir"]?.string == haul.daemon.rootPath)
+            #expect(ours["split"] == "3" && ours["max-download-limit"] == "102400")
+            #expect(ours["timeout"]?.string == String(settings.stallTimeout.components.seconds))
+            #expect(ours["connect-timeout"]?.string == String(settings.connectTimeout.components.seconds))
+            #expect(ours["max-tries"]?.string == String(settings.retryPolicy.maxRetries + 1))
+            #expect(ours["user-agent"]?.string == settings.userAgent)
+            #expect(ours["remote-time"]?.string == String(settings.usesRemoteModificationTime))
+            // aria2's defaults (a file there is kept: the new one is renamed) are the daemon's too.
+            #expect(ours["auto-file-renaming"] == "true" && ours["allow-overwrite"] == "false")
+            // No limit per server apart from split's.
+            #expect(ours["max-connection-per-server"] == "3")
+        }
+    }
+
+    @Test("getGlobalOption answers the download options in force (split, max-download-limit...), as aria2 does")
+    func getGlobalOptionAnswersEffectiveOptions() async throws {
+        try await withBoth { aria2, haul, _ in
+            let reference = try await rpcResult(aria2, "aria2.getGlobalOption").object ?? [:]
+            var ours = try await rpcResult(haul.port, "aria2.getGlobalOption").object ?? [:]
+            let names = [
+                "split", "max-connection-per-server", "min-split-size", "max-download-limit", "max-tries", "retry-wait",
+                "timeout", "connect-timeout", "allow-overwrite", "auto-file-renaming", "user-agent",
+                "lowest-speed-limit",
+            ]
+            let missing = names.filter { reference[$0] != nil && ours[$0] == nil }
+            #expect(missing.isEmpty, "haul's getGlobalOption lacks \(missing); it answered \(ours.keys.sorted())")
+            let settings = haul.queue.downloader.configuration
+            #expect(ours["max-download-limit"] == "0" && ours["retry-wait"] == "0")
+            #expect(ours["timeout"]?.string == String(settings.stallTimeout.components.seconds))
+            // A default changed shows, and a download added after it runs with it.
+            #expect(try await rpcResult(haul.port, "aria2.changeGlobalOption", [["max-tries": "2"]]) == "OK")
+            ours = try await rpcResult(haul.port, "aria2.getGlobalOption").object ?? [:]
+            #expect(ours["max-tries"] == "2")
+            let gid = try #require(
+                try await rpcResult(haul.port, "aria2.addUri", [["http://127.0.0.1:1/x"], ["pause": "true"]]).string)
+            let options = try await rpcResult(haul.port, "aria2.getOption", [.string(gid)]).object ?? [:]
+            #expect(options["max-tries"] == "2" && options["timeout"] == ours["timeout"])
         }
     }
 

@@ -40,6 +40,37 @@ struct DaemonOptionTests {
         }
     }
 
+    @Test("max-connection-per-server: split's connections, at most that many to the one server, as aria2 opens them")
+    func connectionsPerServer() async throws {
+        try await TestServer.withRunning { server in
+            let harness = try await DaemonHarness()
+            // Slow enough that more connections would be worth it, were they allowed.
+            let url = server.url(path: "/bytes/one-server.bin", query: ["size": String(3 << 20), "rate": "2000000"])
+            let gid = try #require(
+                try await harness.call(
+                    "aria2.addUri",
+                    [
+                        [.string(url.absoluteString)],
+                        ["split": "3", "max-connection-per-server": "1", "min-split-size": "1M"],
+                    ]
+                ).string)
+            try await harness.waitFor(gid, status: "complete")
+            #expect(server.stats.maxInFlight == 1, "\(server.stats.requests.map(\.path))")
+            // The same with two per server: the file comes over two at once.
+            let two = try #require(
+                try await harness.call(
+                    "aria2.addUri",
+                    [
+                        [.string(url.absoluteString)],
+                        ["split": "3", "max-connection-per-server": "2", "min-split-size": "1M", "out": "two.bin"],
+                    ]
+                ).string)
+            try await harness.waitFor(two, status: "complete")
+            #expect(server.stats.maxInFlight == 2)
+            await harness.stop()
+        }
+    }
+
     @Test("timeout: a transfer that stops sending fails after the download's own seconds, saying so")
     func stallTimeout() async throws {
         try await TestServer.withRunning { server in

@@ -187,6 +187,14 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
         if let uses = fields.usesRemoteModificationTime { configuration.usesRemoteModificationTime = uses }
     }
 
+    /// `base` with the settings this request replaces with its own: the settings a run of it uses.
+    package func configuration(over base: Downloader.Configuration) -> Downloader.Configuration {
+        var configuration = base
+        var options = TransportOptions()
+        overriding(&configuration, &options)
+        return configuration
+    }
+
     private enum Boxed: Hashable, Sendable {
         indirect case fields(RareFields)
     }

@@ -123,6 +123,9 @@ struct DownloadPlan {
             guard let count = Int(perServer), (1...16).contains(count) else {
                 throw RPCError("max-connection-per-server must be a number from 1 to 16, not '\(perServer)'")
             }
+            // As aria2: split's connections, at most this many to each server of the download's URIs.
+            let servers = Set(self.uris.map { "\($0.host?.lowercased() ?? ""):\($0.port ?? -1)" }).count
+            request.maxConnections = min(request.maxConnections, count * servers)
         }
         if let size = last("min-split-size") {
             let bytes = try Self.byteCount(size, option: "min-split-size")
@@ -171,6 +174,37 @@ struct DownloadPlan {
             self.gid = gid
         }
         self.request = request
+    }
+
+    /// aria2's options in force for a download of `request` started from `base`, given or not, in the forms aria2
+    /// answers them: sizes in bytes, flags `true` or `false`, times in seconds. Front ends read them from any download
+    /// (AriaNg's and webui-aria2's task settings), not only from those they gave them to.
+    static func inForce(_ request: DownloadRequest, base: Downloader.Configuration) -> [String: String] {
+        let settings = request.configuration(over: base)
+        let policy = settings.retryPolicy
+        // retry-wait's fixed wait (see applySettings); a backoff that grows is aria2's 0.
+        let fixedWait =
+            policy.multiplier == 1 && policy.jitter == .none && policy.initialDelay == policy.maxDelay
+            ? policy.initialDelay.components.seconds : 0
+        return [
+            "dir": Aria2Status.destination(of: request).directory,
+            "split": String(request.maxConnections),
+            // A download opens up to split connections whatever its sources' hosts: one server may have them all.
+            "max-connection-per-server": String(request.maxConnections),
+            "min-split-size": String(request.minimumSegmentSize),
+            "max-download-limit": String(request.maxBytesPerSecond ?? 0),
+            "lowest-speed-limit": String((request.minimumSpeed ?? settings.minimumSpeed)?.bytesPerSecond ?? 0),
+            "max-tries": policy.maxRetries == .max ? "0" : String(policy.maxRetries + 1),
+            "retry-wait": String(fixedWait),
+            "timeout": String(settings.stallTimeout.components.seconds),
+            "connect-timeout": String(settings.connectTimeout.components.seconds),
+            "allow-overwrite": String(request.conflictPolicy == .overwrite),
+            "auto-file-renaming": String(request.conflictPolicy == .rename),
+            "user-agent": request.headerFields[.userAgent] ?? settings.userAgent,
+            "remote-time": String(settings.usesRemoteModificationTime),
+            "conditional-get": String(settings.revalidatesCompletedFiles),
+            "check-certificate": String(settings.tls.verifiesPeer),
+        ]
     }
 
     /// `texts` as URLs, each an http or https URI with a host.
