@@ -250,11 +250,14 @@ public final class RPCServer: Sendable {
 
 /// The WebSocket sessions open now, to send notifications to.
 final class WebSocketSessions: Sendable {
-    private let channels = Locked<[ObjectIdentifier: any Channel]>([:])
+    private let channels = Locked<[ObjectIdentifier: (channel: any Channel, outbox: NotificationOutbox)]>([:])
 
     var isEmpty: Bool { channels.withLock { $0.isEmpty } }
 
-    func add(_ channel: any Channel) { channels.withLock { $0[ObjectIdentifier(channel)] = channel } }
+    /// Adds the session on `channel`; the notifications sent to it go through `outbox`.
+    func add(_ channel: any Channel, outbox: NotificationOutbox) {
+        channels.withLock { $0[ObjectIdentifier(channel)] = (channel, outbox) }
+    }
 
     func remove(_ channel: any Channel) { _ = channels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) } }
 
@@ -263,13 +266,8 @@ final class WebSocketSessions: Sendable {
     /// thread a moment before (a download's start, told on its loop, ahead of its resumption told by an RPC call).
     func send(_ text: [UInt8]) {
         let open = channels.withLock { Array($0.values) }
-        for channel in open {
-            channel.eventLoop.execute {
-                // A client that does not read what it is sent is closed, not sent more: what waits for it is kept
-                // in memory (up to the WebSocket's high-water mark, RPCServer.webSocketBacklog).
-                guard channel.isWritable else { return channel.close(promise: nil) }
-                channel.writeAndFlush(WebSocketFrame.text(text, on: channel), promise: nil)
-            }
+        for (channel, outbox) in open {
+            channel.eventLoop.execute { outbox.deliver(text, on: channel) }
         }
     }
 
@@ -278,7 +276,51 @@ final class WebSocketSessions: Sendable {
             defer { channels = [:] }
             return Array(channels.values)
         }
-        for channel in open { channel.close(promise: nil) }
+        for (channel, _) in open { channel.close(promise: nil) }
+    }
+}
+
+/// The notifications of one WebSocket session on their way out: held while the session's own call is being answered,
+/// sent after its answer. A script that sends `addUri` and reads the next message as its answer works, as with
+/// aria2, whose notifications about a download come after the answer that added it. Used on the channel's event loop
+/// only.
+final class NotificationOutbox: @unchecked Sendable {
+    // unchecked Sendable: its state is touched on the channel's event loop only (deliver, hold, release).
+    private var holding = false
+    private var held: [[UInt8]] = []
+    private var heldBytes = 0
+
+    /// Sends `text`, or keeps it for after the answer being made.
+    func deliver(_ text: [UInt8], on channel: any Channel) {
+        channel.eventLoop.preconditionInEventLoop()
+        guard holding else { return write(text, on: channel) }
+        held.append(text)
+        heldBytes += text.count
+        // A call that takes long while many downloads start holds no more than a client's backlog: past it, what
+        // is held goes out at once, ahead of the answer.
+        if heldBytes > RPCServer.webSocketBacklog.high { release(on: channel) }
+    }
+
+    /// Holds the notifications from now until ``release(on:)``.
+    func hold(on channel: any Channel) {
+        channel.eventLoop.preconditionInEventLoop()
+        holding = true
+    }
+
+    /// Sends what was held, and what comes from now on at once.
+    func release(on channel: any Channel) {
+        channel.eventLoop.preconditionInEventLoop()
+        holding = false
+        let texts = held
+        (held, heldBytes) = ([], 0)
+        for text in texts { write(text, on: channel) }
+    }
+
+    private func write(_ text: [UInt8], on channel: any Channel) {
+        // A client that does not read what it is sent is closed, not sent more: what waits for it is kept in memory
+        // (up to the WebSocket's high-water mark, RPCServer.webSocketBacklog).
+        guard channel.isWritable else { return channel.close(promise: nil) }
+        channel.writeAndFlush(WebSocketFrame.text(text, on: channel), promise: nil)
     }
 }
 
@@ -373,6 +415,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     let signedIn: @Sendable () -> Bool
     private var message: ByteBuffer?
     private var session: RPCSession?
+    private let outbox = NotificationOutbox()
     /// Whether a message is being answered, and the complete messages waiting for their turn.
     private var answering = false
     private var waiting: [[UInt8]] = []
@@ -392,7 +435,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
         let session = RPCSession(channel: context.channel, of: connections)
         if signedIn() { session.vouch() }
         self.session = session
-        sessions.add(context.channel)
+        sessions.add(context.channel, outbox: outbox)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -446,9 +489,11 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
         // Its calls carry the page's sign-in, not the secret: what they subscribe to lasts as long as the sign-in.
         if signedIn { session?.pushOnlyWhile(self.signedIn) }
         let handler = NIOLoopBound(self, eventLoop: channel.eventLoop)
+        outbox.hold(on: channel)
         access.answer(bytes, with: endpoint, session: session, signedIn: signedIn, on: channel, of: connections) {
             answer in
             if let answer { channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil) }
+            handler.value.outbox.release(on: channel)
             handler.value.answered(on: channel)
         }
     }

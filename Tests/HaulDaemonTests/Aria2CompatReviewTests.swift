@@ -187,6 +187,45 @@ struct Aria2CompatReviewTests {
         }
     }
 
+    /// A script that sends a call over the WebSocket and reads the next message as its answer works with aria2: the
+    /// answer to addUri comes before any notification about the download it added. Twenty small downloads added one
+    /// after another on one session, each starting at once: every answer comes before its download's notifications.
+    @Test("over WebSocket, addUri's answer comes before the notifications of the download it added")
+    func webSocketAnswerBeforeNotifications() async throws {
+        try await withBoth { aria2, haul, server in
+            for (port, tag) in [(aria2, "a"), (haul.port, "h")] {
+                let session = try WebSocketClient(port: port, headers: [("Host", "127.0.0.1:\(port)")])
+                #expect(session.upgraded)
+                for index in 0..<20 {
+                    let url = server.url(path: "/bytes/\(tag)-ws\(index)", query: ["size": "100"]).absoluteString
+                    let call: JSON = [
+                        "jsonrpc": "2.0", "id": .int(Int64(index)), "method": "aria2.addUri",
+                        "params": [.string("token:\(DaemonHarness.secret)"), [.string(url)]],
+                    ]
+                    session.send(call.encoded())
+                    try await eventually("answer \(index) from \(tag)") {
+                        session.messages.contains { $0.object?["id"]?.int == Int64(index) }
+                    }
+                }
+                try await eventually("every download's start from \(tag)") {
+                    session.messages.filter { $0.object?["method"] == "aria2.onDownloadStart" }.count >= 20
+                }
+                let messages = session.messages
+                for (place, message) in messages.enumerated() {
+                    guard let id = message.object?["id"]?.int,
+                        let gid = message.object?["result"]?.string
+                    else { continue }
+                    let earlier = messages[..<place].contains {
+                        $0.object?["params"]?.array?.first?.object?["gid"]?.string == gid
+                    }
+                    #expect(
+                        !earlier,
+                        "\(tag == "a" ? "aria2" : "haul"): a notification about \(gid) came before answer \(id)")
+                }
+            }
+        }
+    }
+
     /// aria2 answers a missing or mistyped parameter with its code 1 ("The parameter at 0 is required but
     /// missing."), as every other failure of a method; clients tell aria2's failures by code 1.
     @Test("a missing parameter is answered with aria2's code 1")
