@@ -226,6 +226,34 @@ struct Aria2CompatReviewTests {
         }
     }
 
+    /// AriaNg draws a download's pieces from `bitfield`; aria2 has it for every download that has started.
+    @Test("tellStatus of a completed download has aria2's bitfield")
+    func completedDownloadHasBitfield() async throws {
+        try await withBoth { aria2, haul, server in
+            for size in [1000, 3 << 19] {
+                let referenceURL = JSON.string(
+                    server.url(path: "/bytes/a-done\(size)", query: ["size": String(size)]).absoluteString)
+                let ourURL = JSON.string(
+                    server.url(path: "/bytes/h-done\(size)", query: ["size": String(size)]).absoluteString)
+                let referenceGID = try #require(try await rpcResult(aria2, "aria2.addUri", [[referenceURL]]).string)
+                let ourGID = try #require(try await rpcResult(haul.port, "aria2.addUri", [[ourURL]]).string)
+                try await waitForStatus(aria2, referenceGID, "complete")
+                try await waitForStatus(haul.port, ourGID, "complete")
+                let keys: JSON = ["status", "bitfield", "numPieces"]
+                let reference = try await rpcResult(aria2, "aria2.tellStatus", [.string(referenceGID), keys])
+                let ours = try await rpcResult(haul.port, "aria2.tellStatus", [.string(ourGID), keys])
+                #expect(reference.object?["bitfield"]?.string == (size == 1000 ? "80" : "c0"))
+                #expect(ours == reference, "aria2 \(reference), haul \(ours)")
+            }
+            // Not yet started: no bitfield, as aria2.
+            let url = JSON.string(server.url(path: "/bytes/later", query: ["size": "10"]).absoluteString)
+            let waiting = try #require(
+                try await rpcResult(haul.port, "aria2.addUri", [[url], ["pause": "true"]]).string)
+            let status = try await rpcResult(haul.port, "aria2.tellStatus", [.string(waiting)])
+            #expect(status.object?["bitfield"] == nil && status.object?["status"] == "paused")
+        }
+    }
+
     /// aria2 answers a missing or mistyped parameter with its code 1 ("The parameter at 0 is required but
     /// missing."), as every other failure of a method; clients tell aria2's failures by code 1.
     @Test("a missing parameter is answered with aria2's code 1")

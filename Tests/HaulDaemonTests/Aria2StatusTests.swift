@@ -30,7 +30,8 @@ struct Aria2StatusTests {
         #expect(object["numPieces"] as? String == "3" && object["pieceLength"] as? String == "1048576")
         #expect(object["errorCode"] as? String == "22" && object["errorMessage"] as? String == "HTTP \"404\"")
         #expect(object["dir"] as? String == "/data/a \"quoted\" dir\\x")
-        #expect(Set(object.keys).count == 14)
+        #expect(object["bitfield"] as? String == "e0")
+        #expect(Set(object.keys).count == 15)
         let file = try #require((object["files"] as? [[String: Any]])?.first)
         #expect(file["path"] as? String == "/data/a \"quoted\" dir\\x/new\nline\u{1}.bin")
         let uris = try #require(file["uris"] as? [[String: String]])
@@ -38,10 +39,23 @@ struct Aria2StatusTests {
         #expect(!String(decoding: text, as: UTF8.self).contains("pw@") && uris[1]["uri"] == "http://mirror.example/f")
     }
 
+    @Test("bitfield: one bit a MiB piece, the first the highest, loaded from the start, spare bits clear, in hex")
+    func bitfield() {
+        let piece = Aria2Status.pieceLength
+        #expect(Aria2Status.bitfield(total: 1000, completed: 1000) == "80")
+        #expect(Aria2Status.bitfield(total: 1000, completed: 999) == "00")
+        #expect(Aria2Status.bitfield(total: 10 * piece + 1, completed: 0) == "0000")
+        #expect(Aria2Status.bitfield(total: 10 * piece + 1, completed: 3 * piece + piece / 2) == "e000")
+        #expect(Aria2Status.bitfield(total: 10 * piece + 1, completed: 8 * piece) == "ff00")
+        #expect(Aria2Status.bitfield(total: 10 * piece + 1, completed: 10 * piece + 1) == "ffe0")
+        #expect(Aria2Status.bitfield(total: 16 * piece, completed: 16 * piece) == "ffff")
+    }
+
     @Test("keys choose the members; an unknown key is left out; a waiting download has no error members")
     func keys() throws {
         let item = try Self.item(directory: "/", name: "top.bin", uris: ["http://example.com/top.bin"])
-        let chosen = Aria2Status.object(item, status: nil, keys: ["status", "files", "bittorrent", "errorCode"])
+        let chosen = Aria2Status.object(
+            item, status: nil, keys: ["status", "files", "bittorrent", "errorCode", "bitfield"])
         let members = try #require(chosen.object)
         #expect(Set(members.keys) == ["status", "files"] && members["status"] == "waiting")
         #expect(members["files"]?.array?.first?.object?["path"] == "/top.bin")

@@ -24,13 +24,14 @@ enum Aria2Status {
         static let files = Keys(rawValue: 1 << 11)
         static let errorCode = Keys(rawValue: 1 << 12)
         static let errorMessage = Keys(rawValue: 1 << 13)
-        static let all = Keys(rawValue: (1 << 14) - 1)
+        static let bitfield = Keys(rawValue: 1 << 14)
+        static let all = Keys(rawValue: (1 << 15) - 1)
 
         static let names: [String: Keys] = [
             "gid": .gid, "status": .status, "totalLength": .totalLength, "completedLength": .completedLength,
             "uploadLength": .uploadLength, "downloadSpeed": .downloadSpeed, "uploadSpeed": .uploadSpeed,
             "connections": .connections, "pieceLength": .pieceLength, "numPieces": .numPieces, "dir": .dir,
-            "files": .files, "errorCode": .errorCode, "errorMessage": .errorMessage,
+            "files": .files, "errorCode": .errorCode, "errorMessage": .errorMessage, "bitfield": .bitfield,
         ]
 
         init(rawValue: UInt16) { self.rawValue = rawValue }
@@ -106,6 +107,10 @@ enum Aria2Status {
         if keys.contains(.connections) { members.number("connections", Int64(connections)) }
         if keys.contains(.pieceLength) { members.number("pieceLength", pieceLength) }
         if keys.contains(.numPieces) { members.number("numPieces", (total + pieceLength - 1) / pieceLength) }
+        // As aria2: only for a download that has started, of a known length.
+        if keys.contains(.bitfield), total > 0, completed > 0 || state != "waiting" && state != "paused" {
+            members.string("bitfield", bitfield(total: total, completed: completed))
+        }
         if keys.contains(.dir) { members.string("dir", item.shownDirectory) }
         if keys.contains(.files) {
             members.name("files")
@@ -126,6 +131,25 @@ enum Aria2Status {
         }
         members.output.append(UInt8(ascii: "}"))
         output = members.output
+    }
+
+    /// aria2's `bitfield` of a file of `total` bytes with `completed` of them written: one bit per piece of
+    /// ``pieceLength``, the first piece the highest bit of the first byte, in hex. Haul keeps no map of pieces: the
+    /// pieces counted as loaded are those `completed` bytes fill from the start (all of them once the file is done;
+    /// for a file fetched in segments the count is right, the places are not).
+    static func bitfield(total: Int64, completed: Int64) -> String {
+        let pieces = Int((total + pieceLength - 1) / pieceLength)
+        let loaded = completed >= total ? pieces : Int(completed / pieceLength)
+        let digits = Array("0123456789abcdef".utf8)
+        var hex: [UInt8] = []
+        hex.reserveCapacity((pieces + 7) / 8 * 2)
+        for start in stride(from: 0, to: pieces, by: 8) {
+            let set = min(max(loaded - start, 0), 8)
+            let byte = UInt8(truncatingIfNeeded: 0xFF00 >> set)
+            hex.append(digits[Int(byte >> 4)])
+            hex.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: hex, as: UTF8.self)
     }
 
     /// An object's members as they are appended, each after a comma but the first.
