@@ -540,27 +540,72 @@ extension Daemon {
         return .object(options)
     }
 
-    /// `changeOption(gid, options)`: the speed limit changes at once, also while the download runs.
+    /// The options a waiting download's settings may change to with `changeOption`, beside its speed limit (which
+    /// changes also while it runs). Its place and name, credentials, proxy and header lines stay as it was added.
+    static let changeableWhileWaiting: Set<String> = [
+        "split", "max-connection-per-server", "min-split-size", "lowest-speed-limit", "max-tries", "retry-wait",
+        "timeout", "connect-timeout", "user-agent", "referer", "allow-overwrite", "auto-file-renaming", "checksum",
+        "conditional-get", "remote-time", "check-certificate",
+    ]
+
+    /// `changeOption(gid, options)`: the speed limit changes at once, also while the download runs; the settings of
+    /// ``changeableWhileWaiting`` (and aria2's options Haul has no use for, shown back) while it waits. Every option is
+    /// checked before any applies.
     func changeOption(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)
         let options = try arguments.options(1)
         let handle = try handle(of: gid)
-        for name in options.keys where name != "max-download-limit" {
+        var settings: [String: [String]] = [:]
+        for (name, values) in options.sorted(by: { $0.key < $1.key }) where name != "max-download-limit" {
             guard Aria2Options.known.contains(name) else { throw RPCError("No such option: \(name)") }
-            throw RPCError("option \(name) cannot be changed on a download in haul daemon")
-        }
-        if let value = options["max-download-limit"]?.last {
-            let limit = try DownloadPlan.byteCount(value, option: "max-download-limit")
-            handle.setMaxBytesPerSecond(limit == 0 ? nil : limit)
-            let item = state.withLock { state -> Item? in
-                state.items[gid]?.options["max-download-limit"] = value
-                state.touch(gid)
-                return state.items[gid]
+            guard Self.changeableWhileWaiting.contains(name) || DownloadPlan.isInert(name) else {
+                throw RPCError(
+                    "option \(name) cannot be changed once a download is added in haul daemon: remove it and add it again"
+                )
             }
-            // Its options only: a whole row written from this copy would undo a removal or an end stored meanwhile.
-            if item != nil { try record { try $0.updateOptions(of: gid, to: value) } }
+            settings[name] = values
         }
+        let limit = try options["max-download-limit"]?.last.map { value throws(RPCError) in
+            (value, try DownloadPlan.byteCount(value, option: "max-download-limit"))
+        }
+        var changed: [String: String] = [:]
+        if !settings.isEmpty {
+            try changeSettings(of: gid, handle: handle, to: settings)
+            changed = settings.mapValues { $0.joined(separator: "\n") }
+        }
+        if let (value, bytes) = limit {
+            handle.setMaxBytesPerSecond(bytes == 0 ? nil : bytes)
+            changed["max-download-limit"] = value
+        }
+        guard !changed.isEmpty else { return "OK" }
+        let item = state.withLock { state -> Item? in
+            state.items[gid]?.options.merge(changed) { _, new in new }
+            state.touch(gid)
+            return state.items[gid]
+        }
+        // Its options only: a whole row written from this copy would undo a removal or an end stored meanwhile.
+        if item != nil { try record { try $0.updateOptions(of: gid, setting: changed) } }
         return "OK"
+    }
+
+    /// Gives the waiting download `gid` the request its options with `settings` plan.
+    private func changeSettings(
+        of gid: GID, handle: DownloadHandle, to settings: [String: [String]]
+    ) throws(RPCError) {
+        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        guard !item.withheldSecrets else {
+            throw RPCError(
+                "the settings of \(gid) cannot change: it was kept without its secrets; remove it and add it again")
+        }
+        var options = item.options.mapValues { $0.components(separatedBy: "\n") }
+        options.merge(settings) { _, new in new }
+        let plan = try DownloadPlan(
+            uris: item.uris, options: options, defaults: [:], root: root, base: queue.downloader.configuration)
+        guard queue.replaceWaitingRequest(of: handle.id, with: plan.request) else {
+            throw RPCError(
+                "the settings of \(gid) cannot change while it runs in haul daemon (its max-download-limit can); "
+                    + "pause it first")
+        }
     }
 
     func getGlobalOption() -> JSON {

@@ -457,16 +457,16 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    /// Sets the speed limit kept among the options of an unfinished download; one that stopped keeps its row as it
-    /// ended, and one being removed its state.
-    func updateOptions(of gid: GID, to limit: String) throws {
+    /// Sets options kept for an unfinished download (`changeOption`: none of them a secret); one that stopped keeps
+    /// its row as it ended, and one being removed its state.
+    func updateOptions(of gid: GID, setting changes: [String: String]) throws {
         try writing { db in
             let stored = try String.fetchOne(
                 db, sql: "SELECT options FROM downloads WHERE gid = ? AND stopped_order IS NULL",
                 arguments: [gid.description])
             guard let stored else { return }
             var options = (try? JSON.parse(Array(stored.utf8)))?.object ?? [:]
-            options["max-download-limit"] = .string(limit)
+            for (name, value) in DownloadPlan.withoutSecrets(changes) { options[name] = .string(value) }
             try db.execute(
                 sql: "UPDATE downloads SET options = ? WHERE gid = ? AND stopped_order IS NULL",
                 arguments: [Self.text(.object(options)), gid.description])

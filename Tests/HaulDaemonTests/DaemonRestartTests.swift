@@ -9,16 +9,17 @@ import Testing
 /// A daemon started again on its store finds every download as the last one left it.
 @Suite("Daemon restart", .timeLimit(.minutes(2)))
 struct DaemonRestartTests {
-    /// A daemon on `root` with its store there, width 1, its downloader's waits before a retry on `clock`.
+    /// A daemon on `root` with its store there, of `width` (1 unless given), its downloader's waits before a retry on
+    /// `clock`.
     private func start(
-        _ root: TemporaryDirectory, paused: Bool = false, globalOptions: [String: String] = [:],
+        _ root: TemporaryDirectory, width: Int = 1, paused: Bool = false, globalOptions: [String: String] = [:],
         clock: any BackoffClock = RecordingClock(), onStoreError: @escaping @Sendable (String) -> Void = { _ in }
     ) throws -> (Daemon, DownloadQueue) {
         var configuration = testConfiguration(clock: clock)
         configuration.keepsPartialOnCancel = true
         let queue = DownloadQueue(
             downloader: Downloader(transport: NIOTransport(), configuration: configuration),
-            configuration: .init(maxConcurrentDownloads: 1, recordsRequests: false))
+            configuration: .init(maxConcurrentDownloads: width, recordsRequests: false))
         if paused { queue.pause() }  // to read the order before anything starts
         try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
         let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
@@ -26,6 +27,71 @@ struct DaemonRestartTests {
         daemonConfiguration.onStoreError = onStoreError
         let daemon = try Daemon(queue: queue, configuration: daemonConfiguration)
         return (daemon, queue)
+    }
+
+    @Test("changeOption on a paused download: its run follows the new split, the change is kept, out is refused")
+    func changeWaitingDownload() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            // Room for a download's extra connections.
+            let (first, firstQueue) = try start(root, width: 4)
+            // Slow enough that more connections would be worth it.
+            let url = server.url(path: "/bytes/later.bin", query: ["size": String(3 << 20), "rate": "2000000"])
+            let gid = try #require(
+                try first.call(
+                    "aria2.addUri", [[.string(url.absoluteString)], ["pause": "true", "min-split-size": "1M"]]
+                ).string)
+            #expect(
+                try first.call(
+                    "aria2.changeOption", [.string(gid), ["split": "3", "max-tries": "2", "continue": "true"]])
+                    == "OK")
+            let options = try #require(try first.call("aria2.getOption", [.string(gid)]).object)
+            #expect(options["split"] == "3" && options["max-tries"] == "2" && options["continue"] == "true")
+            // What its run will use: the queue's request of it.
+            let changed = try #require(firstQueue.statuses().first?.request)
+            #expect(changed.maxConnections == 3 && changed.retryPolicy?.maxRetries == 1)
+            // The file's name, and a bad value beside a good one: refused, and nothing changed.
+            for refused: JSON in [["out": "other.bin"], ["split": "5", "timeout": "soon"], ["http-passwd": "x"]] {
+                #expect(throws: RPCError.self, "\(refused)") {
+                    try first.call("aria2.changeOption", [.string(gid), refused])
+                }
+            }
+            #expect(try first.call("aria2.getOption", [.string(gid)]).object?["split"] == "3")
+            // Kept for the next start.
+            first.close()
+            let (second, secondQueue) = try start(root, width: 4)
+            #expect(try second.call("aria2.getOption", [.string(gid)]).object?["split"] == "3")
+            #expect(secondQueue.statuses().first?.request.maxConnections == 3)
+            #expect(try second.call("aria2.unpause", [.string(gid)]) == .string(gid))
+            try await eventuallyAsync("complete", within: .seconds(60)) {
+                (try? second.call("aria2.tellStatus", [.string(gid), ["status"]]))?.object?["status"] == "complete"
+            }
+            // Fetched in segments (the daemon's own split is 1).
+            #expect(server.stats.maxInFlight > 1)
+            // An active download's settings do not change (its speed limit does).
+            let running = try #require(
+                try second.call(
+                    "aria2.addUri",
+                    [
+                        [
+                            .string(
+                                server.url(path: "/bytes/slow.bin", query: ["size": "100000", "rate": "20000"])
+                                    .absoluteString)
+                        ]
+                    ]
+                ).string)
+            try await eventuallyAsync("active") {
+                (try? second.call("aria2.tellStatus", [.string(running), ["status"]]))?.object?["status"] == "active"
+            }
+            #expect(throws: RPCError.self) {
+                try second.call("aria2.changeOption", [.string(running), ["split": "2"]])
+            }
+            #expect(try second.call("aria2.changeOption", [.string(running), ["max-download-limit": "0"]]) == "OK")
+            second.close()
+            firstQueue.cancelAll()
+            secondQueue.cancelAll()
+            await secondQueue.waitUntilIdle()
+        }
     }
 
     @Test("a download removed while its run still stops, its options changed, all paused, the daemon stopped: removed")

@@ -146,6 +146,25 @@ extension DownloadQueue {
         return true
     }
 
+    /// Gives a download that waits (paused or not) `request` in place of its own: new settings for its run, which must
+    /// keep what the queue knows it by (its URL, destination and expected size); its priority and speed limit stay the
+    /// queue's (``setPriority(_:of:)``, ``setMaxBytesPerSecond(_:of:)``). The journal's record of it is left as it
+    /// was. A download that runs, or ended, keeps its request.
+    ///
+    /// - Returns: `false` when the download is not waiting, or `request` is for another URL, destination or size.
+    package func replaceWaitingRequest(of id: DownloadID, with request: DownloadRequest) -> Bool {
+        let key = JournalKey(request)
+        return locked { state in
+            guard let entry = state.entries[id.rawValue], entry.task == nil,
+                entry.request.expectedSize == request.expectedSize, JournalKey(entry.request) == key
+            else { return false }
+            var request = request
+            request.priority = entry.request.priority
+            entry.request = request
+            return true
+        }
+    }
+
     /// The key a download's host is counted by for per-host limits: its origin, `scheme://host:port` (the port
     /// written out: `https://example.org:443`).
     public static func hostKey(for url: URL) -> String { originKey(for: url) }
