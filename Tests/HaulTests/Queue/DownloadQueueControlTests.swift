@@ -501,6 +501,44 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test("a waiting download's request is replaced for one with its URL and destination; not once it runs")
+    func replaceWaitingRequest() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio)
+            let url = server.url(path: "/bytes/replaced", query: ["size": "100"])
+            let request = DownloadRequest(url: url, destination: .directory(dir.url), priority: 3)
+            let handle = queue.add(request, paused: true)
+            var settings = request
+            settings.maxConnections = 4
+            settings.priority = 0  // the queue's priority stays
+            #expect(queue.replaceWaitingRequest(of: handle.id, with: settings))
+            #expect(handle.status.request.maxConnections == 4 && handle.status.request.priority == 3)
+            // Another file, another URL, another size: refused, the request kept.
+            var elsewhere = settings
+            elsewhere.destination = .file(dir.file("other.bin"))
+            var otherURL = settings
+            otherURL.url = server.url(path: "/bytes/other")
+            var sized = settings
+            sized.expectedSize = 100
+            for refused in [elsewhere, otherURL, sized] {
+                #expect(!queue.replaceWaitingRequest(of: handle.id, with: refused))
+            }
+            var kept = settings
+            kept.priority = 3
+            #expect(handle.status.request == kept)
+            // Running (held by the server), it keeps its request.
+            let held = queue.add(DownloadRequest(url: server.held("r"), destination: .directory(dir.url)))
+            try await eventually("running") { server.heldCount(at: "g") == 1 }
+            var changed = held.status.request
+            changed.maxConnections = 2
+            #expect(!queue.replaceWaitingRequest(of: held.id, with: changed))
+            server.openGate("g")
+            _ = try await held.result
+            handle.cancel()
+        }
+    }
+
     @Test("resume all admits in the waiting order, not in the order the downloads were added")
     func resumeAllInOrder() async throws {
         try await TestServer.withRunning { server in
