@@ -501,6 +501,58 @@ extension Daemon {
         return Aria2Status.object(item, status: item.handle?.status, keys: ["files"]).object?["files"] ?? []
     }
 
+    /// `changeUri(gid, fileIndex, delUris, addUris[, position])`: a waiting download's mirrors, changed as aria2
+    /// changes them: each of `delUris` removed once (as given or as shown, without user info), then `addUris` put at
+    /// `position` (0 first; at the end without one). Its first URI, which it is known by, stays. Answers how many were
+    /// removed and added.
+    func changeUri(_ arguments: Arguments) throws(RPCError) -> JSON {
+        let gid = try gid(arguments)
+        let file = try arguments.int(1, "fileIndex")
+        guard file == 1 else {
+            throw RPCError("The parameter fileIndex is out of bound: \(file) (a download has one file)")
+        }
+        guard let deleted = try arguments.strings(2, "delUris") else {
+            throw .badParameter("aria2.changeUri: parameter 3 (delUris) must be an array of strings")
+        }
+        guard let added = try arguments.strings(3, "addUris") else {
+            throw .badParameter("aria2.changeUri: parameter 4 (addUris) must be an array of strings")
+        }
+        let position = try arguments.optional(4).map { _ throws(RPCError) in try arguments.int(4, "position") }
+        let handle = try handle(of: gid)
+        guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
+        var uris = item.uris
+        var removed = 0
+        for uri in deleted {
+            guard let index = uris.firstIndex(where: { $0 == uri || Self.withoutUserInfo($0) == uri }) else { continue }
+            uris.remove(at: index)
+            removed += 1
+        }
+        uris.insert(
+            contentsOf: added, at: position.map { Int(clamping: max(0, min($0, Int64(uris.count)))) } ?? uris.count)
+        guard removed > 0 || !added.isEmpty else { return [0, 0] }
+        guard uris.first == item.uris.first else {
+            throw RPCError("the first URI of \(gid) cannot change in haul daemon: remove the download and add it again")
+        }
+        guard !item.withheldSecrets else {
+            throw RPCError(
+                "the URIs of \(gid) cannot change: it was kept without its secrets; remove it and add it again")
+        }
+        let plan = try DownloadPlan(
+            uris: uris, options: item.options.mapValues { $0.components(separatedBy: "\n") }, defaults: [:],
+            root: root, base: queue.downloader.configuration)
+        guard queue.replaceWaitingRequest(of: handle.id, with: plan.request) else {
+            throw RPCError("the URIs of \(gid) cannot change while it runs in haul daemon; pause it first")
+        }
+        let changed = state.withLock { state -> Bool in
+            guard state.items[gid] != nil else { return false }
+            state.items[gid]?.uris = uris
+            state.touch(gid)
+            return true
+        }
+        if changed { try record { try $0.updateURIs(of: gid, to: uris.map(Self.withoutUserInfo)) } }
+        return [.int(Int64(removed)), .int(Int64(added.count))]
+    }
+
     /// `getServers(gid)`: the source an active download is fetched from.
     func getServers(_ arguments: Arguments) throws(RPCError) -> JSON {
         let gid = try gid(arguments)

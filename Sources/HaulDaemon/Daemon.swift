@@ -453,6 +453,7 @@ public final class Daemon: Sendable {
         case "aria2.tellWaiting": return try tellList(arguments, stopped: false)
         case "aria2.tellStopped": return try tellList(arguments, stopped: true)
         case "aria2.getUris": return try getUris(arguments)
+        case "aria2.changeUri": return try changeUri(arguments)
         case "aria2.getFiles": return try getFiles(arguments)
         case "aria2.getServers": return try getServers(arguments)
         case "aria2.getOption": return try getOption(arguments)
@@ -497,6 +498,7 @@ public final class Daemon: Sendable {
     static let methods = [
         "aria2.addUri", "aria2.remove", "aria2.forceRemove", "aria2.pause", "aria2.pauseAll", "aria2.forcePause",
         "aria2.forcePauseAll", "aria2.unpause", "aria2.unpauseAll", "aria2.tellStatus", "aria2.getUris",
+        "aria2.changeUri",
         "aria2.getFiles", "aria2.getServers", "aria2.tellActive", "aria2.tellWaiting", "aria2.tellStopped",
         "aria2.getOption", "aria2.changeOption", "aria2.getGlobalOption", "aria2.changeGlobalOption",
         "aria2.changePosition", "aria2.getGlobalStat", "aria2.purgeDownloadResult", "aria2.removeDownloadResult",

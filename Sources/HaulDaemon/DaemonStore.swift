@@ -473,6 +473,16 @@ public final class DaemonStore: Sendable {
         }
     }
 
+    /// Sets the URIs kept for an unfinished download (`changeUri`; without user info); one that stopped keeps its row
+    /// as it ended.
+    func updateURIs(of gid: GID, to uris: [String]) throws {
+        try writing { db in
+            try db.execute(
+                sql: "UPDATE downloads SET uris = ? WHERE gid = ? AND stopped_order IS NULL",
+                arguments: [Self.text(.array(uris.map(JSON.string))), gid.description])
+        }
+    }
+
     /// Removes every stopped download.
     func purgeStopped() throws {
         try writing { db in try db.execute(sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL") }

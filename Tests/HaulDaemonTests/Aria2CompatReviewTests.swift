@@ -254,6 +254,27 @@ struct Aria2CompatReviewTests {
         }
     }
 
+    /// aria2.changeUri is aria2's method for an HTTP download's mirrors (aria2p: `client.change_uri`).
+    @Test("aria2.changeUri adds and removes a waiting download's mirrors, answered as aria2 answers")
+    func changeUri() async throws {
+        try await withBoth { aria2, haul, server in
+            let url = JSON.string(server.url(path: "/bytes/mirrored", query: ["size": "10"]).absoluteString)
+            let mirror = JSON.string(server.url(path: "/bytes/mirror2", query: ["size": "10"]).absoluteString)
+            let referenceGID = try #require(
+                try await rpcResult(aria2, "aria2.addUri", [[url], ["pause": "true"]]).string)
+            let ourGID = try #require(
+                try await rpcResult(haul.port, "aria2.addUri", [[url], ["pause": "true"]]).string)
+            for change: [JSON] in [[1, [], [mirror]], [1, [mirror, mirror], []], [1, ["http://nowhere/"], []]] {
+                let reference = try await rpcAnswer(aria2, "aria2.changeUri", [.string(referenceGID)] + change)
+                let ours = try await rpcAnswer(haul.port, "aria2.changeUri", [.string(ourGID)] + change)
+                #expect(reference["result"] != nil)
+                #expect(ours["result"] == reference["result"], "\(change): aria2 \(reference), haul \(ours)")
+            }
+            let uris = try await rpcResult(haul.port, "aria2.getUris", [.string(ourGID)])
+            #expect(uris.array?.compactMap { $0.object?["uri"] } == [url])
+        }
+    }
+
     /// aria2 answers a missing or mistyped parameter with its code 1 ("The parameter at 0 is required but
     /// missing."), as every other failure of a method; clients tell aria2's failures by code 1.
     @Test("a missing parameter is answered with aria2's code 1")

@@ -94,6 +94,36 @@ struct DaemonRestartTests {
         }
     }
 
+    @Test("changeUri gives a paused download a mirror it then fails over to; kept for the next start")
+    func changeUriMirror() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let (first, _) = try start(root)
+            let broken = server.url(path: "/bytes/gone.bin", query: ["status": "404"]).absoluteString
+            let mirror = server.url(path: "/bytes/gone.bin", query: ["size": "100"]).absoluteString
+            let gid = try #require(
+                try first.call("aria2.addUri", [[.string(broken)], ["pause": "true", "max-tries": "1"]]).string)
+            #expect(try first.call("aria2.changeUri", [.string(gid), 1, [], [.string(mirror)]]) == [0, 1])
+            // Its first URI stays: removing it, or putting another before it, is refused.
+            for change: [JSON] in [[1, [.string(broken)], []], [1, [], ["http://127.0.0.1:1/x"], 0]] {
+                #expect(throws: RPCError.self) { try first.call("aria2.changeUri", [.string(gid)] + change) }
+            }
+            #expect(throws: RPCError.self) { try first.call("aria2.changeUri", [.string(gid), 1, [], ["ftp://h/x"]]) }
+            first.close()
+            let (second, secondQueue) = try start(root)
+            let uris = try second.call("aria2.getUris", [.string(gid)]).array?.compactMap { $0.object?["uri"]?.string }
+            #expect(uris == [broken, mirror])
+            #expect(try second.call("aria2.unpause", [.string(gid)]) == .string(gid))
+            try await eventuallyAsync("complete", within: .seconds(60)) {
+                (try? second.call("aria2.tellStatus", [.string(gid), ["status"]]))?.object?["status"] == "complete"
+            }
+            #expect(root.contents().contains("gone.bin"))
+            second.close()
+            secondQueue.cancelAll()
+            await secondQueue.waitUntilIdle()
+        }
+    }
+
     @Test("a download removed while its run still stops, its options changed, all paused, the daemon stopped: removed")
     func removedWhileStopping() async throws {
         try await TestServer.withRunning { server in
