@@ -616,7 +616,7 @@ extension DownloadRun {
                     .unsafeName, message: "no safe file name in the URL or Content-Disposition; give one explicitly",
                     url: request.url))
         }
-        let path = (directory.path as NSString).appendingPathComponent(name)
+        let path = FileNaming.path(name, in: directory.path)
         let skipped = try endingForGood { () throws(DownloadError) in try checkDestination(path) }
         target.path = path
         return skipped

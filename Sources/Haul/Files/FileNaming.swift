@@ -13,6 +13,14 @@ package enum FileNaming {
         return (slash == path.startIndex ? "/" : path[..<slash], path[path.utf8.index(after: slash)...])
     }
 
+    /// `name` in `directory`, joined as NSString's `appendingPathComponent` joins them (one `/` added unless the
+    /// directory ends in one), on the bytes.
+    package static func path(_ name: String, in directory: String) -> String {
+        if name.isEmpty { return directory }
+        if directory.isEmpty { return name }
+        return directory.utf8.last == UInt8(ascii: "/") ? directory + name : directory + "/" + name
+    }
+
     /// The name for a download of `url`: its last path component, percent-decoded and made safe;
     /// `index.html` when the path is empty or ends in `/`, like wget.
     static func name(for url: URL) -> String? {

@@ -340,7 +340,7 @@ extension DownloadRequest {
         case .file(let file): file.path
         case .directory(_, useContentDisposition: true): nil
         case .directory(let directory, useContentDisposition: false):
-            FileNaming.name(for: url).map { (directory.path as NSString).appendingPathComponent($0) }
+            FileNaming.name(for: url).map { FileNaming.path($0, in: directory.path) }
         }
     }
 

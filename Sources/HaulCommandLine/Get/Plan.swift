@@ -175,7 +175,7 @@ struct Planner: Sendable {
         // safe, and `problemWithFileName` refused any other), so joined to a standardized directory the path is
         // standardized too.
         let name = fileName ?? (settings.useContentDisposition ? nil : DownloadRequest.fileName(for: url))
-        let plannedPath = name.map { directoryPath.hasSuffix("/") ? directoryPath + $0 : directoryPath + "/" + $0 }
+        let plannedPath = name.map { FileNaming.path($0, in: directoryPath) }
         if plannedPath == nil, !settings.useContentDisposition {
             return .failure(
                 UsageFailure([
@@ -224,18 +224,19 @@ struct Planner: Sendable {
 
     /// The URL, if it is an absolute http(s) URL with a host; otherwise a problem saying which part is wrong.
     static func validateURL(_ given: String, problems: inout [String]) -> URL? {
-        // Only as problems show it.
-        let text = URLText.redacted(given)
+        // Problems show the URL without its password; a valid URL is not redacted at all.
         guard let url = URL(string: given), let scheme = url.scheme else {
-            problems.append("'\(text)' is not a valid URL (expected http://HOST/PATH or https://HOST/PATH)")
+            problems.append(
+                "'\(URLText.redacted(given))' is not a valid URL (expected http://HOST/PATH or https://HOST/PATH)")
             return nil
         }
         guard scheme.utf8.equalsIgnoringCase("http") || scheme.utf8.equalsIgnoringCase("https") else {
-            problems.append("unsupported scheme '\(scheme.lowercased())' in '\(text)': only http and https")
+            problems.append(
+                "unsupported scheme '\(scheme.lowercased())' in '\(URLText.redacted(given))': only http and https")
             return nil
         }
         guard let host = url.host(percentEncoded: true), !host.isEmpty else {
-            problems.append("'\(text)' is not a valid URL: it has no host")
+            problems.append("'\(URLText.redacted(given))' is not a valid URL: it has no host")
             return nil
         }
         return url

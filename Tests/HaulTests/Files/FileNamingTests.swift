@@ -6,6 +6,16 @@ import Testing
 @Suite("FileNaming")
 struct FileNamingTests {
     @Test(
+        "a name joined to its directory as NSString's appendingPathComponent joins them",
+        arguments: [
+            ("/a/b", "c"), ("/a/b/", "c"), ("/", "c"), ("", "c"), ("/a//", "c"), ("/a", "c/"), ("/a", ""), ("/a", "/c"),
+            ("a", "c"), ("/dir with space", "é.bin"),
+        ])
+    func joined(directory: String, name: String) {
+        #expect(FileNaming.path(name, in: directory) == (directory as NSString).appendingPathComponent(name))
+    }
+
+    @Test(
         "names from URLs",
         arguments: [
             ("http://h/a/b/file.zip", "file.zip"),
