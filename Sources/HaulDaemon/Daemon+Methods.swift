@@ -518,29 +518,40 @@ extension Daemon {
             throw .badParameter("aria2.changeUri: parameter 4 (addUris) must be an array of strings")
         }
         let position = try arguments.optional(4).map { _ throws(RPCError) in try arguments.int(4, "position") }
+        if let position, position < 0 { throw RPCError("Position must be greater than or equal to 0.") }
         let handle = try handle(of: gid)
+        return try holding(downloadChanges) { () throws(RPCError) in
+            try changeUris(of: gid, handle: handle, removing: deleted, adding: added, at: position)
+        }
+    }
+
+    /// ``changeUri(_:)``'s change, under ``downloadChanges``.
+    private func changeUris(
+        of gid: GID, handle: DownloadHandle, removing deleted: [String], adding added: [String], at position: Int64?
+    ) throws(RPCError) -> JSON {
         guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
         var uris = item.uris
         var removed = 0
         for uri in deleted {
-            guard let index = uris.firstIndex(where: { $0 == uri || Self.withoutUserInfo($0) == uri }) else { continue }
+            // As given, or as getUris shows it: without its user info, or with its password hidden.
+            guard
+                let index = uris.firstIndex(where: {
+                    $0 == uri || Self.withoutUserInfo($0) == uri || URL(string: $0)?.redactedString == uri
+                })
+            else { continue }
             uris.remove(at: index)
             removed += 1
         }
-        uris.insert(
-            contentsOf: added, at: position.map { Int(clamping: max(0, min($0, Int64(uris.count)))) } ?? uris.count)
+        uris.insert(contentsOf: added, at: position.map { Int(clamping: min($0, Int64(uris.count))) } ?? uris.count)
         guard removed > 0 || !added.isEmpty else { return [0, 0] }
         guard uris.first == item.uris.first else {
             throw RPCError("the first URI of \(gid) cannot change in haul daemon: remove the download and add it again")
         }
-        guard !item.withheldSecrets else {
-            throw RPCError(
-                "the URIs of \(gid) cannot change: it was kept without its secrets; remove it and add it again")
-        }
         let plan = try DownloadPlan(
-            uris: uris, options: item.options.mapValues { $0.components(separatedBy: "\n") }, defaults: [:],
-            root: root, base: queue.downloader.configuration)
-        guard queue.replaceWaitingRequest(of: handle.id, with: plan.request) else {
+            uris: uris, options: DownloadPlan.replannable(item.options), defaults: [:], root: root,
+            base: queue.downloader.configuration)
+        let request = DownloadPlan.request(handle.status.request, withSettingsOf: plan.request)
+        guard queue.replaceWaitingRequest(of: handle.id, with: request) else {
             throw RPCError("the URIs of \(gid) cannot change while it runs in haul daemon; pause it first")
         }
         let changed = state.withLock { state -> Bool in
@@ -620,40 +631,40 @@ extension Daemon {
         let limit = try options["max-download-limit"]?.last.map { value throws(RPCError) in
             (value, try DownloadPlan.byteCount(value, option: "max-download-limit"))
         }
-        var changed: [String: String] = [:]
-        if !settings.isEmpty {
-            try changeSettings(of: gid, handle: handle, to: settings)
-            changed = settings.mapValues { $0.joined(separator: "\n") }
+        // One change of a download at a time: each plans from the options the one before left.
+        try holding(downloadChanges) { () throws(RPCError) in
+            var changed: [String: String] = [:]
+            if !settings.isEmpty {
+                try changeSettings(of: gid, handle: handle, to: settings)
+                changed = settings.mapValues { $0.joined(separator: "\n") }
+            }
+            if let (value, bytes) = limit {
+                handle.setMaxBytesPerSecond(bytes == 0 ? nil : bytes)
+                changed["max-download-limit"] = value
+            }
+            guard !changed.isEmpty else { return }
+            let item = state.withLock { state -> Item? in
+                state.items[gid]?.options.merge(changed) { _, new in new }
+                state.touch(gid)
+                return state.items[gid]
+            }
+            // Its options only: a whole row written from this copy would undo a removal or an end stored meanwhile.
+            if item != nil { try record { try $0.updateOptions(of: gid, setting: changed) } }
         }
-        if let (value, bytes) = limit {
-            handle.setMaxBytesPerSecond(bytes == 0 ? nil : bytes)
-            changed["max-download-limit"] = value
-        }
-        guard !changed.isEmpty else { return "OK" }
-        let item = state.withLock { state -> Item? in
-            state.items[gid]?.options.merge(changed) { _, new in new }
-            state.touch(gid)
-            return state.items[gid]
-        }
-        // Its options only: a whole row written from this copy would undo a removal or an end stored meanwhile.
-        if item != nil { try record { try $0.updateOptions(of: gid, setting: changed) } }
         return "OK"
     }
 
-    /// Gives the waiting download `gid` the request its options with `settings` plan.
+    /// Gives the waiting download `gid` the settings its options with `settings` plan (under ``downloadChanges``).
     private func changeSettings(
         of gid: GID, handle: DownloadHandle, to settings: [String: [String]]
     ) throws(RPCError) {
         guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
-        guard !item.withheldSecrets else {
-            throw RPCError(
-                "the settings of \(gid) cannot change: it was kept without its secrets; remove it and add it again")
-        }
-        var options = item.options.mapValues { $0.components(separatedBy: "\n") }
+        var options = DownloadPlan.replannable(item.options)
         options.merge(settings) { _, new in new }
         let plan = try DownloadPlan(
             uris: item.uris, options: options, defaults: [:], root: root, base: queue.downloader.configuration)
-        guard queue.replaceWaitingRequest(of: handle.id, with: plan.request) else {
+        let request = DownloadPlan.request(handle.status.request, withSettingsOf: plan.request)
+        guard queue.replaceWaitingRequest(of: handle.id, with: request) else {
             throw RPCError(
                 "the settings of \(gid) cannot change while it runs in haul daemon (its max-download-limit can); "
                     + "pause it first")

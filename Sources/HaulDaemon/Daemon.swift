@@ -61,6 +61,9 @@ public final class Daemon: Sendable {
     /// whatever order calls changing it at once run in. Not held across the queue's own changes, which may send its
     /// events (and so call the notification hook) on the calling thread.
     let storeSync = Locked(0)
+    /// Held while a download's settings or URIs change (changeOption, changeUri), one change at a time: each plans
+    /// from the options and URIs the one before left, and stores what it changed before the next begins.
+    let downloadChanges = Locked(0)
     /// Held by a removal from the history (removeDownloadResult, purgeDownloadResult), one at a time: a second removal
     /// of one result finds it gone, as in aria2, and the count of stopped downloads kept only in the store stays right.
     let historyChanges = Locked(0)

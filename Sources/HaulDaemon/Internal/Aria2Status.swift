@@ -259,11 +259,21 @@ enum Aria2Status {
     static func shown(_ options: [String: String]) -> [String: JSON] {
         var shown: [String: JSON] = [:]
         for (name, value) in DownloadPlan.withoutSecrets(options) {
-            shown[name] =
-                name == "header" ? .array(value.split(separator: "\n").map { .string(String($0)) }) : .string(value)
+            if name == "header" {
+                shown[name] = .array(value.split(separator: "\n").map { .string(String($0)) })
+            } else if sizeOptions.contains(name), let bytes = try? DownloadPlan.byteCount(value, option: name) {
+                shown[name] = .string(String(bytes))  // as aria2 answers it: `100K` is 102400
+            } else {
+                shown[name] = .string(value)
+            }
         }
         return shown
     }
+
+    /// The options whose values are sizes or rates (`1M`, `100K`), which aria2 answers in bytes.
+    static let sizeOptions: Set<String> = [
+        "max-download-limit", "max-overall-download-limit", "min-split-size", "lowest-speed-limit",
+    ]
 
     /// aria2's error code of a download a user removed (its `REMOVED`, 31: "Aborted by user").
     static let removedCode = 31

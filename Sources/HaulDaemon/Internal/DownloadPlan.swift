@@ -45,6 +45,10 @@ struct DownloadPlan {
     var request: DownloadRequest
     var paused = false
     var gid: GID?
+    /// `split`, and `max-connection-per-server` if given: what ``connections(split:perServer:uris:)`` counts the
+    /// request's connections from, for these URIs or another call's (``reused(for:)``).
+    private var split = 1
+    private var perServer: Int?
 
     // Spelled right, so it is a valid field name.
     // swift-format-ignore: NeverForceUnwrap
@@ -119,14 +123,14 @@ struct DownloadPlan {
             }
             request.maxConnections = count
         }
-        if let perServer = last("max-connection-per-server") {
-            guard let count = Int(perServer), (1...16).contains(count) else {
-                throw RPCError("max-connection-per-server must be a number from 1 to 16, not '\(perServer)'")
+        if let text = last("max-connection-per-server") {
+            guard let count = Int(text), (1...16).contains(count) else {
+                throw RPCError("max-connection-per-server must be a number from 1 to 16, not '\(text)'")
             }
-            // As aria2: split's connections, at most this many to each server of the download's URIs.
-            let servers = Set(self.uris.map { "\($0.host?.lowercased() ?? ""):\($0.port ?? -1)" }).count
-            request.maxConnections = min(request.maxConnections, count * servers)
+            perServer = count
         }
+        split = request.maxConnections
+        request.maxConnections = Self.connections(split: split, perServer: perServer, uris: self.uris)
         if let size = last("min-split-size") {
             let bytes = try Self.byteCount(size, option: "min-split-size")
             guard (1 << 20...1 << 30).contains(bytes) else {
@@ -228,7 +232,50 @@ struct DownloadPlan {
         plan.uris = urls
         plan.request.url = urls[0]
         plan.request.mirrors = Array(urls.dropFirst())
+        plan.request.maxConnections = Self.connections(split: split, perServer: perServer, uris: urls)
         return plan
+    }
+
+    /// `current`, a download's request, with the settings `planned` has (a plan of its options with a change of
+    /// ``Daemon/changeableWhileWaiting`` or of its mirrors): the rest, its credentials, proxy and header lines above
+    /// all (which the options kept leave out when they are secrets), stay `current`'s.
+    static func request(_ current: DownloadRequest, withSettingsOf planned: DownloadRequest) -> DownloadRequest {
+        var request = current
+        request.mirrors = planned.mirrors
+        request.maxConnections = planned.maxConnections
+        request.minimumSegmentSize = planned.minimumSegmentSize
+        request.minimumSpeed = planned.minimumSpeed
+        request.retryPolicy = planned.retryPolicy
+        request.stallTimeout = planned.stallTimeout
+        request.connectTimeout = planned.connectTimeout
+        request.tls = planned.tls
+        request.conflictPolicy = planned.conflictPolicy
+        request.expectedDigest = planned.expectedDigest
+        request.revalidatesCompletedFile = planned.revalidatesCompletedFile
+        request.usesRemoteModificationTime = planned.usesRemoteModificationTime
+        request.headerFields[.userAgent] = planned.headerFields[.userAgent]
+        request.headerFields[referer] = planned.headerFields[referer]
+        return request
+    }
+
+    /// The options kept of a download that plan its settings again: without those that go with a secret the kept
+    /// options leave out (a user without its password would be refused), which ``request(_:withSettingsOf:)`` keeps
+    /// from the download's own request.
+    static func replannable(_ options: [String: String]) -> [String: [String]] {
+        options.filter { !["http-user", "all-proxy", "all-proxy-user", "header"].contains($0.key) }
+            .mapValues { $0.components(separatedBy: "\n") }
+    }
+
+    /// The connections a download of `uris` opens, as aria2 counts them: `split`, and with `perServer` at most that
+    /// many to each server (scheme, host and port, the default port written out or not).
+    static func connections(split: Int, perServer: Int?, uris: [URL]) -> Int {
+        guard let perServer else { return split }
+        let servers = Set(
+            uris.map { url in
+                let scheme = url.scheme?.lowercased() ?? ""
+                return "\(scheme)://\(url.host?.lowercased() ?? ""):\(url.port ?? (scheme == "https" ? 443 : 80))"
+            })
+        return min(split, perServer * servers.count)
     }
 
     /// The options that replace the downloader's settings for this download: retries, timeouts, proxy, TLS,
