@@ -12,15 +12,7 @@ import Testing
 struct DaemonAddRunTests {
     /// A daemon over a queue that starts nothing, so that every request can be read as it was planned.
     private func withDaemon(_ body: (Daemon, URL) throws -> Void) throws {
-        let root = try TemporaryDirectory()
-        let queue = daemonTestQueue(width: 1)
-        queue.pause()
-        let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
-        defer {
-            daemon.close()
-            queue.cancelAll()
-        }
-        try body(daemon, URL(fileURLWithPath: daemon.rootPath))
+        try withIdleDaemon { daemon in try body(daemon, URL(fileURLWithPath: daemon.rootPath)) }
     }
 
     /// The request each answer's download was added with (an error's: `nil`).

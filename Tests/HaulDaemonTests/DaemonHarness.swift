@@ -97,6 +97,20 @@ func daemonTestQueue(width: Int, retries: Int = 3, clock: any BackoffClock = Rec
 }
 
 /// The notifications `daemon` sends from now on, each as `"METHOD GID"`, in the order sent.
+/// Runs `body` with a daemon over a paused queue that starts nothing, so that every request can be read as it was
+/// planned; closed after, its queue's downloads cancelled.
+func withIdleDaemon(_ body: (Daemon) throws -> Void) throws {
+    let root = try TemporaryDirectory()
+    let queue = daemonTestQueue(width: 1)
+    queue.pause()
+    let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
+    defer {
+        daemon.close()
+        queue.cancelAll()
+    }
+    try body(daemon)
+}
+
 func recordedNotifications(of daemon: Daemon) -> Locked<[String]> {
     let notes = Locked<[String]>([])
     daemon.onNotification { method, gid in notes.withLock { $0.append("\(method) \(gid)") } }

@@ -11,19 +11,6 @@ import Testing
 /// test states a promise and fails on the code before it was kept.
 @Suite("haul daemon: options in force, connections per server, changeUri", .serialized, .timeLimit(.minutes(2)))
 struct DaemonOptionsInForceTests {
-    /// A daemon over a queue that starts nothing, so that every request can be read as it was planned.
-    private func withDaemon(_ body: (Daemon) throws -> Void) throws {
-        let root = try TemporaryDirectory()
-        let queue = daemonTestQueue(width: 1)
-        queue.pause()
-        let daemon = try Daemon(queue: queue, configuration: .init(root: root.url))
-        defer {
-            daemon.close()
-            queue.cancelAll()
-        }
-        try body(daemon)
-    }
-
     private func request(_ answer: Result<JSON, RPCError>, of daemon: Daemon) -> DownloadRequest? {
         guard let gid = (try? answer.get())?.string.flatMap(GID.init(hex:)) else { return nil }
         return daemon.state.withLock { $0.items[gid]?.handle?.request }
@@ -34,7 +21,7 @@ struct DaemonOptionsInForceTests {
     /// the next (DownloadPlan.reused(for:)).
     @Test("in a run of addUri calls, each download's connections are capped by its own servers")
     func connectionCapInARun() throws {
-        try withDaemon { daemon in
+        try withIdleDaemon { daemon in
             let options: JSON = ["split": "4", "max-connection-per-server": "1"]
             let answers = daemon.addUris([
                 // Two servers: two connections.
@@ -52,7 +39,7 @@ struct DaemonOptionsInForceTests {
     /// `http://h/x` and `http://h:80/x` are one server.
     @Test("a URI with its default port written out is the same server for max-connection-per-server")
     func defaultPortIsTheSameServer() throws {
-        try withDaemon { daemon in
+        try withIdleDaemon { daemon in
             let answer = daemon.addUris([
                 [["http://127.0.0.1/a", "http://127.0.0.1:80/a"], ["split": "4", "max-connection-per-server": "1"]]
             ])[0]
@@ -65,7 +52,7 @@ struct DaemonOptionsInForceTests {
     /// and a front end removes the mirror it was shown.
     @Test("changeUri removes a mirror given by the form getUris shows it in")
     func changeUriRemovesShownMirror() throws {
-        try withDaemon { daemon in
+        try withIdleDaemon { daemon in
             let gid = try #require(
                 try daemon.call("aria2.addUri", [["http://127.0.0.1:1/f"], ["pause": "true"]]).string)
             #expect(
@@ -101,7 +88,7 @@ struct DaemonOptionsInForceTests {
     /// its settings and mirrors while it waits, and keeps those secrets.
     @Test("changeOption and changeUri on a download with secrets keep its credentials, cookie and proxy")
     func changesKeepSecrets() throws {
-        try withDaemon { daemon in
+        try withIdleDaemon { daemon in
             let options: JSON = [
                 "pause": "true", "http-user": "u", "http-passwd": "pw-1", "header": ["Cookie: c=secret-2"],
                 "all-proxy": "http://127.0.0.1:3", "all-proxy-user": "p", "all-proxy-passwd": "pw-3",
