@@ -502,7 +502,7 @@ extension Daemon {
     }
 
     /// `changeUri(gid, fileIndex, delUris, addUris[, position])`: a waiting download's mirrors, changed as aria2
-    /// changes them: each of `delUris` removed once (as given or as shown, without user info), then `addUris` put at
+    /// changes them: each of `delUris` removed once (as given, or as getUris shows it), then `addUris` put at
     /// `position` (0 first; at the end without one). Its first URI, which it is known by, stays. Answers how many were
     /// removed and added.
     func changeUri(_ arguments: Arguments) throws(RPCError) -> JSON {
@@ -583,15 +583,14 @@ extension Daemon {
         let gid = try gid(arguments)
         guard let item = try item(gid) else { throw RPCError("GID \(gid) is not found") }
         var options = Aria2Status.shown(item.options)
-        // The request it runs, or the one its options plan (a download the store kept without its secrets may no
-        // longer plan: it shows the options it was given).
+        // The request it runs, or once it has ended the one its options plan.
         let base = queue.downloader.configuration
         let status = item.handle?.status
         let request =
             status?.request
             ?? (try? DownloadPlan(
-                uris: item.uris, options: item.options.mapValues { $0.components(separatedBy: "\n") }, defaults: [:],
-                root: root, base: base))?.request
+                uris: item.uris, options: DownloadPlan.replannable(item.options), defaults: [:], root: root,
+                base: base))?.request
         // The options given show as given; the others as in force.
         if let request {
             for (name, value) in DownloadPlan.inForce(request, base: base) where options[name] == nil {

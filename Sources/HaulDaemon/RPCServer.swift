@@ -297,8 +297,8 @@ final class NotificationOutbox: @unchecked Sendable {
         held.append(text)
         heldBytes += text.count
         // A call that takes long while many downloads start holds no more than a client's backlog: past it, what
-        // is held goes out at once, ahead of the answer.
-        if heldBytes > RPCServer.webSocketBacklog.high { release(on: channel) }
+        // is held goes out at once, ahead of the answer (and what comes next is held again).
+        if heldBytes > RPCServer.webSocketBacklog.high { flush(on: channel) }
     }
 
     /// Holds the notifications from now until ``release(on:)``.
@@ -311,6 +311,10 @@ final class NotificationOutbox: @unchecked Sendable {
     func release(on channel: any Channel) {
         channel.eventLoop.preconditionInEventLoop()
         holding = false
+        flush(on: channel)
+    }
+
+    private func flush(on channel: any Channel) {
         let texts = held
         (held, heldBytes) = ([], 0)
         for text in texts { write(text, on: channel) }
