@@ -7,8 +7,8 @@ import Testing
 
 @testable import HaulDaemon
 
-/// getOption's options in force, max-connection-per-server and changeUri, as a hostile client tries them: each
-/// test states a promise and fails on the code before it was kept.
+/// getOption's options in force, max-connection-per-server, changeUri and the status of a failed download, as a
+/// hostile client tries them: each test states a promise and fails on the code before it was kept.
 @Suite("haul daemon: options in force, connections per server, changeUri", .serialized, .timeLimit(.minutes(2)))
 struct DaemonOptionsInForceTests {
     private func request(_ answer: Result<JSON, RPCError>, of daemon: Daemon) -> DownloadRequest? {
@@ -106,6 +106,30 @@ struct DaemonOptionsInForceTests {
             #expect(request.proxy?.http?.credentials == Credentials(user: "p", password: "pw-3"))
             let shown = "\(try daemon.call("aria2.getOption", [.string(gid)]))"
             #expect(!shown.contains("pw-1") && !shown.contains("secret-2") && !shown.contains("pw-3"))
+        }
+    }
+
+    /// aria2 keeps the length and bitfield of a download that failed part way (its pieces done), and so does Haul.
+    @Test("tellStatus of a download that failed part way has aria2's bitfield")
+    func failedDownloadBitfield() async throws {
+        try await withBoth { aria2, haul, server in
+            let query = ["size": String(3 << 20), "cutAfter": String(3 << 19)]
+            let referenceURL = JSON.string(server.url(path: "/bytes/a-cut", query: query).absoluteString)
+            let ourURL = JSON.string(server.url(path: "/bytes/h-cut", query: query).absoluteString)
+            let given: JSON = ["max-tries": "1"]
+            let referenceGID = try #require(
+                try await rpcResult(aria2, "aria2.addUri", [[referenceURL], given]).string)
+            let ourGID = try #require(try await rpcResult(haul.port, "aria2.addUri", [[ourURL], given]).string)
+            try await waitForStatus(aria2, referenceGID, "error")
+            try await waitForStatus(haul.port, ourGID, "error")
+            let keys: JSON = ["status", "totalLength", "bitfield"]
+            let reference = try await rpcResult(aria2, "aria2.tellStatus", [.string(referenceGID), keys]).object
+            let ours = try await rpcResult(haul.port, "aria2.tellStatus", [.string(ourGID), keys]).object
+            #expect(reference?["bitfield"] != nil)
+            #expect(ours?["totalLength"] == reference?["totalLength"])
+            #expect(
+                ours?["bitfield"] == reference?["bitfield"],
+                "aria2 \(reference ?? [:]), haul \(ours ?? [:])")
         }
     }
 

@@ -221,8 +221,9 @@ public final class Downloader: Sendable {
             let result = try await run.execute()
             onEvent?(.finished(result))
             return result
-        } catch {
+        } catch var error {
             run.cleanUp(after: error)
+            if error.totalBytes == nil { error.totalBytes = run.facts.total }
             onEvent?(.failed(error))
             throw error
         }

@@ -74,6 +74,9 @@ public struct DownloadError: Error, Sendable, CustomStringConvertible, Localized
     public var path: String?
     /// Body bytes received in the last attempt.
     public var bytesReceived: Int64?
+    /// The file's full size, when a response had said it before the download failed: with ``bytesReceived``, how far
+    /// the download got (a queue's ``DownloadStatus/progress`` of it once it has ended).
+    public var totalBytes: Int64?
     /// The error underneath, for ``Code/transport`` and ``Code/fileSystem``.
     public var underlying: (any Error)?
     /// What happened, in words.

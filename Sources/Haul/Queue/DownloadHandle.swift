@@ -95,8 +95,15 @@ public final class DownloadHandle: Sendable {
         // Not in the queue: it has ended (the outcome is stored before the entry goes, under the queue's lock).
         let outcome = box.value
         var status = DownloadStatus(id: id, request: request, state: .finished, outcome: outcome)
-        if case .success(let result)? = outcome {
+        switch outcome {
+        case .success(let result)?:
             status.progress = DownloadProgress(bytesWritten: result.size, totalBytes: result.size, bytesPerSecond: 0)
+        case .failure(let error)?:
+            // How far its last attempt got.
+            status.progress = DownloadProgress(
+                bytesWritten: error.bytesReceived ?? 0, totalBytes: error.totalBytes, bytesPerSecond: 0)
+        case nil:
+            break
         }
         return status
     }

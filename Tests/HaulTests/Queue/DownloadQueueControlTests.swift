@@ -501,6 +501,21 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test("a download that failed part way tells how far it got: its status's bytes and total, its error's")
+    func failedProgress() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), retries: 0, transport: .nio)
+            let url = server.url(path: "/bytes/cut.bin", query: ["size": "300000", "cutAfter": "100000"])
+            let handle = queue.add(DownloadRequest(url: url, destination: .directory(dir.url)))
+            let error = await #expect(throws: DownloadError.self) { try await handle.result }
+            #expect(error?.totalBytes == 300_000 && error?.bytesReceived == 100_000)
+            let status = handle.status
+            #expect(status.state == .finished)
+            #expect(status.progress.totalBytes == 300_000 && status.progress.bytesWritten == 100_000)
+        }
+    }
+
     @Test("a waiting download's request is replaced for one with its URL and destination; not once it runs")
     func replaceWaitingRequest() async throws {
         try await TestServer.withRunning { server in
