@@ -547,13 +547,9 @@ extension Daemon {
         guard uris.first == item.uris.first else {
             throw RPCError("the first URI of \(gid) cannot change in haul daemon: remove the download and add it again")
         }
-        let plan = try DownloadPlan(
-            uris: uris, options: DownloadPlan.replannable(item.options), defaults: [:], root: root,
-            base: queue.downloader.configuration)
-        let request = DownloadPlan.request(handle.status.request, withSettingsOf: plan.request)
-        guard queue.replaceWaitingRequest(of: handle.id, with: request) else {
-            throw RPCError("the URIs of \(gid) cannot change while it runs in haul daemon; pause it first")
-        }
+        try replan(
+            handle, uris: uris, options: DownloadPlan.replannable(item.options),
+            refusal: "the URIs of \(gid) cannot change while it runs in haul daemon; pause it first")
         let changed = state.withLock { state -> Bool in
             guard state.items[gid] != nil else { return false }
             state.items[gid]?.uris = uris
@@ -593,9 +589,7 @@ extension Daemon {
                 base: base))?.request
         // The options given show as given; the others as in force.
         if let request {
-            for (name, value) in DownloadPlan.inForce(request, base: base) where options[name] == nil {
-                options[name] = .string(value)
-            }
+            options.merge(DownloadPlan.inForce(request, base: base).mapValues(JSON.string)) { given, _ in given }
         }
         // The limit changes while it runs (changeOption).
         if let status { options["max-download-limit"] = .string(String(status.maxBytesPerSecond ?? 0)) }
@@ -658,16 +652,23 @@ extension Daemon {
         of gid: GID, handle: DownloadHandle, to settings: [String: [String]]
     ) throws(RPCError) {
         guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
-        var options = DownloadPlan.replannable(item.options)
-        options.merge(settings) { _, new in new }
+        try replan(
+            handle, uris: item.uris,
+            options: DownloadPlan.replannable(item.options).merging(settings) { _, new in new },
+            refusal: "the settings of \(gid) cannot change while it runs in haul daemon (its max-download-limit can); "
+                + "pause it first")
+    }
+
+    /// Gives the waiting download of `handle` the settings and mirrors a plan of `uris` with `options` has; its
+    /// credentials, proxy and header lines stay its own (see ``DownloadPlan/request(_:withSettingsOf:)``). A download
+    /// that runs is refused with `refusal`.
+    private func replan(
+        _ handle: DownloadHandle, uris: [String], options: [String: [String]], refusal: @autoclosure () -> String
+    ) throws(RPCError) {
         let plan = try DownloadPlan(
-            uris: item.uris, options: options, defaults: [:], root: root, base: queue.downloader.configuration)
+            uris: uris, options: options, defaults: [:], root: root, base: queue.downloader.configuration)
         let request = DownloadPlan.request(handle.status.request, withSettingsOf: plan.request)
-        guard queue.replaceWaitingRequest(of: handle.id, with: request) else {
-            throw RPCError(
-                "the settings of \(gid) cannot change while it runs in haul daemon (its max-download-limit can); "
-                    + "pause it first")
-        }
+        guard queue.replaceWaitingRequest(of: handle.id, with: request) else { throw RPCError(refusal()) }
     }
 
     func getGlobalOption() -> JSON {
@@ -678,9 +679,7 @@ extension Daemon {
         if let request = try? DownloadPlan(
             uris: ["http://localhost/"], options: [:], defaults: defaults, root: root, base: base
         ).request {
-            for (name, value) in DownloadPlan.inForce(request, base: base) where options[name] == nil {
-                options[name] = .string(value)
-            }
+            options.merge(DownloadPlan.inForce(request, base: base).mapValues(JSON.string)) { given, _ in given }
         }
         options["dir"] = .string(root)
         options["max-concurrent-downloads"] = .string(String(queue.maxConcurrentDownloads))
