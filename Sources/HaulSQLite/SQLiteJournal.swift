@@ -12,8 +12,8 @@ import Darwin
 
 /// The journal in an SQLite database (GRDB, WAL): what `haul get` keeps in `DIR/.haul/journal.sqlite`.
 ///
-/// The database is where records are kept and looked up, and its order is the order of changes: the last change
-/// committed to a key wins, whichever process made it. Writes from concurrent downloads are committed together
+/// The database is where records are kept and looked up. The change written last to a key wins, whichever process
+/// made it. Writes from concurrent downloads are committed together
 /// (group commit): the writes that arrive while one commit runs go into the next, so a burst of small downloads pays
 /// one transaction per group, not one per file, and a lone download waits for no timer. How far a written record
 /// survives follows `durability`, like the engine's files:
@@ -30,7 +30,9 @@ import Darwin
 ///
 /// A look-up finds this journal's own writes at once. A journal opened after a write returned finds it, in any
 /// process (it reads the pending logs of the journals open on the database); one open already finds another's writes
-/// once they are committed. The order of changes is the order of their commits.
+/// once they are committed. The change written last to a key wins, whenever each is committed (`ChangeOrder`): a
+/// batch committed late, or a killed journal's change committed at the next open, never replaces a change written
+/// after it.
 ///
 /// A look-up is one query by the table's key on a connection of its own, and the journal holds no records in memory:
 /// a rerun of a list of a million downloads skips each completed one at the same cost as a short list's.
@@ -143,6 +145,9 @@ public final class SQLiteJournal: Journal {
         self.onError = onError
         let statements = WriteStatements()
         self.statements = statements
+        let order = try ChangeOrder(databasePath: path)
+        // Read before the logs are listed: a journal whose logs are not among them takes its tickets after this.
+        let takenBeforeListing = order.current
         let otherLogs = PendingLog.others(besides: path)
         for refusal in otherLogs.refused {
             onError(PendingLog.Refused(description: refusal))
@@ -153,13 +158,24 @@ public final class SQLiteJournal: Journal {
                     description: "'\(log.path)' holds a damaged change (its checksum fails): it and the changes after "
                         + "it in that log are not applied"))
         }
-        try JournalOpenError.mapping(path) { try Self.commit(otherLogs.left, into: pool, with: statements) }
+        try JournalOpenError.mapping(path) {
+            // Above every ticket given out, should the order file be new (a database moved, or its file deleted).
+            let logged = (otherLogs.left + otherLogs.held).flatMap(\.payloads).compactMap {
+                JournalChange.read($0)?.ticket
+            }
+            let committed = try pool.read { db in try Int64.fetchOne(db, sql: "SELECT last FROM changeOrder") }
+            order.lift(to: max(logged.max() ?? 0, committed ?? 0))
+            try Self.commit(otherLogs.left, into: pool, with: statements, order: order)
+            // No other journal has a log open: every change with a ticket up to `takenBeforeListing` is committed, and
+            // the tombstones up to it have done their work.
+            if otherLogs.held.isEmpty { try Self.dropRemovals(upTo: takenBeforeListing, in: pool) }
+        }
         let query = try JournalOpenError.mapping(path) { try RecordQuery(path: path) }
         self.query = query
         var others: [JournalKey: OtherChange] = [:]
         for log in otherLogs.held {
             for payload in log.payloads {
-                guard let change = JournalChange(payload: payload) else { break }
+                guard let (change, _) = JournalChange.read(payload) else { break }
                 let position = others[change.key]?.position ?? others.count
                 others[change.key] = OtherChange(
                     change: change, instance: log.instance, batch: log.batch, log: log.path, position: position)
@@ -172,23 +188,32 @@ public final class SQLiteJournal: Journal {
         self.queriesDatabase = queriesDatabase
         if durability == .powerLoss {
             writes = .grouped(
-                GroupCommit { changes in Self.commit(changes, into: pool, with: statements, onError: onError) })
+                GroupCommit { changes in
+                    // Their tickets taken in the transaction, under the database's write lock: see dropRemovals.
+                    Self.commit(into: pool, with: statements, onError: onError) {
+                        let first = order.take(changes.count)
+                        return changes.enumerated().map { OrderedChange(change: $1, ticket: first + Int64($0)) }
+                    }
+                })
         } else {
             writes = .logged(
                 try JournalOpenError.mapping(path) {
-                    try PendingWrites(databasePath: path, remembers: queriesDatabase, onError: onError) {
+                    try PendingWrites(databasePath: path, order: order, remembers: queriesDatabase, onError: onError) {
                         changes, instance, batch in
-                        Self.commit(
-                            changes, into: pool, with: statements, onError: onError, batch: (instance, batch))
+                        Self.commit(into: pool, with: statements, onError: onError, batch: (instance, batch)) {
+                            changes
+                        }
                     }
                 })
         }
     }
 
     /// Commits the batches of the pending logs `left` by killed journals (those not committed yet, in the order each
-    /// journal wrote them), then deletes the logs and what was noted of their journals.
+    /// journal wrote them), then deletes the logs and what was noted of their journals. Each change keeps its ticket:
+    /// one written before a change committed since does not replace it. A change from a log written before changes
+    /// had tickets takes one now.
     private static func commit(
-        _ left: [PendingLog.Left], into pool: DatabasePool, with statements: WriteStatements
+        _ left: [PendingLog.Left], into pool: DatabasePool, with statements: WriteStatements, order: ChangeOrder
     ) throws {
         guard !left.isEmpty else { return }
         defer { for log in left { close(log.descriptor) } }
@@ -199,13 +224,17 @@ public final class SQLiteJournal: Journal {
                 },
                 uniquingKeysWith: max)
             try statements.transaction(on: db) { statements in
+                var highest: Int64 = 0
                 for log in left where log.batch > committed[log.instance] ?? 0 {
                     // A payload that does not read back ends the log, as a torn frame does.
                     for payload in log.payloads {
-                        guard let change = JournalChange(payload: payload) else { break }
-                        try apply(change, with: statements)
+                        guard let (change, ticket) = JournalChange.read(payload) else { break }
+                        let ordered = OrderedChange(change: change, ticket: ticket ?? order.take(1))
+                        try apply(ordered, with: statements)
+                        highest = max(highest, ordered.ticket)
                     }
                 }
+                if highest > 0 { try statements.noteTickets(upTo: highest) }
                 for instance in Set(left.map(\.instance)) { try statements.forget(instance: instance) }
             }
         }
@@ -252,16 +281,19 @@ public final class SQLiteJournal: Journal {
         finish()
     }
 
-    /// Writes `changes` in one transaction, with the note of the pending log's `batch` they are; a failure loses
-    /// them all (reported to `onError`: only what a later run can resume or skip is affected).
+    /// Writes the changes `changes` gives (called in the transaction) in one transaction, with the note of the
+    /// pending log's `batch` they are; a failure loses them all (reported to `onError`: only what a later run can
+    /// resume or skip is affected).
     private static func commit(
-        _ changes: [JournalChange], into pool: DatabasePool, with statements: WriteStatements,
-        onError: @Sendable (any Error) -> Void, batch: (instance: String, number: UInt64)? = nil
+        into pool: DatabasePool, with statements: WriteStatements, onError: @Sendable (any Error) -> Void,
+        batch: (instance: String, number: UInt64)? = nil, _ changes: () -> [OrderedChange]
     ) {
         do {
             try pool.writeWithoutTransaction { db in
                 try statements.transaction(on: db) { statements in
+                    let changes = changes()
                     for change in changes { try apply(change, with: statements) }
+                    if let highest = changes.map(\.ticket).max() { try statements.noteTickets(upTo: highest) }
                     if let batch { try statements.noteCommitted(instance: batch.instance, batch: batch.number) }
                 }
             }
@@ -270,11 +302,20 @@ public final class SQLiteJournal: Journal {
         }
     }
 
-    private static func apply(_ change: JournalChange, with statements: WriteStatements) throws {
-        switch change {
-        case .upsert(let row): try statements.upsert(row)
-        case .remove(let key): try statements.delete(key)
+    private static func apply(_ ordered: OrderedChange, with statements: WriteStatements) throws {
+        switch ordered.change {
+        case .upsert(let row): try statements.upsert(row, ticket: ordered.ticket)
+        case .remove(let key): try statements.delete(key, ticket: ordered.ticket)
         }
+    }
+
+    /// Deletes the tombstones of removals whose tickets are `ticket` or lower (``WriteStatements/delete(_:ticket:)``),
+    /// when there are any. In a write transaction: a journal that commits without a log takes its tickets in its own
+    /// (see `writes`), so none of its changes is between its ticket and its commit now.
+    private static func dropRemovals(upTo ticket: Int64, in pool: DatabasePool) throws {
+        guard try pool.read({ db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM removal)") }) == true
+        else { return }
+        try pool.write { db in try db.execute(sql: "DELETE FROM removal WHERE ticket <= ?", arguments: [ticket]) }
     }
 
     /// Commits what is pending, deletes the pending logs, closes the look-ups' connection and the writer's

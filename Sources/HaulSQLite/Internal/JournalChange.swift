@@ -39,13 +39,37 @@ enum JournalChange: Sendable, Equatable {
         return bytes
     }
 
-    /// The change a payload holds; `nil` for bytes ``payload`` does not make.
+    /// The change in a pending log's payload followed by its ticket (8 bytes; see ``ChangeOrder``).
+    func payload(ticket: Int64) -> [UInt8] {
+        var bytes = payload
+        Self.putWord(ticket, into: &bytes)
+        return bytes
+    }
+
+    /// Replaces the ticket at the end of a payload ``payload(ticket:)`` made: a journal makes its payloads before it
+    /// takes its lock, and their tickets under the lock, in the order of its log.
+    static func stamp(_ ticket: Int64, on payload: inout [UInt8]) {
+        let start = payload.count - 8
+        for index in 0..<8 {
+            payload[start + index] = UInt8(truncatingIfNeeded: UInt64(bitPattern: ticket) >> (8 * index))
+        }
+    }
+
+    /// The change a payload holds; `nil` for bytes ``payload`` or ``payload(ticket:)`` does not make.
     init?(payload: [UInt8]) {
+        guard let (change, _) = Self.read(payload) else { return nil }
+        self = change
+    }
+
+    /// The change a payload holds and its ticket (`nil` in a payload written before changes had tickets); `nil`
+    /// for bytes ``payload`` or ``payload(ticket:)`` does not make, a ticket out of ``ChangeOrder``'s range included.
+    static func read(_ payload: [UInt8]) -> (change: JournalChange, ticket: Int64?)? {
         var reader = Reader(bytes: payload)
+        let change: JournalChange
         switch reader.byte() {
         case 2:
-            guard let url = reader.text(), let destination = reader.text(), reader.atEnd else { return nil }
-            self = .remove(JournalKey(url: url, destination: destination))
+            guard let url = reader.text(), let destination = reader.text() else { return nil }
+            change = .remove(JournalKey(url: url, destination: destination))
         case 1:
             guard let url = reader.text(), let destination = reader.text(), let path = reader.text(),
                 let state = reader.text()
@@ -58,9 +82,9 @@ enum JournalChange: Sendable, Equatable {
                 reader.number(), reader.number(), reader.number(), reader.number()
             )
             guard let validator, let sha256, let request, let failure, let missingRanges, let totalBytes, let size,
-                let modified, let inode, reader.atEnd
+                let modified, let inode
             else { return nil }
-            self = .upsert(
+            change = .upsert(
                 RecordRow(
                     url: url, destination: destination, path: path, state: state, sequence: 0, validator: validator,
                     totalBytes: totalBytes, size: size, sha256: sha256, modifiedNanoseconds: modified, inode: inode,
@@ -68,6 +92,9 @@ enum JournalChange: Sendable, Equatable {
         default:
             return nil
         }
+        if reader.atEnd { return (change, nil) }
+        guard let ticket = reader.word(8), reader.atEnd, ticket > 0, ticket < ChangeOrder.limit else { return nil }
+        return (change, Int64(ticket))
     }
 
     private static func put(_ text: String?, into bytes: inout [UInt8]) {
@@ -76,10 +103,14 @@ enum JournalChange: Sendable, Equatable {
         bytes.append(contentsOf: text.utf8)
     }
 
+    private static func putWord(_ word: Int64, into bytes: inout [UInt8]) {
+        for index in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: UInt64(bitPattern: word) >> (8 * index))) }
+    }
+
     private static func put(_ number: Int64?, into bytes: inout [UInt8]) {
         guard let number else { return bytes.append(0) }
         bytes.append(1)
-        for index in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: UInt64(bitPattern: number) >> (8 * index))) }
+        putWord(number, into: &bytes)
     }
 
     private static func put32(_ value: UInt32, into bytes: inout [UInt8]) {
@@ -129,4 +160,10 @@ enum JournalChange: Sendable, Equatable {
             }
         }
     }
+}
+
+/// A change and its ticket: its place in the order of every change made to the database (``ChangeOrder``).
+struct OrderedChange: Sendable {
+    let change: JournalChange
+    let ticket: Int64
 }

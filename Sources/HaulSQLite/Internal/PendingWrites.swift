@@ -12,9 +12,10 @@ import Darwin
 /// thread of its own, with every write made meanwhile, once the batch holds ``batchSize`` changes or ``batchDelay``
 /// after its first (at once for ``drain()`` and ``close()``). No writer waits for a commit.
 ///
-/// The order of changes is the order of their commits: this journal commits its writes in the order they were made,
-/// and SQLite orders its commits against other processes'. A change left in the log of a killed process is committed
-/// by the next journal that opens the database, then; one already committed is not committed again.
+/// Each change takes its ticket from the database's ``ChangeOrder`` as it goes into the log, in the log's order, and
+/// the database keeps the change with the highest ticket: the change written last wins, whenever it is committed. A
+/// change left in the log of a killed process is committed by the next journal that opens the database; one already
+/// committed is not committed again.
 ///
 /// Until its commit, a write is found by ``change(for:)`` (when the journal answers its own writes), so a look-up
 /// sees either it or, once committed, the database's row.
@@ -24,7 +25,8 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
     private let logs: [PendingLog]
     private var active = 0
     /// The changes in the active log.
-    private var queued: [JournalChange] = []
+    private var queued: [OrderedChange] = []
+    private let order: ChangeOrder
     /// Whether the committer holds a batch.
     private var committing = false
     /// The committed batches, counted (a look-up by file reads the database again when one ended meanwhile).
@@ -47,15 +49,16 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
     /// writer waits for it.
     static let batchSize = 4096
     static let batchDelay: TimeInterval = 0.05
-    private let commit: @Sendable ([JournalChange], _ instance: String, _ batch: UInt64) -> Void
+    private let commit: @Sendable ([OrderedChange], _ instance: String, _ batch: UInt64) -> Void
     private let onError: @Sendable (any Error) -> Void
 
-    /// Starts the committer, with two new logs beside `databasePath`. `remembers`: whether ``change(for:)`` and
-    /// ``changes(at:orTo:)`` answer. `commit` writes a batch in one transaction, with the note that this instance
-    /// committed it (so that a log whose batch is committed is never committed again), and reports its own errors.
+    /// Starts the committer, with two new logs beside `databasePath`; changes take their tickets from `order`.
+    /// `remembers`: whether ``change(for:)`` and ``changes(at:orTo:)`` answer. `commit` writes a batch in one
+    /// transaction, with the note that this instance committed it (so that a log whose batch is committed is never
+    /// committed again), and reports its own errors.
     init(
-        databasePath: String, remembers: Bool, onError: @escaping @Sendable (any Error) -> Void,
-        commit: @escaping @Sendable ([JournalChange], _ instance: String, _ batch: UInt64) -> Void
+        databasePath: String, order: ChangeOrder, remembers: Bool, onError: @escaping @Sendable (any Error) -> Void,
+        commit: @escaping @Sendable ([OrderedChange], _ instance: String, _ batch: UInt64) -> Void
     ) throws {
         let first = try PendingLog(databasePath: databasePath, instance: instance, side: 0, batch: 1)
         do {
@@ -64,6 +67,7 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
             first.remove()
             throw error
         }
+        self.order = order
         self.remembers = remembers
         self.onError = onError
         self.commit = commit
@@ -74,8 +78,11 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
 
     /// Appends `changes` to the log (all or none survive a kill) and queues them for the next commit.
     func write(_ changes: [JournalChange]) {
-        let payloads = changes.map(\.payload)
+        var payloads = changes.map { $0.payload(ticket: 0) }
         condition.lock()
+        // Under the lock: this journal's changes have their tickets in the order of its log and of its look-ups.
+        let first = order.take(changes.count)
+        for index in payloads.indices { JournalChange.stamp(first + Int64(index), on: &payloads[index]) }
         var failure: (any Error)?
         do {
             try logs[active].append(payloads)
@@ -83,7 +90,9 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
             // Not in the log: committed all the same, only a kill before that loses them.
             failure = error
         }
-        queued += changes
+        for (index, change) in changes.enumerated() {
+            queued.append(OrderedChange(change: change, ticket: first + Int64(index)))
+        }
         if remembers { for change in changes { unknown[change.key] = (change, batch) } }
         if !committing && (queued.count == changes.count || queued.count >= Self.batchSize) { condition.broadcast() }
         condition.unlock()

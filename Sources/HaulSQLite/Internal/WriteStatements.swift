@@ -32,6 +32,8 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
     private var rollback: OpaquePointer?
     private var insert: OpaquePointer?
     private var remove: OpaquePointer?
+    private var noteRemoval: OpaquePointer?
+    private var noteTicket: OpaquePointer?
     private var clock: OpaquePointer?
     private var noteBatch: OpaquePointer?
     private var forgetBatches: OpaquePointer?
@@ -59,8 +61,11 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
 
     /// Inserts `row`, or updates the record with its key leaving `sequence` alone (so that allRecords() keeps the
     /// order in which keys were first stored): a new key gets the next sequence of this connection's. `updatedAt` is
-    /// SQLite's clock at the start of the transaction. The last change committed wins: the database orders them.
-    func upsert(_ row: Row) throws {
+    /// SQLite's clock at the start of the transaction.
+    ///
+    /// The change written last wins, by `ticket` (``ChangeOrder``): the row changes only if the record's change, or
+    /// the record's removal, has a lower ticket than this one. The rule is this statement's and ``delete(_:ticket:)``'s.
+    func upsert(_ row: Row, ticket: Int64) throws {
         let statement = insert
         row.url.bind(statement, 1)
         row.destination.bind(statement, 2)
@@ -78,7 +83,15 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         bind(statement, 13, nextSequence)
         now.bind(statement, 14)
         row.missingRanges.bind(statement, 15)
+        sqlite3_bind_int64(statement, 16, ticket)
         try run(statement)
+    }
+
+    /// Notes in the transaction that its changes' tickets reach `ticket`: a journal opening lifts the order file's
+    /// counter above it (``ChangeOrder/lift(to:)``), should that file be missing.
+    func noteTickets(upTo ticket: Int64) throws {
+        sqlite3_bind_int64(noteTicket, 1, ticket)
+        try run(noteTicket)
     }
 
     /// Notes in the transaction that journal `instance` committed its pending log's batch `batch` (see
@@ -95,19 +108,26 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         try run(forgetBatches)
     }
 
-    /// Deletes the record of `key`, if any.
-    func delete(_ key: JournalKey) throws {
-        key.url.bind(remove, 1)
-        key.destination.bind(remove, 2)
-        try run(remove)
+    /// Deletes the record of `key`, unless its change has a higher ticket, and keeps the removal's ticket
+    /// (a tombstone): a change to the key written before the removal and committed after it does not bring the record
+    /// back. Tombstones go when no change older than them can still come (``SQLiteJournal``, at open).
+    func delete(_ key: JournalKey, ticket: Int64) throws {
+        for statement in [remove, noteRemoval] {
+            key.url.bind(statement, 1)
+            key.destination.bind(statement, 2)
+            sqlite3_bind_int64(statement, 3, ticket)
+            try run(statement)
+        }
     }
 
     func finalize() {
-        for statement in [begin, commit, rollback, insert, remove, clock, noteBatch, forgetBatches] {
+        for statement in [
+            begin, commit, rollback, insert, remove, noteRemoval, noteTicket, clock, noteBatch, forgetBatches,
+        ] {
             sqlite3_finalize(statement)
         }
         (begin, commit, rollback, insert, remove, clock, connection) = (nil, nil, nil, nil, nil, nil, nil)
-        (noteBatch, forgetBatches) = (nil, nil)
+        (noteRemoval, noteTicket, noteBatch, forgetBatches) = (nil, nil, nil, nil)
     }
 
     private func prepare(_ handle: OpaquePointer) throws {
@@ -129,16 +149,24 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             """
             INSERT INTO record
             (url, destination, path, state, validator, totalBytes, size, sha256, modifiedNanoseconds, inode,
-             request, failure, sequence, updatedAt, missingRanges)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             request, failure, sequence, updatedAt, missingRanges, ticket)
+            SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16
+            WHERE NOT EXISTS (SELECT 1 FROM removal WHERE url = ?1 AND destination = ?2 AND ticket > ?16)
             ON CONFLICT (url, destination) DO UPDATE SET
             path = excluded.path, state = excluded.state, validator = excluded.validator,
             totalBytes = excluded.totalBytes, size = excluded.size, sha256 = excluded.sha256,
             modifiedNanoseconds = excluded.modifiedNanoseconds, inode = excluded.inode,
             request = excluded.request, failure = excluded.failure, updatedAt = excluded.updatedAt,
-            missingRanges = excluded.missingRanges
+            missingRanges = excluded.missingRanges, ticket = excluded.ticket
+            WHERE excluded.ticket > record.ticket
             """)
-        remove = try make("DELETE FROM record WHERE url = ? AND destination = ?")
+        remove = try make("DELETE FROM record WHERE url = ?1 AND destination = ?2 AND ticket < ?3")
+        noteRemoval = try make(
+            """
+            INSERT INTO removal (url, destination, ticket) VALUES (?1, ?2, ?3)
+            ON CONFLICT (url, destination) DO UPDATE SET ticket = excluded.ticket WHERE excluded.ticket > removal.ticket
+            """)
+        noteTicket = try make("UPDATE changeOrder SET last = ?1 WHERE last < ?1")
         clock = try make("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
         noteBatch = try make(
             """

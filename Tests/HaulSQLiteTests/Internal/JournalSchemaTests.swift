@@ -44,7 +44,10 @@ struct JournalSchemaTests {
 
         let migratedShape = try migrated.read(Self.shape)
         let createdShape = try created.read(Self.shape)
-        #expect(Set(migratedShape.keys) == ["grdb_migrations", "record", "record_file", "committedBatch"])
+        #expect(
+            Set(migratedShape.keys) == [
+                "grdb_migrations", "record", "record_file", "committedBatch", "removal", "changeOrder",
+            ])
         #expect(createdShape == migratedShape)
         #expect(try created.read(JournalSchema.migrator.appliedMigrations) == JournalSchema.migrator.migrations)
         #expect(try created.read(JournalSchema.migrator.hasCompletedMigrations))
