@@ -118,11 +118,7 @@ extension Daemon {
         for (plan, _) in additions {
             do throws(RPCError) {
                 // The destination's directories are made now, inside the root (the plan checked every name).
-                let directory =
-                    switch plan.request.destination {
-                    case .directory(let directory, _): directory.path
-                    case .file(let file): file.deletingLastPathComponent().path
-                    }
+                let directory = Self.directory(of: plan.request.destination)
                 if !made.contains(directory) {
                     try makeDirectories(directory)
                     made.insert(directory)
@@ -235,6 +231,14 @@ extension Daemon {
     /// Each addition's result; every one has one by then (a missing one would say so rather than stop the daemon).
     private static func answered(_ results: [Result<GID, RPCError>?]) -> [Result<GID, RPCError>] {
         results.map { $0 ?? .failure(RPCError("the download was not added")) }
+    }
+
+    /// The directory a download to `destination` writes its file in.
+    private static func directory(of destination: Destination) -> String {
+        switch destination {
+        case .directory(let directory, _): directory.path
+        case .file(let file): file.deletingLastPathComponent().path
+        }
     }
 
     /// Makes `path` (inside the root) and the directories between, one by one: an existing one that is a symbolic link
@@ -597,9 +601,11 @@ extension Daemon {
     }
 
     /// The options a waiting download's settings may change to with `changeOption`, beside its speed limit (which
-    /// changes also while it runs). Its place and name, credentials, proxy and header lines stay as it was added.
+    /// changes also while it runs). Its credentials, proxy and header lines stay as it was added; its directory and
+    /// name change only while it holds no bytes.
     static let changeableWhileWaiting: Set<String> = [
-        "split", "max-connection-per-server", "min-split-size", "lowest-speed-limit", "max-tries", "retry-wait",
+        "dir", "out", "split", "max-connection-per-server", "min-split-size", "lowest-speed-limit", "max-tries",
+        "retry-wait",
         "timeout", "connect-timeout", "user-agent", "referer", "allow-overwrite", "auto-file-renaming", "checksum",
         "conditional-get", "remote-time", "check-certificate",
     ]
@@ -647,28 +653,62 @@ extension Daemon {
         return "OK"
     }
 
-    /// Gives the waiting download `gid` the settings its options with `settings` plan (under ``downloadChanges``).
+    /// Gives the waiting download `gid` the settings its options with `settings` plan (under ``downloadChanges``);
+    /// with `dir` or `out` among them, it moves to its new file.
     private func changeSettings(
         of gid: GID, handle: DownloadHandle, to settings: [String: [String]]
     ) throws(RPCError) {
         guard let item = state.withLock({ $0.items[gid] }) else { throw RPCError("GID \(gid) is not found") }
-        try replan(
+        let moves = settings["dir"] != nil || settings["out"] != nil
+        let request = try replan(
             handle, uris: item.uris,
-            options: DownloadPlan.replannable(item.options).merging(settings) { _, new in new },
+            options: DownloadPlan.replannable(item.options).merging(settings) { _, new in new }, moving: moves,
             refusal: "the settings of \(gid) cannot change while it runs in haul daemon (its max-download-limit can); "
                 + "pause it first")
+        guard moves else { return }
+        let (directory, path) = Aria2Status.destination(of: request)
+        state.withLock { state in
+            guard var moved = state.items[gid] else { return }
+            moved.shownDirectory = state.intern(directory)
+            moved.shownFile = ""
+            moved.show(path)
+            state.items[gid] = moved
+        }
     }
 
-    /// Gives the waiting download of `handle` the settings and mirrors a plan of `uris` with `options` has; its
-    /// credentials, proxy and header lines stay its own (see ``DownloadPlan/request(_:withSettingsOf:)``). A download
-    /// that runs is refused with `refusal`.
+    /// Gives the waiting download of `handle` the settings and mirrors a plan of `uris` with `options` has, and with
+    /// `moving` its destination; its credentials, proxy and header lines stay its own (see
+    /// ``DownloadPlan/request(_:withSettingsOf:)``). A download that runs is refused with `refusal`. Returns the
+    /// request it now has.
+    @discardableResult
     private func replan(
-        _ handle: DownloadHandle, uris: [String], options: [String: [String]], refusal: @autoclosure () -> String
-    ) throws(RPCError) {
+        _ handle: DownloadHandle, uris: [String], options: [String: [String]], moving: Bool = false,
+        refusal: @autoclosure () -> String
+    ) throws(RPCError) -> DownloadRequest {
         let plan = try DownloadPlan(
             uris: uris, options: options, defaults: [:], root: root, base: queue.downloader.configuration)
-        let request = DownloadPlan.request(handle.status.request, withSettingsOf: plan.request)
-        guard queue.replaceWaitingRequest(of: handle.id, with: request) else { throw RPCError(refusal()) }
+        var request = DownloadPlan.request(handle.status.request, withSettingsOf: plan.request)
+        guard moving else {
+            guard queue.replaceWaitingRequest(of: handle.id, with: request) else { throw RPCError(refusal()) }
+            return request
+        }
+        request.destination = plan.request.destination
+        // Made as an addition's are, inside the root (the plan checked every name).
+        try makeDirectories(Self.directory(of: request.destination))
+        do {
+            try queue.moveWaitingDownload(handle.id, to: request)
+        } catch {
+            switch error {
+            case .notWaiting, .otherDownload: throw RPCError(refusal())
+            case .destinationTaken:
+                throw RPCError("another download already goes to \(Aria2Status.destination(of: request).path)")
+            case .holdsBytes:
+                throw RPCError(
+                    "dir and out cannot change once a download holds bytes of its file in haul daemon: remove it and "
+                        + "add it again")
+            }
+        }
+        return request
     }
 
     func getGlobalOption() -> JSON {

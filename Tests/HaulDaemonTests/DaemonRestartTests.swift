@@ -29,7 +29,7 @@ struct DaemonRestartTests {
         return (daemon, queue)
     }
 
-    @Test("changeOption on a paused download: its run follows the new split, the change is kept, out is refused")
+    @Test("changeOption on a paused download: its run follows the new split, the change is kept, a bad out is refused")
     func changeWaitingDownload() async throws {
         try await TestServer.withRunning { server in
             let root = try TemporaryDirectory()
@@ -50,8 +50,8 @@ struct DaemonRestartTests {
             // What its run will use: the queue's request of it.
             let changed = try #require(firstQueue.statuses().first?.request)
             #expect(changed.maxConnections == 3 && changed.retryPolicy?.maxRetries == 1)
-            // The file's name, and a bad value beside a good one: refused, and nothing changed.
-            for refused: JSON in [["out": "other.bin"], ["split": "5", "timeout": "soon"], ["http-passwd": "x"]] {
+            // A name that leads out of its directory, and a bad value beside a good one: refused, and nothing changed.
+            for refused: JSON in [["out": "../other.bin"], ["split": "5", "timeout": "soon"], ["http-passwd": "x"]] {
                 #expect(throws: RPCError.self, "\(refused)") {
                     try first.call("aria2.changeOption", [.string(gid), refused])
                 }
@@ -89,6 +89,66 @@ struct DaemonRestartTests {
             #expect(try second.call("aria2.changeOption", [.string(running), ["max-download-limit": "0"]]) == "OK")
             second.close()
             firstQueue.cancelAll()
+            secondQueue.cancelAll()
+            await secondQueue.waitUntilIdle()
+        }
+    }
+
+    @Test("changeOption moves a paused download to another dir and name: shown, kept for the next start, run there")
+    func changeWaitingDestination() async throws {
+        try await TestServer.withRunning { server in
+            let root = try TemporaryDirectory()
+            let (first, firstQueue) = try start(root)
+            let url = server.url(path: "/bytes/first.bin", query: ["size": "1000"])
+            let gid = try #require(
+                try first.call("aria2.addUri", [[.string(url.absoluteString)], ["pause": "true"]]).string)
+            #expect(
+                try first.call("aria2.changeOption", [.string(gid), ["dir": "movies", "out": "renamed.bin"]]) == "OK")
+            let moved = root.file("movies/renamed.bin").path
+            func shown(_ daemon: Daemon) throws -> (String?, String?) {
+                let status = try #require(
+                    try daemon.call("aria2.tellStatus", [.string(gid), ["dir", "files"]]).object)
+                return (status["dir"]?.string, status["files"]?.array?.first?.object?["path"]?.string)
+            }
+            #expect(try shown(first) == (root.file("movies").path, moved))
+            let options = try #require(try first.call("aria2.getOption", [.string(gid)]).object)
+            #expect(options["dir"] == .string(root.file("movies").path) || options["dir"] == "movies")
+            #expect(options["out"] == "renamed.bin")
+            // Out of the root, through a link that leads out, a hidden name: refused, and it stays where it was moved.
+            let outside = try TemporaryDirectory()
+            #expect(symlink(outside.url.path, root.file("link").path) == 0)
+            for refused: JSON in [
+                ["dir": "../outside"], ["dir": "/etc"], ["out": ".bashrc"], ["dir": "a/../../b"], ["dir": "link/x"],
+            ] {
+                #expect(throws: RPCError.self, "\(refused)") {
+                    try first.call("aria2.changeOption", [.string(gid), refused])
+                }
+            }
+            #expect(try shown(first) == (root.file("movies").path, moved))
+            #expect(outside.contents().isEmpty)
+            // Another download of the same URL into that file: refused, as the second add of one file is.
+            let other = try #require(
+                try first.call("aria2.addUri", [[.string(url.absoluteString)], ["pause": "true", "out": "two.bin"]])
+                    .string)
+            #expect(throws: RPCError.self) {
+                try first.call("aria2.changeOption", [.string(other), ["dir": "movies", "out": "renamed.bin"]])
+            }
+            #expect(try first.call("aria2.remove", [.string(other)]) == .string(other))
+            first.close()
+            firstQueue.cancelAll()
+            await firstQueue.waitUntilIdle()
+            // Kept for the next start, and run there.
+            let (second, secondQueue) = try start(root)
+            #expect(try shown(second) == (root.file("movies").path, moved))
+            #expect(try second.call("aria2.unpause", [.string(gid)]) == .string(gid))
+            try await eventuallyAsync("complete", within: .seconds(60)) {
+                (try? second.call("aria2.tellStatus", [.string(gid), ["status"]]))?.object?["status"] == "complete"
+            }
+            #expect(contentsOf(URL(fileURLWithPath: moved)) == TestServer.expectedBytes(name: "first.bin", size: 1000))
+            #expect(!FileManager.default.fileExists(atPath: root.file("first.bin").path))
+            // Ended, it does not move.
+            #expect(throws: RPCError.self) { try second.call("aria2.changeOption", [.string(gid), ["out": "x.bin"]]) }
+            second.close()
             secondQueue.cancelAll()
             await secondQueue.waitUntilIdle()
         }

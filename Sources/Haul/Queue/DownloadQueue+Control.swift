@@ -165,6 +165,57 @@ extension DownloadQueue {
         }
     }
 
+    /// Why ``moveWaitingDownload(_:to:)`` left a download where it was.
+    package enum MoveRefusal: Error, Equatable {
+        /// It runs, or ended.
+        case notWaiting
+        /// The new request is for another URL or expected size.
+        case otherDownload
+        /// Another download of the queue is for that URL and file.
+        case destinationTaken
+        /// It holds bytes of its file (a run kept them for a pause, or the journal has a partial of an earlier run),
+        /// which belong to the file it was for.
+        case holdsBytes
+    }
+
+    /// Gives a download that waits (paused or not) and holds no bytes `request`, for the same URL and expected size
+    /// and another destination, with new settings as ``replaceWaitingRequest(of:with:)`` gives them: it starts into
+    /// its new file. What a journal recorded of its request moves with it.
+    package func moveWaitingDownload(_ id: DownloadID, to request: DownloadRequest) throws(MoveRefusal) {
+        let journal = downloader.configuration.journal
+        guard let current = locked({ $0.entries[id.rawValue]?.request }) else { throw .notWaiting }
+        let oldKey = JournalKey(current)
+        // A partial an earlier run left for it (the journal is read without the queue's lock).
+        if let journal, case .partial = journal.record(for: oldKey)?.state { throw .holdsBytes }
+        let key = JoinKey(url: request.url, destination: request.destination)
+        let refusal = locked { state -> MoveRefusal? in
+            guard let entry = state.entries[id.rawValue], entry.task == nil else { return .notWaiting }
+            guard entry.request.url == request.url, entry.request.expectedSize == request.expectedSize else {
+                return .otherDownload
+            }
+            let held = entry.progress?.withLock { $0?.bytesWritten ?? 0 } ?? 0
+            // Moved meanwhile, its journal's record was not the one read: refused as one that may hold bytes.
+            guard !entry.keptPartialForPause, held == 0, JournalKey(entry.request) == oldKey else { return .holdsBytes }
+            if let other = state.joined[key], other != id.rawValue { return .destinationTaken }
+            Self.leaveJoin(entry, id: id.rawValue, in: &state)
+            state.joined[key] = id.rawValue
+            entry.joinKey = key
+            entry.absentPath = nil
+            // A cancelled download of that file still ending: this one starts once it has let the file go.
+            entry.predecessor = state.ending[key]?.outcome
+            var request = request
+            request.priority = entry.request.priority
+            entry.request = request
+            return nil
+        }
+        if let refusal { throw refusal }
+        // Recorded as requested (``Configuration/recordsRequests``): recorded for its new file instead.
+        if recordsRequests, let journal, case .requested = journal.record(for: oldKey)?.state {
+            journal.remove(oldKey)
+            journal.store(JournalRecord(key: JournalKey(request), path: "", state: .requested, request: request))
+        }
+    }
+
     /// The key a download's host is counted by for per-host limits: its origin, `scheme://host:port` (the port
     /// written out: `https://example.org:443`).
     public static func hostKey(for url: URL) -> String { originKey(for: url) }

@@ -43,10 +43,12 @@ extension DownloadQueue {
     final class Entry {
         /// The request, its priority as last set (``DownloadQueue/setPriority(_:of:)``).
         var request: DownloadRequest
-        let joinKey: JoinKey
+        /// Its URL and destination; a waiting download moved to another file has them changed
+        /// (``DownloadQueue/moveWaitingDownload(_:to:)``).
+        var joinKey: JoinKey
         let box: ResultBox<Outcome>
         /// The destination, when it was absent as the request was added (see ``DestinationSnapshot``).
-        let absentPath: String?
+        var absentPath: String?
         /// Handles that still want the download; cancelling through the last one cancels it.
         var handles = 1
         /// Its task, once admitted (made after the lock that admitted it).

@@ -554,6 +554,103 @@ struct DownloadQueueControlTests {
         }
     }
 
+    @Test("a waiting download that holds no bytes moves to another file, and starts there; refused otherwise")
+    func moveWaitingDownload() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio, journal: journal)
+            let url = server.url(path: "/bytes/moved", query: ["size": "100"])
+            let request = DownloadRequest(url: url, destination: .directory(dir.url), priority: 3)
+            let handle = queue.add(request, paused: true)
+            #expect(journal.record(for: JournalKey(request))?.state == .requested)
+            try FileManager.default.createDirectory(at: dir.file("sub"), withIntermediateDirectories: true)
+            var moved = request
+            moved.destination = .file(dir.file("sub/renamed.bin"))
+            moved.maxConnections = 2
+            moved.priority = 0  // the queue's priority stays
+            try queue.moveWaitingDownload(handle.id, to: moved)
+            #expect(handle.status.request.destination == moved.destination)
+            #expect(handle.status.request.maxConnections == 2 && handle.status.request.priority == 3)
+            // What the journal had of its request went with it.
+            #expect(journal.record(for: JournalKey(request)) == nil)
+            #expect(journal.record(for: JournalKey(moved))?.state == .requested)
+            // Another URL or size is another download; the file of another download is that one's.
+            var otherURL = moved
+            otherURL.url = server.url(path: "/bytes/other")
+            var sized = moved
+            sized.expectedSize = 100
+            for refused in [otherURL, sized] {
+                #expect(throws: DownloadQueue.MoveRefusal.otherDownload) {
+                    try queue.moveWaitingDownload(handle.id, to: refused)
+                }
+            }
+            let other = queue.add(
+                DownloadRequest(url: url, destination: .file(dir.file("taken.bin"))), paused: true)
+            var taken = moved
+            taken.destination = .file(dir.file("taken.bin"))
+            #expect(throws: DownloadQueue.MoveRefusal.destinationTaken) {
+                try queue.moveWaitingDownload(handle.id, to: taken)
+            }
+            // Its old place is free again: another download for it is a download of its own, not a join.
+            let atOld = queue.add(request, paused: true)
+            #expect(atOld.id != handle.id)
+            #expect(handle.resume())
+            let result = try await handle.result
+            #expect(result.fileURL.path == dir.file("sub/renamed.bin").path)
+            #expect(contentsOf(result.fileURL) == TestServer.expectedBytes(name: "moved", size: 100))
+            #expect(!FileManager.default.fileExists(atPath: dir.file("moved").path))
+            // Ended, it is no longer waiting.
+            #expect(throws: DownloadQueue.MoveRefusal.notWaiting) {
+                try queue.moveWaitingDownload(handle.id, to: taken)
+            }
+            other.cancel()
+            atOld.cancel()
+        }
+    }
+
+    @Test("a download paused with bytes of its file, or with a partial an earlier run recorded, does not move")
+    func moveRefusedWithBytes() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let journal = MemoryJournal()
+            let queue = makeQueue(.init(maxConcurrentDownloads: 1), transport: .nio, journal: journal)
+            let size = 600_000  // above the size below which a partial is not kept
+            let big = server.url(
+                path: "/bytes/big", query: ["size": "\(size)", "stallAfter": "200000", "stall": "gate:s"])
+            let request = DownloadRequest(url: big, destination: .directory(dir.url))
+            let handle = queue.add(request)
+            try await eventually("bytes written") { handle.status.progress.bytesWritten > 0 }
+            #expect(handle.pause())
+            try await eventually("back in the waiting order") { handle.status.position == 0 }
+            var moved = request
+            moved.destination = .file(dir.file("elsewhere.bin"))
+            #expect(throws: DownloadQueue.MoveRefusal.holdsBytes) {
+                try queue.moveWaitingDownload(handle.id, to: moved)
+            }
+            #expect(handle.status.request.destination == request.destination)
+            server.openGate("s")
+            handle.cancel()
+            _ = try? await handle.result
+
+            // A partial an earlier run left, recorded in the journal, belongs to the file it was for.
+            let later = DownloadRequest(
+                url: server.url(path: "/bytes/later", query: ["size": "100"]),
+                destination: .directory(dir.url))
+            journal.store(
+                JournalRecord(
+                    key: JournalKey(later), path: dir.file(".later.haul-partial").path,
+                    state: .partial(validator: "\"v\"", totalBytes: 100, missingRanges: nil)))
+            let waiting = queue.add(later, paused: true)
+            var elsewhere = later
+            elsewhere.destination = .file(dir.file("later-elsewhere.bin"))
+            #expect(throws: DownloadQueue.MoveRefusal.holdsBytes) {
+                try queue.moveWaitingDownload(waiting.id, to: elsewhere)
+            }
+            waiting.cancel()
+        }
+    }
+
     @Test("resume all admits in the waiting order, not in the order the downloads were added")
     func resumeAllInOrder() async throws {
         try await TestServer.withRunning { server in
