@@ -605,9 +605,8 @@ extension Daemon {
     /// name change only while it holds no bytes.
     static let changeableWhileWaiting: Set<String> = [
         "dir", "out", "split", "max-connection-per-server", "min-split-size", "lowest-speed-limit", "max-tries",
-        "retry-wait",
-        "timeout", "connect-timeout", "user-agent", "referer", "allow-overwrite", "auto-file-renaming", "checksum",
-        "conditional-get", "remote-time", "check-certificate",
+        "retry-wait", "timeout", "connect-timeout", "user-agent", "referer", "allow-overwrite", "auto-file-renaming",
+        "checksum", "conditional-get", "remote-time", "check-certificate",
     ]
 
     /// `changeOption(gid, options)`: the speed limit changes at once, also while the download runs; the settings of

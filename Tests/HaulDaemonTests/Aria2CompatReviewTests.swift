@@ -275,6 +275,26 @@ struct Aria2CompatReviewTests {
         }
     }
 
+    @Test("changeOption gives a waiting download another out, answered and shown as aria2 does")
+    func changeWaitingOut() async throws {
+        try await withBoth { aria2, haul, server in
+            let url = JSON.string(server.url(path: "/bytes/named", query: ["size": "10"]).absoluteString)
+            var names: [String?] = []
+            for port in [aria2, haul.port] {
+                let gid = try #require(try await rpcResult(port, "aria2.addUri", [[url], ["pause": "true"]]).string)
+                let answer = try await rpcAnswer(port, "aria2.changeOption", [.string(gid), ["out": "renamed.bin"]])
+                #expect(answer["result"] == "OK", "\(port): \(answer)")
+                let options = try await rpcResult(port, "aria2.getOption", [.string(gid)])
+                #expect(options.object?["out"] == "renamed.bin", "\(port)")
+                #expect(try await rpcResult(port, "aria2.unpause", [.string(gid)]) == .string(gid))
+                try await waitForStatus(port, gid, "complete")
+                let files = try await rpcResult(port, "aria2.getFiles", [.string(gid)])
+                names.append(files.array?.first?.object?["path"]?.string.map { ($0 as NSString).lastPathComponent })
+            }
+            #expect(names == ["renamed.bin", "renamed.bin"], "aria2, haul: \(names)")
+        }
+    }
+
     /// aria2 answers a missing or mistyped parameter with its code 1 ("The parameter at 0 is required but
     /// missing."), as every other failure of a method; clients tell aria2's failures by code 1.
     @Test("a missing parameter is answered with aria2's code 1")
