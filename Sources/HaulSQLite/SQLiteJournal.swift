@@ -67,6 +67,9 @@ public final class SQLiteJournal: Journal {
 
     private struct OtherChange {
         var change: JournalChange
+        /// Its place in the order of changes: it is answered only while the database holds nothing newer for its key
+        /// (committed, it would be refused).
+        var ticket: Int64
         var instance: String
         var batch: UInt64
         /// The log it was read from: gone, its batch is in the database (a log is deleted only once committed), even
@@ -146,6 +149,12 @@ public final class SQLiteJournal: Journal {
         let statements = WriteStatements()
         self.statements = statements
         let order = try ChangeOrder(databasePath: path)
+        if order.resetIfDamaged() {
+            onError(
+                PendingLog.Refused(
+                    description: "'\(order.path)' held a count no journal reaches (damaged): counted again from the "
+                        + "database's"))
+        }
         // Read before the logs are listed: a journal whose logs are not among them takes its tickets after this.
         let takenBeforeListing = order.current
         let otherLogs = PendingLog.others(besides: path)
@@ -163,8 +172,8 @@ public final class SQLiteJournal: Journal {
             let logged = (otherLogs.left + otherLogs.held).flatMap(\.payloads).compactMap {
                 JournalChange.read($0)?.ticket
             }
-            let committed = try pool.read { db in try Int64.fetchOne(db, sql: "SELECT last FROM changeOrder") }
-            order.lift(to: max(logged.max() ?? 0, committed ?? 0))
+            let committed = try Self.committedTickets(in: pool, onError: onError)
+            order.lift(to: max(logged.max() ?? 0, committed))
             try Self.commit(otherLogs.left, into: pool, with: statements, order: order)
             // No other journal has a log open: every change with a ticket up to `takenBeforeListing` is committed, and
             // the tombstones up to it have done their work.
@@ -175,10 +184,12 @@ public final class SQLiteJournal: Journal {
         var others: [JournalKey: OtherChange] = [:]
         for log in otherLogs.held {
             for payload in log.payloads {
-                guard let (change, _) = JournalChange.read(payload) else { break }
+                guard let (change, ticket) = JournalChange.read(payload) else { break }
                 let position = others[change.key]?.position ?? others.count
+                // A change of a log written before tickets takes one when it is committed: above any there is now.
                 others[change.key] = OtherChange(
-                    change: change, instance: log.instance, batch: log.batch, log: log.path, position: position)
+                    change: change, ticket: ticket ?? .max, instance: log.instance, batch: log.batch, log: log.path,
+                    position: position)
             }
         }
         self.others = Locked(others)
@@ -190,19 +201,22 @@ public final class SQLiteJournal: Journal {
             writes = .grouped(
                 GroupCommit { changes in
                     // Their tickets taken in the transaction, under the database's write lock: see dropRemovals.
-                    Self.commit(into: pool, with: statements, onError: onError) {
+                    Self.commit(into: pool, with: statements, onError: onError, removalsBeside: path) {
                         let first = order.take(changes.count)
-                        return changes.enumerated().map { OrderedChange(change: $1, ticket: first + Int64($0)) }
+                        let ordered = changes.enumerated().map { OrderedChange(change: $1, ticket: first + Int64($0)) }
+                        // Nothing of this journal's is left to commit after these.
+                        return (ordered, order.current)
                     }
                 })
         } else {
             writes = .logged(
                 try JournalOpenError.mapping(path) {
                     try PendingWrites(databasePath: path, order: order, remembers: queriesDatabase, onError: onError) {
-                        changes, instance, batch in
-                        Self.commit(into: pool, with: statements, onError: onError, batch: (instance, batch)) {
-                            changes
-                        }
+                        changes, instance, batch, settled in
+                        Self.commit(
+                            into: pool, with: statements, onError: onError, batch: (instance, batch),
+                            removalsBeside: path
+                        ) { (changes, settled) }
                     }
                 })
         }
@@ -284,17 +298,28 @@ public final class SQLiteJournal: Journal {
     /// Writes the changes `changes` gives (called in the transaction) in one transaction, with the note of the
     /// pending log's `batch` they are; a failure loses them all (reported to `onError`: only what a later run can
     /// resume or skip is affected).
+    ///
+    /// With a removal among them, the tombstones go in the same transaction up to the ticket `changes` gives as
+    /// settled (none of this journal's changes still to commit is at or below it), unless another journal has a log
+    /// beside the database at `path` (its changes not committed may be older): under the write lock, a journal that
+    /// commits without a log (`powerLoss`) has no change between its ticket and its commit.
     private static func commit(
         into pool: DatabasePool, with statements: WriteStatements, onError: @Sendable (any Error) -> Void,
-        batch: (instance: String, number: UInt64)? = nil, _ changes: () -> [OrderedChange]
+        batch: (instance: String, number: UInt64)? = nil, removalsBeside path: String,
+        _ changes: () -> (changes: [OrderedChange], settled: Int64)
     ) {
         do {
             try pool.writeWithoutTransaction { db in
                 try statements.transaction(on: db) { statements in
-                    let changes = changes()
+                    let (changes, settled) = changes()
                     for change in changes { try apply(change, with: statements) }
                     if let highest = changes.map(\.ticket).max() { try statements.noteTickets(upTo: highest) }
                     if let batch { try statements.noteCommitted(instance: batch.instance, batch: batch.number) }
+                    if changes.contains(where: { if case .remove = $0.change { true } else { false } }),
+                        !PendingLog.othersExist(besides: path, instance: batch?.instance)
+                    {
+                        try statements.dropRemovals(upTo: settled)
+                    }
                 }
             }
         } catch {
@@ -309,12 +334,51 @@ public final class SQLiteJournal: Journal {
         }
     }
 
+    /// The highest ticket the database notes as committed (`changeOrder`). A note missing (a database changed by hand)
+    /// is made again from the highest ticket of its records and removals; one at or above ``ChangeOrder/limit``
+    /// (damaged) has those tickets set back to 0, older than any change to come, and is reported.
+    private static func committedTickets(
+        in pool: DatabasePool, onError: @Sendable (any Error) -> Void
+    ) throws -> Int64 {
+        // On the writer's connection, open already: a read through the pool would open a reader connection for it.
+        let noted = try pool.writeWithoutTransaction { db in
+            try Int64.fetchOne(db, sql: "SELECT last FROM changeOrder")
+        }
+        if let noted, noted >= 0, noted < ChangeOrder.limit { return noted }
+        return try pool.write { db in
+            let limit = ChangeOrder.limit
+            if try Int64.fetchOne(db, sql: "SELECT last FROM changeOrder").map({ $0 < 0 || $0 >= limit }) == true {
+                onError(
+                    PendingLog.Refused(
+                        description: "the journal's record of its order was damaged: the records it kept rank as the "
+                            + "oldest"))
+            }
+            for table in ["record", "removal"] {
+                try db.execute(
+                    sql: "UPDATE \(table) SET ticket = 0 WHERE ticket < 0 OR ticket >= ?", arguments: [limit])
+            }
+            let highest =
+                try Int64.fetchOne(
+                    db,
+                    sql: """
+                        SELECT max(coalesce((SELECT max(ticket) FROM record), 0),
+                                   coalesce((SELECT max(ticket) FROM removal), 0))
+                        """) ?? 0
+            try db.execute(sql: "DELETE FROM changeOrder")
+            try db.execute(sql: "INSERT INTO changeOrder (last) VALUES (?)", arguments: [highest])
+            return highest
+        }
+    }
+
     /// Deletes the tombstones of removals whose tickets are `ticket` or lower (``WriteStatements/delete(_:ticket:)``),
     /// when there are any. In a write transaction: a journal that commits without a log takes its tickets in its own
     /// (see `writes`), so none of its changes is between its ticket and its commit now.
     private static func dropRemovals(upTo ticket: Int64, in pool: DatabasePool) throws {
-        guard try pool.read({ db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM removal)") }) == true
-        else { return }
+        // On the writer's connection, as committedTickets reads.
+        let any = try pool.writeWithoutTransaction { db in
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM removal)")
+        }
+        guard any == true else { return }
         try pool.write { db in try db.execute(sql: "DELETE FROM removal WHERE ticket <= ?", arguments: [ticket]) }
     }
 
@@ -353,12 +417,18 @@ public final class SQLiteJournal: Journal {
     /// An instance opened without remembering its writes on an empty database answers every key as unknown.
     public func record(for key: JournalKey) -> JournalRecord? {
         guard queriesDatabase else { return nil }
-        if case .logged(let pending) = writes, let change = pending.change(for: key) {
-            guard case .upsert(let row) = change else { return nil }
-            return Self.record(from: row)
-        }
-        if othersAtOpen, let change = otherChange(for: key) {
-            guard case .upsert(let row) = change else { return nil }
+        // A change not committed yet answers unless the database already holds a newer one for the key, which its
+        // commit will not replace.
+        let uncommitted: OrderedChange? =
+            if case .logged(let pending) = writes, let own = pending.change(for: key) {
+                own
+            } else if othersAtOpen, let other = otherChange(for: key) {
+                other
+            } else {
+                nil
+            }
+        if let uncommitted, uncommitted.ticket > newestTicket(for: key) {
+            guard case .upsert(let row) = uncommitted.change else { return nil }
             return Self.record(from: row)
         }
         do {
@@ -391,19 +461,21 @@ public final class SQLiteJournal: Journal {
             let newer = pending.changes(at: path, orTo: keys)
             guard newer.commits == commits else { continue }
             var byKey = Dictionary(rows.map { (JournalKey(url: $0.url, destination: $0.destination), $0) }) { $1 }
-            let ownKeys = Set(newer.changes.map(\.key))
+            let ownKeys = Set(newer.changes.map(\.change.key))
+            var uncommitted = newer.changes
             if othersAtOpen {
                 for (key, entry) in others where !ownKeys.contains(key) {
-                    switch entry.change {
-                    case .upsert(let row) where row.path == path: byKey[key] = row
-                    case .upsert, .remove: if byKey[key] != nil { byKey[key] = nil }
-                    }
+                    uncommitted.append(OrderedChange(change: entry.change, ticket: entry.ticket))
                 }
             }
-            for change in newer.changes {
-                switch change {
-                case .upsert(let row) where row.path == path: byKey[change.key] = row
-                case .upsert, .remove: byKey[change.key] = nil
+            for ordered in uncommitted {
+                let key = ordered.change.key
+                // The database's newest for the key: a row read here is it (a newer removal would have deleted it).
+                let newest = byKey[key]?.ticket ?? newestTicket(for: key)
+                guard ordered.ticket > newest else { continue }
+                switch ordered.change {
+                case .upsert(let row) where row.path == path: byKey[key] = row
+                case .upsert, .remove: byKey[key] = nil
                 }
             }
             return byKey.values.compactMap { row in Self.record(from: row).flatMap { $0.state.isFile ? $0 : nil } }
@@ -469,16 +541,22 @@ public final class SQLiteJournal: Journal {
             let changes = othersAtOpen ? uncommittedOthers() : [:]
             var rows = try pool.read(Self.fetchRows)
             if othersAtOpen {
+                // Another journal's change answers only over what is older in the database: its row's, or the
+                // ticket of its removal.
+                let removals = changes.isEmpty ? [:] : try pool.read(Self.fetchRemovals)
+                var stored = Set<JournalKey>()
                 rows = rows.compactMap { row in
                     let key = JournalKey(url: row.url, destination: row.destination)
-                    guard let change = changes[key]?.change else { return row }
-                    guard case .upsert(var newer) = change else { return nil }
+                    stored.insert(key)
+                    guard let entry = changes[key], entry.ticket > row.ticket else { return row }
+                    guard case .upsert(var newer) = entry.change else { return nil }
                     newer.sequence = row.sequence
                     return newer
                 }
-                let stored = Set(rows.map { JournalKey(url: $0.url, destination: $0.destination) })
-                for case .upsert(let row) in changes.values.sorted(by: { $0.position < $1.position }).map(\.change)
-                where !stored.contains(JournalKey(url: row.url, destination: row.destination)) {
+                for entry in changes.values.sorted(by: { $0.position < $1.position }) {
+                    guard case .upsert(let row) = entry.change, case let key = entry.change.key,
+                        !stored.contains(key), entry.ticket > removals[key] ?? 0
+                    else { continue }
                     rows.append(row)
                 }
             }
@@ -491,13 +569,23 @@ public final class SQLiteJournal: Journal {
 
     /// Another open journal's change to `key` not committed yet, if ``others`` has one; an entry whose batch the
     /// database has is dropped.
-    private func otherChange(for key: JournalKey) -> JournalChange? {
+    private func otherChange(for key: JournalKey) -> OrderedChange? {
         guard let entry = others.withLock({ $0[key] }) else { return nil }
         guard !Self.isCommitted(entry, noted: (try? query.committedBatch(of: entry.instance)) ?? 0) else {
             others.withLock { if $0[key]?.batch == entry.batch { $0[key] = nil } }
             return nil
         }
-        return entry.change
+        return OrderedChange(change: entry.change, ticket: entry.ticket)
+    }
+
+    /// The highest ticket the database holds for `key` (0 when it cannot be read: the change not committed answers).
+    private func newestTicket(for key: JournalKey) -> Int64 {
+        do {
+            return try query.newestTicket(for: key)
+        } catch {
+            onError(error)
+            return 0
+        }
     }
 
     /// The entries of ``others`` whose batches are not committed yet.
@@ -548,6 +636,15 @@ public final class SQLiteJournal: Journal {
         return row
     }
 
+    /// The tickets of the removals the database keeps, by key.
+    private static func fetchRemovals(_ db: Database) throws -> [JournalKey: Int64] {
+        var removals: [JournalKey: Int64] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT url, destination, ticket FROM removal") {
+            removals[JournalKey(url: row["url"], destination: row["destination"])] = row["ticket"]
+        }
+        return removals
+    }
+
     /// Every row in sequence order.
     private static func fetchRows(_ db: Database) throws -> [RecordRow] {
         try Row.fetchAll(db, sql: "SELECT * FROM record ORDER BY sequence").map { row in
@@ -556,7 +653,7 @@ public final class SQLiteJournal: Journal {
                 sequence: row["sequence"], validator: row["validator"], totalBytes: row["totalBytes"],
                 size: row["size"], sha256: row["sha256"], modifiedNanoseconds: row["modifiedNanoseconds"],
                 inode: row["inode"], request: row["request"], failure: row["failure"],
-                missingRanges: row["missingRanges"])
+                missingRanges: row["missingRanges"], ticket: row["ticket"])
         }
     }
 

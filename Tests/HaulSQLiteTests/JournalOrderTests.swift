@@ -147,23 +147,34 @@ struct JournalOrderTests {
         y.finish()
     }
 
-    @Test("the tombstones of removals go when a journal opens with no other journal open, and stay while one is")
+    @Test("a removal's tombstone stays while another journal has a log, and goes with a commit or an open alone")
     func removalsDropped() throws {
         let dir = try TemporaryDirectory()
         let path = try database(in: dir)
+        let other = try SQLiteJournal(path: path)  // its log may hold changes older than the removal
         let first = try SQLiteJournal(path: path)
         first.store(record("a"))
         first.remove(key)
         _ = first.allRecords()
         #expect(try removals(path) == 1)
-        // `first` is still open: its log may hold older changes, so the tombstone stays.
-        try SQLiteJournal(path: path).finish()
+        try SQLiteJournal(path: path).finish()  // opened beside the two: it stays
+        #expect(try removals(path) == 1)
+        other.finish()
+        // Alone now: the next commit with a removal drops the tombstones nothing older can reach.
+        first.remove(JournalKey(url: "http://h/never-stored", destination: "/d/"))
+        _ = first.allRecords()
+        #expect(try removals(path) == 0)
+        // One left while another journal was open goes when a journal opens alone.
+        let x = try SQLiteJournal(path: path)
+        first.remove(key)
+        _ = first.allRecords()
         #expect(try removals(path) == 1)
         first.finish()
-        try SQLiteJournal(path: path).finish()
+        x.finish()
+        #expect(try removals(path) == 1)
+        let last = try SQLiteJournal(path: path)
         #expect(try removals(path) == 0)
         // And a change made after the tombstone went is stored as any other.
-        let last = try SQLiteJournal(path: path)
         last.store(record("b"))
         last.finish()
         #expect(try committed(path) == "b")

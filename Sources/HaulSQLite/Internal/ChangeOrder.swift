@@ -44,7 +44,9 @@ final class ChangeOrder: @unchecked Sendable {  // the counter is only touched a
             defer { close(descriptor) }
             throw failure("cannot be read")
         }
-        if let problem = Self.problem(with: info) {
+        // One name of the file only: a link planted beside the database would have another file of the user's counted
+        // in.
+        if let problem = Self.problem(with: info) ?? (info.st_nlink > 1 ? "has other links to it" : nil) {
             close(descriptor)
             throw failure(problem, systemSays: false)
         }
@@ -76,6 +78,14 @@ final class ChangeOrder: @unchecked Sendable {  // the counter is only touched a
     /// Tickets are below this: 2^62 changes would take a journal ages, so a ticket or floor at or above it is damage
     /// (a payload read back, a database changed by hand), and counting from it would soon wrap.
     static let limit: Int64 = 1 << 62
+
+    /// Sets a counter at or above ``limit`` (damaged, or planted) back to 0, for the journal opening to lift; returns
+    /// whether it was.
+    func resetIfDamaged() -> Bool {
+        let seen = counter.load(ordering: .relaxed)
+        guard Int64(bitPattern: seen) >= Self.limit || Int64(bitPattern: seen) < 0 else { return false }
+        return counter.compareExchange(expected: seen, desired: 0, ordering: .relaxed).exchanged
+    }
 
     /// Raises the counter to `floor` if it is below (a ticket already given out is never given again); a floor at or
     /// above ``limit`` is ignored.

@@ -294,6 +294,19 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
         return nil
     }
 
+    /// Whether a journal other than `instance` has a log (named, or being made) beside `databasePath`: a name read
+    /// from the directory, nothing opened.
+    static func othersExist(besides databasePath: String, instance: String?) -> Bool {
+        let directory = (databasePath as NSString).deletingLastPathComponent
+        let name = (databasePath as NSString).lastPathComponent
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory.isEmpty ? "." : directory)) ?? []
+        let own = instance.map { [name + "-pending." + $0 + ".", name + "-newpending." + $0 + "."] } ?? []
+        return entries.contains { entry in
+            (entry.hasPrefix(name + "-pending.") || entry.hasPrefix(name + "-newpending."))
+                && !own.contains { entry.hasPrefix($0) }
+        }
+    }
+
     /// The journal's instance name in a log's file name (`NAME-pending.<instance>.<side>`).
     private static func instance(of entry: String, _ name: String) -> String {
         String(entry.dropFirst(name.count + "-pending.".count).split(separator: ".").dropLast().joined(separator: "."))

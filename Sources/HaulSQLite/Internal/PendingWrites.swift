@@ -33,7 +33,7 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
     private var commits = 0
     /// This journal's changes not committed yet, by key, with the batch they are in; kept only when look-ups must
     /// find them.
-    private var unknown: [JournalKey: (change: JournalChange, batch: UInt64)] = [:]
+    private var unknown: [JournalKey: (change: OrderedChange, batch: UInt64)] = [:]
     private let remembers: Bool
     /// The number of the active log's batch; the other log's is one more (it is active next).
     private var batch: UInt64 = 1
@@ -49,7 +49,9 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
     /// writer waits for it.
     static let batchSize = 4096
     static let batchDelay: TimeInterval = 0.05
-    private let commit: @Sendable ([OrderedChange], _ instance: String, _ batch: UInt64) -> Void
+    /// Commits a batch; `settled` is a ticket no change of this journal's still to commit after the batch is at or
+    /// below (the bound of the tombstones it may drop, see `SQLiteJournal`).
+    private let commit: @Sendable ([OrderedChange], _ instance: String, _ batch: UInt64, _ settled: Int64) -> Void
     private let onError: @Sendable (any Error) -> Void
 
     /// Starts the committer, with two new logs beside `databasePath`; changes take their tickets from `order`.
@@ -58,7 +60,7 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
     /// committed again), and reports its own errors.
     init(
         databasePath: String, order: ChangeOrder, remembers: Bool, onError: @escaping @Sendable (any Error) -> Void,
-        commit: @escaping @Sendable ([OrderedChange], _ instance: String, _ batch: UInt64) -> Void
+        commit: @escaping @Sendable ([OrderedChange], _ instance: String, _ batch: UInt64, _ settled: Int64) -> Void
     ) throws {
         let first = try PendingLog(databasePath: databasePath, instance: instance, side: 0, batch: 1)
         do {
@@ -91,31 +93,32 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
             failure = error
         }
         for (index, change) in changes.enumerated() {
-            queued.append(OrderedChange(change: change, ticket: first + Int64(index)))
+            let ordered = OrderedChange(change: change, ticket: first + Int64(index))
+            queued.append(ordered)
+            if remembers { unknown[change.key] = (ordered, batch) }
         }
-        if remembers { for change in changes { unknown[change.key] = (change, batch) } }
         if !committing && (queued.count == changes.count || queued.count >= Self.batchSize) { condition.broadcast() }
         condition.unlock()
         if let failure { onError(failure) }
     }
 
-    /// This journal's newest change to `key` not committed yet, a removal included; `nil` when there is none (the
-    /// database answers).
-    func change(for key: JournalKey) -> JournalChange? {
+    /// This journal's newest change to `key` not committed yet, a removal included, with its ticket; `nil` when there
+    /// is none (the database answers).
+    func change(for key: JournalKey) -> OrderedChange? {
         guard remembers else { return nil }
         condition.lock()
         defer { condition.unlock() }
         return unknown[key]?.change
     }
 
-    /// This journal's changes not committed yet to the keys in `keys` or to records at `path`, and the number of
-    /// commits so far.
-    func changes(at path: String, orTo keys: Set<JournalKey>) -> (changes: [JournalChange], commits: Int) {
+    /// This journal's changes not committed yet to the keys in `keys` or to records at `path`, with their tickets,
+    /// and the number of commits so far.
+    func changes(at path: String, orTo keys: Set<JournalKey>) -> (changes: [OrderedChange], commits: Int) {
         condition.lock()
         defer { condition.unlock() }
-        let changes = unknown.values.compactMap { entry -> JournalChange? in
-            switch entry.change {
-            case .upsert(let row) where row.path == path || keys.contains(entry.change.key): entry.change
+        let changes = unknown.values.compactMap { entry -> OrderedChange? in
+            switch entry.change.change {
+            case .upsert(let row) where row.path == path || keys.contains(entry.change.change.key): entry.change
             case .remove(let key) where keys.contains(key): entry.change
             default: nil
             }
@@ -168,12 +171,14 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
             let due = Date(timeIntervalSinceNow: Self.batchDelay)
             while queued.count < Self.batchSize && !closing && draining == 0 && condition.wait(until: due) {}
             let (taken, side, number) = (queued, active, batch)
+            // Taken with the batch: every change with a ticket up to it is in the batch or committed before.
+            let settled = order.current
             queued = []
             active = 1 - active
             batch += 1
             committing = true
             condition.unlock()
-            commit(taken, instance, number)
+            commit(taken, instance, number, settled)
             condition.lock()
             logs[side].restart(batch: batch + 1)
             if remembers { unknown = unknown.filter { $0.value.batch != number } }

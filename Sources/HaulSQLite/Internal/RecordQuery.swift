@@ -13,14 +13,14 @@ final class RecordQuery: Sendable {
         Locked<
             (
                 connection: OpaquePointer, lookup: OpaquePointer, exists: OpaquePointer, files: OpaquePointer,
-                committed: OpaquePointer
+                committed: OpaquePointer, newest: OpaquePointer
             )?
         >
 
     /// The columns in the order ``row(for:)`` reads them.
     private static let lookup = """
         SELECT path, state, sequence, validator, totalBytes, size, sha256, modifiedNanoseconds, inode, request,
-               failure, missingRanges
+               failure, missingRanges, ticket
         FROM record WHERE url = ? AND destination = ?
         """
     private static let exists = "SELECT EXISTS (SELECT 1 FROM record)"
@@ -28,8 +28,13 @@ final class RecordQuery: Sendable {
     /// The partial and completed records of one path (the index `record_file`), their keys after the same columns.
     private static let files = """
         SELECT path, state, sequence, validator, totalBytes, size, sha256, modifiedNanoseconds, inode, request,
-               failure, missingRanges, url, destination
+               failure, missingRanges, ticket, url, destination
         FROM record WHERE path = ? AND state IN ('partial', 'completed')
+        """
+    /// The highest ticket the database holds for a key: its record's or its removal's (0 for none).
+    private static let newest = """
+        SELECT max(coalesce((SELECT ticket FROM record WHERE url = ?1 AND destination = ?2), 0),
+                   coalesce((SELECT ticket FROM removal WHERE url = ?1 AND destination = ?2), 0))
         """
 
     /// Opens a connection to the database at `path`, which must exist, migrated (the statements are prepared now).
@@ -49,7 +54,7 @@ final class RecordQuery: Sendable {
                 (
                     connection, try Self.prepare(Self.lookup, on: connection),
                     try Self.prepare(Self.exists, on: connection), try Self.prepare(Self.files, on: connection),
-                    try Self.prepare(Self.committed, on: connection)
+                    try Self.prepare(Self.committed, on: connection), try Self.prepare(Self.newest, on: connection)
                 ))
         } catch {
             sqlite3_close_v2(connection)
@@ -64,7 +69,7 @@ final class RecordQuery: Sendable {
     /// The row of `key`, if any.
     func row(for key: JournalKey) throws -> WriteStatements.Row? {
         try handles.withLock { handles -> WriteStatements.Row? in
-            guard case let (connection, statement, _, _, _)? = handles else { return nil }
+            guard case let (connection, statement, _, _, _, _)? = handles else { return nil }
             // Reset at once, so that the statement holds no read lock on the WAL between look-ups (a checkpoint would
             // wait for it), and cleared, so that no string outlives the call.
             defer {
@@ -85,7 +90,7 @@ final class RecordQuery: Sendable {
     /// The rows of the partial and completed files at `path`, under any key.
     func fileRows(at path: String) throws -> [WriteStatements.Row] {
         try handles.withLock { handles -> [WriteStatements.Row] in
-            guard case let (connection, _, _, statement, _)? = handles else { return [] }
+            guard case let (connection, _, _, statement, _, _)? = handles else { return [] }
             defer {
                 sqlite3_reset(statement)
                 sqlite3_clear_bindings(statement)
@@ -97,7 +102,7 @@ final class RecordQuery: Sendable {
                 if code == SQLITE_DONE { return rows }
                 guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.files) }
                 let text = { (column: Int32) in sqlite3_column_text(statement, column).map { String(cString: $0) } }
-                rows.append(Self.row(statement, url: text(12) ?? "", destination: text(13) ?? ""))
+                rows.append(Self.row(statement, url: text(13) ?? "", destination: text(14) ?? ""))
             }
         }
     }
@@ -114,13 +119,13 @@ final class RecordQuery: Sendable {
             url: url, destination: destination, path: text(0) ?? "", state: text(1) ?? "",
             sequence: integer(2) ?? 0, validator: text(3), totalBytes: integer(4), size: integer(5),
             sha256: text(6), modifiedNanoseconds: integer(7), inode: integer(8), request: text(9),
-            failure: text(10), missingRanges: text(11))
+            failure: text(10), missingRanges: text(11), ticket: integer(12) ?? 0)
     }
 
     /// Whether the table has a row.
     func hasRecords() throws -> Bool {
         try handles.withLock { handles -> Bool in
-            guard case let (connection, _, statement, _, _)? = handles else { return false }
+            guard case let (connection, _, statement, _, _, _)? = handles else { return false }
             defer { sqlite3_reset(statement) }
             let code = sqlite3_step(statement)
             guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.exists) }
@@ -131,7 +136,7 @@ final class RecordQuery: Sendable {
     /// The last batch of its pending log that journal `instance` noted as committed (0 for none).
     func committedBatch(of instance: String) throws -> UInt64 {
         try handles.withLock { handles -> UInt64 in
-            guard case let (connection, _, _, _, statement)? = handles else { return 0 }
+            guard case let (connection, _, _, _, statement, _)? = handles else { return 0 }
             defer {
                 sqlite3_reset(statement)
                 sqlite3_clear_bindings(statement)
@@ -143,11 +148,29 @@ final class RecordQuery: Sendable {
         }
     }
 
+    /// The highest ticket the database holds for `key`, of its record or of its removal; 0 for none. A change with a
+    /// lower ticket will not be applied when it is committed (``WriteStatements/upsert(_:ticket:)``).
+    func newestTicket(for key: JournalKey) throws -> Int64 {
+        try handles.withLock { handles -> Int64 in
+            guard case let (connection, _, _, _, _, statement)? = handles else { return 0 }
+            defer {
+                sqlite3_reset(statement)
+                sqlite3_clear_bindings(statement)
+            }
+            key.url.bind(statement, 1)
+            key.destination.bind(statement, 2)
+            let code = sqlite3_step(statement)
+            guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.newest) }
+            return sqlite3_column_int64(statement, 0)
+        }
+    }
+
     /// Finalizes the statements and closes the connection; look-ups then find nothing. Closing again does nothing.
     func close() {
-        guard case let (connection, lookup, exists, files, committed)? = handles.withLock({ $0.take() }) else {
+        guard case let (connection, lookup, exists, files, committed, newest)? = handles.withLock({ $0.take() }) else {
             return
         }
+        sqlite3_finalize(newest)
         sqlite3_finalize(committed)
         sqlite3_finalize(lookup)
         sqlite3_finalize(exists)

@@ -24,6 +24,9 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         /// A segmented partial's missing byte ranges in ``rangesText(_:)``'s form; `nil` for any other record (and in
         /// rows from before the column was added).
         var missingRanges: String?
+        /// The ticket of the change the row holds, as read from the database (``ChangeOrder``); a row to write takes
+        /// its change's instead.
+        var ticket: Int64 = 0
     }
 
     private var connection: OpaquePointer?
@@ -34,6 +37,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
     private var remove: OpaquePointer?
     private var noteRemoval: OpaquePointer?
     private var noteTicket: OpaquePointer?
+    private var dropRemovals: OpaquePointer?
     private var clock: OpaquePointer?
     private var noteBatch: OpaquePointer?
     private var forgetBatches: OpaquePointer?
@@ -87,6 +91,12 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
         try run(statement)
     }
 
+    /// Deletes the tombstones with tickets up to `ticket`: no change at or below it is still to be committed.
+    func dropRemovals(upTo ticket: Int64) throws {
+        sqlite3_bind_int64(dropRemovals, 1, ticket)
+        try run(dropRemovals)
+    }
+
     /// Notes in the transaction that its changes' tickets reach `ticket`: a journal opening lifts the order file's
     /// counter above it (``ChangeOrder/lift(to:)``), should that file be missing.
     func noteTickets(upTo ticket: Int64) throws {
@@ -122,12 +132,13 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
 
     func finalize() {
         for statement in [
-            begin, commit, rollback, insert, remove, noteRemoval, noteTicket, clock, noteBatch, forgetBatches,
+            begin, commit, rollback, insert, remove, noteRemoval, noteTicket, dropRemovals, clock, noteBatch,
+            forgetBatches,
         ] {
             sqlite3_finalize(statement)
         }
         (begin, commit, rollback, insert, remove, clock, connection) = (nil, nil, nil, nil, nil, nil, nil)
-        (noteRemoval, noteTicket, noteBatch, forgetBatches) = (nil, nil, nil, nil)
+        (noteRemoval, noteTicket, dropRemovals, noteBatch, forgetBatches) = (nil, nil, nil, nil, nil)
     }
 
     private func prepare(_ handle: OpaquePointer) throws {
@@ -167,6 +178,7 @@ final class WriteStatements: @unchecked Sendable {  // used by one writer closur
             ON CONFLICT (url, destination) DO UPDATE SET ticket = excluded.ticket WHERE excluded.ticket > removal.ticket
             """)
         noteTicket = try make("UPDATE changeOrder SET last = ?1 WHERE last < ?1")
+        dropRemovals = try make("DELETE FROM removal WHERE ticket <= ?1")
         clock = try make("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
         noteBatch = try make(
             """
