@@ -242,8 +242,9 @@ extension Daemon {
     }
 
     /// Makes `path` (inside the root) and the directories between, one by one: an existing one that is a symbolic link
-    /// is followed only when it leads to a place inside the root, so nothing is ever made outside it.
-    private func makeDirectories(_ path: String) throws(RPCError) {
+    /// is followed only when it leads to a place inside the root, so nothing is ever made outside it. Not `creating`,
+    /// only checks the directories there are.
+    private func makeDirectories(_ path: String, creating: Bool = true) throws(RPCError) {
         guard path != root else { return }
         guard path.hasPrefix(root + "/") else { throw RPCError("'\(path)' is outside the download root") }
         var current = root
@@ -267,6 +268,7 @@ extension Daemon {
                 }
                 continue
             }
+            guard creating else { return }
             guard mkdir(current, 0o755) == 0 || errno == EEXIST else {
                 throw RPCError(
                     "cannot create the directory '\(relative(current))': \(String(cString: strerror(errno)))")
@@ -631,6 +633,10 @@ extension Daemon {
         }
         // One change of a download at a time: each plans from the options the one before left.
         try holding(downloadChanges) { () throws(RPCError) in
+            let before = (
+                request: handle.status.request, limit: handle.status.maxBytesPerSecond,
+                item: state.withLock { $0.items[gid] }
+            )
             var changed: [String: String] = [:]
             if !settings.isEmpty {
                 try changeSettings(of: gid, handle: handle, to: settings)
@@ -646,8 +652,26 @@ extension Daemon {
                 state.touch(gid)
                 return state.items[gid]
             }
-            // Its options only: a whole row written from this copy would undo a removal or an end stored meanwhile.
-            if item != nil { try record { try $0.updateOptions(of: gid, setting: changed) } }
+            guard item != nil else { return }
+            do throws(RPCError) {
+                // Its options only: a whole row written from this copy would undo a removal or an end stored meanwhile.
+                try record { try $0.updateOptions(of: gid, setting: changed) }
+            } catch {
+                // Not kept, so undone: what runs and shows is what the next start brings back.
+                if before.request.destination != handle.status.request.destination {
+                    try? queue.moveWaitingDownload(handle.id, to: before.request)
+                } else {
+                    _ = queue.replaceWaitingRequest(of: handle.id, with: before.request)
+                }
+                if limit != nil { handle.setMaxBytesPerSecond(before.limit) }
+                state.withLock { state in
+                    guard let kept = before.item, var item = state.items[gid] else { return }
+                    item.options = kept.options
+                    (item.shownDirectory, item.shownFile) = (kept.shownDirectory, kept.shownFile)
+                    state.items[gid] = item
+                }
+                throw error
+            }
         }
         return "OK"
     }
@@ -661,7 +685,8 @@ extension Daemon {
         let moves = settings["dir"] != nil || settings["out"] != nil
         let request = try replan(
             handle, uris: item.uris,
-            options: DownloadPlan.replannable(item.options).merging(settings) { _, new in new }, moving: moves,
+            options: DownloadPlan.replannable(item.options).merging(settings) { _, new in new },
+            moving: moves ? gid : nil,
             refusal: "the settings of \(gid) cannot change while it runs in haul daemon (its max-download-limit can); "
                 + "pause it first")
         guard moves else { return }
@@ -675,25 +700,32 @@ extension Daemon {
         }
     }
 
-    /// Gives the waiting download of `handle` the settings and mirrors a plan of `uris` with `options` has, and with
-    /// `moving` its destination; its credentials, proxy and header lines stay its own (see
+    /// Gives the waiting download of `handle` the settings and mirrors a plan of `uris` with `options` has, and when
+    /// `moving` (its GID) its destination; its credentials, proxy and header lines stay its own (see
     /// ``DownloadPlan/request(_:withSettingsOf:)``). A download that runs is refused with `refusal`. Returns the
     /// request it now has.
     @discardableResult
     private func replan(
-        _ handle: DownloadHandle, uris: [String], options: [String: [String]], moving: Bool = false,
+        _ handle: DownloadHandle, uris: [String], options: [String: [String]], moving gid: GID? = nil,
         refusal: @autoclosure () -> String
     ) throws(RPCError) -> DownloadRequest {
         let plan = try DownloadPlan(
             uris: uris, options: options, defaults: [:], root: root, base: queue.downloader.configuration)
-        var request = DownloadPlan.request(handle.status.request, withSettingsOf: plan.request)
-        guard moving else {
+        let current = handle.status.request
+        var request = DownloadPlan.request(current, withSettingsOf: plan.request)
+        guard let gid else {
             guard queue.replaceWaitingRequest(of: handle.id, with: request) else { throw RPCError(refusal()) }
             return request
         }
         request.destination = plan.request.destination
-        // Made as an addition's are, inside the root (the plan checked every name).
-        try makeDirectories(Self.directory(of: request.destination))
+        let directory = Self.directory(of: request.destination)
+        // Checked before, made after: a move refused makes nothing.
+        try makeDirectories(directory, creating: false)
+        let path = Aria2Status.destination(of: request).path
+        let taken = state.withLock { state in
+            state.items.values.contains { $0.gid != gid && $0.ending == nil && !$0.removing && $0.shownPath == path }
+        }
+        guard !taken else { throw RPCError("another download already goes to \(relative(path))") }
         do {
             try queue.moveWaitingDownload(handle.id, to: request)
         } catch {
@@ -706,6 +738,12 @@ extension Daemon {
                     "dir and out cannot change once a download holds bytes of its file in haul daemon: remove it and "
                         + "add it again")
             }
+        }
+        do {
+            try makeDirectories(directory)
+        } catch {
+            try? queue.moveWaitingDownload(handle.id, to: current)
+            throw error
         }
         return request
     }

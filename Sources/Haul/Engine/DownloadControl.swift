@@ -13,6 +13,10 @@ final class DownloadControl: Sendable {
     private let pause = Atomic<UInt8>(PauseState.none)
     /// The extra connections of a segmented transfer open now (the download's own is not counted).
     let extraConnections = Atomic<Int>(0)
+    /// The request the download ended with, when its owner gave it another while it waited (its handles' status then
+    /// shows it rather than the request as added). A `Mutex` kept inside this object: no object of its own per
+    /// download.
+    private let endedRequest = Mutex<DownloadRequest?>(nil)
 
     init(maxBytesPerSecond: Int64?) {
         limit = BandwidthLimit(bytesPerSecond: maxBytesPerSecond)
@@ -51,4 +55,10 @@ final class DownloadControl: Sendable {
 
     /// The limit in bytes per second, if there is one.
     var maxBytesPerSecond: Int64? { limit.bytesPerSecond }
+
+    /// Keeps `request` as the one the download ended with.
+    func end(with request: DownloadRequest) { endedRequest.withLock { $0 = request } }
+
+    /// The request the download ended with, if its owner had replaced the one it was added with.
+    var requestAtEnd: DownloadRequest? { endedRequest.withLock { $0 } }
 }

@@ -16,12 +16,18 @@ public final class DownloadHandle: Sendable {
     /// The queue it belongs to.
     public let queue: DownloadQueue
     private let box: ResultBox<DownloadQueue.Outcome>
+    /// The download's control, which keeps the request it ended with when its owner replaced the one added.
+    private let control: DownloadControl
     private let cancelled = Locked(false)
 
-    init(id: DownloadID, request: DownloadRequest, box: ResultBox<DownloadQueue.Outcome>, queue: DownloadQueue) {
+    init(
+        id: DownloadID, request: DownloadRequest, box: ResultBox<DownloadQueue.Outcome>, control: DownloadControl,
+        queue: DownloadQueue
+    ) {
         self.id = id
         self.request = request
         self.box = box
+        self.control = control
         self.queue = queue
     }
 
@@ -94,7 +100,8 @@ public final class DownloadHandle: Sendable {
         if let status = queue.status(of: id) { return status }
         // Not in the queue: it has ended (the outcome is stored before the entry goes, under the queue's lock).
         let outcome = box.value
-        var status = DownloadStatus(id: id, request: request, state: .finished, outcome: outcome)
+        var status = DownloadStatus(
+            id: id, request: control.requestAtEnd ?? request, state: .finished, outcome: outcome)
         switch outcome {
         case .success(let result)?:
             status.progress = DownloadProgress(bytesWritten: result.size, totalBytes: result.size, bytesPerSecond: 0)

@@ -161,6 +161,7 @@ extension DownloadQueue {
             var request = request
             request.priority = entry.request.priority
             entry.request = request
+            entry.replaced = true
             return true
         }
     }
@@ -180,13 +181,23 @@ extension DownloadQueue {
 
     /// Gives a download that waits (paused or not) and holds no bytes `request`, for the same URL and expected size
     /// and another destination, with new settings as ``replaceWaitingRequest(of:with:)`` gives them: it starts into
-    /// its new file. What a journal recorded of its request moves with it.
+    /// its new file. With ``Configuration/recordsRequests``, the journal's record of its request moves with it (one the
+    /// journal has for the new file already, a partial an earlier run left there say, is kept, as an add keeps it).
     package func moveWaitingDownload(_ id: DownloadID, to request: DownloadRequest) throws(MoveRefusal) {
         let journal = downloader.configuration.journal
         guard let current = locked({ $0.entries[id.rawValue]?.request }) else { throw .notWaiting }
         let oldKey = JournalKey(current)
+        let newKey = JournalKey(request)
         // A partial an earlier run left for it (the journal is read without the queue's lock).
         if let journal, case .partial = journal.record(for: oldKey)?.state { throw .holdsBytes }
+        // Recorded for its new file before it is moved there: a cancellation from then on finds that record to forget
+        // (a record written after the move could outlive a cancellation made in between).
+        let records = recordsRequests ? journal : nil
+        var recorded = false
+        if let records, oldKey != newKey, records.record(for: newKey).map({ $0.state.isFailure }) ?? true {
+            records.store(JournalRecord(key: newKey, path: "", state: .requested, request: request))
+            recorded = true
+        }
         let key = JoinKey(url: request.url, destination: request.destination)
         let refusal = locked { state -> MoveRefusal? in
             guard let entry = state.entries[id.rawValue], entry.task == nil else { return .notWaiting }
@@ -206,14 +217,18 @@ extension DownloadQueue {
             var request = request
             request.priority = entry.request.priority
             entry.request = request
+            entry.replaced = true
             return nil
         }
-        if let refusal { throw refusal }
-        // Recorded as requested (``Configuration/recordsRequests``): recorded for its new file instead.
-        if recordsRequests, let journal, case .requested = journal.record(for: oldKey)?.state {
-            journal.remove(oldKey)
-            journal.store(JournalRecord(key: JournalKey(request), path: "", state: .requested, request: request))
+        guard let records, oldKey != newKey else {
+            if let refusal { throw refusal }
+            return
         }
+        if let refusal {
+            if recorded, case .requested = records.record(for: newKey)?.state { records.remove(newKey) }
+            throw refusal
+        }
+        if case .requested = records.record(for: oldKey)?.state { records.remove(oldKey) }
     }
 
     /// The key a download's host is counted by for per-host limits: its origin, `scheme://host:port` (the port

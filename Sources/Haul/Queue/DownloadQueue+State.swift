@@ -72,6 +72,9 @@ extension DownloadQueue {
         var keptPartialForPause = false
         /// Its speed limit, which may change while it runs, and the pause flag its run reads.
         let control: DownloadControl
+        /// Whether its request was replaced while it waited (``DownloadQueue/replaceWaitingRequest(of:with:)``,
+        /// ``DownloadQueue/moveWaitingDownload(_:to:)``): its handles then show the request it ended with.
+        var replaced = false
 
         init(request: DownloadRequest, joinKey: JoinKey, box: ResultBox<Outcome>, absentPath: String?) {
             self.request = request
@@ -404,11 +407,11 @@ extension DownloadQueue {
     /// Adds an entry (or joins an identical one) and announces it. Call ``admit(in:)`` after.
     func enqueue(
         _ request: DownloadRequest, absentPath: String?, in state: inout State
-    ) -> (DownloadID, ResultBox<Outcome>) {
+    ) -> (DownloadID, ResultBox<Outcome>, DownloadControl) {
         let key = JoinKey(url: request.url, destination: request.destination)
         if let existing = state.joined[key], let entry = state.entries[existing] {
             entry.handles += 1
-            return (DownloadID(rawValue: existing), entry.box)
+            return (DownloadID(rawValue: existing), entry.box, entry.control)
         }
         if state.isIdle {
             state.batch = BatchCounters()  // a new batch begins
@@ -428,7 +431,7 @@ extension DownloadQueue {
         state.scheduler.enqueue(id, host: Self.originKey(for: request.url), priority: request.priority)
         if state.wants(.queued) { state.publish(.queued(DownloadID(rawValue: id), request)) }
         publishBatchProgress(in: &state, force: false)
-        return (DownloadID(rawValue: id), entry.box)
+        return (DownloadID(rawValue: id), entry.box, entry.control)
     }
 
     /// Takes what the scheduler admits now into ``State/admitted``, which ``locked(_:)`` carries out after the lock.
@@ -561,6 +564,7 @@ extension DownloadQueue {
             var effects = SideEffects()
             if requeue(id, after: outcome, in: &state) { return effects }
             guard let entry = state.entries.removeValue(forKey: id) else { return effects }
+            if entry.replaced { entry.control.end(with: entry.request) }
             if case .failure(let error) = outcome, error.isCancellation {
                 discardPausedPartial(of: entry, in: &effects)
             }
@@ -638,6 +642,7 @@ extension DownloadQueue {
             return
         }
         state.entries[id] = nil
+        if entry.replaced { entry.control.end(with: entry.request) }
         Self.leaveJoin(entry, id: id, in: &state)
         leaveWaiting(entry.request, in: &state)
         if state.resumeScans > 0 { state.endedDuringScan.insert(entry.joinKey) }

@@ -147,7 +147,7 @@ public final class DownloadQueue: Sendable {
         if recordsRequests, let journal = downloader.configuration.journal {
             Self.recordRequested(requests, in: journal)
         }
-        var added: [(DownloadID, ResultBox<Outcome>)?] = []
+        var added: [(DownloadID, ResultBox<Outcome>, DownloadControl)?] = []
         added.reserveCapacity(requests.count)
         let sliced = slicesAdmission(of: requests)
         let sliceSize = sliced ? Self.admissionSlice : max(requests.count, 1)
@@ -190,7 +190,7 @@ public final class DownloadQueue: Sendable {
             start += sliceSize
         } while start < requests.count
         return zip(requests, added).compactMap { request, added in
-            added.map { DownloadHandle(id: $0.0, request: request, box: $0.1, queue: self) }
+            added.map { DownloadHandle(id: $0.0, request: request, box: $0.1, control: $0.2, queue: self) }
         }
     }
 

@@ -380,7 +380,9 @@ struct DownloadPlan {
         guard !name.hasPrefix(".") else {
             throw RPCError("\(option) '\(name)' starts with a dot: hidden files are not written by haul daemon")
         }
-        guard !name.utf8.contains(0) else { throw RPCError("\(option) contains a NUL byte") }
+        guard !name.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            throw RPCError("\(option) contains a control character (a NUL, a line break...)")
+        }
     }
 
     /// A byte count with aria2's suffixes (`K`, `M`, `G`: 1024, 1024², 1024³).

@@ -47,7 +47,8 @@ struct DownloadQueueTransitionTests {
     @Test("a download cancelled between its admission and its task's start: the task is cancelled as it is stored")
     func cancelledBeforeStart() async {
         let queue = Self.queue(maxConcurrent: 1)
-        let (id, box) = queue.state.withLock { state in queue.enqueue(Self.request("a"), absentPath: nil, in: &state) }
+        let (id, box, _) = queue.state.withLock { state in queue.enqueue(Self.request("a"), absentPath: nil, in: &state)
+        }
         let admitted = queue.state.withLock { state in
             queue.admit(in: &state)
             defer { state.admitted = [] }
