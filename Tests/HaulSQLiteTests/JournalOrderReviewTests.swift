@@ -16,32 +16,7 @@ import Darwin
 /// The order of changes under a hostile second look: look-ups that must agree with what the database will hold, and an
 /// order file or database damaged or planted.
 @Suite("SQLite journal's order under review", .timeLimit(.minutes(1)))
-struct JournalOrderReviewTests {
-    let key = JournalKey(url: "http://h/a", destination: "/d/")
-
-    func row(_ failure: String) -> RecordRow {
-        RecordRow(
-            url: key.url, destination: key.destination, path: "/d/a", state: "failed", sequence: 0, failure: failure)
-    }
-
-    func record(_ failure: String) -> JournalRecord {
-        JournalRecord(key: key, path: "/d/a", state: .failed(message: failure))
-    }
-
-    func committed(_ path: String) throws -> String? {
-        try DatabaseQueue(path: path).read { db in
-            try String.fetchOne(
-                db, sql: "SELECT failure FROM record WHERE url = ? AND destination = ?",
-                arguments: [key.url, key.destination])
-        }
-    }
-
-    func database(in dir: TemporaryDirectory) throws -> String {
-        let path = dir.file("j.sqlite").path
-        try SQLiteJournal(path: path).finish()
-        return path
-    }
-
+struct JournalOrderReviewTests: OneRecordFixture {
     /// Writes `value` as the order file's counter word (a damaged or planted file of this user's).
     func plantCounter(_ value: UInt64, at path: String) throws {
         unlink(path + "-order")

@@ -16,36 +16,9 @@ import Darwin
 /// The order of changes across journals and processes: the change written last wins, whenever each is committed
 /// (``ChangeOrder``), and no clock takes part.
 @Suite("SQLite journal's order of changes", .timeLimit(.minutes(1)))
-struct JournalOrderTests {
-    let key = JournalKey(url: "http://h/a", destination: "/d/")
-
-    func row(_ failure: String) -> RecordRow {
-        RecordRow(
-            url: key.url, destination: key.destination, path: "/d/a", state: "failed", sequence: 0, failure: failure)
-    }
-
-    func record(_ failure: String) -> JournalRecord {
-        JournalRecord(key: key, path: "/d/a", state: .failed(message: failure))
-    }
-
-    /// What the database itself holds for `key` (its `failure` column), read on a connection of the test's own.
-    func committed(_ path: String) throws -> String? {
-        try DatabaseQueue(path: path).read { db in
-            try String.fetchOne(
-                db, sql: "SELECT failure FROM record WHERE url = ? AND destination = ?",
-                arguments: [key.url, key.destination])
-        }
-    }
-
+struct JournalOrderTests: OneRecordFixture {
     func removals(_ path: String) throws -> Int {
         try DatabaseQueue(path: path).read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM removal") ?? -1 }
-    }
-
-    /// A new journal database at `j.sqlite` in `dir`, its schema made.
-    func database(in dir: TemporaryDirectory) throws -> String {
-        let path = dir.file("j.sqlite").path
-        try SQLiteJournal(path: path).finish()
-        return path
     }
 
     /// What a journal killed right after writing `change` leaves: its change, with the ticket it took, in a pending

@@ -15,27 +15,7 @@ import Darwin
 
 /// The journal's pending logs under a hostile second look: each test states a promise the journal makes.
 @Suite("SQLite journal review hazards", .timeLimit(.minutes(1)))
-struct JournalReviewHazardTests {
-    let key = JournalKey(url: "http://h/a", destination: "/d/")
-
-    func row(_ failure: String) -> RecordRow {
-        RecordRow(
-            url: key.url, destination: key.destination, path: "/d/a", state: "failed", sequence: 0, failure: failure)
-    }
-
-    func record(_ failure: String) -> JournalRecord {
-        JournalRecord(key: key, path: "/d/a", state: .failed(message: failure))
-    }
-
-    /// What the database itself holds for `key` (its `failure` column), read on a connection of the test's own.
-    func committed(_ path: String) throws -> String? {
-        try DatabaseQueue(path: path).read { db in
-            try String.fetchOne(
-                db, sql: "SELECT failure FROM record WHERE url = ? AND destination = ?",
-                arguments: [key.url, key.destination])
-        }
-    }
-
+struct JournalReviewHazardTests: OneRecordFixture {
     /// Holds SQLite's write lock on the database (as a long transaction of another process would) until released:
     /// the journals' committers wait for it (their busy timeout is 10 s).
     final class WriteLock {

@@ -76,9 +76,7 @@ final class RecordQuery: Sendable {
                 sqlite3_reset(statement)
                 sqlite3_clear_bindings(statement)
             }
-            key.url.bind(statement, 1)
-            key.destination.bind(statement, 2)
-            let code = sqlite3_step(statement)
+            let code = Self.step(statement, for: key)
             guard code == SQLITE_ROW else {
                 if code == SQLITE_DONE { return nil }
                 throw Self.error(code, on: connection, sql: Self.lookup)
@@ -157,9 +155,7 @@ final class RecordQuery: Sendable {
                 sqlite3_reset(statement)
                 sqlite3_clear_bindings(statement)
             }
-            key.url.bind(statement, 1)
-            key.destination.bind(statement, 2)
-            let code = sqlite3_step(statement)
+            let code = Self.step(statement, for: key)
             guard code == SQLITE_ROW else { throw Self.error(code, on: connection, sql: Self.newest) }
             return sqlite3_column_int64(statement, 0)
         }
@@ -176,6 +172,13 @@ final class RecordQuery: Sendable {
         sqlite3_finalize(exists)
         sqlite3_finalize(files)
         sqlite3_close_v2(connection)
+    }
+
+    /// Binds `key` to a statement's first two parameters and steps it.
+    private static func step(_ statement: OpaquePointer, for key: JournalKey) -> Int32 {
+        key.url.bind(statement, 1)
+        key.destination.bind(statement, 2)
+        return sqlite3_step(statement)
     }
 
     private static func prepare(_ sql: String, on connection: OpaquePointer) throws -> OpaquePointer {
