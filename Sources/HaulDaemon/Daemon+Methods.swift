@@ -719,34 +719,33 @@ extension Daemon {
         }
         request.destination = plan.request.destination
         let directory = Self.directory(of: request.destination)
-        // Checked before, made after: a move refused makes nothing.
         try makeDirectories(directory, creating: false)
         let path = Aria2Status.destination(of: request).path
         let taken = state.withLock { state in
             state.items.values.contains { $0.gid != gid && $0.ending == nil && !$0.removing && $0.shownPath == path }
         }
         guard !taken else { throw RPCError("another download already goes to \(relative(path))") }
+        // What the queue would refuse is refused before any directory is made; the directories are there before the
+        // download can start into them.
+        let status = handle.status
+        guard status.state == .waiting || status.state == .paused else { throw RPCError(refusal()) }
+        guard status.progress.bytesWritten == 0 else { throw Self.holdsBytes }
+        try makeDirectories(directory)
         do {
             try queue.moveWaitingDownload(handle.id, to: request)
         } catch {
             switch error {
             case .notWaiting, .otherDownload: throw RPCError(refusal())
-            case .destinationTaken:
-                throw RPCError("another download already goes to \(Aria2Status.destination(of: request).path)")
-            case .holdsBytes:
-                throw RPCError(
-                    "dir and out cannot change once a download holds bytes of its file in haul daemon: remove it and "
-                        + "add it again")
+            case .destinationTaken: throw RPCError("another download already goes to \(relative(path))")
+            case .holdsBytes: throw Self.holdsBytes
             }
-        }
-        do {
-            try makeDirectories(directory)
-        } catch {
-            try? queue.moveWaitingDownload(handle.id, to: current)
-            throw error
         }
         return request
     }
+
+    /// The refusal of a move of a download that holds bytes of its file.
+    private static let holdsBytes = RPCError(
+        "dir and out cannot change once a download holds bytes of its file in haul daemon: remove it and add it again")
 
     func getGlobalOption() -> JSON {
         let defaults = state.withLock { $0.globalOptions }
