@@ -177,7 +177,7 @@ public final class SQLiteJournal: Journal {
             try Self.commit(otherLogs.left, into: pool, with: statements, order: order)
             // No other journal has a log open: every change with a ticket up to `takenBeforeListing` is committed, and
             // the tombstones up to it have done their work.
-            if otherLogs.held.isEmpty { try Self.dropRemovals(upTo: takenBeforeListing, in: pool) }
+            if otherLogs.held.isEmpty { try Self.dropRemovals(upTo: takenBeforeListing, in: pool, with: statements) }
         }
         let query = try JournalOpenError.mapping(path) { try RecordQuery(path: path) }
         self.query = query
@@ -347,7 +347,7 @@ public final class SQLiteJournal: Journal {
         if let noted, noted >= 0, noted < ChangeOrder.limit { return noted }
         return try pool.write { db in
             let limit = ChangeOrder.limit
-            if try Int64.fetchOne(db, sql: "SELECT last FROM changeOrder").map({ $0 < 0 || $0 >= limit }) == true {
+            if noted != nil {
                 onError(
                     PendingLog.Refused(
                         description: "the journal's record of its order was damaged: the records it kept rank as the "
@@ -373,13 +373,14 @@ public final class SQLiteJournal: Journal {
     /// Deletes the tombstones of removals whose tickets are `ticket` or lower (``WriteStatements/delete(_:ticket:)``),
     /// when there are any. In a write transaction: a journal that commits without a log takes its tickets in its own
     /// (see `writes`), so none of its changes is between its ticket and its commit now.
-    private static func dropRemovals(upTo ticket: Int64, in pool: DatabasePool) throws {
+    private static func dropRemovals(
+        upTo ticket: Int64, in pool: DatabasePool, with statements: WriteStatements
+    ) throws {
         // On the writer's connection, as committedTickets reads.
-        let any = try pool.writeWithoutTransaction { db in
-            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM removal)")
+        try pool.writeWithoutTransaction { db in
+            guard try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM removal)") == true else { return }
+            try statements.transaction(on: db) { try $0.dropRemovals(upTo: ticket) }
         }
-        guard any == true else { return }
-        try pool.write { db in try db.execute(sql: "DELETE FROM removal WHERE ticket <= ?", arguments: [ticket]) }
     }
 
     /// Commits what is pending, deletes the pending logs, closes the look-ups' connection and the writer's

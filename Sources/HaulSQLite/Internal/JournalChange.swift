@@ -49,16 +49,8 @@ enum JournalChange: Sendable, Equatable {
     /// Replaces the ticket at the end of a payload ``payload(ticket:)`` made: a journal makes its payloads before it
     /// takes its lock, and their tickets under the lock, in the order of its log.
     static func stamp(_ ticket: Int64, on payload: inout [UInt8]) {
-        let start = payload.count - 8
-        for index in 0..<8 {
-            payload[start + index] = UInt8(truncatingIfNeeded: UInt64(bitPattern: ticket) >> (8 * index))
-        }
-    }
-
-    /// The change a payload holds; `nil` for bytes ``payload`` or ``payload(ticket:)`` does not make.
-    init?(payload: [UInt8]) {
-        guard let (change, _) = Self.read(payload) else { return nil }
-        self = change
+        payload.removeLast(8)
+        putWord(ticket, into: &payload)
     }
 
     /// The change a payload holds and its ticket (`nil` in a payload written before changes had tickets); `nil`

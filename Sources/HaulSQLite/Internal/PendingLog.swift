@@ -225,14 +225,9 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
     /// as they are now (never locked or deleted). `refused`: what is named like a log and is not one this journal may
     /// read (not a regular file, another user's, larger than a log can be), left alone, each with why.
     static func others(besides databasePath: String) -> (left: [Left], held: [Left], refused: [String]) {
-        let directory = (databasePath as NSString).deletingLastPathComponent
         let name = (databasePath as NSString).lastPathComponent
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory.isEmpty ? "." : directory)) ?? []
         var (left, held, refused): ([Left], [Left], [String]) = ([], [], [])
-        for entry in entries {
-            let path = (directory as NSString).appendingPathComponent(entry)
-            let named = entry.hasPrefix(name + "-pending.")
-            guard named || entry.hasPrefix(name + "-newpending.") else { continue }
+        for (entry, path, named) in names(besides: databasePath) {
             // Without waiting for a writer (a FIFO named like a log), and never through a link.
             let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
             guard descriptor >= 0 else {
@@ -297,13 +292,21 @@ final class PendingLog: @unchecked Sendable {  // appends and restarts are seria
     /// Whether a journal other than `instance` has a log (named, or being made) beside `databasePath`: a name read
     /// from the directory, nothing opened.
     static func othersExist(besides databasePath: String, instance: String?) -> Bool {
+        let name = (databasePath as NSString).lastPathComponent
+        let own = instance.map { [name + "-pending." + $0 + ".", name + "-newpending." + $0 + "."] } ?? []
+        return names(besides: databasePath).contains { log in !own.contains { log.entry.hasPrefix($0) } }
+    }
+
+    /// The files beside `databasePath` named like logs: each name, its path, and whether it is a log's name
+    /// (`NAME-pending.*`) rather than one being made (`NAME-newpending.*`).
+    private static func names(besides databasePath: String) -> [(entry: String, path: String, named: Bool)] {
         let directory = (databasePath as NSString).deletingLastPathComponent
         let name = (databasePath as NSString).lastPathComponent
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory.isEmpty ? "." : directory)) ?? []
-        let own = instance.map { [name + "-pending." + $0 + ".", name + "-newpending." + $0 + "."] } ?? []
-        return entries.contains { entry in
-            (entry.hasPrefix(name + "-pending.") || entry.hasPrefix(name + "-newpending."))
-                && !own.contains { entry.hasPrefix($0) }
+        return entries.compactMap { entry in
+            let named = entry.hasPrefix(name + "-pending.")
+            guard named || entry.hasPrefix(name + "-newpending.") else { return nil }
+            return (entry, (directory as NSString).appendingPathComponent(entry), named)
         }
     }
 

@@ -27,13 +27,13 @@ struct PendingLogTests {
         var random = SplitMix(seed: seed)
         for index in 0..<50 {
             let change = change(index, &random)
-            #expect(JournalChange(payload: change.payload) == change)
+            #expect(JournalChange.read(change.payload)?.change == change)
             let payload = change.payload
-            #expect(JournalChange(payload: Array(payload.dropLast())) == nil, "cut: \(change)")
-            #expect(JournalChange(payload: payload + [0]) == nil, "longer: \(change)")
+            #expect(JournalChange.read(Array(payload.dropLast())) == nil, "cut: \(change)")
+            #expect(JournalChange.read(payload + [0]) == nil, "longer: \(change)")
         }
-        #expect(JournalChange(payload: []) == nil)
-        #expect(JournalChange(payload: [7, 0, 0, 0, 0]) == nil)
+        #expect(JournalChange.read([]) == nil)
+        #expect(JournalChange.read([7, 0, 0, 0, 0]) == nil)
     }
 
     @Test("a log killed in the middle of any append reads back as the frames made whole before it")
