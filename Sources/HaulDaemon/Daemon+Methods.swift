@@ -633,9 +633,9 @@ extension Daemon {
         }
         // One change of a download at a time: each plans from the options the one before left.
         try holding(downloadChanges) { () throws(RPCError) in
+            let status = handle.status
             let before = (
-                request: handle.status.request, limit: handle.status.maxBytesPerSecond,
-                item: state.withLock { $0.items[gid] }
+                request: status.request, limit: status.maxBytesPerSecond, item: state.withLock { $0.items[gid] }
             )
             var changed: [String: String] = [:]
             if !settings.isEmpty {
@@ -711,7 +711,8 @@ extension Daemon {
     ) throws(RPCError) -> DownloadRequest {
         let plan = try DownloadPlan(
             uris: uris, options: options, defaults: [:], root: root, base: queue.downloader.configuration)
-        let current = handle.status.request
+        let status = handle.status
+        let current = status.request
         var request = DownloadPlan.request(current, withSettingsOf: plan.request)
         guard let gid else {
             guard queue.replaceWaitingRequest(of: handle.id, with: request) else { throw RPCError(refusal()) }
@@ -727,7 +728,6 @@ extension Daemon {
         guard !taken else { throw RPCError("another download already goes to \(relative(path))") }
         // What the queue would refuse is refused before any directory is made; the directories are there before the
         // download can start into them.
-        let status = handle.status
         guard status.state == .waiting || status.state == .paused else { throw RPCError(refusal()) }
         guard status.progress.bytesWritten == 0 else { throw Self.holdsBytes }
         try makeDirectories(directory)
