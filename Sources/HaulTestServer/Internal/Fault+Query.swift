@@ -10,9 +10,9 @@ extension Fault {
     private mutating func apply(name: String, value: String) {
         let flag = value.isEmpty || value == "1" || value == "true" || value == "yes"
         switch name {
-        case "status": status = Int(value)
+        case "status": status = Self.statusCode(value)
         case "fail": failCount = Int(value)
-        case "failStatus": failStatus = Int(value)
+        case "failStatus": failStatus = Self.statusCode(value)
         case "retryAfter": retryAfterSeconds = Int(value)
         case "retryAfterDate": retryAfterAsDate = flag
         case "delay": delayMilliseconds = Int(value)
@@ -35,11 +35,11 @@ extension Fault {
         case "changeAfterFirst": changeAfterFirst = flag
         case "redirects": redirectCount = Int(value)
         case "redirectLoop": redirectLoop = flag
-        case "redirectTo": redirectTarget = value
-        case "redirectStatus": redirectStatus = Int(value)
-        case "disposition": contentDisposition = value
+        case "redirectTo": redirectTarget = Self.fieldValue(value)
+        case "redirectStatus": redirectStatus = Self.statusCode(value)
+        case "disposition": contentDisposition = Self.fieldValue(value)
         case "requireAuth": requiredAuthorization = value
-        case "setCookie": setCookie = value
+        case "setCookie": setCookie = Self.fieldValue(value)
         case "gzip": gzip = flag
         case "dropConnection": dropConnection = flag
         case "dropTimes": dropTimes = Int(value)
@@ -48,6 +48,18 @@ extension Fault {
         case "hold": holdGate = value
         default: break
         }
+    }
+
+    /// A status code of three digits, or `nil`: anything else is not one, and NIO traps on a negative one.
+    private static func statusCode(_ value: String) -> Int? {
+        Int(value).flatMap { (100...999).contains($0) ? $0 : nil }
+    }
+
+    /// A value that goes into a header field, or `nil` for one holding CR or LF: any client can put a fault in a URL
+    /// (a web page can open one), and a line break would let it write headers and a body of its own. Other control
+    /// characters stay, as a lying server sends them.
+    private static func fieldValue(_ value: String) -> String? {
+        value.utf8.contains { $0 == 0x0D || $0 == 0x0A } ? nil : value
     }
 
     /// Fields set in `override` replace the ones here.

@@ -45,7 +45,9 @@ struct FileResolver: Sendable {
         free(resolvedPointer)
         guard resolved.hasPrefix(root + "/") else { return .forbidden }
         // Opening a local file blocks only briefly; fine for a test server, and sendfile does the rest.
-        let descriptor = open(resolved, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        // O_NONBLOCK: opening a named pipe blocks until a writer comes, which would hold the event loop (and every
+        // connection on it) for good; the fstat below then refuses it. A regular file reads the same either way.
+        let descriptor = open(resolved, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         guard descriptor >= 0 else { return .notFound }
         var info = stat()
         guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {

@@ -73,7 +73,9 @@ extension HTTPConnectionHandler {
                 let start = current.rateStart ?? now
                 if current.rateStart == nil { current.rateStart = now; exchange?.rateStart = now }
                 let elapsed = Double((now - start).nanoseconds) / 1e9
-                let allowed = Int(Double(rate) * elapsed) - current.sent
+                // Saturated: a rate near Int.max (a client's to choose) would overflow the conversion after a second.
+                let budget = Double(rate) * elapsed
+                let allowed = (budget >= 1e18 ? Int(1e18) : Int(budget)) - current.sent
                 // Wait for a slice worth about 10 ms of the rate: tiny slices would be per-byte work.
                 let minimumSlice = min(max(1, rate / 100), sliceLength)
                 if allowed < minimumSlice {

@@ -32,7 +32,10 @@ enum HTTPDate {
             let month = months.firstIndex(of: String(parts[2])).map({ $0 + 1 })
         else { return nil }
         let time = parts[4].split(separator: ":").compactMap { Int($0) }
-        guard time.count == 3 else { return nil }
+        // Client text: numbers beyond a calendar's would overflow the arithmetic below, which traps.
+        guard time.count == 3, (1...31).contains(day), (0...9999).contains(year), (0...23).contains(time[0]),
+            (0...59).contains(time[1]), (0...60).contains(time[2])
+        else { return nil }
         // Days-from-civil (Howard Hinnant's algorithm), the inverse of `string(secondsSince1970:)`.
         let shiftedYear = month <= 2 ? year - 1 : year
         let era = (shiftedYear >= 0 ? shiftedYear : shiftedYear - 399) / 400
@@ -44,6 +47,8 @@ enum HTTPDate {
     }
 
     static func now(plusSeconds offset: Int = 0) -> String {
-        string(secondsSince1970: Int(Date().timeIntervalSince1970) + offset)
+        // A fault's offset comes from a URL: kept within ten thousand years, so the sum cannot overflow.
+        let bound = 315_576_000_000
+        return string(secondsSince1970: Int(Date().timeIntervalSince1970) + min(max(offset, -bound), bound))
     }
 }

@@ -162,12 +162,13 @@ struct ResponsePlanner {
 
     private func bodyPlan(_ source: BodySource, range: Range<Int>, path: String) -> BodyPlan {
         var sendCount = range.count
-        if let shortBy = fault.shortByBytes { sendCount = max(0, sendCount - shortBy) }
+        if let shortBy = fault.shortByBytes { sendCount = max(0, sendCount - min(max(0, shortBy), sendCount)) }
         if let cutAfter = fault.cutAfterBytes {
             let applies = fault.cutTimes.map { server.state.nextOrdinal(.cut, path: path) <= $0 } ?? true
             if applies { sendCount = min(sendCount, max(0, cutAfter)) }
         }
-        var stallAfter = fault.stallAfterBytes
+        // A negative count (any client can write one) would make negative slices: it stalls at once instead.
+        var stallAfter = fault.stallAfterBytes.map { max(0, $0) }
         if stallAfter == nil, fault.stallLength != nil { stallAfter = 0 }
         if let stall = stallAfter, stall >= sendCount { stallAfter = nil }
         return BodyPlan(
