@@ -105,7 +105,7 @@ public final class CookieJar: Sendable {
     /// A cookie applies when its domain matches the host (exactly for a host-only cookie; the domain or one of its
     /// subdomains otherwise), its path path-matches the request path (RFC 6265 5.1.4), it has not expired, and,
     /// when it is Secure, `url` is `https`. Cookies with longer paths come first, then the earlier created
-    /// (RFC 6265 5.4).
+    /// (RFC 6265 5.4). As in curl, at most 150 cookies and 8190 bytes go: those that would not fit are left out.
     ///
     /// - Parameters:
     ///   - url: The URL the request goes to.
@@ -126,8 +126,25 @@ public final class CookieJar: Sendable {
             if first.creation != second.creation { return first.creation < second.creation }
             return first.sequence < second.sequence
         }
-        return ordered.map { "\($0.name)=\($0.value)" }.joined(separator: "; ")
+        // Bounded as curl bounds it (CVE-2022-32205): one host that sets thousands of cookies for its domain must not
+        // make every request to the domain's other hosts one that servers refuse. Longer paths go first, so the most
+        // specific cookies are the ones kept.
+        var header = ""
+        var sent = 0
+        for cookie in ordered {
+            let pair = "\(cookie.name)=\(cookie.value)"
+            let added = (sent == 0 ? 0 : 2) + pair.utf8.count
+            guard sent < Self.maximumCookiesSent, header.utf8.count + added <= Self.maximumHeaderLength else { break }
+            header += (sent == 0 ? "" : "; ") + pair
+            sent += 1
+        }
+        return header
     }
+
+    /// The most cookies one `Cookie` header carries (curl's `MAX_COOKIE_SEND_AMOUNT`).
+    static let maximumCookiesSent = 150
+    /// The longest `Cookie` header value sent, in bytes (curl's `MAX_COOKIE_HEADER_LEN`).
+    static let maximumHeaderLength = 8190
 
     /// Stores the cookies of `Set-Cookie` field values received in a response from `url`, as RFC 6265 sections
     /// 5.2 and 5.3 say, and silently ignores those a user agent must refuse.
