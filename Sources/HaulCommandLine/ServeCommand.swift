@@ -41,6 +41,8 @@ struct ServeCommand: AsyncParsableCommand {
             With --tls it serves HTTPS with a certificate for localhost, 127.0.0.1 and ::1 from a CA made for \
             this run, and writes that CA's certificate to a file it prints: try it with \
             'haul get --cacert FILE URL'. --tls-certificate serves a deliberately bad certificate instead.
+            A request must name the server by its address or localhost in its Host header (403 otherwise): a web \
+            page whose name was made to resolve to this address must not read what is served.
             On SIGINT or SIGTERM it stops and prints one line: requests received, body bytes sent (headers
             excluded) and the most requests in flight at once.
             """
@@ -95,7 +97,10 @@ struct ServeCommand: AsyncParsableCommand {
             maxRecordedRequests: 0,
             tls: tls ? TestServer.TLS(authority: try TestCertificateAuthority(), certificate: certificate) : nil,
             // Nobody reads them here, and a list of a million files would make them grow with it.
-            countsRequestsByPath: false
+            countsRequestsByPath: false,
+            // Any web page the user opens can make requests here; one whose name was made to resolve to this
+            // address must not read what is served.
+            requiresAddressHost: true
         )
         let server = TestServer(configuration: configuration)
         try await server.start()

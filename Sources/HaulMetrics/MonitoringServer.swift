@@ -59,25 +59,6 @@ public final class MonitoringServer: Sendable {
     public func stop() async {
         try? await channel.close()
     }
-
-    /// Whether a `Host` header names its server by an address or `localhost` (a DNS name could be a rebinding one).
-    static func namesAnAddress(_ host: String) -> Bool {
-        var name = Substring(host.lowercased())
-        if name.hasPrefix("[") {
-            guard let end = name.firstIndex(of: "]") else { return false }
-            return IPv6Address.isLiteral(name[name.index(after: name.startIndex)..<end])
-        }
-        if let colon = name.lastIndex(of: ":") { name = name[..<colon] }
-        if name == "localhost" { return true }
-        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
-        return parts.count == 4 && parts.allSatisfy { part in UInt8(part) != nil && !part.isEmpty }
-    }
-}
-
-enum IPv6Address {
-    static func isLiteral(_ text: Substring) -> Bool {
-        !text.isEmpty && text.contains(":") && text.allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." }
-    }
 }
 
 private final class MonitoringHandler: ChannelInboundHandler {
@@ -130,7 +111,7 @@ private final class MonitoringHandler: ChannelInboundHandler {
     }
 
     private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
-        if requiresAddressHost, !MonitoringServer.namesAnAddress(head.headers.first(name: "host") ?? "") {
+        if requiresAddressHost, !HostHeader.namesAnAddress(head.headers.first(name: "host") ?? "") {
             return write(
                 MonitoringEndpoint.text(403, "the Host header must name this server by its address\n"), head: head,
                 close: false, context: context)

@@ -35,6 +35,11 @@ extension TestServer {
         /// for a list of a million files turns it off: its memory and its cost per request then stay flat
         /// (`haul serve`).
         public var countsRequestsByPath: Bool
+        /// Whether a request must name the server by an address (`127.0.0.1:PORT`, `[::1]:PORT`) or `localhost` in
+        /// its `Host` header; others are answered 403 (off by default). A DNS name could be a rebinding one: a web page
+        /// whose own name was made to resolve to the loopback address would read what the server serves (`haul
+        /// serve` turns it on).
+        public var requiresAddressHost: Bool
 
         /// Creates a configuration; every parameter has a loopback-test default.
         public init(
@@ -49,7 +54,8 @@ extension TestServer {
             tls: TLS? = nil,
             sendBufferSize: Int? = nil,
             recordsBodyTimeline: Bool = false,
-            countsRequestsByPath: Bool = true
+            countsRequestsByPath: Bool = true,
+            requiresAddressHost: Bool = false
         ) {
             self.host = host
             self.port = port
@@ -63,6 +69,7 @@ extension TestServer {
             self.sendBufferSize = sendBufferSize
             self.recordsBodyTimeline = recordsBodyTimeline
             self.countsRequestsByPath = countsRequestsByPath
+            self.requiresAddressHost = requiresAddressHost
         }
     }
 

@@ -28,7 +28,8 @@ extension TestServer {
             filesMount: configuration.filesPath,
             chunkSize: configuration.chunkSize,
             scheme: configuration.tls == nil ? "http" : "https",
-            recordsBodyTimeline: configuration.recordsBodyTimeline
+            recordsBodyTimeline: configuration.recordsBodyTimeline,
+            requiresAddressHost: configuration.requiresAddressHost
         )
         let tlsContext: NIOSSLContext?
         do {

@@ -143,6 +143,27 @@ struct ServeReviewTests {
         #expect(answer?.hasPrefix("HTTP/1.1 404") == true, "no answer: the server blocked opening the pipe")
     }
 
+    /// DNS rebinding: a web page whose name was made to resolve to 127.0.0.1 sends its own name as the Host; what
+    /// its scripts could read then is everything served. An address or `localhost` is how a local client names it.
+    @Test(.enabled(if: binaryExists, "haul binary not built at .build/debug/haul; run `swift build` first"))
+    func aRebindingHostIsRefused() async throws {
+        let served = try await Served()
+        defer { served.stop() }
+        let port = served.port
+        func answer(host: String) -> String? {
+            Self.exchange(
+                "GET /bytes/a?size=10 HTTP/1.1\r\nHost: \(host)\r\nConnection: close\r\n\r\n", port: port)
+        }
+        for host in ["evil.example:\(port)", "evil.example", "127.0.0.1.evil.example:\(port)", ""] {
+            let refused = answer(host: host)
+            #expect(refused?.hasPrefix("HTTP/1.1 403") == true, "Host: \(host): \(refused ?? "no answer")")
+            #expect(refused?.contains("the Host header must name this server by its address") == true)
+        }
+        for host in ["127.0.0.1:\(port)", "localhost:\(port)", "LOCALHOST", "[::1]:\(port)"] {
+            #expect(answer(host: host)?.hasPrefix("HTTP/1.1 200") == true, "Host: \(host)")
+        }
+    }
+
     /// Fault values are percent-decoded from the query: a CR LF in one would let any web page the user opens make
     /// `haul serve` send headers and a body of its choosing (HTML, run with the origin of the served directory).
     @Test(

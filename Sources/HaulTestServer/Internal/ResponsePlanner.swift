@@ -1,3 +1,4 @@
+import HaulOperations
 import NIOCore
 import NIOHTTP1
 
@@ -20,6 +21,9 @@ struct ResponsePlanner {
     private static let baseModified = 1_700_000_000
 
     func plan() -> ResponseAction {
+        if server.requiresAddressHost, !HostHeader.namesAnAddress(head.headers.first(name: "host") ?? "") {
+            return plain(.forbidden, "the Host header must name this server by its address\n", headers: HTTPHeaders())
+        }
         let path = String(target.path)
         if fault.dropConnection == true,
             fault.dropTimes.map({ server.state.nextOrdinal(.drop, path: path) <= $0 }) ?? true
@@ -67,7 +71,12 @@ struct ResponsePlanner {
     private func simple(_ status: HTTPResponseStatus, headers: HTTPHeaders) -> ResponseAction {
         var headers = headers
         if let cookie = fault.setCookie { headers.add(name: "Set-Cookie", value: cookie) }
-        let text = "\(status.code) \(status.reasonPhrase)\n"
+        return plain(status, "\(status.code) \(status.reasonPhrase)\n", headers: headers)
+    }
+
+    /// A response of `status` whose body is `text`.
+    private func plain(_ status: HTTPResponseStatus, _ text: String, headers: HTTPHeaders) -> ResponseAction {
+        var headers = headers
         headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
         headers.add(name: "Content-Length", value: String(text.utf8.count))
         let isHead = head.method == .HEAD

@@ -9,12 +9,15 @@ final class ServerContext: Sendable {
     let scheme: String
     /// Whether body writes are recorded in the stats' timeline.
     let recordsBodyTimeline: Bool
+    /// Whether a request whose `Host` header does not name the server by an address is refused.
+    let requiresAddressHost: Bool
 
     init(
         state: ServerState, resolver: FileResolver?, filesMount: String, chunkSize: Int, scheme: String,
-        recordsBodyTimeline: Bool = false
+        recordsBodyTimeline: Bool = false, requiresAddressHost: Bool = false
     ) {
         self.recordsBodyTimeline = recordsBodyTimeline
+        self.requiresAddressHost = requiresAddressHost
         self.state = state
         self.resolver = resolver
         self.filesMount = filesMount.hasSuffix("/") ? filesMount : filesMount + "/"
