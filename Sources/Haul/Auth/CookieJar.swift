@@ -20,6 +20,8 @@ public final class CookieJar: Sendable {
     private struct State {
         var cookies: [Cookie.Key: Cookie] = [:]
         var nextSequence: UInt64 = 0
+        /// How many cookies each domain field has: a server's cookies are bounded per domain.
+        var perDomain: [String: Int] = [:]
 
         /// Adds or replaces a cookie; a replacement keeps the creation time and place of the one it replaces
         /// (RFC 6265 5.3 step 11), so the `Cookie` header order does not change when a server refreshes it.
@@ -31,8 +33,34 @@ public final class CookieJar: Sendable {
             } else {
                 cookie.sequence = nextSequence
                 nextSequence += 1
+                perDomain[cookie.domain, default: 0] += 1
             }
             cookies[cookie.key] = cookie
+        }
+
+        mutating func remove(_ key: Cookie.Key) {
+            guard let removed = cookies.removeValue(forKey: key) else { return }
+            perDomain[removed.domain, default: 1] -= 1
+            if perDomain[removed.domain] == 0 { perDomain[removed.domain] = nil }
+        }
+
+        /// Adds or replaces a cookie a server set, then evicts the oldest cookies beyond the bounds (RFC 6265 5.3
+        /// step 12): those of its domain beyond ``CookieJar/maximumPerDomain``, then any beyond
+        /// ``CookieJar/maximumStored``. A server's own host-only cookies are a domain of their own, which a flood of
+        /// cookies for the parent domain from another host does not evict.
+        mutating func insertBounded(_ cookie: Cookie) {
+            insert(cookie)
+            if perDomain[cookie.domain, default: 0] > CookieJar.maximumPerDomain,
+                let oldest = cookies.values.filter({ $0.domain == cookie.domain }).min(by: { $0.sequence < $1.sequence }
+                )
+            {
+                remove(oldest.key)
+            }
+            if cookies.count > CookieJar.maximumStored,
+                let oldest = cookies.values.min(by: { $0.sequence < $1.sequence })
+            {
+                remove(oldest.key)
+            }
         }
 
         /// Whether a Secure cookie is stored with `cookie`'s name, a domain that domain-matches its domain (or the
@@ -48,7 +76,7 @@ public final class CookieJar: Sendable {
 
         mutating func removeExpired(at now: Date) {
             let expired = cookies.compactMap { $0.value.isExpired(at: now) ? $0.key : nil }
-            for key in expired { cookies[key] = nil }
+            for key in expired { remove(key) }
         }
     }
 
@@ -141,6 +169,14 @@ public final class CookieJar: Sendable {
         return header
     }
 
+    /// The most `Set-Cookie` fields of one response that are read (curl's `MAX_SET_COOKIE_AMOUNT`).
+    static let maximumPerResponse = 50
+    /// The most cookies servers keep for one domain field (Chromium's bound): the oldest go first.
+    static let maximumPerDomain = 180
+    /// The most cookies servers keep in the jar (Chromium's bound): the oldest go first. Cookies read from a file
+    /// are the user's, all kept; one a server then sets may evict the oldest of them beyond this bound.
+    static let maximumStored = 3000
+
     /// The most cookies one `Cookie` header carries (curl's `MAX_COOKIE_SEND_AMOUNT`).
     static let maximumCookiesSent = 150
     /// The longest `Cookie` header value sent, in bytes (curl's `MAX_COOKIE_HEADER_LEN`).
@@ -155,7 +191,9 @@ public final class CookieJar: Sendable {
     /// single label) must be the host itself, and for an IP address it must equal it. A cookie from an `http` URL
     /// that would replace or shadow a stored Secure cookie of the same name is ignored. Without a `Path` starting with
     /// `/`, the path is the directory of the request path. A Secure cookie from an `http` URL, a cookie without `=`,
-    /// with an empty name, with a control character, or whose name and value exceed 4096 bytes, is refused.
+    /// with an empty name, with a control character, or whose name and value exceed 4096 bytes, is refused. As in
+    /// curl, only the first 50 fields of a response are read; as in Chromium, servers' cookies are kept to 180 for
+    /// one domain field and 3,000 in the jar, the oldest evicted first.
     ///
     /// - Parameters:
     ///   - values: The `Set-Cookie` field values of the response, one cookie each.
@@ -165,7 +203,8 @@ public final class CookieJar: Sendable {
         guard let host = Cookie.host(of: url) else { return }
         let requestPath = Cookie.requestPath(of: url)
         let secure = HTTPRules.isSecure(url)
-        let cookies = values.compactMap { value in
+        // As curl: the first 50 of one response (a header of thousands is no site's need).
+        let cookies = values.prefix(Self.maximumPerResponse).compactMap { value in
             Self.cookie(fromSetCookie: value, host: host, requestPath: requestPath, secure: secure, now: now)
         }
         state.withLock { state in
@@ -175,9 +214,9 @@ public final class CookieJar: Sendable {
                 // would shadow: anyone who can answer plain http could fix an https session (RFC 6265bis 5.7).
                 if !secure, state.shadowsSecure(cookie) { continue }
                 if cookie.isExpired(at: now) {
-                    state.cookies[cookie.key] = nil
+                    state.remove(cookie.key)
                 } else {
-                    state.insert(cookie)
+                    state.insertBounded(cookie)
                 }
             }
         }
