@@ -126,7 +126,10 @@ struct Planner: Sendable {
         var directoryPath = directoryPath
         if let subdirectory = entry.subdirectory {
             let parts = subdirectory.split(separator: "/")
-            if subdirectory.hasPrefix("/") || parts.contains("..") || parts.isEmpty {
+            if subdirectory.unicodeScalars.contains(where: FileNaming.isUnprintable) {
+                problems.append(
+                    "dir='\(Format.printable(subdirectory))' holds control or bidirectional formatting characters")
+            } else if subdirectory.hasPrefix("/") || parts.contains("..") || parts.isEmpty {
                 problems.append("dir='\(subdirectory)' must be a relative path inside the destination, without '..'")
             } else if parts.contains(".haul") {
                 // Any directory's own `.haul`: the run that downloads into it keeps its records there.
@@ -247,6 +250,11 @@ struct Planner: Sendable {
             return "'\(name)' is not a file name (no '/', not '.' or '..'); use dir= or -d for directories"
         }
         if name == ".haul" { return "'.haul' is where Haul keeps its records; choose another name" }
+        if name.unicodeScalars.contains(where: FileNaming.isUnprintable) {
+            // An `out=` line of someone else's list: `‮fdp.exe` would show as `exe.pdf` in every listing.
+            return "'\(Format.printable(name))' is not a file name: it holds control or bidirectional formatting "
+                + "characters"
+        }
         return nil
     }
 

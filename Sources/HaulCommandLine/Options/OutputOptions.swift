@@ -22,8 +22,42 @@ struct OutputOptions: ParsableArguments {
     /// Gives `configuration` a logger to standard error, at debug level, with `--verbose`.
     func apply(to configuration: inout Downloader.Configuration) {
         guard verbose else { return }
-        var logger = Logger(label: "haul", factory: { StreamLogHandler.standardError(label: $0) })
+        var logger = Logger(
+            label: "haul", factory: { PrintableLogHandler(wrapped: StreamLogHandler.standardError(label: $0)) })
         logger.logLevel = .debug
         configuration.logger = logger
+    }
+}
+
+/// swift-log's stream handler for `-v`, with every message and metadata value made printable and kept on one line:
+/// they carry what servers sent (a reason phrase in a retry's reason), which raw would drive the terminal (OSC 52,
+/// `\r`) or forge log lines.
+struct PrintableLogHandler: LogHandler {
+    var wrapped: StreamLogHandler
+
+    var metadata: Logger.Metadata {
+        get { wrapped.metadata }
+        set { wrapped.metadata = newValue }
+    }
+
+    var logLevel: Logger.Level {
+        get { wrapped.logLevel }
+        set { wrapped.logLevel = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { wrapped[metadataKey: key] }
+        set { wrapped[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var event = event
+        event.message = "\(Self.oneLine("\(event.message)"))"
+        event.metadata = event.metadata?.mapValues { .string(Self.oneLine("\($0)")) }
+        wrapped.log(event: event)
+    }
+
+    private static func oneLine(_ text: String) -> String {
+        String(Format.printable(text).map { $0 == "\n" ? "\u{FFFD}" : $0 })
     }
 }

@@ -49,7 +49,7 @@ struct StatusCommand: AsyncParsableCommand {
                 if json {
                     Console.out(Self.json(status) + "\n")
                 } else {
-                    if watch && Console.isInteractiveTerminal { Console.out("\u{1B}[H\u{1B}[2J") }
+                    if watch && Console.isInteractiveTerminal { Console.raw("\u{1B}[H\u{1B}[2J") }
                     Console.out(Self.text(status))
                 }
                 guard watch else { return }
