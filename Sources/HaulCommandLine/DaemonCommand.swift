@@ -321,12 +321,7 @@ struct DaemonCommand: AsyncParsableCommand {
             throw ValidationError("\(confPath ?? "haul daemon"): \(error.message)")
         }
         if let input = inputFile ?? conf.daemon["input-file"] {
-            let text: String
-            do {
-                text = try String(contentsOfFile: input, encoding: .utf8)
-            } catch {
-                throw ValidationError("-i '\(input)': \(error.localizedDescription)")
-            }
+            let text = try Self.readTextFile(input, option: "-i")
             do {
                 let added = try daemon.add(Aria2Files.readInput(text, name: input), from: input)
                 log.line(.info, "haul daemon: added \(added) download\(added == 1 ? "" : "s") from \(input)")
@@ -547,6 +542,42 @@ struct DaemonCommand: AsyncParsableCommand {
         }
     }
 
+    /// The text of the file at `path` a user handed with `option` (`--conf-path`, `-i`): a regular file of UTF-8
+    /// text, a byte order mark first left out. Anything else is refused saying what it is (a directory, a FIFO, a
+    /// line that is not UTF-8, by its number), not with Foundation's "The operation could not be completed".
+    static func readTextFile(_ path: String, option: String) throws -> String {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw ValidationError("\(option) '\(path)': \(String(cString: strerror(errno)))")
+        }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFDIR: throw ValidationError("\(option) '\(path)' is a directory")
+        default: throw ValidationError("\(option) '\(path)' is not a regular file (a FIFO, a device...)")
+        }
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw ValidationError("\(option) '\(path)': \(String(cString: strerror(errno)))")
+        }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        var bytes: [UInt8]
+        do {
+            bytes = [UInt8](try handle.readToEnd() ?? Data())
+        } catch {
+            throw ValidationError("\(option) '\(path)' cannot be read: \(error.localizedDescription)")
+        }
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }
+        if let text = String(validating: bytes, as: UTF8.self) { return text }
+        var line = 1
+        var start = 0
+        for (index, byte) in bytes.enumerated() where byte == UInt8(ascii: "\n") {
+            if String(validating: bytes[start..<index], as: UTF8.self) == nil { break }
+            line += 1
+            start = index + 1
+        }
+        throw ValidationError("\(path):\(line): is not UTF-8 text")
+    }
+
     /// The first line of the file at `path`, which only its owner may read.
     static func readSecret(at path: String, option: String?) throws -> RPCSecret {
         let named = option.map { "\($0) '\(path)'" } ?? "'\(path)'"
@@ -579,12 +610,7 @@ struct AriaConfiguration {
 
     /// Reads the file at `path`; an option aria2 does not know is an error naming its line.
     init(path: String) throws {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw ValidationError("--conf-path '\(path)': \(error.localizedDescription)")
-        }
+        let text = try DaemonCommand.readTextFile(path, option: "--conf-path")
         var unused: [String] = []
         do {
             for setting in try Aria2Files.readConfiguration(text, name: path) {

@@ -42,6 +42,7 @@ public enum Aria2Files {
     public static func readConfiguration(_ text: String, name: String) throws(RPCError) -> [Setting] {
         var settings: [Setting] = []
         for (index, raw) in lines(of: text).enumerated() {
+            try checkLength(raw, at: index + 1, in: name)
             let line = raw.trimmingCharacters(in: .whitespaces)
             if line.isEmpty || line.hasPrefix("#") { continue }
             guard let equals = line.firstIndex(of: "=") else {
@@ -79,6 +80,7 @@ public enum Aria2Files {
     public static func readInput(_ text: String, name: String) throws(RPCError) -> [Entry] {
         var entries: [Entry] = []
         for (index, line) in lines(of: text).enumerated() {
+            try checkLength(line, at: index + 1, in: name)
             if line.isEmpty || line.hasPrefix("#") { continue }
             if line.hasPrefix(" ") || line.hasPrefix("\t") {
                 let option = line.trimmingCharacters(in: .whitespaces)
@@ -109,9 +111,22 @@ public enum Aria2Files {
         text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" }
     }
 
-    /// A line as an error shows it: cut short, a value that may be a secret left out.
+    /// The longest line read: aria2's files have no longer ones, and a file without line ends is not one of them.
+    static let maximumLineLength = 1 << 20
+
+    /// Refuses a line longer than ``maximumLineLength``, naming it by its number (its text is not copied into the
+    /// error, nor into the log that shows it).
+    private static func checkLength(_ line: Substring, at number: Int, in name: String) throws(RPCError) {
+        guard line.utf8.count > maximumLineLength else { return }
+        throw RPCError("\(name):\(number): is longer than 1 MiB: not a line of aria2's files")
+    }
+
+    /// A line as an error shows it: its first word only (the option it meant to set), cut short; what follows it (a
+    /// value, which may be a password, a token or the RPC secret) is left out.
     private static func shown(_ line: String) -> String {
-        line.count > 80 ? String(line.prefix(77)) + "..." : line
+        let word = line.prefix { !$0.isWhitespace && $0 != ":" && $0 != "=" }
+        let cut = word.count > 60 ? String(word.prefix(57)) + "..." : String(word)
+        return word.count < line.count ? cut + " ..." : cut
     }
 
     /// Writes `text` to `path` whole (``PrivateFile``): readable by its owner only, a crash leaves the old file or

@@ -234,7 +234,7 @@ extension Daemon {
     }
 
     /// The directory a download to `destination` writes its file in.
-    private static func directory(of destination: Destination) -> String {
+    static func directory(of destination: Destination) -> String {
         switch destination {
         case .directory(let directory, _): directory.path
         case .file(let file): file.deletingLastPathComponent().path
@@ -244,7 +244,7 @@ extension Daemon {
     /// Makes `path` (inside the root) and the directories between, one by one: an existing one that is a symbolic link
     /// is followed only when it leads to a place inside the root, so nothing is ever made outside it. Not `creating`,
     /// only checks the directories there are.
-    private func makeDirectories(_ path: String, creating: Bool = true) throws(RPCError) {
+    func makeDirectories(_ path: String, creating: Bool = true) throws(RPCError) {
         guard path != root else { return }
         guard path.hasPrefix(root + "/") else { throw RPCError("'\(path)' is outside the download root") }
         var current = root

@@ -16,6 +16,7 @@ extension Daemon {
     @discardableResult
     public func add(_ entries: [Aria2Files.Entry], from name: String) throws(RPCError) -> Int {
         var plans: [DownloadPlan] = []
+        var lines: [Int] = []
         var problems: [String] = []
         var seen: Set<GID> = []
         for entry in entries {
@@ -26,8 +27,23 @@ extension Daemon {
                     guard seen.insert(gid).inserted else { throw RPCError("GID \(gid) is given twice") }
                 }
                 plans.append(plan)
+                lines.append(entry.line)
             } catch {
                 problems.append("\(name):\(entry.line): \(error.message)")
+            }
+        }
+        guard problems.isEmpty else { throw RPCError(problems.joined(separator: "\n")) }
+        // Their directories are made (and checked: no file in the way, no link leading out) before any is added, so
+        // that a file whose entry would fail there adds nothing either.
+        var made: Set<String> = []
+        for (plan, line) in zip(plans, lines) {
+            let directory = Self.directory(of: plan.request.destination)
+            guard !made.contains(directory) else { continue }
+            do throws(RPCError) {
+                try makeDirectories(directory)
+                made.insert(directory)
+            } catch {
+                problems.append("\(name):\(line): \(error.message)")
             }
         }
         guard problems.isEmpty else { throw RPCError(problems.joined(separator: "\n")) }

@@ -243,7 +243,10 @@ struct InputFile {
     /// Applies `key=value` to `entry`; returns what is wrong with it, if anything.
     private static func apply(option: String, to entry: inout InputEntry) -> String? {
         guard let equals = option.firstIndex(of: "=") else {
-            return "'\(option)' is not an option line: expected KEY=VALUE with KEY one of \(optionList)"
+            // Only its first word: the rest may be a value, and a value may be a secret (a header's token).
+            let word = option.prefix { $0 != " " && $0 != "\t" && $0 != ":" }
+            let shown = word.count < option.count ? word + " ..." : word
+            return "'\(shown)' is not an option line: expected KEY=VALUE with KEY one of \(optionList)"
         }
         let key = option[..<equals].trimmingSpaces()
         let value = option[option.index(after: equals)...].trimmingSpaces()

@@ -29,7 +29,22 @@ struct DownloadPlan {
     /// (``withoutSecrets(_:)``), and without the user names that go with the passwords left out, so that what is read
     /// back is no credential rather than half of one.
     static func withoutCredentials(_ options: [String: String]) -> [String: String] {
-        withoutSecrets(options).filter { $0.key != "http-user" && $0.key != "all-proxy-user" }
+        var kept = withoutSecrets(options).filter { $0.key != "http-user" && $0.key != "all-proxy-user" }
+        // Its user and password left out whole: a password masked as `...` would be read back as the password `...`.
+        if let proxy = options["all-proxy"] { kept["all-proxy"] = withoutUserInfo(proxy) }
+        return kept
+    }
+
+    /// A proxy URL as given (`[SCHEME://][USER[:PASSWORD]@]HOST[:PORT]`) without its user info.
+    static func withoutUserInfo(_ proxy: String) -> String {
+        let bytes = Array(proxy.utf8)
+        let separator = Array("://".utf8)
+        let start = bytes.indices.first { bytes[$0...].starts(with: separator) }.map { $0 + separator.count } ?? 0
+        let end =
+            bytes[start...].firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }
+            ?? bytes.count
+        guard let at = bytes[start..<end].lastIndex(of: UInt8(ascii: "@")) else { return proxy }
+        return String(decoding: bytes[..<start] + bytes[(at + 1)...], as: UTF8.self)
     }
 
     /// Whether the download needs something ``storedOptions`` leaves out (a password, a secret header, a URI's user
