@@ -124,14 +124,16 @@ struct TerminalDisplayTests {
 
     /// `haul get` of four 600 KB files at `rate` bytes/s; with `holdingLast`, the last one is held at gate "g"
     /// until the test opens it, so the run cannot end before the test has seen what it waits for.
-    func haulCommand(_ server: TestServer, dir: TemporaryDirectory, rate: Int, holdingLast: Bool = false) throws
-        -> String
-    {
+    func haulCommand(
+        _ server: TestServer, dir: TemporaryDirectory, rate: Int, holdingLast: Bool = false, stalling: Bool = false
+    ) throws -> String {
         let binary = try HaulProcess.binary().path
         let names = ["first-file.iso", "a-much-longer-file-name-that-will-not-fit.tar.gz", "small.txt", "last.bin"]
         let urls = names.map { name in
             var query = ["size": "600000", "rate": "\(rate)"]
             if holdingLast && name == names.last { query["hold"] = "g" }
+            // Some bytes, then none: the bars stay however slowly the machine gets to them.
+            if stalling { query.merge(["stallAfter": "400000", "stall": "forever"]) { $1 } }
             return server.url(path: "/bytes/\(name)", query: query).absoluteString
         }
         return ([binary, "get", "-j", "2", "-d", dir.path] + urls).map(Session.quote).joined(separator: " ")
@@ -222,7 +224,8 @@ struct TerminalDisplayTests {
         try await TestServer.withRunning { server in
             let dir = try TemporaryDirectory()
             let raw = dir.url.appendingPathComponent("raw.txt")
-            let session = try await Session(command: haulCommand(server, dir: dir, rate: 100_000), raw: raw)
+            let session = try await Session(
+                command: haulCommand(server, dir: dir, rate: 100_000, stalling: true), raw: raw)
             _ = try await session.waitForScreen("bars on the screen", within: .seconds(20)) { screen in
                 screen.contains { $0.contains("[#") }
             }

@@ -55,7 +55,11 @@ struct SegmentReviewHazardTests {
             #expect(
                 { contentsOf(dir.file("s")) == TestServer.expectedBytes(name: "s.bin", size: size) }(),
                 "not the server's bytes")
-            #expect(result.bytesTransferred == Int64(server.stats.bodyBytesSent))
+            // Counted once: never more than the server sent, never less than the file. (The server counts what it
+            // handed to the kernel: a stall seen while the process was starved leaves bytes unread in the dropped
+            // connection, which the server counts and the client rightly does not.)
+            #expect(result.bytesTransferred <= Int64(server.stats.bodyBytesSent))
+            #expect(result.bytesTransferred >= Int64(size))
         }
     }
 
