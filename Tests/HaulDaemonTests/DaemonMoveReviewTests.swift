@@ -121,7 +121,9 @@ struct DaemonMoveReviewTests {
         let gid = try #require(
             try daemon.call("aria2.addUri", [["http://127.0.0.1:9/file.bin"], ["pause": "true"]]).string)
         let before = try path(daemon, gid)
-        for options: JSON in [["out": "a\nb.bin"], ["dir": "a\rb"], ["out": "tab\u{7F}.bin"]] {
+        // And what would show a name as another: a C1 control, a bidi override, an invisible character.
+        let hidden: [JSON] = [["out": "csi\u{9B}.bin"], ["out": "invoice\u{202E}fdp.exe"], ["dir": "re\u{200B}port"]]
+        for options: JSON in [["out": "a\nb.bin"], ["dir": "a\rb"], ["out": "tab\u{7F}.bin"]] + hidden {
             #expect(throws: RPCError.self, "\(options)") {
                 try daemon.call("aria2.changeOption", [.string(gid), options])
             }

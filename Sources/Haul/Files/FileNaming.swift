@@ -93,11 +93,15 @@ package enum FileNaming {
     }
 
     /// Whether `scalar` must not appear in a file name or in text printed to a terminal: C0 and C1 control
-    /// characters, DEL, and the bidirectional formatting characters, with which a name such as `‮txt.exe` would
-    /// display as `exe.txt` (the marks, embeddings, overrides and isolates of Unicode's bidi algorithm).
+    /// characters, DEL, the bidirectional formatting characters, with which a name such as `‮txt.exe` would
+    /// display as `exe.txt` (the marks, embeddings, overrides and isolates of Unicode's bidi algorithm), and the
+    /// invisible ones with which `re\u{200B}port.pdf` would look like `report.pdf` beside it (the zero-width space,
+    /// the word joiner and invisible operators, the byte order mark). The zero-width joiner and non-joiner stay:
+    /// Persian words and emoji sequences are spelled with them.
     package static func isUnprintable(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0..<0x20, 0x7f..<0xa0, 0x061c, 0x200e, 0x200f, 0x202a...0x202e, 0x2066...0x2069: true
+        case 0x200b, 0x2060...0x2064, 0xfeff: true
         default: false
         }
     }

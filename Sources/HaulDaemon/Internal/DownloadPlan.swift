@@ -395,8 +395,11 @@ struct DownloadPlan {
         guard !name.hasPrefix(".") else {
             throw RPCError("\(option) '\(name)' starts with a dot: hidden files are not written by haul daemon")
         }
-        guard !name.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-            throw RPCError("\(option) contains a control character (a NUL, a line break...)")
+        // As for a server's name: a control character, a bidi override (`invoice\u{202E}fdp.exe` lists as
+        // `invoiceexe.pdf`) or an invisible one would make the file show as another.
+        guard !name.unicodeScalars.contains(where: FileNaming.isUnprintable) else {
+            throw RPCError(
+                "\(option) contains a control, bidirectional or invisible character (a NUL, a line break, U+202E...)")
         }
     }
 

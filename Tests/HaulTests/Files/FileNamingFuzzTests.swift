@@ -88,6 +88,7 @@ struct FileNamingFuzzTests {
             broken.append("has a control character (NUL, C0, DEL or C1)")
         }
         if scalars.contains(where: { bidiControls.contains($0.value) }) { broken.append("has a bidi control") }
+        if scalars.contains(where: { invisible.contains($0.value) }) { broken.append("has an invisible character") }
         if name.utf8.count > 255 { broken.append("is \(name.utf8.count) bytes") }
         if FileNaming.sanitize(name).map({ Array($0.utf8) }) != Array(name.utf8) {
             broken.append("is not its own safe name: \(FileNaming.sanitize(name).map(shown) ?? "nil")")
@@ -107,6 +108,10 @@ struct FileNamingFuzzTests {
     /// overrides, the isolates.
     static let bidiControls = Set<UInt32>([0x061c, 0x200e, 0x200f]).union(0x202a...0x202e).union(0x2066...0x2069)
 
+    /// Characters that show as nothing, so that a name holding one looks like another: the zero-width space, the word
+    /// joiner and invisible operators, the byte order mark.
+    static let invisible = Set<UInt32>([0x200b, 0xfeff]).union(0x2060...0x2064)
+
     /// Pieces names are made of: ordinary ones, and the ones that have broken file naming somewhere: separators,
     /// dots, spaces (ASCII and not), percent escapes (of separators, dots, NUL, a bidi override, broken ones),
     /// controls, bidi controls, characters that join onto a neighbour (a combining mark, ZWJ, a prepended
@@ -120,7 +125,8 @@ struct FileNamingFuzzTests {
         "%C2%9B", "\0", "\u{1}", "\t", "\n", "\r\n", "\u{7F}", "\u{85}", "\u{9B}", "\u{061C}", "\u{200E}", "\u{200F}",
         "\u{202A}", "\u{202E}", "\u{2066}", "\u{2069}", "\u{200D}", "\u{0301}", "\u{0600}", "\u{00A0}", "\u{2003}",
         "\u{3000}", "\u{00E9}", "e\u{0301}", "\u{D55C}", "\u{1112}\u{1161}\u{11AB}", "\u{1F600}",
-        "\u{1F469}\u{200D}\u{1F4BB}", "\u{1F1EB}\u{1F1F7}", "\u{FEFF}", "?", "#", "\"",
+        "\u{1F469}\u{200D}\u{1F4BB}", "\u{1F1EB}\u{1F1F7}", "\u{FEFF}", "\u{200B}", "\u{2060}", "%E2%80%8B", "?", "#",
+        "\"",
     ]
 
     /// A random name: a few pieces mostly, sometimes enough to pass 255 bytes or to come near it, sometimes one

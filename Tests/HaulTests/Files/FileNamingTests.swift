@@ -26,6 +26,10 @@ struct FileNamingTests {
             ("http://h/x%5C..%5Cwin.ini", "win.ini"),
             ("http://h/.hidden", "hidden"),
             ("http://h/a%00b", "ab"),
+            // Invisible characters go, so that no name looks like another beside it; ZWJ stays in an emoji.
+            ("http://h/re%E2%80%8Bport.pdf", "report.pdf"),
+            ("http://h/%EF%BB%BFa%E2%81%A0b.txt", "ab.txt"),
+            ("http://h/%F0%9F%91%A9%E2%80%8D%F0%9F%92%BB.png", "\u{1F469}\u{200D}\u{1F4BB}.png"),
         ])
     func fromURL(url: String, expected: String) throws {
         #expect(FileNaming.name(for: try #require(URL(string: url))) == expected)
