@@ -150,10 +150,13 @@ public final class NIOTransport: InterruptibleHTTPTransport {
         let destination = ServerAddress(host: endpoint.host, port: endpoint.port)
         // Through a proxy the server may be out of direct reach: no extra connection to diagnose its certificate.
         let diagnoses = options.proxy == nil
+        // After a kept-alive connection turned out closed, the request goes once more, on a new connection: never
+        // again on another idle one (a server that drops this request would otherwise get it once per idle connection).
+        var fresh = false
         while true {
             let (connection, reused): (Connection, Bool)
             do {
-                (connection, reused) = try await acquire(endpoint, connectTimeout: options.connectTimeout)
+                (connection, reused) = try await acquire(endpoint, connectTimeout: options.connectTimeout, fresh: fresh)
             } catch {
                 throw await ReadableFailure.of(
                     error, at: destination, connectTimeout: options.connectTimeout, diagnoses: diagnoses) ?? error
@@ -167,7 +170,10 @@ public final class NIOTransport: InterruptibleHTTPTransport {
                 // slot after that, and the server must not see the next request while it still counts this one.
                 await exchange.close()
                 // A kept-alive connection the server had already closed: the request never reached it.
-                if reused, let closed = error as? NIOTransportError, closed == .closedBeforeResponse { continue }
+                if reused, let closed = error as? NIOTransportError, closed == .closedBeforeResponse {
+                    fresh = true
+                    continue
+                }
                 // A TLS alert can come after the handshake (TLS 1.3 refuses a client certificate on the first read).
                 throw await ReadableFailure.of(
                     error, at: destination, connectTimeout: options.connectTimeout, diagnoses: diagnoses) ?? error
@@ -177,9 +183,12 @@ public final class NIOTransport: InterruptibleHTTPTransport {
 
     // MARK: Connections
 
-    private func acquire(_ endpoint: Endpoint, connectTimeout: Duration) async throws -> (Connection, reused: Bool) {
+    private func acquire(
+        _ endpoint: Endpoint, connectTimeout: Duration, fresh: Bool = false
+    ) async throws -> (Connection, reused: Bool) {
         let here = currentExecutor()?.loop
         let idle = pool.withLock { pool -> Connection? in
+            guard !fresh else { return nil }
             // One on this thread's loop first: its responses then resume this task without a thread switch.
             if let here, let index = pool.idle[endpoint]?.lastIndex(where: { $0.channel.eventLoop === here }),
                 let connection = pool.idle[endpoint]?.remove(at: index), connection.channel.isActive

@@ -47,6 +47,15 @@ final class Exchange: Sendable {
     static let highWater = 1 << 20
     private let highWater: Int
 
+    /// The least a buffered chunk counts for: the longest chunk-size line that may come with it. A chunked body of
+    /// 1-byte chunks behind 4 KiB chunk extensions, counted by its body bytes, would be read about 4,000 times past
+    /// the mark (gigabytes, each chunk a slice keeping its whole read in memory) before reading pauses. A body's
+    /// ordinary reads are larger, and count as they are.
+    static let leastChunkCost = ResponseParser.maxChunkLineSize
+
+    /// What `chunk` counts for against ``highWater``.
+    private static func cost(of chunk: ByteBuffer) -> Int { max(chunk.readableBytes, leastChunkCost) }
+
     init(connection: Connection, transport: NIOTransport, endpoint: Endpoint) {
         highWater = endpoint.receiveWindow.map { max($0 / 2, 1) } ?? Self.highWater
         self.connection = connection
@@ -129,7 +138,7 @@ final class Exchange: Sendable {
             enum Now { case chunk(ByteBuffer, resumeReading: Bool), end, error(any Error), wait }
             let now = state.withLock { state -> Now in
                 if let chunk = state.chunks.popFirst() {
-                    state.buffered -= chunk.readableBytes
+                    state.buffered -= Self.cost(of: chunk)
                     let resume = state.readingPaused && state.buffered <= highWater / 2
                     if resume { state.readingPaused = false }
                     return .chunk(chunk, resumeReading: resume)
@@ -189,7 +198,7 @@ final class Exchange: Sendable {
         let (waiter, pause) = state.withLock { state -> (CheckedContinuation<Void, any Error>?, Bool) in
             if !state.abandoned {
                 state.chunks.append(body)
-                state.buffered += body.readableBytes
+                state.buffered += Self.cost(of: body)
             }
             if state.buffered > highWater { state.readingPaused = true }
             defer { state.bodyWaiter = nil }

@@ -23,6 +23,10 @@ enum ProxyTunnel {
             }
         } catch is TunnelReader.Closed {
             throw TransportError("the proxy \(proxy) closed the connection before the tunnel was open")
+        } catch is TunnelReader.Oversized {
+            throw TransportError(
+                "the proxy \(proxy) answered with more than \(TunnelReader.maxMessageSize) bytes without ending its "
+                    + "answer", isTransient: false)
         }
         try await channel.pipeline.removeHandler(reader).get()
     }
@@ -183,6 +187,13 @@ final class TunnelReader: ChannelInboundHandler, RemovableChannelHandler, @unche
     /// The proxy closed the connection while a message was awaited.
     struct Closed: Error {}
 
+    /// The proxy sent more than ``maxMessageSize`` bytes that are not a whole message.
+    struct Oversized: Error {}
+
+    /// The most kept of what the proxy sent: a response head as large as ``ResponseParser`` takes (SOCKS5 messages are
+    /// a few hundred bytes at most). Beyond it the proxy is not answering, and what it sends is not kept.
+    static let maxMessageSize = ResponseParser.maxHeadSize
+
     /// What to wait for.
     enum Message {
         /// Exactly this many bytes.
@@ -222,6 +233,11 @@ final class TunnelReader: ChannelInboundHandler, RemovableChannelHandler, @unche
         var bytes = unwrapInboundIn(data)
         received.writeBuffer(&bytes)
         deliver()
+        if received.readableBytes > Self.maxMessageSize {
+            received.clear()
+            fail(Oversized())
+            context.close(promise: nil)
+        }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
