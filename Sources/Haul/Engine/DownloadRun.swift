@@ -97,6 +97,9 @@ final class DownloadRun: @unchecked Sendable {
         /// The destination path once known (for `.directory(useContentDisposition: true)`, after the first head).
         var path: String?
         var replaces = Replacement.nothing
+        /// The stamp the journal recorded for Haul's completed file when it is to be replaced: a file that no longer
+        /// has it when the new copy is published was changed meanwhile (by the user), and is not replaced unasked.
+        var completedStamp: FileStamp?
 
         /// Whether publishing replaces the file at the destination whatever the conflict policy: the file is the one
         /// being revalidated or continued.
@@ -482,7 +485,14 @@ final class DownloadRun: @unchecked Sendable {
         let durable = configuration.durability == .powerLoss
         try partial.seal(durable: durable, url: tally.finalURL)
         try checkContainment(path)
-        switch target.replacesFile ? .overwrite : request.conflictPolicy {
+        var policy = target.replacesFile ? .overwrite : request.conflictPolicy
+        // Haul's own file is replaced only while it is the one the journal recorded: changed since (an edit saved
+        // while its new copy came), it is the user's, and the conflict policy decides as for any file Haul did not
+        // write.
+        if target.replacesCompleted, let stamp = target.completedStamp, FileStamp(ofFileAt: path) != stamp {
+            policy = request.conflictPolicy
+        }
+        switch policy {
         case .overwrite:
             if case .other = PathKind(at: path) {
                 throw DownloadError(
@@ -547,8 +557,12 @@ final class DownloadRun: @unchecked Sendable {
         writer?.file.remove()
         segmented?.file.remove()
         phase = .planning
-        // A file that appeared at the destination while this one was fetched: its record, if any, is its own.
-        if error.code == .destinationExists { return }
+        // A file that appeared at the destination while this one was fetched: its record, if any, is its own (the
+        // record of a new copy of Haul's completed file, now removed, is this download's).
+        if error.code == .destinationExists {
+            if target.replacesCompleted { configuration.journal?.remove(partialKey) }
+            return
+        }
         guard let journal = configuration.journal else { return }
         if target.replacesCompleted {
             // The file at the destination is untouched and still the one the completed record describes: only the
@@ -588,6 +602,7 @@ final class DownloadRun: @unchecked Sendable {
                 // Haul's own file, unchanged: the server's answer decides whether it is replaced; without a validator
                 // to ask with, it is fetched again.
                 target.path = record.path
+                target.completedStamp = stamp
                 target.replaces = .completedFile(
                     validator.map {
                         Revalidation(path: record.path, validator: $0, size: size, sha256: sha256, stamp: stamp)
@@ -602,6 +617,7 @@ final class DownloadRun: @unchecked Sendable {
             } catch  where error.code == .checksumMismatch && request.conflictPolicy == .overwrite {
                 // The file is Haul's but not the one asked for: fetched again, and replaced once verified.
                 target.path = record.path
+                target.completedStamp = stamp
                 target.replaces = .completedFile(nil)
                 return nil
             }

@@ -90,7 +90,9 @@ struct ResponseDecision {
         if status == 416, asked.pieceEnd != nil { return .askWithoutPiece }
         if status == 416, asked.from > 0 {
             let complete = HTTPRules.unsatisfiedRangeLength(head.headerFields.first(.contentRange))
-            guard let complete, complete == asked.from else {
+            // The held bytes are the whole file only if its total is the one they were part of: a server whose file
+            // shrank to their size (and that ignores If-Range) would have the start of the old version published.
+            guard let complete, complete == asked.from, asked.knownTotal.map({ $0 == complete }) ?? true else {
                 return .startOver(because: "the server cannot send the rest of it")
             }
             return asked.continuing ? .foreignFileComplete(size: complete) : .complete(total: complete)
@@ -124,8 +126,9 @@ struct ResponseDecision {
                 return .startOver(because: "the server sent another range")
             }
             // A server that ignores If-Range sends the rest of another version: appended, it would publish a file
-            // of two versions.
-            if asked.from > 0, let sent = asked.validator, let received = write.validator, received != sent {
+            // of two versions. A 206 without a validator (which RFC 9110 15.3.7 says it must repeat) cannot show it is
+            // the rest of the same one.
+            if asked.from > 0, let sent = asked.validator, write.validator != sent {
                 return .startOver(because: "the file changed on the server")
             }
             if let problem = Self.misfit(range, bodyLength: bodyLength, knownTotal: asked.knownTotal) {
@@ -238,7 +241,8 @@ struct SegmentDecision {
             }
             let received = HTTPRules.validator(of: head)
             // Mirrors make their own validators (an ETag is often a server's own): only the primary's change counts.
-            if asked.isPrimary, let known = asked.validator, let received, received != known {
+            // A primary's 206 without one cannot show it is of the same version (as for one stream).
+            if asked.isPrimary, let known = asked.validator, received != known {
                 return .abandonSegments(because: "the file changed on the server")
             }
             return .write(
