@@ -179,7 +179,7 @@ extension DownloadRun {
         // Any 2xx answers a revalidation: the server has a new copy (whatever becomes of this response).
         if asked.revalidating, (200..<300).contains(head.status.code), var revalidation = target.revalidation {
             revalidation.answered = true
-            target.replaces = .completedFile(revalidation)
+            target.replaces = .completedFile(revalidation, stamp: revalidation.stamp)
             emit(.revalidated(modified: true))
         }
         let rules = ResponseDecision(policy: configuration.retryPolicy, maxSize: request.maxSize)

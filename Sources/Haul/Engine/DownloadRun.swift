@@ -97,10 +97,6 @@ final class DownloadRun: @unchecked Sendable {
         /// The destination path once known (for `.directory(useContentDisposition: true)`, after the first head).
         var path: String?
         var replaces = Replacement.nothing
-        /// The stamp the journal recorded for Haul's completed file when it is to be replaced: a file that no longer
-        /// has it when the new copy is published was changed meanwhile (by the user), and is not replaced unasked.
-        var completedStamp: FileStamp?
-
         /// Whether publishing replaces the file at the destination whatever the conflict policy: the file is the one
         /// being revalidated or continued.
         var replacesFile: Bool { if case .nothing = replaces { false } else { true } }
@@ -110,7 +106,11 @@ final class DownloadRun: @unchecked Sendable {
         var replacesCompleted: Bool { if case .completedFile = replaces { true } else { false } }
         /// The revalidation of the completed file, if one is asked for.
         var revalidation: Revalidation? {
-            if case .completedFile(let revalidation) = replaces { revalidation } else { nil }
+            if case .completedFile(let revalidation, _) = replaces { revalidation } else { nil }
+        }
+        /// The stamp the journal recorded for Haul's completed file when it is to be replaced.
+        var completedStamp: FileStamp? {
+            if case .completedFile(_, let stamp) = replaces { stamp } else { nil }
         }
     }
 
@@ -121,8 +121,9 @@ final class DownloadRun: @unchecked Sendable {
         /// The file another tool left, continued by this download (or fetched again when it cannot be).
         case foreignFile
         /// Haul's own completed file, with the revalidation that asks whether it is current (none: it is fetched
-        /// again).
-        case completedFile(Revalidation?)
+        /// again), and the stamp the journal recorded for it: a file that no longer has it when the new copy is
+        /// published was changed meanwhile (by the user), and is not replaced unasked.
+        case completedFile(Revalidation?, stamp: FileStamp)
     }
 
     /// What a revalidation needs of the completed file.
@@ -602,11 +603,10 @@ final class DownloadRun: @unchecked Sendable {
                 // Haul's own file, unchanged: the server's answer decides whether it is replaced; without a validator
                 // to ask with, it is fetched again.
                 target.path = record.path
-                target.completedStamp = stamp
                 target.replaces = .completedFile(
                     validator.map {
                         Revalidation(path: record.path, validator: $0, size: size, sha256: sha256, stamp: stamp)
-                    })
+                    }, stamp: stamp)
                 try resumeNewCopy(from: journal, at: record.path)
                 return nil
             }
@@ -617,8 +617,7 @@ final class DownloadRun: @unchecked Sendable {
             } catch  where error.code == .checksumMismatch && request.conflictPolicy == .overwrite {
                 // The file is Haul's but not the one asked for: fetched again, and replaced once verified.
                 target.path = record.path
-                target.completedStamp = stamp
-                target.replaces = .completedFile(nil)
+                target.replaces = .completedFile(nil, stamp: stamp)
                 return nil
             }
         case .requested, .failed:

@@ -80,6 +80,13 @@ enum Format {
         return String(scalars)
     }
 
+    /// Whether `scalar` is one JSON allows raw in a string that a terminal or a line reader takes as a control: DEL,
+    /// the C1 controls, the line and paragraph separators. Both JSON outputs (`--json`, `--log-format json`) escape
+    /// them.
+    static func isRawInJSONButNotPrintable(_ scalar: Unicode.Scalar) -> Bool {
+        (0x7F...0x9F).contains(scalar.value) || scalar == "\u{2028}" || scalar == "\u{2029}"
+    }
+
     private static func isReplaced(_ scalar: Unicode.Scalar) -> Bool {
         scalar != "\n" && scalar != "\t" && FileNaming.isUnprintable(scalar)
     }

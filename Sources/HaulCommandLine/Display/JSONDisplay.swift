@@ -175,19 +175,15 @@ final class JSONDisplay: Display {
     /// allowing them) escaped, as `--log-format json` escapes them: a reason phrase's U+009B is a CSI to a terminal
     /// showing the line, and U+2028 ends a line for some readers. Outside strings JSON has none of them.
     static func escapingC1(_ json: String) -> String {
-        guard json.unicodeScalars.contains(where: needsEscape) else { return json }
+        guard json.unicodeScalars.contains(where: Format.isRawInJSONButNotPrintable) else { return json }
         var out = String.UnicodeScalarView()
         for scalar in json.unicodeScalars {
-            if needsEscape(scalar) {
+            if Format.isRawInJSONButNotPrintable(scalar) {
                 out.append(contentsOf: String(format: "\\u%04x", scalar.value).unicodeScalars)
             } else {
                 out.append(scalar)
             }
         }
         return String(out)
-    }
-
-    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
-        (0x7F...0x9F).contains(scalar.value) || scalar == "\u{2028}" || scalar == "\u{2029}"
     }
 }

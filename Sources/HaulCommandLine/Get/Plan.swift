@@ -128,7 +128,7 @@ struct Planner: Sendable {
             let parts = subdirectory.split(separator: "/")
             if subdirectory.unicodeScalars.contains(where: FileNaming.isUnprintable) {
                 problems.append(
-                    "dir='\(Format.printable(subdirectory))' holds control or bidirectional formatting characters")
+                    "dir='\(Format.printable(subdirectory))' holds control, bidirectional or invisible characters")
             } else if subdirectory.hasPrefix("/") || parts.contains("..") || parts.isEmpty {
                 problems.append("dir='\(subdirectory)' must be a relative path inside the destination, without '..'")
             } else if parts.contains(".haul") {
@@ -252,7 +252,7 @@ struct Planner: Sendable {
         if name == ".haul" { return "'.haul' is where Haul keeps its records; choose another name" }
         if name.unicodeScalars.contains(where: FileNaming.isUnprintable) {
             // An `out=` line of someone else's list: `‮fdp.exe` would show as `exe.pdf` in every listing.
-            return "'\(Format.printable(name))' is not a file name: it holds control or bidirectional formatting "
+            return "'\(Format.printable(name))' is not a file name: it holds control, bidirectional or invisible "
                 + "characters"
         }
         return nil

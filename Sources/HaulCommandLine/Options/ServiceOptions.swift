@@ -117,9 +117,7 @@ struct JSONLogHandler: LogHandler {
             case "\n": out += "\\n"
             case "\r": out += "\\r"
             case "\t": out += "\\t"
-            case _
-            where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar == "\u{2028}"
-                || scalar == "\u{2029}":
+            case _ where scalar.value < 0x20 || Format.isRawInJSONButNotPrintable(scalar):
                 out += String(format: "\\u%04x", scalar.value)
             default: out.unicodeScalars.append(scalar)
             }
