@@ -340,15 +340,21 @@ final class RecordingTransport: HTTPTransport {
 /// The most the client's and the server's kernels may buffer on one loopback TCP connection: the largest receive
 /// and send buffers they may grow to (Linux: the last fields of `tcp_rmem` and `tcp_wmem`, 32 MiB and 4 MiB on
 /// some machines), or 10 MiB where they cannot be read.
-private var kernelSocketBuffers: Int {
-    #if os(Linux)
-    func largest(_ path: String) -> Int? {
-        (try? String(contentsOfFile: path, encoding: .utf8))?.split(whereSeparator: \.isWhitespace).last
-            .flatMap { Int($0) }
-    }
-    if let receive = largest("/proc/sys/net/ipv4/tcp_rmem"), let send = largest("/proc/sys/net/ipv4/tcp_wmem") {
-        return receive + send
-    }
-    #endif
+var kernelSocketBuffers: Int {
+    if let receive = largestTCPBuffer("tcp_rmem"), let send = largestTCPBuffer("tcp_wmem") { return receive + send }
     return 10 << 20
+}
+
+/// The most a server's kernel may buffer for sending on one connection (Linux: the last field of `tcp_wmem`), or
+/// 4 MiB where it cannot be read.
+var serverSendBuffer: Int { largestTCPBuffer("tcp_wmem") ?? 4 << 20 }
+
+/// The largest size the kernel lets a TCP socket buffer grow to: the last field of `/proc/sys/net/ipv4/NAME`.
+private func largestTCPBuffer(_ name: String) -> Int? {
+    #if os(Linux)
+    (try? String(contentsOfFile: "/proc/sys/net/ipv4/" + name, encoding: .utf8))?.split(whereSeparator: \.isWhitespace)
+        .last.flatMap { Int($0) }
+    #else
+    nil
+    #endif
 }

@@ -1,5 +1,5 @@
 import HaulOperations
-import NIOCore
+package import NIOCore
 import NIOPosix
 import Testing
 
@@ -15,12 +15,20 @@ package enum RawServer {
     package static func withRunning(
         respond: @escaping @Sendable (Int, String) -> [UInt8], _ body: (Int) async throws -> Void
     ) async throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let counter = Locked(0)
+        try await withRunning(handler: { Answer(respond: respond, counter: counter) }, body)
+    }
+
+    /// A loopback server on a free port whose every connection is served by a new `handler()`, for a server of
+    /// raw bytes of a test's own.
+    package static func withRunning(
+        handler: @escaping @Sendable () -> any ChannelInboundHandler & Sendable, _ body: (Int) async throws -> Void
+    ) async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let channel = try await ServerBootstrap(group: group)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(Answer(respond: respond, counter: counter))
+                    try channel.pipeline.syncOperations.addHandler(handler())
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
