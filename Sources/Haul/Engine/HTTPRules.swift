@@ -55,7 +55,8 @@ enum HTTPRules {
             path: path)
     }
 
-    /// The target of a redirect, resolved against the current URL, or the reason it is refused.
+    /// The target of a redirect, resolved against the current URL, or the reason it is refused (no `Location`, a scheme
+    /// other than `http` and `https`, no host).
     static func redirectTarget(location: String?, from current: URL) -> Result<URL, DownloadError> {
         guard let location, !location.isEmpty,
             let target = URL(string: location, relativeTo: current)?.absoluteURL
@@ -70,6 +71,12 @@ enum HTTPRules {
                 DownloadError(
                     .redirectRefused,
                     message: "refused a redirect to '\(target.redactedString)': only http and https are followed",
+                    url: current))
+        }
+        guard target.host(percentEncoded: true)?.isEmpty == false else {
+            return .failure(
+                DownloadError(
+                    .redirectRefused, message: "refused a redirect to '\(target.redactedString)': it names no host",
                     url: current))
         }
         return .success(target)

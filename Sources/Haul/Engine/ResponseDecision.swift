@@ -214,8 +214,9 @@ struct SegmentDecision {
         case abandonSegments(because: String)
         /// The sources disagree about the file: the download fails.
         case disagree(DownloadError)
-        /// This request fails (the source's retries, or another source, decide what follows).
-        case fail(AttemptFailure)
+        /// This request fails (the source's retries, or another source, decide what follows); `holdHost` is how
+        /// long every request to the host waits first (the host asked for time), as after a one-stream response.
+        case fail(AttemptFailure, holdHost: Duration?)
     }
 
     var policy: RetryPolicy
@@ -223,7 +224,7 @@ struct SegmentDecision {
     func decide(_ head: HTTPResponse, from url: URL, asked: Asked, sent: ResponseDecision.Sent) -> Action {
         let status = head.status.code
         if (200..<300).contains(status), let coding = HTTPRules.unaskedTransferCoding(of: head) {
-            return .fail(.permanent(ResponseDecision.codedBody(coding, url: url, status: status)))
+            return .fail(.permanent(ResponseDecision.codedBody(coding, url: url, status: status)), holdHost: nil)
         }
         if status == 206, let range = HTTPRules.contentRange(head.headerFields.first(.contentRange)),
             range.first == asked.offset
@@ -262,10 +263,11 @@ struct SegmentDecision {
                 .permanent(
                     DownloadError(
                         .invalidResponse, message: "\(asked.given.redactedString): \(reason)", url: url,
-                        status: status)))
+                        status: status)),
+                holdHost: nil)
         }
-        return .fail(
-            HTTPRules.statusFailure(
-                head, url: url, proxy: sent.proxy, sentCredentials: sent.credentials, policy: policy))
+        let failure = HTTPRules.statusFailure(
+            head, url: url, proxy: sent.proxy, sentCredentials: sent.credentials, policy: policy)
+        return .fail(failure, holdHost: policy.hostHold(status: status, retryAfter: failure.retryAfter))
     }
 }

@@ -352,7 +352,7 @@ struct ResponseDecisionTests {
             return
         }
         let mirrorWhole = Self.decideSegment(Self.head(200), Self.segmentAsked(primary: false, validator: nil))
-        guard case .fail(let failure) = mirrorWhole, !failure.isTransient,
+        guard case .fail(let failure, nil) = mirrorWhole, !failure.isTransient,
             failure.error.message == "http://b.example/f.bin: it ignores Range"
         else {
             Issue.record("\(mirrorWhole)")
@@ -366,7 +366,7 @@ struct ResponseDecisionTests {
             let coded = Self.decideSegment(
                 Self.head(206, [Self.range(100, 199, 1000), (.eTag, Self.etag), (.transferEncoding, "gzip")]),
                 Self.segmentAsked(primary: primary))
-            guard case .fail(let failure) = coded, !failure.isTransient,
+            guard case .fail(let failure, nil) = coded, !failure.isTransient,
                 failure.error.message.contains("transfer coding 'gzip'")
             else {
                 Issue.record("\(coded)")
@@ -391,8 +391,14 @@ struct ResponseDecisionTests {
             return
         }
         let unavailable = Self.decideSegment(Self.head(503), Self.segmentAsked(primary: false))
-        guard case .fail(let failure) = unavailable, failure.isTransient, failure.error.status == 503 else {
+        guard case .fail(let failure, nil) = unavailable, failure.isTransient, failure.error.status == 503 else {
             Issue.record("\(unavailable)")
+            return
+        }
+        // A 429 or 503 with Retry-After holds the host for every download, as a one-stream response's does.
+        let busy = Self.decideSegment(Self.head(429, [(.retryAfter, "7")]), Self.segmentAsked(primary: false))
+        guard case .fail(let failure, .seconds(7)?) = busy, failure.isTransient else {
+            Issue.record("\(busy)")
             return
         }
     }

@@ -529,7 +529,8 @@ extension DownloadRun {
             return .abandon(because: reason)
         case .disagree(let error):
             return .disagree(error)
-        case .fail(let failure):
+        case .fail(let failure, let hold):
+            if let hold { pacer.hold(host: Self.pacingKey(hop.url), for: hold) }
             throw failure
         }
     }
