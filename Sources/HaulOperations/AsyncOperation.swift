@@ -117,6 +117,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         if runNow { handler() }
     }
 
+    /// `true` until `start()` has begun executing the operation or it has finished: cancelled while pending, it
+    /// will never execute.
+    var isPending: Bool { state.withLock { $0.lifecycle.phase == .pending } }
+
     /// Runs `observer` once the operation has finished (immediately if it already has), on the finishing
     /// thread, after `isFinished` has been announced.
     func addFinishObserver(_ observer: @escaping @Sendable () -> Void) {

@@ -38,16 +38,18 @@ public final class OperationGroup: Sendable {
 
     private let state = Locked(State())
     private let allFinished = OneShot<Void>()
-    /// Signalled once the last member's finish has been reported (``onMemberFinished``), for completion operations.
-    private let lastReported = DispatchSemaphore(value: 0)
+    /// Finishes once the last member's finish has been reported (``onMemberFinished``). Completion operations depend
+    /// on it, so none of them occupies a queue's thread while that report runs.
+    private let lastReported = EventOperation(name: "HaulOperations.OperationGroup.lastReported")
 
     /// Creates a group over `operations`; it starts watching them at once (add them to a queue as usual).
     public init(_ operations: [Operation], failurePolicy: FailurePolicy = .continueOthers) {
         self.operations = operations
         self.failurePolicy = failurePolicy
+        lastReported.start()
         if operations.isEmpty {
             allFinished.resolve(())
-            lastReported.signal()
+            lastReported.finish()
         }
         for operation in operations {
             FinishNotifier.whenAllFinished([operation]) { [self] in memberFinished(operation) }
@@ -72,14 +74,10 @@ public final class OperationGroup: Sendable {
     /// with or after the members.
     public func completionOperation(_ block: @escaping @Sendable () -> Void) -> BlockOperation {
         // A member's dependents may start as soon as it is marked finished, a moment before its finish is counted
-        // and reported on the member's thread: the block waits out that moment (it runs on a queue's thread, not
-        // a Swift concurrency one).
-        let completion = BlockOperation { [lastReported] in
-            lastReported.wait()
-            lastReported.signal()
-            block()
-        }
+        // and reported on the member's thread: the completion also depends on the end of that report.
+        let completion = BlockOperation(block: block)
         for operation in operations { completion.addDependency(operation) }
+        completion.addDependency(lastReported)
         return completion
     }
 
@@ -150,7 +148,7 @@ public final class OperationGroup: Sendable {
                 // Resolved after the last count is delivered, so `finished()` returns after the final callback.
                 if count == operations.count {
                     allFinished.resolve(())
-                    lastReported.signal()
+                    lastReported.finish()
                 }
             }
         }
@@ -166,4 +164,11 @@ extension ResultOperation: ResultReporting {
     var failureIfAny: Result<Void, any Error>? {
         result.map { $0.map { _ in () } }
     }
+}
+
+/// An operation that executes from the moment it is started until ``AsyncOperation/finish()`` is called: a
+/// dependency that holds its dependents back until an event, without holding a thread.
+final class EventOperation: AsyncOperation, @unchecked Sendable {
+    // unchecked Sendable: no state of its own.
+    override func execute() {}
 }

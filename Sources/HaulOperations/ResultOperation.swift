@@ -22,10 +22,15 @@ open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendabl
         return storage.withLock { $0 }
     }
 
-    /// Finishes the operation with `result`; ignored if the operation already has one.
+    /// Finishes the operation with `result`; ignored if the operation already has one, or was cancelled before it
+    /// started (its result is then ``OperationError/Code/cancelled``).
     public final func finish(with result: Result<Output, any Error>) {
-        storage.withLock { stored in
-            if stored == nil { stored = result }
+        // Cancelled while pending, the operation will finish without executing, cancelled: that outcome came first.
+        // `start()` reads `isCancelled` in the critical section that ends `isPending`, so it sees this cancellation.
+        if !(isCancelled && isPending) {
+            storage.withLock { stored in
+                if stored == nil { stored = result }
+            }
         }
         finish()
     }
