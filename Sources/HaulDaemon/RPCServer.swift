@@ -470,7 +470,7 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
             if frame.fin, let complete = message {
                 message = nil
                 let bytes = Array(complete.readableBytesView)
-                guard !answering else {
+                guard !answering, context.channel.isWritable else {
                     waiting.append(bytes)
                     try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
                     return
@@ -498,18 +498,30 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
             answer in
             if let answer { channel.writeAndFlush(WebSocketFrame.text(answer, on: channel), promise: nil) }
             handler.value.outbox.release(on: channel)
-            handler.value.answered(on: channel)
+            handler.value.answering = false
+            handler.value.proceed(on: channel)
         }
     }
 
-    /// Takes the next waiting message, or reads again once none waits.
-    private func answered(on channel: any Channel) {
+    /// Takes the next waiting message, or reads again once none waits; neither while an answer is being made, nor
+    /// before the client has read what it was sent (the channel is writable): one that reads nothing is answered
+    /// nothing more.
+    private func proceed(on channel: any Channel) {
+        guard !answering else { return }
+        guard channel.isWritable else {
+            try? channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
+            return
+        }
         guard !waiting.isEmpty else {
-            answering = false
             try? channel.syncOptions?.setOption(ChannelOptions.autoRead, value: true)
             return
         }
         answer(waiting.removeFirst(), on: channel)
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        proceed(on: context.channel)
+        context.fireChannelWritabilityChanged()
     }
 
     private func close(_ context: ChannelHandlerContext, code: WebSocketErrorCode) {
@@ -550,6 +562,8 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
     private var head: HTTPRequestHead?
     private var body: ByteBuffer?
     private var tooLarge = false
+    /// A whole request, not answered yet.
+    private var complete: (head: HTTPRequestHead, body: ByteBuffer?)?
     /// Closes the connection when the client takes longer than ``RPCAccess/requestTimeout`` to send a request.
     private var deadline: RequestDeadline
 
@@ -601,10 +615,30 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
         case .end:
             guard let head else { return }
             self.head = nil
-            deadline.disarm()
-            respond(to: head, body: body, context: context)
+            complete = (head, body)
             body = nil
+            // Answered once this read has returned: NIO hands over a pipelined request as the answer before it
+            // ends, so answering at once would answer thousands of them one inside another, on one stack.
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.execute {
+                let (handler, context) = bound.value
+                handler.respondOnceWritable(context: context)
+            }
         }
+    }
+
+    /// Answers the complete request, once the client has read what it was sent before (the channel is writable):
+    /// one that reads nothing is answered nothing more, and the request timeout closes its connection.
+    private func respondOnceWritable(context: ChannelHandlerContext) {
+        guard context.channel.isWritable, let (head, body) = complete else { return }
+        complete = nil
+        deadline.disarm()
+        respond(to: head, body: body, context: context)
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        respondOnceWritable(context: context)
+        context.fireChannelWritabilityChanged()
     }
 
     /// Answers 413: the request's body is (or says it is) larger than ``RPCAccess/maxRequestSize``.
@@ -765,9 +799,15 @@ private final class RPCConnectionHandler: ChannelInboundHandler, RemovableChanne
             headers.add(name: "Access-Control-Allow-Origin", value: origin)
             headers.add(name: "Vary", value: "Origin")
         }
+        // A request that asked for another protocol, refused here: NIO's decoder parses nothing after it, so a next
+        // request on its connection would never be answered.
+        let upgrade =
+            head.method == .CONNECT
+            || (head.headers.contains(name: "upgrade")
+                && head.headers[canonicalForm: "connection"].contains { $0.lowercased() == "upgrade" })
         context.writeResponse(
             to: head, status: status, headers: headers, body: bytes,
-            keepAlive: head.isKeepAlive && status != .payloadTooLarge)
+            keepAlive: head.isKeepAlive && status != .payloadTooLarge && !upgrade)
         // Now the next request is awaited.
         deadline.arm(context)
     }
