@@ -423,6 +423,8 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     /// Whether a message is being answered, and the complete messages waiting for their turn.
     private var answering = false
     private var waiting: [[UInt8]] = []
+    /// Set once the session is being closed: frames read after that, in the same read, are not taken.
+    private var closing = false
 
     init(
         endpoint: RPCEndpoint, access: RPCAccess, sessions: WebSocketSessions, connections: ConnectionSlots,
@@ -454,15 +456,17 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
         let frame = unwrapInboundIn(data)
         switch frame.opcode {
         case .text, .binary, .continuation:
             var data = frame.unmaskedData
-            if frame.opcode == .continuation {
-                guard message != nil else { return close(context, code: .protocolError) }
-            } else {
-                message = context.channel.allocator.buffer(capacity: data.readableBytes)
+            // A continuation belongs to a message under way; a new message may start only after the last one ended
+            // (RFC 6455 5.4: data frames of two messages are never interleaved).
+            guard (frame.opcode == .continuation) == (message != nil) else {
+                return close(context, code: .protocolError)
             }
+            if message == nil { message = context.channel.allocator.buffer(capacity: data.readableBytes) }
             guard (message?.readableBytes ?? 0) + data.readableBytes <= access.maxRequestSize else {
                 return close(context, code: .messageTooLarge)
             }
@@ -525,6 +529,9 @@ private final class WebSocketRPCHandler: ChannelInboundHandler {
     }
 
     private func close(_ context: ChannelHandlerContext, code: WebSocketErrorCode) {
+        closing = true
+        message = nil
+        waiting = []
         var data = context.channel.allocator.buffer(capacity: 2)
         data.write(webSocketErrorCode: code)
         let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)

@@ -120,6 +120,22 @@ struct RPCSecondReviewTests {
         #expect(answered <= count / 3, "\(answered) answers of 256 KiB made for a client that read none of them")
     }
 
+    @Test("a data frame that starts a message before the last one ended closes the session with 1002, unanswered")
+    func interleavedMessages() async throws {
+        let (server, calls, group) = try await Self.countingServer(answerSize: 16)
+        defer { Self.stop(server, group) }
+        let session = try WebSocketClient(port: server.port, headers: [("Host", "127.0.0.1:\(server.port)")])
+        try #require(session.upgraded, "\(session.statusLine)")
+        let call = Self.openCall.encoded()
+        // The first half of one message, then a whole one: two messages' frames interleaved (RFC 6455 5.4).
+        session.sendFrame(opcode: 1, fin: false, Array(call.prefix(10)))
+        session.sendFrame(opcode: 1, fin: true, call)
+        session.sendFrame(opcode: 0, fin: true, Array(call.dropFirst(10)))
+        try await eventually("closed") { session.isClosed }
+        #expect(session.closeCode == 1002)
+        #expect(calls.withLock { $0 } == 0, "a message of interleaved frames was answered")
+    }
+
     @Test("thousands of pipelined requests queued behind a slow answer are each answered, not one inside another")
     func pipelinedBehindSlowAnswer() async throws {
         let (server, _, group) = try await Self.countingServer(answerSize: 16)

@@ -13,6 +13,7 @@ final class WebSocketClient: Sendable {
     private let fd: Int32
     private let received = Locked<[[UInt8]]>([])
     private let closed = Locked(false)
+    private let closing = Locked<UInt16?>(nil)
     /// The status line of the answer to the upgrade request.
     let statusLine: String
 
@@ -34,8 +35,9 @@ final class WebSocketClient: Sendable {
         guard statusLine.contains(" 101 ") else { return }
         let received = self.received
         let closed = self.closed
+        let closing = self.closing
         Thread {
-            while let message = Self.readMessage(fd) { received.withLock { $0.append(message) } }
+            while let message = Self.readMessage(fd, closing: closing) { received.withLock { $0.append(message) } }
             closed.withLock { $0 = true }
         }.start()
     }
@@ -51,6 +53,8 @@ final class WebSocketClient: Sendable {
     var messages: [JSON] { received.withLock { $0 }.compactMap { try? JSON.parse($0) } }
     /// Whether the server closed the session.
     var isClosed: Bool { closed.withLock { $0 } }
+    /// The status code of the server's close frame, once one came with a code.
+    var closeCode: UInt16? { closing.withLock { $0 } }
 
     /// Sends `text` as one masked text frame, or in `fragments` frames.
     func send(_ text: [UInt8], fragments: Int = 1) {
@@ -68,6 +72,11 @@ final class WebSocketClient: Sendable {
     /// Sends a ping with `payload`.
     func ping(_ payload: [UInt8]) { writeAll(fd, Self.frame(opcode: 9, fin: true, payload)) }
 
+    /// Sends one masked frame as given: `opcode` 1 text, 0 continuation...
+    func sendFrame(opcode: UInt8, fin: Bool, _ payload: [UInt8]) {
+        writeAll(fd, Self.frame(opcode: opcode, fin: fin, payload))
+    }
+
     private static func frame(opcode: UInt8, fin: Bool, _ payload: [UInt8]) -> [UInt8] {
         var bytes: [UInt8] = [(fin ? 0x80 : 0) | opcode]
         let mask: [UInt8] = [0x12, 0x34, 0x56, 0x78]
@@ -81,8 +90,9 @@ final class WebSocketClient: Sendable {
         return bytes
     }
 
-    /// The next text message (pongs and other control frames skipped), or `nil` at the end.
-    private static func readMessage(_ fd: Int32) -> [UInt8]? {
+    /// The next text message (pongs and other control frames skipped), or `nil` at the end; a close frame's status
+    /// code goes to `closing`.
+    private static func readMessage(_ fd: Int32, closing: Locked<UInt16?>) -> [UInt8]? {
         var message: [UInt8] = []
         while true {
             guard let head = readExactly(fd, 2) else { return nil }
@@ -96,7 +106,10 @@ final class WebSocketClient: Sendable {
             }
             guard let payload = readExactly(fd, length) else { return nil }
             let opcode = head[0] & 0x0F
-            if opcode == 8 { return nil }
+            if opcode == 8 {
+                if payload.count >= 2 { closing.withLock { $0 = UInt16(payload[0]) << 8 | UInt16(payload[1]) } }
+                return nil
+            }
             if opcode >= 8 { continue }
             message += payload
             if head[0] & 0x80 != 0 { return message }
