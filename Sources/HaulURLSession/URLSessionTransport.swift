@@ -15,8 +15,9 @@ public import Foundation
 /// files and writes every chunk twice), refuses redirects itself so the engine applies its own rules, sends
 /// `Accept-Encoding: identity`, and (on Apple platforms) suspends the task while the engine is behind so memory
 /// stays bounded; on Linux, FoundationNetworking cannot be suspended mid-transfer, so there it cannot push back.
-/// URLSession decodes `Content-Encoding` on its own, so a response that is encoded anyway fails with
-/// `DownloadError.Code.transport` instead of being stored decoded (use AsyncHTTPClient to store it as sent).
+/// URLSession decodes `Content-Encoding` on its own, so a 2xx response that is encoded anyway fails with
+/// `DownloadError.Code.transport`, not retried, instead of being stored decoded (use AsyncHTTPClient to store it as
+/// sent); a redirect or an error status, whose body is never stored, goes to the engine whatever its encoding.
 ///
 /// A response is closed (`ResponseBody.close()`) once URLSession reports its task complete. URLSession closes a
 /// cancelled transfer's connection on its own queue and does not say when, so a `DownloadQueue` on this transport
@@ -45,7 +46,8 @@ public final class URLSessionTransport: HTTPTransport {
     /// each file moved out of the system's temporary location before the delegate method returns.)
     ///
     /// - Parameters:
-    ///   - configuration: the session's configuration; its cookie storage and URL cache are turned off.
+    ///   - configuration: the session's configuration; its cookie storage and URL cache are turned off, and its
+    ///     request timeout raised to a day (the engine's stall timeout is the limit).
     ///   - maximumConnectionsPerHost: the session's own cap on connections to one host. URLSession allows 6 unless
     ///     told otherwise, which would quietly cap a queue wider than that; the queue's limits decide how many
     ///     downloads run, and a queue raises it to its width (``allowConnections(perHost:)``).
@@ -56,7 +58,30 @@ public final class URLSessionTransport: HTTPTransport {
         configuration.httpCookieStorage = nil
         configuration.urlCache = nil
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.timeoutIntervalForRequest = max(configuration.timeoutIntervalForRequest, Self.idleTimeout)
         current = Locked((Self.session(configuration, delegate: delegate), delegate, configuration))
+    }
+
+    /// How long URLSession lets a request go without a byte (its request timeout, in seconds): longer than any stall
+    /// timeout, as the engine's watchdog decides when a transfer has stalled.
+    static let idleTimeout: TimeInterval = 24 * 3600
+
+    /// The `URLRequest` sent for `request`: the engine's header fields (cookies joined as one field), no encoding, and
+    /// URLSession's own idle timeout kept out of the engine's way.
+    static func urlRequest(_ request: HTTPRequest, url: URL, options: TransportOptions) -> URLRequest {
+        var urlRequest = URLRequest(url: url)
+        urlRequest.httpMethod = request.method.rawValue
+        // Cookies are the engine's: URLSession would add its own and join them with commas.
+        urlRequest.httpShouldHandleCookies = false
+        request.headerFields.forEachJoiningCookies { field in
+            urlRequest.addValue(field.value, forHTTPHeaderField: field.name.rawName)
+        }
+        urlRequest.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        // URLSession has no connect timeout of its own on Linux; its request timeout is an idle timeout, which is
+        // the engine's stall watchdog's job (with the stall timeout of each download, however long): URLSession's own
+        // stays out of its way.
+        urlRequest.timeoutInterval = max(options.connectTimeout.secondsValue, Self.idleTimeout)
+        return urlRequest
     }
 
     /// A session on `configuration` whose calls go to `delegate`, one at a time.
@@ -91,6 +116,9 @@ public final class URLSessionTransport: HTTPTransport {
     /// The limit of connections to one host of the session new requests go to.
     package var connectionsPerHost: Int { current.withLock { $0.configuration.httpMaximumConnectionsPerHost } }
 
+    /// The session's request timeout in seconds: how long URLSession itself lets a request go without a byte.
+    var sessionIdleTimeout: TimeInterval { current.withLock { $0.configuration.timeoutIntervalForRequest } }
+
     /// Sends `request` and returns at the response head.
     ///
     /// URLSession verifies `https` against the system's trust store and negotiates the HTTP version itself: a
@@ -112,17 +140,7 @@ public final class URLSessionTransport: HTTPTransport {
                     + "proxy and give the downloader none, or use the NIO or AsyncHTTPClient transport",
                 isTransient: false)
         }
-        var urlRequest = URLRequest(url: url)
-        urlRequest.httpMethod = request.method.rawValue
-        // Cookies are the engine's: URLSession would add its own and join them with commas.
-        urlRequest.httpShouldHandleCookies = false
-        request.headerFields.forEachJoiningCookies { field in
-            urlRequest.addValue(field.value, forHTTPHeaderField: field.name.rawName)
-        }
-        urlRequest.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
-        // URLSession has no connect timeout of its own on Linux; its request timeout is an idle timeout, which
-        // the engine's stall watchdog also enforces. Use the connect timeout as a floor for it.
-        urlRequest.timeoutInterval = max(options.connectTimeout.secondsValue, 60)
+        let urlRequest = Self.urlRequest(request, url: url, options: options)
         // Made and started under the lock, so that a session being replaced is never given a task after it was told
         // to finish its tasks (``allowConnections(perHost:)``).
         let (task, stream) = current.withLock { current in
@@ -142,11 +160,15 @@ public final class URLSessionTransport: HTTPTransport {
             await stream.close()
             throw error
         }
-        if let encoding = head.headerFields[.contentEncoding], encoding.lowercased() != "identity" {
+        // Only a 2xx body is stored: a redirect's or an error's goes to the engine as it is, decoded or not. A server
+        // that encodes unasked does so again on every attempt.
+        if (200..<300).contains(head.status.code), let encoding = head.headerFields[.contentEncoding],
+            encoding.lowercased() != "identity"
+        {
             await stream.close()
             throw TransportError(
                 "the server sent Content-Encoding '\(encoding)' although identity was asked; URLSession would "
-                    + "decode it, so the bytes could not be stored as sent")
+                    + "decode it, so the bytes could not be stored as sent", isTransient: false)
         }
         let body = ResponseBody {
             { () async throws -> (any ByteChunk)? in
@@ -208,6 +230,11 @@ extension URLSessionTransport {
         if urlError.code == .unknown, words.hasPrefix("SSL certificate problem") || words.hasPrefix("SSL: ") {
             return TransportError(
                 "the certificate of \(host) was refused: \(words)", isTransient: false, underlying: urlError)
+        }
+        // libcurl's own words name what an unknown error was ("transfer closed with outstanding read data
+        // remaining"): they say more than its code.
+        if urlError.code == .unknown, !words.isEmpty {
+            return TransportError("request to \(host) failed: \(words)", underlying: urlError)
         }
         let (message, isTransient) = describe(urlError.code, host: host)
         return TransportError(message, isTransient: isTransient, underlying: urlError)
