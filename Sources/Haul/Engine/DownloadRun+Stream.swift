@@ -128,7 +128,8 @@ extension DownloadRun {
             let ask = RangeAsk(
                 from: asked.from, end: asked.pieceEnd, ifRange: asked.from > 0 ? facts.validator : nil,
                 condition: condition)
-            let outcome = try await send(&cursor.hops, asking: ask, clock: nil, interruption: interruption, emit: emit)
+            let outcome = try await send(
+                &cursor.hops, asking: ask, clock: nil, interruption: interruption, movesSlot: true, emit: emit)
             guard case .response(let hop) = outcome else { return .needsOwnTask }
             // The response is closed on every way out, before the attempt ends: a queue frees the download's slot
             // after that, and the transport has by then let go of a connection it will not reuse.

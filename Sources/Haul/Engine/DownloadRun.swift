@@ -41,6 +41,9 @@ final class DownloadRun: @unchecked Sendable {
     let pacer: RequestPacer
     /// Grants the extra connections of a segmented download; `nil`: they open at once.
     let connections: (any ConnectionBroker)?
+    /// Under a queue, the origin the download's own slot counts against (``moveSlot(to:waitIsNoStall:)``), once it
+    /// went on to another source or a redirect's target; `nil` while it counts against its request's.
+    let slotOrigin = Locked<HTTPRules.Origin?>(nil)
     /// Body bytes the connections of a segmented transfer received, added to the tally when it ends.
     let segmentBytes = Atomic<Int64>(0)
     let lastActivity = ActivityClock()
@@ -244,7 +247,7 @@ final class DownloadRun: @unchecked Sendable {
                 metadata: ["url": "\(dropped.redactedString)", "reason": "\(reason)", "next": "\(url.redactedString)"])
             emit(.sourceDropped(url: dropped, reason: reason, next: url))
             // Under a queue the download counts against the origin it fetches from.
-            if let connections, !(await connections.move(to: url)) { throw cancelledError() }
+            if !(await moveSlot(to: url)) { throw cancelledError() }
         case .retry(let failures):
             let delay = configuration.retryPolicy.delay(
                 beforeRetry: failures, retryAfter: failure.retryAfter, random: configuration.random)
@@ -264,6 +267,23 @@ final class DownloadRun: @unchecked Sendable {
             }
         }
         if Task.isCancelled { throw cancelledError() }
+    }
+
+    /// Under a queue, moves the download's own slot to the origin of `url` unless it counts there already
+    /// (``ConnectionBroker/move(to:)``); with `waitIsNoStall`, a wait for a free slot there is no stall of the
+    /// attempt. Returns `false` when the task was cancelled first.
+    func moveSlot(to url: URL, waitIsNoStall: Bool = false) async -> Bool {
+        guard let connections else { return true }
+        let current = slotOrigin.withLock { $0 }
+        // Most requests go where the download was added for: that costs no parsing.
+        if current == nil, url == request.url { return true }
+        let origin = HTTPRules.origin(of: url)
+        if origin == (current ?? HTTPRules.origin(of: request.url)) { return true }
+        if waitIsNoStall { lastActivity.setStallsWatchedElsewhere(true) }
+        defer { if waitIsNoStall { lastActivity.setStallsWatchedElsewhere(false) } }
+        guard await connections.move(to: url) else { return false }
+        slotOrigin.withLock { $0 = origin }
+        return true
     }
 
     private func validateRequest() throws(DownloadError) {

@@ -116,13 +116,15 @@ extension DownloadRun {
     /// one: each hop waits for its turn (pacing and host holds), takes its proxy, credentials and cookies, stores the
     /// cookies it is sent, and a redirect is told to `emit` as ``DownloadEvent/redirected(from:to:status:)``. The waits
     /// are no stall for `clock` (a connection's own); with `interruption`, every request goes through
-    /// ``interruptibleTransport``.
+    /// ``interruptibleTransport``. With `movesSlot` (the download's own request, under a queue), each hop's request
+    /// goes out once the download's slot counts against its origin (``moveSlot(to:waitIsNoStall:)``).
     func send(
         _ hops: inout Hops, asking: RangeAsk, clock: ActivityClock?, interruption: TransferInterruption?,
-        emit: @Sendable (DownloadEvent) -> Void
+        movesSlot: Bool = false, emit: @Sendable (DownloadEvent) -> Void
     ) async throws -> HopOutcome {
         while true {
             let url = hops.url
+            if movesSlot, !(await moveSlot(to: url, waitIsNoStall: true)) { throw CancellationError() }
             // Most downloaders pace nothing, and no host asked them for time.
             if pacer.isActive { try await waitForTurn(url: url, clock: clock, emit: emit) }
             let fields = withCredentialsAndCookies(for: hops)

@@ -10,10 +10,10 @@ protocol ConnectionBroker: Sendable {
     /// first.
     func acquire(for url: URL) async -> (@Sendable () -> Void)?
 
-    /// Moves the download's own slot to the origin of `url`, the source it goes on from: at once when that origin has
-    /// a free slot, else the download gives its slot back and waits for one there, before every waiting download of
-    /// its priority (it never holds one slot while it waits for another). Returns `false` when the calling task was
-    /// cancelled first.
+    /// Moves the download's own slot to the origin of `url`, the source it goes on from or where a redirect leads (it
+    /// counts against the host it fetches from): at once when that origin has a free slot, else the download gives
+    /// its slot back and waits for one there, before every waiting download of its priority (it never holds one slot
+    /// while it waits for another). Returns `false` when the calling task was cancelled first.
     func move(to url: URL) async -> Bool
 }
 

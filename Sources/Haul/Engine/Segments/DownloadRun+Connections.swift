@@ -174,7 +174,7 @@ extension DownloadRun {
         switch taken {
         case .leave: return .done
         case .move(let url):
-            if let connections, !(await connections.move(to: url)) { throw CancellationError() }
+            if !(await moveSlot(to: url)) { throw CancellationError() }
             return .later
         case .work, .nothing: break
         }
