@@ -303,14 +303,7 @@ struct DaemonReviewHazardTests {
         let (host, port) = (harness.host, harness.port)
         let fd = try await onOwnThread { () throws -> Int32 in
             let fd = try connectedLoopbackSocket(port: port)
-            var head = "GET /jsonrpc HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            head += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-            writeAll(fd, Array(head.utf8))
-            var answer: [UInt8] = []
-            var byte: UInt8 = 0
-            while !answer.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)), read(fd, &byte, 1) == 1 {
-                answer.append(byte)
-            }
+            _ = sendUpgrade(on: fd, headers: [("Host", host)])
             return fd
         }
         defer { close(fd) }

@@ -104,15 +104,7 @@ struct RPCSecondReviewTests {
         defer { close(fd) }
         let count = 300
         try await onOwnThread {
-            var head = "GET /jsonrpc HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\n"
-            head += "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-            head += "Sec-WebSocket-Version: 13\r\n\r\n"
-            writeAll(fd, Array(head.utf8))
-            var answer: [UInt8] = []
-            var byte: UInt8 = 0
-            while !answer.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)), read(fd, &byte, 1) == 1 {
-                answer.append(byte)
-            }
+            _ = sendUpgrade(on: fd, headers: [("Host", "127.0.0.1:\(port)")])
             let message = Self.frame(opcode: 1, Self.openCall.encoded())
             writeAll(fd, Array([[UInt8]](repeating: message, count: count).joined()))
         }
@@ -187,15 +179,7 @@ struct RPCSecondReviewTests {
         let fd = try Self.socket(port: port)
         defer { close(fd) }
         let (refusal, next) = try await onOwnThread { () -> (String, [UInt8]?) in
-            var head = "GET /elsewhere HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nUpgrade: websocket\r\n"
-            head += "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-            head += "Sec-WebSocket-Version: 13\r\n\r\n"
-            writeAll(fd, Array(head.utf8))
-            var answer: [UInt8] = []
-            var byte: UInt8 = 0
-            while !answer.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)), read(fd, &byte, 1) == 1 {
-                answer.append(byte)
-            }
+            let answer = sendUpgrade(on: fd, path: "/elsewhere", headers: [("Host", "127.0.0.1:\(port)")])
             let lines = String(decoding: answer, as: UTF8.self).lowercased().components(separatedBy: "\r\n")
             let length =
                 lines.first { $0.hasPrefix("content-length:") }.flatMap {

@@ -22,15 +22,7 @@ final class WebSocketClient: Sendable {
     init(port: Int, path: String = "/jsonrpc", headers: [(String, String)]) throws {
         let fd = try connectedLoopbackSocket(port: port)
         self.fd = fd
-        var head = "GET \(path) HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        head += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-        for (name, value) in headers { head += "\(name): \(value)\r\n" }
-        head += "\r\n"
-        writeAll(fd, Array(head.utf8))
-        // The answer's head, byte by byte up to the blank line (a frame may follow at once).
-        var answer: [UInt8] = []
-        var byte: UInt8 = 0
-        while !answer.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)), read(fd, &byte, 1) == 1 { answer.append(byte) }
+        let answer = sendUpgrade(on: fd, path: path, headers: headers)
         statusLine = String(decoding: answer, as: UTF8.self).components(separatedBy: "\r\n").first ?? ""
         guard statusLine.contains(" 101 ") else { return }
         let received = self.received
@@ -127,4 +119,18 @@ final class WebSocketClient: Sendable {
         return bytes
     }
 
+}
+
+/// Sends a WebSocket upgrade request for `path` on `fd`, with `headers` (Host, Origin...) as given, and reads the
+/// answer's head byte by byte up to the blank line (a frame may follow at once).
+func sendUpgrade(on fd: Int32, path: String = "/jsonrpc", headers: [(String, String)]) -> [UInt8] {
+    var head = "GET \(path) HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    head += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+    for (name, value) in headers { head += "\(name): \(value)\r\n" }
+    head += "\r\n"
+    writeAll(fd, Array(head.utf8))
+    var answer: [UInt8] = []
+    var byte: UInt8 = 0
+    while !answer.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)), read(fd, &byte, 1) == 1 { answer.append(byte) }
+    return answer
 }
