@@ -17,10 +17,12 @@ final class DaemonHarness: Sendable {
     static let secret = "test-secret-0123"
     let root: TemporaryDirectory
     let daemon: Daemon
-    let server: RPCServer
     let queue: DownloadQueue
     /// The downloader's backoff clock: it records the waits between tries instead of sleeping.
     let clock = RecordingClock()
+    private let current: Locked<RPCServer>
+    private let access: RPCAccess
+    private let secret: String?
 
     init(
         maxConcurrent: Int = 4, access: RPCAccess = RPCAccess(unauthorizedDelay: .milliseconds(300)),
@@ -34,15 +36,33 @@ final class DaemonHarness: Sendable {
             downloader: Downloader(transport: NIOTransport(), configuration: configuration),
             configuration: .init(maxConcurrentDownloads: maxConcurrent, recordsRequests: false))
         daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url))
-        server = try await RPCServer.start(
+        self.access = access
+        self.secret = secret
+        let server = try await RPCServer.start(
             endpoint: daemon.endpoint(secret: secret.flatMap(RPCSecret.init)), host: "127.0.0.1", port: 0,
             access: access, monitoring: monitoring)
-        let server = self.server
+        current = Locked(server)
         daemon.onNotification { method, gid in server.notify(method, gid: gid) }
     }
 
+    /// The RPC server the daemon answers through now.
+    var server: RPCServer { current.withLock { $0 } }
     var port: Int { server.port }
     var host: String { "127.0.0.1:\(port)" }
+
+    /// Stops the RPC server and starts a new one on its port, as a restarted daemon does: the sessions it kept in
+    /// memory are gone. `whileDown` runs between the two. The new server is the one `stop()` stops, so a page still
+    /// open is checked before its server goes.
+    func restartServer(whileDown: () async throws -> Void) async throws {
+        let old = server
+        await old.stop()
+        try await whileDown()
+        let again = try await RPCServer.start(
+            endpoint: daemon.endpoint(secret: secret.flatMap(RPCSecret.init)), host: "127.0.0.1", port: old.port,
+            access: access)
+        current.withLock { $0 = again }
+        daemon.onNotification { method, gid in again.notify(method, gid: gid) }
+    }
 
     func stop() async {
         await server.stop()

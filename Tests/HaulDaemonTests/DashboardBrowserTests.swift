@@ -82,47 +82,39 @@ struct DashboardBrowserTests {
     func restart(_ browser: Browser.Kind) async throws {
         try await withDashboard(browser) { harness, server, browser in
             // The RPC server restarted on its port (its sessions, kept in memory, are gone), the daemon kept.
-            await harness.server.stop()
-            // Asked for something while it is down, the page says so (a refused fetch is no script error).
-            try await browser.waitUntil(
-                "told it is reconnecting",
-                "return document.getElementById('connection').textContent === 'reconnecting…'")
-            try await browser.click("#states button[data-state=complete]")
-            try await browser.waitUntil(
-                "told it cannot be reached",
-                "return document.getElementById('connection').textContent === 'the daemon cannot be reached'")
-            let again = try await RPCServer.start(
-                endpoint: harness.daemon.endpoint(secret: RPCSecret(DaemonHarness.secret)), host: "127.0.0.1",
-                port: harness.port, access: RPCAccess(unauthorizedDelay: .milliseconds(300)))
-            harness.daemon.onNotification { method, gid in again.notify(method, gid: gid) }
-            do {
+            try await harness.restartServer {
+                // Asked for something while it is down, the page says so (a refused fetch is no script error).
                 try await browser.waitUntil(
-                    "told to sign in again",
-                    "return !document.getElementById('signin').hidden && document.getElementById('signin-error').textContent.includes('Signed out')"
-                )
-                try await browser.signIn()
-                // While the port was closed, a call or the WebSocket may have found it so, or found the server
-                // going as it connected (the browser logs both itself; Chromium the latter in three wordings, one a
-                // reset of a connection still in the stopped listener's backlog); nothing else may be in the console,
-                // no script error above all.
-                let errors = try await browser.consoleErrors().filter {
-                    !$0.contains("net::ERR_CONNECTION_REFUSED") && !$0.contains("net::ERR_SOCKET_NOT_CONNECTED")
-                        && !$0.contains("Connection closed before receiving a handshake response")
-                        && !$0.contains("Error during WebSocket handshake: net::ERR_CONNECTION_RESET")
-                        && !$0.contains("Firefox can’t establish a connection to the server at ws://")
-                }
-                #expect(errors.isEmpty, "console errors: \(errors)")
-                let url = server.url(path: "/bytes/after.bin", query: ["size": "1000"]).absoluteString
-                let gid = try #require(try await harness.call("aria2.addUri", [[.string(url)]]).string)
+                    "told it is reconnecting",
+                    "return document.getElementById('connection').textContent === 'reconnecting…'")
+                try await browser.click("#states button[data-state=complete]")
                 try await browser.waitUntil(
-                    "the new download shown done",
-                    "const r = document.querySelector(arguments[0]); return !!r && r.className === 'complete'",
-                    ["tr[data-gid='\(gid)']"])
-            } catch {
-                await again.stop()
-                throw error
+                    "told it cannot be reached",
+                    "return document.getElementById('connection').textContent === 'the daemon cannot be reached'")
             }
-            await again.stop()
+            try await browser.waitUntil(
+                "told to sign in again",
+                "return !document.getElementById('signin').hidden && document.getElementById('signin-error').textContent.includes('Signed out')"
+            )
+            try await browser.signIn()
+            // While the port was closed, a call or the WebSocket may have found it so, or found the server going as
+            // it connected (the browser logs both itself; Chromium the latter in three wordings, one a reset of a
+            // connection still in the stopped listener's backlog); nothing else may be in the console, no script
+            // error above all. The server started again is stopped only after `withDashboard` has read the console
+            // once more: stopped here, the live page's next call would be refused and logged.
+            let errors = try await browser.consoleErrors().filter {
+                !$0.contains("net::ERR_CONNECTION_REFUSED") && !$0.contains("net::ERR_SOCKET_NOT_CONNECTED")
+                    && !$0.contains("Connection closed before receiving a handshake response")
+                    && !$0.contains("Error during WebSocket handshake: net::ERR_CONNECTION_RESET")
+                    && !$0.contains("Firefox can’t establish a connection to the server at ws://")
+            }
+            #expect(errors.isEmpty, "console errors: \(errors)")
+            let url = server.url(path: "/bytes/after.bin", query: ["size": "1000"]).absoluteString
+            let gid = try #require(try await harness.call("aria2.addUri", [[.string(url)]]).string)
+            try await browser.waitUntil(
+                "the new download shown done",
+                "const r = document.querySelector(arguments[0]); return !!r && r.className === 'complete'",
+                ["tr[data-gid='\(gid)']"])
         }
     }
 
