@@ -50,7 +50,8 @@ package enum FileNaming {
     }
 
     /// The file name a `Content-Disposition` header suggests (RFC 6266: `filename*` wins over `filename`),
-    /// made safe; `nil` when there is none or nothing safe is left of it.
+    /// made safe; `nil` when there is none or nothing safe is left of it. A `filename*` with nothing safe in it
+    /// (empty, only dots, not decodable) leaves `filename` to be used, as browsers do.
     static func name(fromContentDisposition header: String) -> String? {
         var plain: String?
         var extended: String?
@@ -61,7 +62,7 @@ package enum FileNaming {
             default: break
             }
         }
-        return (extended ?? plain).flatMap(sanitize)
+        return extended.flatMap(sanitize) ?? plain.flatMap(sanitize)
     }
 
     /// Keeps only the last path segment, drops NUL, control characters, bidirectional formatting characters, dots

@@ -72,6 +72,10 @@ struct FileNamingTests {
             (#"attachment; filename*=iso-8859-1'en'%A3%20rates.txt"#, "£ rates.txt"),
             (#"attachment; filename="../../etc/passwd""#, "passwd"),
             (#"attachment; filename="C:\\Windows\\evil.exe""#, "evil.exe"),
+            // A filename* with nothing safe in it (empty, dots, undecodable) leaves the plain name to be used.
+            (#"attachment; filename="kept.txt"; filename*=UTF-8''"#, "kept.txt"),
+            (#"attachment; filename*=UTF-8''%2E%2E; filename="kept.txt""#, "kept.txt"),
+            (#"attachment; filename="kept.txt"; filename*=UTF-8''%FF%FE"#, "kept.txt"),
         ])
     func contentDisposition(header: String, expected: String) {
         #expect(FileNaming.name(fromContentDisposition: header) == expected)
