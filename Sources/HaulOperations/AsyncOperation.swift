@@ -84,6 +84,7 @@ open class AsyncOperation: Operation, @unchecked Sendable {
     /// Safe to call from any thread, any number of times: only the first call counts. Called before the
     /// operation has started, it makes `start()` finish without calling ``execute()``.
     public final func finish() {
+        finishRequested()
         let action = state.withLock { $0.lifecycle.finish() }
         if action == .announceFinished {
             announceFinish(wasExecuting: true)
@@ -131,6 +132,10 @@ open class AsyncOperation: Operation, @unchecked Sendable {
         }
         if runNow { observer() }
     }
+
+    /// Called at the start of every ``finish()`` call, before the lifecycle decides who finishes. Subclasses in this
+    /// module record there what a plain `finish()` means, so that the first call's outcome is the one kept.
+    func finishRequested() {}
 
     /// Called once, by the caller that won the finish transition, before `isFinished` becomes true.
     /// Subclasses in this module use it to make sure a result exists before anyone can observe the finish.

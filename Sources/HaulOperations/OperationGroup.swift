@@ -37,7 +37,8 @@ public final class OperationGroup: Sendable {
     }
 
     private let state = Locked(State())
-    private let allFinished = OneShot<Void>()
+    /// Resolved once the last member's finish has been reported; any number of ``finished()`` calls wait for it.
+    private let allFinished = ResultBox<Void>()
     /// Finishes once the last member's finish has been reported (``onMemberFinished``). Completion operations depend
     /// on it, so none of them occupies a queue's thread while that report runs.
     private let lastReported = EventOperation(name: "HaulOperations.OperationGroup.lastReported")
@@ -95,13 +96,24 @@ public final class OperationGroup: Sendable {
 
     /// Waits, without blocking a thread, until every member has finished.
     ///
-    /// If the awaiting task is cancelled, the members are cancelled, and this still waits for them to
-    /// finish (so no member's work outlives the call) before throwing `CancellationError`.
+    /// If the awaiting task is cancelled, the members are cancelled, and this still waits for those that started to
+    /// finish (so no member's work outlives the call) before throwing `CancellationError`. A member cancelled before
+    /// it started never runs; it is not waited for (its queue may be suspended, or busy, for as long as it likes).
     public func finished() async throws {
+        let ended = OneShot<Void>()
+        allFinished.whenResolved { _ in ended.resolve(()) }
         await withTaskCancellationHandler {
-            await allFinished.wait()
+            await ended.wait()
         } onCancel: {
             cancelAll()
+            // Once cancelled, an AsyncOperation still pending never executes: `start()` reads the cancellation in
+            // the critical section that ends `isPending`. Other operations are waited for until they finish.
+            let started = operations.filter { !$0.isFinished && ($0 as? AsyncOperation)?.isPending != true }
+            if started.isEmpty {
+                ended.resolve(())
+            } else {
+                FinishNotifier.whenAllFinished(started) { ended.resolve(()) }
+            }
         }
         try Task.checkCancellation()
     }

@@ -45,7 +45,19 @@ open class ResultOperation<Output: Sendable>: AsyncOperation, @unchecked Sendabl
         finish(with: .failure(error))
     }
 
+    /// A plain ``AsyncOperation/finish()`` records its missing result at once: a ``finish(with:)`` after it, before
+    /// the finish is announced (or before `start()`), comes second and is ignored. Cancelled while pending, the
+    /// operation finishes cancelled, as ``finish(with:)`` leaves it.
+    override func finishRequested() {
+        if !(isCancelled && isPending) { recordMissingResult() }
+    }
+
     override func prepareToFinish(executed: Bool) {
+        recordMissingResult()
+    }
+
+    /// Stores the result of a finish without one (cancelled, or missing), unless there is one already.
+    private func recordMissingResult() {
         let missing: any Error =
             isCancelled
             ? OperationError(.cancelled, operationName: name)
