@@ -37,6 +37,7 @@ struct ServeCommand: AsyncParsableCommand {
               dropConnection=1 dropTimes=N   close without a response (only the first N requests)
               headOnly=1                  send the head, never the body
               close=1                     answer with Connection: close, then close the connection
+              noLength=1                  no Content-Length (HTTP/1.0): the body ends where the connection closes
               hold=GATE                   hold until the gate opens (test API only)
             With --tls it serves HTTPS with a certificate for localhost, 127.0.0.1 and ::1 from a CA made for \
             this run, and writes that CA's certificate to a file it prints: try it with \

@@ -34,6 +34,7 @@
 /// | `dropTimes=N` | apply `dropConnection` to the first `N` requests to this path only |
 /// | `headOnly=1` | send the head, then nothing; the connection stays open until the client closes |
 /// | `close=1` | answer whole with `Connection: close`, then close the connection (a server's keep-alive limit) |
+/// | `noLength=1` | no `Content-Length` (HTTP/1.0): the body ends where the connection closes |
 /// | `hold=GATE` | hold the request before the head until ``TestServer/openGate(_:)`` opens `GATE` |
 ///
 /// "Per path" counters (`fail`, `cutTimes`, `rateTimes`, `dropTimes`, `changeAfterFirst`) are keyed by the path without the
@@ -107,6 +108,9 @@ public struct Fault: Sendable, Hashable {
     /// Answer with `Connection: close` and close the connection after the response, as a server does once a
     /// connection has carried its limit of requests (nginx's `keepalive_requests`) (`close=1`).
     public var closeConnection: Bool?
+    /// Send content without `Content-Length`, as an HTTP/1.0 response whose body ends where the connection closes
+    /// (`noLength=1`): a body cut short (`cutAfter`) then ends cleanly, only its `Content-Range` says it is short.
+    public var noLength: Bool?
     /// Hold the request until this gate opens (`hold=`).
     public var holdGate: String?
 
@@ -120,7 +124,7 @@ public struct Fault: Sendable, Hashable {
         "stallAfter", "stall", "shortBy", "ignoreRange", "noRanges", "changeAfterFirst", "redirects", "redirectLoop",
         "redirectTo", "redirectStatus", "disposition", "requireAuth", "setCookie", "gzip", "dropConnection",
         "dropTimes", "headOnly",
-        "close", "hold",
+        "close", "hold", "noLength",
     ]
 }
 

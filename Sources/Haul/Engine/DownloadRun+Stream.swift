@@ -129,7 +129,7 @@ extension DownloadRun {
                 from: asked.from, end: asked.pieceEnd, ifRange: asked.from > 0 ? facts.validator : nil,
                 condition: condition)
             let outcome = try await send(
-                &cursor.hops, asking: ask, clock: nil, interruption: interruption, movesSlot: true, emit: emit)
+                &cursor.hops, asking: ask, clock: nil, interruption: interruption, slot: .download, emit: emit)
             guard case .response(let hop) = outcome else { return .needsOwnTask }
             // The response is closed on every way out, before the attempt ends: a queue frees the download's slot
             // after that, and the transport has by then let go of a connection it will not reuse.
@@ -384,7 +384,9 @@ extension DownloadRun {
                     bytesReceived: received, underlying: error))
         }
         emitProgress(start + received)
-        if let length, received < length {
+        // A range's end is its own even without a `Content-Length` (a body ended by the connection's close): one that
+        // falls short of it was cut, and what came is resumed from, as after a cut body whose length was given.
+        if let length = length ?? expected, received < length {
             throw AttemptFailure.transient(
                 DownloadError(
                     .truncated, message: "connection closed after \(received) of \(length) bytes", url: url,

@@ -656,9 +656,14 @@ final class DownloadRun: @unchecked Sendable {
             let transfer = makeTransfer(
                 file: file, total: total, missing: missing,
                 primary: firstHop(to: sources.url))
+            let left = missing.reduce(Int64(0)) { $0 + ($1.upperBound - $1.lowerBound) }
+            let count = plannedConnections(total: total, from: total - left)
             transfer.state.withLock { state in
                 state.sources[0].validator = validator
                 state.primaryVouched = false
+                // One range left (a run killed before its first checkpoint): cut up ahead, as a new transfer is. Its
+                // first connection asks for the whole of its segment while alone, which would leave others nothing.
+                state.table.split(into: count)
             }
             phase = .segmented(transfer)
             facts.validator = validator

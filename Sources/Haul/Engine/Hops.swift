@@ -112,19 +112,48 @@ extension DownloadRun {
         case needsOwnTask
     }
 
+    /// The queue slot a request's hops move to their origin.
+    enum SlotToMove {
+        /// The download's own (``moveSlot(to:waitIsNoStall:)``): its stream's requests, and those of the first
+        /// connection of a segmented transfer, which holds it.
+        case download
+        /// An extra connection's of a segmented transfer.
+        case connection(ConnectionSlot)
+    }
+
+    /// Moves `slot` to the origin of `url` (nothing to do without one, or without a queue); a wait for it there is no
+    /// stall for `clock` (a connection's own), else for the download. Returns `false` when the task was cancelled
+    /// first.
+    private func move(_ slot: SlotToMove?, to url: URL, clock: ActivityClock?) async -> Bool {
+        guard let slot, let connections else { return true }
+        switch slot {
+        case .download:
+            guard let clock else { return await moveSlot(to: url, waitIsNoStall: true) }
+            // A segmented transfer's connections are watched on their own clocks (the download's is not watched
+            // meanwhile).
+            clock.setStallsWatchedElsewhere(true)
+            defer { clock.setStallsWatchedElsewhere(false) }
+            return await moveSlot(to: url)
+        case .connection(let held):
+            clock?.setStallsWatchedElsewhere(true)
+            defer { clock?.setStallsWatchedElsewhere(false) }
+            return await held.move(to: url, through: connections)
+        }
+    }
+
     /// Sends the request `asking` for the current hop of `hops`, and follows redirects until a response that is not
     /// one: each hop waits for its turn (pacing and host holds), takes its proxy, credentials and cookies, stores the
     /// cookies it is sent, and a redirect is told to `emit` as ``DownloadEvent/redirected(from:to:status:)``. The waits
     /// are no stall for `clock` (a connection's own); with `interruption`, every request goes through
-    /// ``interruptibleTransport``. With `movesSlot` (the download's own request, under a queue), each hop's request
-    /// goes out once the download's slot counts against its origin (``moveSlot(to:waitIsNoStall:)``).
+    /// ``interruptibleTransport``. Under a queue, each hop's request goes out once `slot` counts against its origin
+    /// (a download counts against the host it fetches from); the wait for it there is no stall.
     func send(
         _ hops: inout Hops, asking: RangeAsk, clock: ActivityClock?, interruption: TransferInterruption?,
-        movesSlot: Bool = false, emit: @Sendable (DownloadEvent) -> Void
+        slot: SlotToMove?, emit: @Sendable (DownloadEvent) -> Void
     ) async throws -> HopOutcome {
         while true {
             let url = hops.url
-            if movesSlot, !(await moveSlot(to: url, waitIsNoStall: true)) { throw CancellationError() }
+            if !(await move(slot, to: url, clock: clock)) { throw CancellationError() }
             // Most downloaders pace nothing, and no host asked them for time.
             if pacer.isActive { try await waitForTurn(url: url, clock: clock, emit: emit) }
             let fields = withCredentialsAndCookies(for: hops)

@@ -45,6 +45,7 @@ extension Fault {
         case "dropTimes": dropTimes = Int(value)
         case "headOnly": headOnly = flag
         case "close": closeConnection = flag
+        case "noLength": noLength = flag
         case "hold": holdGate = value
         default: break
         }
@@ -93,6 +94,7 @@ extension Fault {
         result.dropTimes = override.dropTimes ?? dropTimes
         result.headOnly = override.headOnly ?? headOnly
         result.closeConnection = override.closeConnection ?? closeConnection
+        result.noLength = override.noLength ?? noLength
         result.holdGate = override.holdGate ?? holdGate
         return result
     }

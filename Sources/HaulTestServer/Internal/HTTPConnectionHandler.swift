@@ -84,7 +84,9 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
         let ruleFault = server.state.requestStarted(record)
         let queryFault = target.queryItems.isEmpty ? Fault() : Fault(queryItems: target.queryItems)
         let fault = ruleFault.map { $0.overridden(by: queryFault) } ?? queryFault
-        exchange = Exchange(path: record.path, host: host, keepAlive: head.isKeepAlive && fault.closeConnection != true)
+        // A body without a length ends where the connection closes.
+        let keepAlive = head.isKeepAlive && fault.closeConnection != true && fault.noLength != true
+        exchange = Exchange(path: record.path, host: host, keepAlive: keepAlive)
         let current = generation
 
         if let gate = fault.holdGate, let opened = server.state.waitAtGate(gate, eventLoop: context.eventLoop) {

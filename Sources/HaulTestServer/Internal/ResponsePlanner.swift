@@ -160,8 +160,11 @@ struct ResponsePlanner {
                 HTTPResponseHead(version: .http1_1, status: .rangeNotSatisfiable, headers: headers), body: nil,
                 headOnly: false)
         }
-        headers.add(name: "Content-Length", value: String(range.count))
-        let responseHead = HTTPResponseHead(version: .http1_1, status: status, headers: headers)
+        // Without a length the body is framed by the connection's close, which HTTP/1.1 would not allow (NIO would
+        // send it chunked): an HTTP/1.0 response.
+        if fault.noLength != true { headers.add(name: "Content-Length", value: String(range.count)) }
+        let responseHead = HTTPResponseHead(
+            version: fault.noLength == true ? .http1_0 : .http1_1, status: status, headers: headers)
         if head.method == .HEAD || fault.headOnly == true {
             Self.release(content.source)
             return .respond(responseHead, body: nil, headOnly: fault.headOnly == true && head.method != .HEAD)

@@ -21,7 +21,7 @@ extension DownloadRun {
             group.addTask {
                 defer { self.unregister(0, transfer) }
                 return try await self.connection(
-                    ConnectionContext(index: 0, transfer: transfer, sink: sink), first: first)
+                    ConnectionContext(index: 0, transfer: transfer, sink: sink, slot: .download), first: first)
             }
             for index in 1..<count {
                 group.addTask {
@@ -30,7 +30,7 @@ extension DownloadRun {
                         let url = self.register(index, transfer, preferring: nil)
                     else { return nil }
                     defer { self.unregister(index, transfer) }
-                    var release: (@Sendable () -> Void)?
+                    var slot: ConnectionSlot?
                     if let connections = self.connections {
                         let waiting = Task { await connections.acquire(for: url) }
                         let ended = transfer.state.withLock { state in
@@ -45,13 +45,15 @@ extension DownloadRun {
                         }
                         transfer.state.withLock { _ = $0.waiting.removeValue(forKey: index) }
                         guard let granted else { return nil }
-                        release = granted
+                        slot = ConnectionSlot(at: url, release: granted)
                     }
-                    defer { release?() }
+                    defer { slot?.release() }
                     // Its speed counts from here, not from when it began to wait for a slot.
                     transfer.state.withLock { $0.connections[index]?.since = .now }
                     return try await self.connection(
-                        ConnectionContext(index: index, transfer: transfer, sink: sink), first: nil)
+                        ConnectionContext(
+                            index: index, transfer: transfer, sink: sink, slot: slot.map { .connection($0) }),
+                        first: nil)
                 }
             }
             // The first connection that fails for good, or finds that the segments end, ends the others (waitForAll
@@ -487,7 +489,8 @@ extension DownloadRun {
             ($0.sources[source].hops.newChain(), $0.sources[source].validator)
         }
         let ask = RangeAsk(from: piece.lowerBound, end: piece.upperBound, ifRange: validator)
-        let outcome = try await send(&hops, asking: ask, clock: clock, interruption: nil, emit: context.tell)
+        let outcome = try await send(
+            &hops, asking: ask, clock: clock, interruption: nil, slot: context.slot, emit: context.tell)
         guard case .response(let hop) = outcome else { throw CancellationError() }  // not asked to interrupt
         if hops.count > 0 { transfer.state.withLock { $0.sources[source].hops = hops } }
         let stop: SegmentsStop?

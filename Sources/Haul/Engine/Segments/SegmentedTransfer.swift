@@ -131,6 +131,9 @@ struct ConnectionContext: Sendable {
     let index: Int
     let transfer: SegmentedTransfer
     let sink: AsyncStream<SegmentNote>.Continuation
+    /// The queue slot its requests count against: the download's own for the first connection; `nil` for another
+    /// without a queue.
+    let slot: DownloadRun.SlotToMove?
 
     /// Tells the run's task, which alone emits events.
     @Sendable func tell(_ event: DownloadEvent) { sink.yield(.event(event)) }
@@ -144,4 +147,44 @@ struct SegmentWork {
     var url: URL
     /// Where the segment started then (its `.finished` event's range starts there).
     var start: Int64
+}
+
+/// The queue slot an extra connection of a segmented transfer holds, at the origin it fetches from: a redirect to
+/// another host moves it there, as it moves the download's own.
+final class ConnectionSlot: Sendable {
+    private struct Held {
+        var origin: String
+        var release: (@Sendable () -> Void)?
+    }
+    private let held: Locked<Held>
+
+    /// A slot granted at the origin of `url`; `release` gives it back.
+    init(at url: URL, release: @escaping @Sendable () -> Void) {
+        held = Locked(Held(origin: DownloadQueue.originKey(for: url), release: release))
+    }
+
+    /// Moves the slot to the origin of `url` unless it counts there already: gives it back, then waits for one there
+    /// (it never holds one slot while it waits for another). Returns `false` when the task was cancelled first, the
+    /// slot then given back.
+    func move(to url: URL, through broker: any ConnectionBroker) async -> Bool {
+        let origin = DownloadQueue.originKey(for: url)
+        let given = held.withLock { held -> (@Sendable () -> Void)?? in
+            guard held.origin != origin else { return .none }
+            defer { held.release = nil }
+            return .some(held.release)
+        }
+        guard let given else { return true }
+        given?()
+        guard let release = await broker.acquire(for: url) else { return false }
+        held.withLock { $0 = Held(origin: origin, release: release) }
+        return true
+    }
+
+    /// Gives the slot back (once).
+    func release() {
+        held.withLock { held in
+            defer { held.release = nil }
+            return held.release
+        }?()
+    }
 }
