@@ -769,7 +769,10 @@ extension Daemon {
     /// start applies it again.
     func changeGlobalOption(_ arguments: Arguments) throws(RPCError) -> JSON {
         let change = try globalChange(arguments.options(0))
-        try record { try $0.saveGlobalOptions(DownloadPlan.withoutCredentials(change.given)) }
+        // An option whose new value cannot be kept at all (a header of secrets only) is forgotten: the value it
+        // replaced must not come back with the next start.
+        let kept = DownloadPlan.withoutCredentials(change.given)
+        try record { try $0.saveGlobalOptions(kept, removing: Set(change.given.keys).subtracting(kept.keys)) }
         apply(change)
         return "OK"
     }
@@ -880,7 +883,8 @@ extension Daemon {
 
     /// ``purgeDownloadResult()`` under ``historyChanges``.
     private func purgeResults() throws(RPCError) -> JSON {
-        state.withLock { state in
+        // The results there are now go, in the store too; one that ends from now on stays in both.
+        let last = state.withLock { state in
             for gid in state.stopped {
                 state.items[gid] = nil
                 state.trails[gid] = nil
@@ -891,8 +895,9 @@ extension Daemon {
             state.stopped = []
             state.storedStopped = 0
             state.stoppedVersion += 1
+            return state.stoppedCount
         }
-        try record { try $0.purgeStopped() }
+        try record { try $0.purgeStopped(upTo: last) }
         return "OK"
     }
 }

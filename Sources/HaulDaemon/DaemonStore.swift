@@ -165,9 +165,13 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    /// Keeps `options` (the global options a call changed), over those kept before.
-    func saveGlobalOptions(_ options: [String: String]) throws {
+    /// Keeps `options` (the global options a call changed), over those kept before, and forgets those named in
+    /// `removed` (changed to a value that is not kept).
+    func saveGlobalOptions(_ options: [String: String], removing removed: Set<String> = []) throws {
         try writing { db in
+            for name in removed {
+                try db.execute(sql: "DELETE FROM global_options WHERE name = ?", arguments: [name])
+            }
             for (name, value) in options {
                 try db.execute(
                     sql: "INSERT OR REPLACE INTO global_options (name, value) VALUES (?, ?)", arguments: [name, value])
@@ -483,9 +487,13 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    /// Removes every stopped download.
-    func purgeStopped() throws {
-        try writing { db in try db.execute(sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL") }
+    /// Removes the stopped downloads up to the `last` to stop: one that stopped after it (while the purge was on its
+    /// way here) is kept, as the history in memory keeps it.
+    func purgeStopped(upTo last: Int) throws {
+        try writing { db in
+            try db.execute(
+                sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL AND stopped_order <= ?", arguments: [last])
+        }
     }
 
     // URIs and options are kept as JSON text, written and read with the daemon's own JSON (a store written with
