@@ -556,13 +556,17 @@ extension Daemon {
         try replan(
             handle, uris: uris, options: DownloadPlan.replannable(item.options),
             refusal: "the URIs of \(gid) cannot change while it runs in haul daemon; pause it first")
+        // A mirror's user and password are not stored either: a restart cannot use it as it was added.
+        let stored = uris.map(Self.withoutUserInfo)
+        let withheld = item.withheldSecrets || stored != uris
         let changed = state.withLock { state -> Bool in
             guard state.items[gid] != nil else { return false }
             state.items[gid]?.uris = uris
+            state.items[gid]?.withheldSecrets = withheld
             state.touch(gid)
             return true
         }
-        if changed { try record { try $0.updateURIs(of: gid, to: uris.map(Self.withoutUserInfo)) } }
+        if changed { try record { try $0.updateURIs(of: gid, to: stored, withheldSecrets: withheld) } }
         return [.int(Int64(removed)), .int(Int64(added.count))]
     }
 

@@ -479,11 +479,11 @@ public final class DaemonStore: Sendable {
 
     /// Sets the URIs kept for an unfinished download (`changeUri`; without user info); one that stopped keeps its row
     /// as it ended.
-    func updateURIs(of gid: GID, to uris: [String]) throws {
+    func updateURIs(of gid: GID, to uris: [String], withheldSecrets: Bool) throws {
         try writing { db in
             try db.execute(
-                sql: "UPDATE downloads SET uris = ? WHERE gid = ? AND stopped_order IS NULL",
-                arguments: [Self.text(.array(uris.map(JSON.string))), gid.description])
+                sql: "UPDATE downloads SET uris = ?, withheld_secrets = ? WHERE gid = ? AND stopped_order IS NULL",
+                arguments: [Self.text(.array(uris.map(JSON.string))), withheldSecrets, gid.description])
         }
     }
 

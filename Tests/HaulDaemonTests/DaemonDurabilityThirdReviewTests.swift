@@ -7,8 +7,8 @@ import HaulTestServer
 import HaulTestSupport
 import Testing
 
-/// What a restart brings back, a third look: history a purge did not cover, and global options changed to what cannot
-/// be stored.
+/// What a restart brings back, a third look: history a purge did not cover, global options changed to what cannot be
+/// stored, and a mirror added with credentials.
 @Suite("Daemon durability, a third look", .timeLimit(.minutes(2)))
 struct DaemonDurabilityThirdReviewTests {
     /// A daemon on `root` with its store there, one download at a time, paused if asked (nothing starts).
@@ -108,6 +108,23 @@ struct DaemonDurabilityThirdReviewTests {
         // The secret is not kept, and the header it replaced is not in force again.
         let after = try second.call("aria2.getGlobalOption", []).object?["header"]
         #expect(after == nil, "header in force after a restart: \(String(describing: after))")
+        second.close()
+    }
+
+    /// A mirror added with `changeUri` with a user and password in it is stored without them, as an added URI is: a
+    /// restart cannot go on with it as it was added, and says so, as for a download added with credentials.
+    @Test("a mirror with credentials added by changeUri is not used without them after a restart")
+    func mirrorCredentialsWithheld() throws {
+        let root = try TemporaryDirectory()
+        let (first, _) = try start(root, paused: true)
+        let gid = try #require(try first.call("aria2.addUri", [["http://127.0.0.1:9/f.bin"]]).string)
+        #expect(try first.call("aria2.changeUri", [.string(gid), 1, [], ["http://u:pw@127.0.0.1:9/f.bin"]]) == [0, 1])
+        first.close()
+
+        let (second, _) = try start(root, paused: true)
+        let status = try second.call("aria2.tellStatus", [.string(gid), ["status", "errorMessage"]])
+        #expect(status.object?["status"] == "error", "\(status)")
+        #expect(status.object?["errorMessage"]?.string?.contains("credentials were not kept") == true, "\(status)")
         second.close()
     }
 }

@@ -35,8 +35,9 @@ struct DaemonRestartTests {
             let root = try TemporaryDirectory()
             // Room for a download's extra connections.
             let (first, firstQueue) = try start(root, width: 4)
-            // Slow enough that more connections would be worth it.
-            let url = server.url(path: "/bytes/later.bin", query: ["size": String(3 << 20), "rate": "2000000"])
+            // Slow enough that more connections are worth it whatever the machine's load does to the first piece's
+            // speed: the rest would take a connection over a second even at twice the rate.
+            let url = server.url(path: "/bytes/later.bin", query: ["size": String(8 << 20), "rate": "2000000"])
             let gid = try #require(
                 try first.call(
                     "aria2.addUri", [[.string(url.absoluteString)], ["pause": "true", "min-split-size": "1M"]]
