@@ -296,6 +296,13 @@ final class DownloadRun: @unchecked Sendable {
                 message: "unsupported URL: only http:// and https:// URLs with a host can be downloaded",
                 url: request.url)
         }
+        // A limit of none is `nil`: 0 or below would otherwise run at 1 byte a second, without a word.
+        if let limit = request.maxBytesPerSecond, limit < 1 {
+            throw DownloadError(
+                .invalidRequest,
+                message: "maxBytesPerSecond must be at least 1 byte per second (nil for none), not \(limit)",
+                url: request.url)
+        }
     }
 
     /// Refuses `path` when a directory between ``Downloader/Configuration/containingDirectory`` and it is a symbolic

@@ -42,8 +42,9 @@ public struct DownloadRequest: Sendable, Hashable, Codable {
     public var conflictPolicy: ConflictPolicy
     /// Scheduling priority among queued downloads (higher first; used by `DownloadQueue`).
     public var priority: Int
-    /// The most body bytes per second this download receives; `nil` (the default) for no limit of its own. The
-    /// downloader's ``Downloader/Configuration/maxBytesPerSecond``, shared by all its downloads, applies as well.
+    /// The most body bytes per second this download receives, at least 1 (a download with less fails as an invalid
+    /// request); `nil` (the default) for no limit of its own. The downloader's
+    /// ``Downloader/Configuration/maxBytesPerSecond``, shared by all its downloads, applies as well.
     public var maxBytesPerSecond: Int64? {
         get { rare.maxBytesPerSecond }
         set { rare.maxBytesPerSecond = newValue }

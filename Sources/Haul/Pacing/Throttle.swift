@@ -36,14 +36,19 @@ final class TokenBucket: Sendable {
     /// The rate, or `nil` for none.
     var bytesPerSecond: Int64? { state.withLock { $0.rate.map { Int64($0) } } }
 
-    /// Changes the rate (`nil`: no limit) from now on. A debt already taken is kept (its taker is waiting for it); the
-    /// next taker pays at the new rate.
+    /// Changes the rate (`nil`: no limit) from now on. A debt already taken is kept (its taker is waiting for it),
+    /// less what the old rate paid of it until now: only the rest is paid at the new rate, so a limit set again (even
+    /// to the same rate) never starts a wait over.
     func setRate(_ bytesPerSecond: Int64?, now: ContinuousClock.Instant = .now) {
         let rate = bytesPerSecond.map { Double(max(1, $0)) }
         state.withLock { state in
+            let elapsed = now - state.updated
+            if let old = state.rate, elapsed > .zero {
+                state.tokens = min(state.capacity, state.tokens + elapsed.seconds * old)
+            }
             state.rate = rate
             state.tokens = rate == nil ? 0 : min(state.tokens, state.capacity)
-            state.updated = now
+            state.updated = max(state.updated, now)
         }
         limited.store(rate != nil, ordering: .relaxed)
         changes.add(1, ordering: .releasing)
