@@ -2,7 +2,6 @@ import Foundation
 import GRDB
 import Haul
 import HaulDaemon
-import HaulNIO
 import HaulTestServer
 import HaulTestSupport
 import Testing
@@ -13,16 +12,8 @@ import Testing
 struct DaemonDurabilityThirdReviewTests {
     /// A daemon on `root` with its store there, one download at a time, paused if asked (nothing starts).
     private func start(_ root: TemporaryDirectory, paused: Bool = false) throws -> (Daemon, DownloadQueue) {
-        var configuration = testConfiguration(clock: RecordingClock())
-        configuration.keepsPartialOnCancel = true
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: configuration),
-            configuration: .init(maxConcurrentDownloads: 1, recordsRequests: false))
-        if paused { queue.pause() }
-        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
-        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
-        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url, store: store))
-        return (daemon, queue)
+        let started = try startStoredDaemon(root, paused: paused)
+        return (started.daemon, started.queue)
     }
 
     /// The GIDs of every stopped download `daemon` lists.
@@ -37,7 +28,7 @@ struct DaemonDurabilityThirdReviewTests {
     func endDuringPurgeKept() async throws {
         try await TestServer.withRunning { server in
             let root = try TemporaryDirectory()
-            let (daemon, queue, store) = try startKeepingStore(root, width: 16)
+            let (daemon, queue, store) = try startStoredDaemon(root, width: 16)
             let purging = Locked(true)
             let lost = Locked<Set<String>>([])
             let purger = ResultBox<Void>()
@@ -66,20 +57,6 @@ struct DaemonDurabilityThirdReviewTests {
             #expect(lost.withLock { $0 }.isEmpty, "shown as stopped, gone from the store: \(lost.withLock { $0 })")
             daemon.close()
         }
-    }
-
-    /// A daemon on `root` as ``start(_:paused:)`` makes one, with the store it opened, to flush.
-    private func startKeepingStore(
-        _ root: TemporaryDirectory, width: Int
-    ) throws -> (Daemon, DownloadQueue, DaemonStore) {
-        let queue = DownloadQueue(
-            downloader: Downloader(
-                transport: NIOTransport(), configuration: testConfiguration(clock: RecordingClock())),
-            configuration: .init(maxConcurrentDownloads: width, recordsRequests: false))
-        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
-        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
-        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url, store: store))
-        return (daemon, queue, store)
     }
 
     /// The GIDs of the stopped downloads in the store, read with a connection of its own.

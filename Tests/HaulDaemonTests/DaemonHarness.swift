@@ -117,6 +117,25 @@ func daemonTestQueue(width: Int, retries: Int = 3, clock: any BackoffClock = Rec
 }
 
 /// The notifications `daemon` sends from now on, each as `"METHOD GID"`, in the order sent.
+/// A daemon on `root` with its store in `root/.haul`, as `haul daemon` keeps one: `width` downloads at once, paused if
+/// asked (nothing starts), partials kept on cancel, its downloader's waits before a retry on `clock`.
+func startStoredDaemon(
+    _ root: TemporaryDirectory, width: Int = 1, paused: Bool = false, globalOptions: [String: String] = [:],
+    clock: any BackoffClock = RecordingClock(), onStoreError: @escaping @Sendable (String) -> Void = { _ in }
+) throws -> (daemon: Daemon, queue: DownloadQueue, store: DaemonStore) {
+    var configuration = testConfiguration(clock: clock)
+    configuration.keepsPartialOnCancel = true
+    let queue = DownloadQueue(
+        downloader: Downloader(transport: NIOTransport(), configuration: configuration),
+        configuration: .init(maxConcurrentDownloads: width, recordsRequests: false))
+    if paused { queue.pause() }
+    try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
+    let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
+    var daemonConfiguration = Daemon.Configuration(root: root.url, globalOptions: globalOptions, store: store)
+    daemonConfiguration.onStoreError = onStoreError
+    return (try Daemon(queue: queue, configuration: daemonConfiguration), queue, store)
+}
+
 /// Runs `body` with a daemon over a paused queue that starts nothing, so that every request can be read as it was
 /// planned; closed after, its queue's downloads cancelled.
 func withIdleDaemon(_ body: (Daemon) throws -> Void) throws {

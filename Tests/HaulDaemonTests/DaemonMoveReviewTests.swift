@@ -2,7 +2,6 @@ import Foundation
 import GRDB
 import Haul
 import HaulDaemon
-import HaulNIO
 import HaulTestServer
 import HaulTestSupport
 import Testing
@@ -11,16 +10,8 @@ import Testing
 @Suite("Daemon: a waiting download moved, under review", .timeLimit(.minutes(2)))
 struct DaemonMoveReviewTests {
     private func start(_ root: TemporaryDirectory, paused: Bool = false) throws -> (Daemon, DownloadQueue) {
-        var configuration = testConfiguration(clock: RecordingClock())
-        configuration.keepsPartialOnCancel = true
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: configuration),
-            configuration: .init(maxConcurrentDownloads: 1, recordsRequests: false))
-        if paused { queue.pause() }
-        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
-        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
-        let daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url, store: store))
-        return (daemon, queue)
+        let started = try startStoredDaemon(root, paused: paused)
+        return (started.daemon, started.queue)
     }
 
     private func path(_ daemon: Daemon, _ gid: String) throws -> String? {

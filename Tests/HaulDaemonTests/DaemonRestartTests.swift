@@ -1,7 +1,6 @@
 import Foundation
 import Haul
 import HaulDaemon
-import HaulNIO
 import HaulTestServer
 import HaulTestSupport
 import Testing
@@ -15,18 +14,10 @@ struct DaemonRestartTests {
         _ root: TemporaryDirectory, width: Int = 1, paused: Bool = false, globalOptions: [String: String] = [:],
         clock: any BackoffClock = RecordingClock(), onStoreError: @escaping @Sendable (String) -> Void = { _ in }
     ) throws -> (Daemon, DownloadQueue) {
-        var configuration = testConfiguration(clock: clock)
-        configuration.keepsPartialOnCancel = true
-        let queue = DownloadQueue(
-            downloader: Downloader(transport: NIOTransport(), configuration: configuration),
-            configuration: .init(maxConcurrentDownloads: width, recordsRequests: false))
-        if paused { queue.pause() }  // to read the order before anything starts
-        try FileManager.default.createDirectory(at: root.file(".haul"), withIntermediateDirectories: true)
-        let store = try DaemonStore(path: root.file(".haul/daemon.sqlite").path)
-        var daemonConfiguration = Daemon.Configuration(root: root.url, globalOptions: globalOptions, store: store)
-        daemonConfiguration.onStoreError = onStoreError
-        let daemon = try Daemon(queue: queue, configuration: daemonConfiguration)
-        return (daemon, queue)
+        // Paused, to read the order before anything starts.
+        let started = try startStoredDaemon(
+            root, width: width, paused: paused, globalOptions: globalOptions, clock: clock, onStoreError: onStoreError)
+        return (started.daemon, started.queue)
     }
 
     @Test("changeOption on a paused download: its run follows the new split, the change is kept, a bad out is refused")
