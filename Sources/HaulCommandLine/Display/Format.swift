@@ -80,6 +80,12 @@ enum Format {
         return String(scalars)
     }
 
+    /// ``printable(_:)`` on one line: a line feed is replaced too, for text from outside (a server's message, a
+    /// worker's name in the shared queue) printed inside a line of our own, which it must not end and add lines to.
+    static func oneLine(_ text: String) -> String {
+        String(printable(text).map { $0 == "\n" ? "\u{FFFD}" : $0 })
+    }
+
     /// Whether `scalar` is one JSON allows raw in a string that a terminal or a line reader takes as a control: DEL,
     /// the C1 controls, the line and paragraph separators. Both JSON outputs (`--json`, `--log-format json`) escape
     /// them.

@@ -52,12 +52,8 @@ struct PrintableLogHandler: LogHandler {
 
     func log(event: LogEvent) {
         var event = event
-        event.message = "\(Self.oneLine("\(event.message)"))"
-        event.metadata = event.metadata?.mapValues { .string(Self.oneLine("\($0)")) }
+        event.message = "\(Format.oneLine("\(event.message)"))"
+        event.metadata = event.metadata?.mapValues { .string(Format.oneLine("\($0)")) }
         wrapped.log(event: event)
-    }
-
-    private static func oneLine(_ text: String) -> String {
-        String(Format.printable(text).map { $0 == "\n" ? "\u{FFFD}" : $0 })
     }
 }

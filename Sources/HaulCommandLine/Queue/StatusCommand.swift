@@ -65,12 +65,6 @@ struct StatusCommand: AsyncParsableCommand {
         return (try? encoder.encode(status)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
     }
 
-    /// `text` on one line: what the database holds was written by every producer and worker of the queue (a worker's
-    /// `--name`, a server's reason), and a line feed in it would add lines of its own to the status.
-    static func field(_ text: String) -> String {
-        String(text.map { $0 == "\n" || $0 == "\r\n" ? "\u{FFFD}" : $0 })
-    }
-
     static func text(_ status: QueueStatus) -> String {
         var lines: [String] = []
         let total = status.waiting + status.running + status.paused + status.done + status.failed + status.cancelled
@@ -100,7 +94,7 @@ struct StatusCommand: AsyncParsableCommand {
             for worker in status.workers {
                 let seen = String(format: "%.0f", worker.secondsSinceHeartbeat)
                 lines.append(
-                    "  \(worker.id) \(field(worker.name)) (\(worker.state), heartbeat \(seen) s ago): "
+                    "  \(worker.id) \(Format.oneLine(worker.name)) (\(worker.state), heartbeat \(seen) s ago): "
                         + "\(worker.running) running, \(worker.done) done, \(Format.bytes(worker.bytesDone))")
             }
         }
@@ -108,8 +102,8 @@ struct StatusCommand: AsyncParsableCommand {
             lines.append("failures:")
             for failure in status.failures {
                 lines.append(
-                    "  \(field(failure.path)) (\(field(failure.url)), \(failure.attempts) attempts): "
-                        + field(failure.reason))
+                    "  \(Format.oneLine(failure.path)) (\(Format.oneLine(failure.url)), \(failure.attempts) attempts): "
+                        + Format.oneLine(failure.reason))
             }
         }
         return lines.joined(separator: "\n") + "\n"
