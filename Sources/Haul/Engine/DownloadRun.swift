@@ -41,7 +41,7 @@ final class DownloadRun: @unchecked Sendable {
     let pacer: RequestPacer
     /// Grants the extra connections of a segmented download; `nil`: they open at once.
     let connections: (any ConnectionBroker)?
-    /// Under a queue, the origin the download's own slot counts against (``moveSlot(to:waitIsNoStall:)``), once it
+    /// Under a queue, the origin the download's own slot counts against (``moveSlot(to:watched:)``), once it
     /// went on to another source or a redirect's target; `nil` while it counts against its request's.
     let slotOrigin = Locked<HTTPRules.Origin?>(nil)
     /// Body bytes the connections of a segmented transfer received, added to the tally when it ends.
@@ -270,17 +270,17 @@ final class DownloadRun: @unchecked Sendable {
     }
 
     /// Under a queue, moves the download's own slot to the origin of `url` unless it counts there already
-    /// (``ConnectionBroker/move(to:)``); with `waitIsNoStall`, a wait for a free slot there is no stall of the
-    /// attempt. Returns `false` when the task was cancelled first.
-    func moveSlot(to url: URL, waitIsNoStall: Bool = false) async -> Bool {
+    /// (``ConnectionBroker/move(to:)``); a wait for a free slot there is no stall for `watched` (the clock of the
+    /// request that waits). Returns `false` when the task was cancelled first.
+    func moveSlot(to url: URL, watched: ActivityClock? = nil) async -> Bool {
         guard let connections else { return true }
         let current = slotOrigin.withLock { $0 }
         // Most requests go where the download was added for: that costs no parsing.
         if current == nil, url == request.url { return true }
         let origin = HTTPRules.origin(of: url)
         if origin == (current ?? HTTPRules.origin(of: request.url)) { return true }
-        if waitIsNoStall { lastActivity.setStallsWatchedElsewhere(true) }
-        defer { if waitIsNoStall { lastActivity.setStallsWatchedElsewhere(false) } }
+        watched?.setStallsWatchedElsewhere(true)
+        defer { watched?.setStallsWatchedElsewhere(false) }
         guard await connections.move(to: url) else { return false }
         slotOrigin.withLock { $0 = origin }
         return true

@@ -114,8 +114,8 @@ extension DownloadRun {
 
     /// The queue slot a request's hops move to their origin.
     enum SlotToMove {
-        /// The download's own (``moveSlot(to:waitIsNoStall:)``): its stream's requests, and those of the first
-        /// connection of a segmented transfer, which holds it.
+        /// The download's own (``moveSlot(to:watched:)``): its stream's requests, and those of the first connection
+        /// of a segmented transfer, which holds it.
         case download
         /// An extra connection's of a segmented transfer.
         case connection(ConnectionSlot)
@@ -126,18 +126,11 @@ extension DownloadRun {
     /// first.
     private func move(_ slot: SlotToMove?, to url: URL, clock: ActivityClock?) async -> Bool {
         guard let slot, let connections else { return true }
+        // A segmented transfer's connections are watched on their own clocks (the download's is not, meanwhile).
+        let watched = clock ?? lastActivity
         switch slot {
-        case .download:
-            guard let clock else { return await moveSlot(to: url, waitIsNoStall: true) }
-            // A segmented transfer's connections are watched on their own clocks (the download's is not watched
-            // meanwhile).
-            clock.setStallsWatchedElsewhere(true)
-            defer { clock.setStallsWatchedElsewhere(false) }
-            return await moveSlot(to: url)
-        case .connection(let held):
-            clock?.setStallsWatchedElsewhere(true)
-            defer { clock?.setStallsWatchedElsewhere(false) }
-            return await held.move(to: url, through: connections)
+        case .download: return await moveSlot(to: url, watched: watched)
+        case .connection(let held): return await held.move(to: url, through: connections, watched: watched)
         }
     }
 

@@ -164,9 +164,9 @@ final class ConnectionSlot: Sendable {
     }
 
     /// Moves the slot to the origin of `url` unless it counts there already: gives it back, then waits for one there
-    /// (it never holds one slot while it waits for another). Returns `false` when the task was cancelled first, the
-    /// slot then given back.
-    func move(to url: URL, through broker: any ConnectionBroker) async -> Bool {
+    /// (it never holds one slot while it waits for another), a wait that is no stall for `watched`. Returns `false`
+    /// when the task was cancelled first, the slot then given back.
+    func move(to url: URL, through broker: any ConnectionBroker, watched: ActivityClock) async -> Bool {
         let origin = DownloadQueue.originKey(for: url)
         let given = held.withLock { held -> (@Sendable () -> Void)?? in
             guard held.origin != origin else { return .none }
@@ -175,6 +175,8 @@ final class ConnectionSlot: Sendable {
         }
         guard let given else { return true }
         given?()
+        watched.setStallsWatchedElsewhere(true)
+        defer { watched.setStallsWatchedElsewhere(false) }
         guard let release = await broker.acquire(for: url) else { return false }
         held.withLock { $0 = Held(origin: origin, release: release) }
         return true
