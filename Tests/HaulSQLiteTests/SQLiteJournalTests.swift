@@ -97,6 +97,29 @@ struct SQLiteJournalTests {
         #expect(strict.synchronousSetting == 2)
     }
 
+    @Test("a journal let go has closed its database: another connection reads it at once, with no busy wait")
+    func closedWhenReleased() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.url.appendingPathComponent("j.sqlite").path
+        let key = JournalKey(url: "http://h/a", destination: "/d/")
+        var immediate = Configuration()
+        immediate.busyMode = .immediateError
+        for round in 0..<200 {
+            do {
+                let journal = try SQLiteJournal(path: path)
+                journal.store(JournalRecord(key: key, path: "/d/a", state: .failed(message: "\(round)")))
+                journal.finish()
+            }
+            // Closing the last connection checkpoints and deletes the WAL under an exclusive lock: done by now, or a
+            // reader that does not wait is refused.
+            #expect(!FileManager.default.fileExists(atPath: path + "-wal"), "round \(round)")
+            let failure = try DatabaseQueue(path: path, configuration: immediate).read { db in
+                try String.fetchOne(db, sql: "SELECT failure FROM record")
+            }
+            #expect(failure == "\(round)")
+        }
+    }
+
     @Test("a journal written by the first schema is carried over: records, their order, a completed stamp")
     func migratesTheFirstSchema() throws {
         let dir = try TemporaryDirectory()

@@ -50,8 +50,10 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
     static let batchSize = 4096
     static let batchDelay: TimeInterval = 0.05
     /// Commits a batch; `settled` is a ticket no change of this journal's still to commit after the batch is at or
-    /// below (the bound of the tombstones it may drop, see `SQLiteJournal`).
-    private let commit: @Sendable ([OrderedChange], _ instance: String, _ batch: UInt64, _ settled: Int64) -> Void
+    /// below (the bound of the tombstones it may drop, see `SQLiteJournal`). Let go by the committer before it says
+    /// it has finished: what the closure holds (the journal's database) is then released by its owner, not later on
+    /// the committer's thread, where closing the database's last connection would lock it for another reader.
+    private var commit: (@Sendable ([OrderedChange], _ instance: String, _ batch: UInt64, _ settled: Int64) -> Void)?
     private let onError: @Sendable (any Error) -> Void
 
     /// Starts the committer, with two new logs beside `databasePath`; changes take their tickets from `order`.
@@ -177,8 +179,9 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
             active = 1 - active
             batch += 1
             committing = true
+            let commit = commit
             condition.unlock()
-            commit(taken, instance, number, settled)
+            commit?(taken, instance, number, settled)
             condition.lock()
             logs[side].restart(batch: batch + 1)
             if remembers { unknown = unknown.filter { $0.value.batch != number } }
@@ -186,6 +189,7 @@ final class PendingWrites: @unchecked Sendable {  // every variable is guarded b
             commits += 1
             condition.broadcast()
         }
+        commit = nil
         finished = true
         condition.broadcast()
         condition.unlock()
