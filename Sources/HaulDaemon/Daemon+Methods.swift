@@ -134,8 +134,10 @@ extension Daemon {
                 results.append(.failure(error))
             }
         }
-        // Kept in memory, in order, under one lock.
-        let kept = state.withLock { state -> [(index: Int, item: Item)] in
+        // Kept in memory, in order, under one lock; none once the daemon stops (``stop()`` waits for the queue to
+        // empty, which a download added after its cancellation would keep from happening).
+        let kept = state.withLock { state -> [(index: Int, item: Item)]? in
+            guard !state.closing else { return nil }
             var kept: [(index: Int, item: Item)] = []
             for (index, (plan, _)) in additions.enumerated() where results[index] == nil {
                 var gid = plan.gid ?? GID.random()
@@ -156,6 +158,10 @@ extension Daemon {
                 kept.append((index, item))
             }
             return kept
+        }
+        guard let kept else {
+            let closing = RPCError("haul daemon is shutting down")
+            return Self.answered(results.map { $0 ?? .failure(closing) })
         }
         // Recorded before any is answered or started.
         if let store = configuration.store, !kept.isEmpty {
@@ -198,6 +204,9 @@ extension Daemon {
             let handles = queue.add(
                 requests, absentPaths: paused ? requests.map { _ in nil } : requests.map { listing.absentPath(of: $0) },
                 paused: paused)
+            // Stopping began after they were kept: the stop's cancellation may have come before them, so they are
+            // cancelled here (stored, they come back with the next start).
+            if state.withLock({ $0.closing }) { for handle in handles { handle.cancel() } }
             for ((index, item), handle) in zip(stretch, handles) {
                 results[index] = .success(item.gid)
                 guard attach(handle, to: item.gid) else { continue }

@@ -16,8 +16,12 @@ final class HaulProcess: Sendable {
     private let child: ChildProcess
 
     /// Starts `haul ARGUMENTS` with `input` on standard input, and `environment` beside the test process's own
-    /// (whose `SSL_CERT_FILE` and `SSL_CERT_DIR` are left out, so that only a test sets them).
-    init(_ arguments: [String], input: String? = nil, environment extra: [String: String] = [:]) throws {
+    /// (whose `SSL_CERT_FILE` and `SSL_CERT_DIR` are left out, so that only a test sets them); run by `wrapper` (a
+    /// command such as `nohup`, found in `PATH`) when one is given.
+    init(
+        _ arguments: [String], input: String? = nil, environment extra: [String: String] = [:],
+        under wrapper: String? = nil
+    ) throws {
         var environment = ProcessInfo.processInfo.environment
         environment["SSL_CERT_FILE"] = nil
         environment["SSL_CERT_DIR"] = nil
@@ -29,8 +33,10 @@ final class HaulProcess: Sendable {
             environment[name] = nil
         }
         environment.merge(extra) { _, new in new }
+        let haul = try Self.binary().path
         child = try ChildProcess(
-            try Self.binary().path, arguments, input: input ?? "", environment: environment)
+            wrapper ?? haul, wrapper == nil ? arguments : [haul] + arguments, input: input ?? "",
+            environment: environment)
     }
 
     /// The process's id.
