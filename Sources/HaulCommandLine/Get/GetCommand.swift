@@ -33,7 +33,7 @@ struct GetCommand: AsyncParsableCommand {
             Exit status: 0 all succeeded; 1 at least one download failed (the others still completed); \
             2 usage error or invalid input (nothing is downloaded; every bad line is reported); \
             130 interrupted by SIGINT, SIGTERM or SIGHUP (no partial file at any destination; run the same \
-            command again to finish); 141 standard output was closed (e.g. piped into 'head'): the run stops \
+            command again to finish; SIGHUP is ignored when started ignoring it, as under nohup); 141 standard output was closed (e.g. piped into 'head'): the run stops \
             as if interrupted.
 
             Haul remembers what it completed and what it left partial in a journal (DIR/.haul/journal.sqlite \

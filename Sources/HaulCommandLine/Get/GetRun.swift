@@ -108,6 +108,9 @@ final class Interruption: Sendable {
     /// Takes over SIGINT, SIGTERM and SIGHUP (counted) and SIGPIPE (ignored) for the rest of the process. A signal
     /// before anything runs ends the process with `earlyExitStatus`: 130, as a shell reports an interrupted command,
     /// or a service's status for a stop by a signal (`haul daemon`'s 0).
+    ///
+    /// SIGHUP the process was started ignoring stays ignored: that is what `nohup` asks for, so that a run outlives
+    /// the terminal it was started from (as wget and the shell's own commands do).
     static func install(earlyExitStatus: Int32 = 130) {
         earlyExit.store(earlyExitStatus, ordering: .sequentiallyConsistent)
         restoresCursor.store(Console.isInteractiveTerminal, ordering: .sequentiallyConsistent)
@@ -119,8 +122,22 @@ final class Interruption: Sendable {
         #endif
         sigemptyset(&action.sa_mask)
         action.sa_flags = SA_RESTART
-        for signalNumber in [SIGINT, SIGTERM, SIGHUP] { sigaction(signalNumber, &action, nil) }
+        for signalNumber in [SIGINT, SIGTERM, SIGHUP] where signalNumber != SIGHUP || !isIgnored(SIGHUP) {
+            sigaction(signalNumber, &action, nil)
+        }
         signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// Whether `signalNumber` is ignored now.
+    private static func isIgnored(_ signalNumber: Int32) -> Bool {
+        var current = sigaction()
+        guard sigaction(signalNumber, nil, &current) == 0 else { return false }
+        #if canImport(Glibc)
+        let handler = current.__sigaction_handler.sa_handler
+        #else
+        let handler = current.__sigaction_u.__sa_handler
+        #endif
+        return unsafeBitCast(handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self)
     }
 
     /// Stops the run as a signal would (standard output closed).
