@@ -37,6 +37,9 @@ enum Console {
     /// Writes `output` as it is: the display's own escape sequences, and JSON (which escapes control characters).
     /// Text from outside in it must have been made printable already.
     static func raw(_ output: String) { write(1, output) }
+    /// Writes `json` as one line to standard output, the C1 controls and line separators in its strings escaped
+    /// (``JSONDisplay/escapingC1(_:)``): the `--json` output of every command.
+    static func jsonLine(_ json: String) { raw(JSONDisplay.escapingC1(json) + "\n") }
     /// Writes `output` as it is to standard error: a JSON log line.
     static func rawErr(_ output: String) { write(2, output) }
 

@@ -168,7 +168,7 @@ final class JSONDisplay: Display {
 
     private func emit(_ line: Line) {
         guard let data = try? encoder.encode(line) else { return }
-        Console.raw(Self.escapingC1(String(decoding: data, as: UTF8.self)) + "\n")
+        Console.jsonLine(String(decoding: data, as: UTF8.self))
     }
 
     /// `json` with the C1 controls, DEL and the line and paragraph separators (which the encoder leaves raw, JSON

@@ -47,7 +47,7 @@ struct StatusCommand: AsyncParsableCommand {
             while true {
                 let status = try await queue.status(failures: failures)
                 if json {
-                    Console.out(Self.json(status) + "\n")
+                    Console.jsonLine(Self.json(status))
                 } else {
                     if watch && Console.isInteractiveTerminal { Console.raw("\u{1B}[H\u{1B}[2J") }
                     Console.out(Self.text(status))

@@ -306,7 +306,7 @@ struct WorkerOutput: Sendable {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
             encoder.keyEncodingStrategy = .convertToSnakeCase
-            if let data = try? encoder.encode(line) { Console.out(String(decoding: data, as: UTF8.self) + "\n") }
+            if let data = try? encoder.encode(line) { Console.jsonLine(String(decoding: data, as: UTF8.self)) }
             return
         }
         if quiet && !always { return }
