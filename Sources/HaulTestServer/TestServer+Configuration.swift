@@ -9,7 +9,8 @@ extension TestServer {
         public var port: Int
         /// Also bind `::1` on the same port when `host` is `127.0.0.1`, so `localhost` works whatever it resolves to.
         public var bindIPv6Loopback: Bool
-        /// Directory served under ``filesPath``; `nil` serves generated content only.
+        /// Directory served under ``filesPath`` (but for names starting with a dot, answered 404); `nil` serves
+        /// generated content only.
         public var root: URL?
         /// Mount point of ``root``: `/files` by default, `/` for `haul serve DIR`.
         public var filesPath: String

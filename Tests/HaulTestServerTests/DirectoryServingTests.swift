@@ -71,6 +71,30 @@ struct DirectoryServingTests {
         }
     }
 
+    /// A directory served as it is holds what its owner never meant to publish under a dot name: Haul's own state
+    /// (`.haul`, with a daemon's `rpc-secret`), `.git`, `.ssh`, `.env`. None is served, by name or through a link.
+    @Test func dotNamesAreNotServed() async throws {
+        let (root, cleanup) = try Self.makeRoot()
+        defer { cleanup() }
+        let hidden = root.appendingPathComponent(".haul")
+        try FileManager.default.createDirectory(at: hidden, withIntermediateDirectories: true)
+        try Data("secret".utf8).write(to: hidden.appendingPathComponent("rpc-secret"))
+        try Data("secret".utf8).write(to: root.appendingPathComponent(".env"))
+        try Data("secret".utf8).write(to: root.appendingPathComponent("sub dir/.netrc"))
+        try FileManager.default.createSymbolicLink(
+            atPath: root.appendingPathComponent("plain").path, withDestinationPath: hidden.path + "/rpc-secret")
+        try await TestServer.withRunning(.init(root: root)) { server in
+            for target in [
+                "/files/.haul/rpc-secret", "/files/.env", "/files/sub%20dir/.netrc", "/files/%2eenv", "/files/plain",
+            ] {
+                let response = try await RawHTTPClient.get(target, port: server.port)
+                #expect(response.status == 404, "\(target)")
+                #expect(response.body != Array("secret".utf8), "\(target)")
+            }
+            #expect(try await RawHTTPClient.get("/files/sub%20dir/n.txt", port: server.port).status == 200)
+        }
+    }
+
     @Test func directoriesAreNotServed() async throws {
         let (root, cleanup) = try Self.makeRoot()
         defer { cleanup() }

@@ -14,7 +14,9 @@ struct ServedFile {
     var inode: UInt64
 }
 
-/// Maps a URL path below the root to a file, never leaving the root.
+/// Maps a URL path below the root to a file, never leaving the root, and never to a name starting with a dot (nor to
+/// one inside such a directory): what a directory holds under those (`.haul`, `.git`, `.ssh`, `.env`) is its owner's
+/// state, not what it publishes.
 struct FileResolver: Sendable {
     enum Outcome {
         case found(ServedFile)
@@ -38,12 +40,16 @@ struct FileResolver: Sendable {
         if relativePath.utf8.contains(0) || relativePath.contains("\\") { return .forbidden }
         let segments = relativePath.split(separator: "/", omittingEmptySubsequences: true)
         if segments.contains(where: { $0 == ".." || $0 == "." }) { return .forbidden }
-        if segments.isEmpty { return .notFound }
+        if segments.isEmpty || segments.contains(where: { $0.hasPrefix(".") }) { return .notFound }
         let candidate = root + "/" + segments.joined(separator: "/")
         guard let resolvedPointer = realpath(candidate, nil) else { return .notFound }
         let resolved = String(cString: resolvedPointer)
         free(resolvedPointer)
         guard resolved.hasPrefix(root + "/") else { return .forbidden }
+        // A link with a plain name may lead to a dot name inside the root.
+        if resolved.dropFirst(root.count).split(separator: "/").contains(where: { $0.hasPrefix(".") }) {
+            return .notFound
+        }
         // Opening a local file blocks only briefly; fine for a test server, and sendfile does the rest.
         // O_NONBLOCK: opening a named pipe blocks until a writer comes, which would hold the event loop (and every
         // connection on it) for good; the fstat below then refuses it. A regular file reads the same either way.
