@@ -9,7 +9,8 @@ import HaulOperations
 
 /// A publisher of one queued download: it adds the request to its `DownloadQueue` when the subscriber first
 /// asks for a value, emits the `DownloadResult` once and finishes, or fails with the `DownloadError`.
-/// Cancelling the subscription cancels the download (nothing is left at its destination).
+/// Cancelling the subscription cancels the download (nothing is left at its destination). The value and the
+/// completion arrive on a thread of the concurrency pool; use `receive(on:)` to move them.
 ///
 /// ```swift
 /// let cancellable = queue.publisher(for: request)
@@ -113,7 +114,9 @@ extension DownloadQueue {
     }
 
     /// Downloads `urls` into `directory`, at most `maxConcurrent` at once (within the queue's own limits),
-    /// publishing each result as it finishes. The first failure fails the publisher and cancels the downloads
+    /// publishing each result as it finishes. Demand is honoured: it holds no more downloads (added, or finished and
+    /// not yet delivered) than the subscriber has asked for, so nothing is added before the first request and a
+    /// subscriber that stops asking stops the downloads. The first failure fails the publisher and cancels the downloads
     /// still running or waiting; to keep going, map each download's error into a value instead:
     ///
     /// ```swift
@@ -129,12 +132,9 @@ extension DownloadQueue {
         for urls: [URL], into directory: URL, maxConcurrent: Int = 4, conflictPolicy: ConflictPolicy = .fail
     ) -> AnyPublisher<DownloadResult, DownloadError> {
         precondition(maxConcurrent >= 1, "maxConcurrent must be at least 1, not \(maxConcurrent)")
-        return urls.publisher
-            .setFailureType(to: DownloadError.self)
-            .flatMap(maxPublishers: .max(maxConcurrent)) { url in
-                self.publisher(
-                    for: DownloadRequest(url: url, destination: .directory(directory), conflictPolicy: conflictPolicy))
-            }
-            .eraseToAnyPublisher()
+        let requests = urls.map {
+            DownloadRequest(url: $0, destination: .directory(directory), conflictPolicy: conflictPolicy)
+        }
+        return DownloadsPublisher(queue: self, requests: requests, maxConcurrent: maxConcurrent).eraseToAnyPublisher()
     }
 }

@@ -122,4 +122,38 @@ struct CombineReviewHazardTests {
             #expect(subscriber.afterCancel.withLock { $0 } == [], "delivered after the cancel")
         }
     }
+
+    /// HaulCombine.md: "Nothing is downloaded until a subscriber asks for a value; demand is honoured." A subscriber
+    /// of `downloadsPublisher` that asks for one result and never more gets one download, and nothing is added
+    /// before it asks; the results it asks for later all arrive.
+    @Test("downloadsPublisher adds nothing before demand and no more downloads than the demand")
+    func downloadsHonourDemand() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let queue = makeQueue()
+            let urls = (0..<4).map { server.url(path: "/bytes/d\($0)", query: ["size": "100"]) }
+            let subscriber = ManualSubscriber()
+            queue.downloadsPublisher(for: urls, into: dir.url, maxConcurrent: 2).subscribe(subscriber)
+            #expect(queue.waitingCount + queue.runningCount == 0, "added before any demand")
+            subscriber.demand(.max(1))
+            try await eventually("the first result") { subscriber.values == 1 }
+            await queue.waitUntilIdle()
+            #expect(queue.progress.completedFiles == 1, "downloaded more than the demand")
+            #expect(dir.contents().count == 1)
+            subscriber.demand(.max(3))
+            #expect(await subscriber.completion.wait() == "finished")
+            #expect(subscriber.values == 4)
+            #expect(dir.contents().sorted() == ["d0", "d1", "d2", "d3"])
+        }
+    }
+
+    @Test("downloadsPublisher of no URLs finishes at once, before any demand, as a sequence's publisher does")
+    func noDownloadsFinishAtOnce() async throws {
+        let dir = try TemporaryDirectory()
+        let queue = makeQueue()
+        let subscriber = ManualSubscriber()
+        queue.downloadsPublisher(for: [], into: dir.url).subscribe(subscriber)
+        #expect(await subscriber.completion.wait() == "finished")
+        #expect(subscriber.values == 0)
+    }
 }
