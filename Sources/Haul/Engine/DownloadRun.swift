@@ -614,7 +614,8 @@ final class DownloadRun: @unchecked Sendable {
     private func resume(from journal: any Journal) throws(DownloadError) -> DownloadResult? {
         let own = journal.record(for: journalKey)
         // Nothing of its own on disk: what another URL left for the same file may be.
-        guard let record = own?.state.isFile == true ? own : target.path.flatMap({ takeOver(at: $0, in: journal) })
+        guard let record = own?.state.isFile == true ? own : target.path.flatMap({ takeOver(at: $0, in: journal) }),
+            isInDestinationDirectory(record.path)
         else { return nil }
         // A name chosen from Content-Disposition in the earlier run is the name to look at now.
         if target.path == nil { target.path = record.path }
@@ -682,6 +683,20 @@ final class DownloadRun: @unchecked Sendable {
             logger.debug("resuming a partial from an earlier run", metadata: ["bytes": "\(writer?.size ?? 0)"])
         }
         return nil
+    }
+
+    /// Whether `path`, which the journal names as this download's file, is a file of the directory the download
+    /// writes into: the journal's word is not enough to resume, skip or replace a file elsewhere (a damaged or foreign
+    /// journal may name any path).
+    private func isInDestinationDirectory(_ path: String) -> Bool {
+        // A directory's path as the engine joins a name to it (with or without its trailing `/`).
+        let directory =
+            switch request.destination {
+            case .file(let file): FileNaming.split(path: file.path).directory
+            case .directory(let url, _): FileNaming.split(path: FileNaming.path("-", in: url.path)).directory
+            }
+        let (recordDirectory, name) = FileNaming.split(path: path)
+        return recordDirectory == directory && !name.isEmpty && name != "." && name != ".."
     }
 
     /// Reopens the partial written in order beside `path` that an earlier run left, to go on from its size with
