@@ -319,6 +319,9 @@ struct DaemonCommand: AsyncParsableCommand {
             daemon = try Daemon(queue: queue, configuration: daemonConfiguration)
         } catch let error as RPCError {
             throw ValidationError("\(confPath ?? "haul daemon"): \(error.message)")
+        } catch {
+            // What else it throws is a read of the store failing (a value damaged, or of the wrong type).
+            throw ValidationError("cannot read the daemon's store '\(storePath)': \(error)")
         }
         if let input = inputFile ?? conf.daemon["input-file"] {
             let text = try Self.readTextFile(input, option: "-i")

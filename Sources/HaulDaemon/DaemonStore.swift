@@ -136,7 +136,10 @@ public final class DaemonStore: Sendable {
     func loadHosts() throws -> [(String, HostSettings)] {
         try reading { db in
             try GRDB.Row.fetchAll(db, sql: "SELECT host, max_connections, paused FROM hosts ORDER BY host").map {
-                ($0["host"], HostSettings(limit: $0["max_connections"], paused: $0["paused"]))
+                try (
+                    $0.decode(forColumn: "host"),
+                    HostSettings(limit: $0.decode(forColumn: "max_connections"), paused: $0.decode(forColumn: "paused"))
+                )
             }
         }
     }
@@ -159,7 +162,8 @@ public final class DaemonStore: Sendable {
         try reading { db in
             var options: [String: String] = [:]
             for row in try GRDB.Row.fetchAll(db, sql: "SELECT name, value FROM global_options") {
-                options[row["name"]] = row["value"]
+                let name: String = try row.decode(forColumn: "name")
+                options[name] = try row.decode(String.self, forColumn: "value")
             }
             return options
         }
@@ -190,7 +194,7 @@ public final class DaemonStore: Sendable {
             let row = try GRDB.Row.fetchOne(
                 db,
                 sql: "SELECT COUNT(*), COALESCE(MAX(stopped_order), 0) FROM downloads WHERE stopped_order IS NOT NULL")
-            return (row?[0] ?? 0, row?[1] ?? 0)
+            return (try row?.decode(Int.self, atIndex: 0) ?? 0, try row?.decode(Int.self, atIndex: 1) ?? 0)
         }
     }
 
@@ -272,7 +276,7 @@ public final class DaemonStore: Sendable {
             var total = 0
             var page: [Row] = []
             while let stored = try cursor.next() {
-                guard let row = Self.row(stored), matches(row) else { continue }
+                guard let row = try Self.row(stored), matches(row) else { continue }
                 if total >= offset, page.count < limit { page.append(row) }
                 total += 1
             }
@@ -313,13 +317,19 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    private static func row(_ row: GRDB.Row) -> Row? {
-        guard let gid = GID(hex: row["gid"]) else { return nil }
+    /// The download a row holds; throws, naming the column and the value, when a value is not of its column's type
+    /// (a damaged or edited store: SQLite keeps what it is given).
+    private static func row(_ row: GRDB.Row) throws -> Row? {
+        guard let gid = GID(hex: try row.decode(forColumn: "gid")) else { return nil }
         return Row(
-            gid: gid, uris: strings(row["uris"]), options: options(row["options"]), state: row["state"],
-            rank: row["rank"], path: row["path"], length: row["length"], completed: row["completed"],
-            errorCode: row["error_code"], errorMessage: row["error_message"], stoppedOrder: row["stopped_order"],
-            withheldSecrets: row["withheld_secrets"])
+            gid: gid, uris: strings(try row.decode(forColumn: "uris")),
+            options: options(try row.decode(forColumn: "options")), state: try row.decode(forColumn: "state"),
+            rank: try row.decode(forColumn: "rank"), path: try row.decode(forColumn: "path"),
+            length: try row.decode(forColumn: "length"), completed: try row.decode(forColumn: "completed"),
+            errorCode: try row.decode(forColumn: "error_code"),
+            errorMessage: try row.decode(forColumn: "error_message"),
+            stoppedOrder: try row.decode(forColumn: "stopped_order"),
+            withheldSecrets: try row.decode(forColumn: "withheld_secrets"))
     }
 
     /// The rows of downloads that ended, gathered for a while and written together (``saveSoon(_:onError:)``), and
