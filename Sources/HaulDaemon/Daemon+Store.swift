@@ -55,7 +55,10 @@ extension Daemon {
         if let joined {
             // Only this add's share of the joined download goes.
             handle.cancel()
-            if let ended = joined.item { Self.announceEnd(of: ended, to: configuration.logger, notificationHandler) }
+            if let ended = joined.item {
+                Self.announceEnd(
+                    of: ended, to: configuration.logger, notificationHandler, storedIn: configuration.store)
+            }
             return false
         }
         let (started, ended) = state.withLock { state -> (Item?, Item?) in
@@ -68,7 +71,9 @@ extension Daemon {
             return (started, nil)
         }
         if let started { Self.announceStart(of: started, to: configuration.logger, notificationHandler) }
-        if let ended { Self.announceEnd(of: ended, to: configuration.logger, notificationHandler) }
+        if let ended {
+            Self.announceEnd(of: ended, to: configuration.logger, notificationHandler, storedIn: configuration.store)
+        }
         return true
     }
 

@@ -262,7 +262,9 @@ public final class Daemon: Sendable {
                 return
             default: return
             }
-            if let ended { Self.announceEnd(of: ended, to: configuration.logger, notifications) }
+            if let ended {
+                Self.announceEnd(of: ended, to: configuration.logger, notifications, storedIn: configuration.store)
+            }
         }
         apply(try globalChange(configuration.globalOptions.mapValues { $0.components(separatedBy: "\n") }))
         if let store = configuration.store {
@@ -332,12 +334,17 @@ public final class Daemon: Sendable {
         notifications.withLock { $0 }?.call(("aria2.onDownloadStart", item.gid.description))
     }
 
-    /// Logs how `item` ended and tells WebSocket clients, as aria2 does (``notification(for:)``).
+    /// Logs how `item` ended and tells WebSocket clients, as aria2 does (``notification(for:)``), once `store` holds
+    /// the ending: a client told of it never finds it undone by a SIGKILL.
     static func announceEnd(
-        of item: Item, to logger: Logger, _ notifications: Locked<Hook<(method: String, gid: String)>?>
+        of item: Item, to logger: Logger, _ notifications: Locked<Hook<(method: String, gid: String)>?>,
+        storedIn store: DaemonStore?
     ) {
         logEnd(of: item, to: logger)
-        if let method = notification(for: item) { notifications.withLock { $0 }?.call((method, item.gid.description)) }
+        guard let method = notification(for: item) else { return }
+        let gid = item.gid.description
+        let tell: @Sendable () -> Void = { notifications.withLock { $0 }?.call((method, gid)) }
+        if let store { store.whenWritten(tell) } else { tell() }
     }
 
     /// Logs how `item` ended: complete, removed, or its error.

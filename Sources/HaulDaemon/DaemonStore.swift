@@ -332,10 +332,11 @@ public final class DaemonStore: Sendable {
             withheldSecrets: try row.decode(forColumn: "withheld_secrets"))
     }
 
-    /// The rows of downloads that ended, gathered for a while and written together (``saveSoon(_:onError:)``), and
-    /// what to tell of a failure to write them.
-    private let pending = Locked<(rows: [Row], scheduled: Bool, onError: (@Sendable (String) -> Void)?)>(
-        ([], false, nil))
+    /// The rows of downloads that ended, gathered for a while and written together (``saveSoon(_:onError:)``), what
+    /// to tell of a failure to write them, and what waits for them to be written (``whenWritten(_:)``).
+    private let pending = Locked<
+        (rows: [Row], scheduled: Bool, onError: (@Sendable (String) -> Void)?, waiting: [@Sendable () -> Void])
+    >(([], false, nil, []))
     /// Held while pending rows are written: whatever is done to the store after them waits until they are in it.
     /// Its value counts the transactions that wrote them (a lock on a value of no size would share the mutex's
     /// address, which ThreadSanitizer takes for a race).
@@ -346,7 +347,8 @@ public final class DaemonStore: Sendable {
 
     /// Writes `row`, a download that ended, within ``gathering`` together with the others ending meanwhile. Every
     /// other use of the store writes it first (a removal of the download follows its row, never precedes it);
-    /// ``flush()`` writes it at once. No call waits on it: how a download ended is not an answer a client was given.
+    /// ``flush()`` writes it at once. No call waits on it; a notification of it does (``whenWritten(_:)``), so a
+    /// SIGKILL never takes back an ending a client was notified of.
     func saveSoon(_ row: Row, onError: @escaping @Sendable (String) -> Void) {
         let schedule = pending.withLock { pending in
             pending.rows.append(row)
@@ -362,15 +364,33 @@ public final class DaemonStore: Sendable {
     /// Writes the endings of downloads gathered to be written together, now (the daemon does at close).
     public func flush() { writePending() }
 
+    /// Where what waits for endings to be written runs, in the order it asked, never under a lock of the store's or
+    /// of whoever made the write (any read or write of the store writes the endings first).
+    private let afterWrites = DispatchQueue(label: "haul.daemon-store.after-writes")
+
+    /// Runs `body` on ``afterWrites`` once every ending gathered so far is written (or its write failed, which is
+    /// told): at once if none is waiting, else after the write that takes them.
+    func whenWritten(_ body: @escaping @Sendable () -> Void) {
+        // Under the writer's lock a write under way has finished: rows still gathered are written by the next.
+        writingPending.withLock { _ in
+            pending.withLock { pending in
+                if pending.rows.isEmpty { afterWrites.async(execute: body) } else { pending.waiting.append(body) }
+            }
+        }
+    }
+
     private func writePending() {
         let failure = writingPending.withLock { written -> (message: String, tell: @Sendable (String) -> Void)? in
-            let (rows, onError) = pending.withLock { pending in
+            let (rows, onError, waiting) = pending.withLock { pending in
                 defer {
                     pending.rows = []
                     pending.scheduled = false
+                    pending.waiting = []
                 }
-                return (pending.rows, pending.onError)
+                return (pending.rows, pending.onError, pending.waiting)
             }
+            // Queued under the lock, so in the order of the writes; run after them.
+            defer { if !waiting.isEmpty { afterWrites.async { for body in waiting { body() } } } }
             guard !rows.isEmpty else { return nil }
             do {
                 try database.write { db in try Self.putEndings(rows, in: db) }
