@@ -21,17 +21,6 @@ struct SignalsReviewTests {
         return mask & (1 << UInt64(signal - 1)) != 0
     }
 
-    /// Waits up to `limit` for `process` to exit; kills it and returns `false` when it does not.
-    func exits(_ process: HaulProcess, within limit: Duration) async -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while !process.hasExited, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        guard process.hasExited else {
-            process.send(SIGKILL)
-            return false
-        }
-        return true
-    }
-
     @Test("SIGTERM while multicalls still add paused downloads: the daemon stops, and keeps each one it answered")
     func sigtermDuringMulticall() async throws {
         let dir = try TemporaryDirectory()
@@ -63,7 +52,7 @@ struct SignalsReviewTests {
             return Int(stat?["numWaiting"] as? String ?? "") ?? 0 >= 2_000
         }
         daemon.process.send(SIGTERM)
-        let stopped = await exits(daemon.process, within: .seconds(30))
+        let stopped = await daemon.process.exits(within: .seconds(30))
         let output = await daemon.process.finish()
         #expect(stopped, "haul daemon did not stop within 30 s of SIGTERM\n\(output.stderr.suffix(2000))")
         #expect(!stopped || output.status == 0, "\(output)")

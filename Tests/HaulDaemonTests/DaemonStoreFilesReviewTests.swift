@@ -33,9 +33,7 @@ struct DaemonStoreFilesReviewTests {
         let child = try ChildProcess(
             haul.path, ["daemon", "-d", root.path, "--rpc-listen", "127.0.0.1:0", "--rpc-no-secret"])
         // A daemon that started anyway is stopped after a while (its status then tells).
-        let deadline = ContinuousClock.now + .seconds(20)
-        while !child.hasExited, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
-        if !child.hasExited { child.send(SIGKILL) }
+        _ = await child.exits(within: .seconds(20))
         let (status, _, stderr) = await child.finish()
         #expect(status != 0 && status < 128, "exit \(status): \(stderr.suffix(600))")
         #expect(stderr.contains(storePath) && stderr.contains(column), "\(stderr.suffix(600))")

@@ -60,11 +60,7 @@ func startOnFreePort(
 /// Stops `process`: SIGTERM, SIGKILL if it has not exited after `limit`, then reaps it.
 func terminate(_ process: ChildProcess, within limit: Duration = .seconds(10)) async {
     process.send(SIGTERM)
-    let deadline = ContinuousClock.now + limit
-    while !process.hasExited, ContinuousClock.now < deadline {
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    if !process.hasExited { process.send(SIGKILL) }
+    _ = await process.exits(within: limit)
     _ = await process.finish()
 }
 

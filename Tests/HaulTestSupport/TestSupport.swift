@@ -187,6 +187,17 @@ package final class ChildProcess: Sendable {
         #endif
     }
 
+    /// Whether the child exits within `limit`; one still running then is sent SIGKILL (reap it with ``finish()``).
+    package func exits(within limit: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while !hasExited, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+        guard hasExited else {
+            send(SIGKILL)
+            return false
+        }
+        return true
+    }
+
     /// Waits (on a thread of its own) for the child to exit; returns its exit status (128 + N when killed by signal
     /// N, as a shell reports it) and what it wrote.
     package func finish() async -> (status: Int32, stdout: String, stderr: String) {

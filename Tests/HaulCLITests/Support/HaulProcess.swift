@@ -66,6 +66,9 @@ final class HaulProcess: Sendable {
     /// Whether the process has exited (it stays a zombie until ``finish()``).
     var hasExited: Bool { child.hasExited }
 
+    /// Whether it exits within `limit`; one still running then is sent SIGKILL.
+    func exits(within limit: Duration) async -> Bool { await child.exits(within: limit) }
+
     /// Waits for the process to exit and returns what it wrote.
     func finish() async -> HaulOutput {
         let (status, stdout, stderr) = await child.finish()
