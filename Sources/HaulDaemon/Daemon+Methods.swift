@@ -842,8 +842,6 @@ extension Daemon {
 
     // MARK: - Global
 
-    /// Every client polls it every second: counted from the queue's batch (its running downloads only) and the
-    /// daemon's own items, without a status for each waiting download.
     /// Downloads by state, counted without walking the history: `active`, `waiting` (paused ones included) and
     /// `stopped` (the metrics' queue depth).
     public func depth() -> [(state: String, count: Int)] {
@@ -853,6 +851,8 @@ extension Daemon {
         return [("active", active), ("waiting", pending - active), ("stopped", stopped)]
     }
 
+    /// Every client polls it every second: counted from the queue's batch (its running downloads only) and the
+    /// daemon's own items, without a status for each waiting download.
     func getGlobalStat() -> JSON {
         let batch = queue.progress
         let (pending, stopped) = state.withLock { state in

@@ -119,6 +119,8 @@ extension Daemon {
         }
         subscription.seen.withLock { $0 = seen }
         guard resync || orderChanged || !changed.isEmpty || !removed.isEmpty else { return nil }
+        // Endings are pushed, and counted in the push's stat, once stored, as they are answered (call(_:_:session:)).
+        defer { configuration.store?.flush() }
         // A waiting or paused one's status is the queue's (read outside the daemon's lock).
         let entries = changed.map { item, status in
             (item, status ?? (item.ending == nil ? item.handle?.status : nil))

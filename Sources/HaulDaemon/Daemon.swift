@@ -448,6 +448,22 @@ public final class Daemon: Sendable {
     /// Answers one aria2 method (its secret already checked); `session` is the WebSocket session it came on, for
     /// `haul.subscribe`.
     public func call(_ method: String, _ params: [JSON], session: RPCSession? = nil) throws(RPCError) -> JSON {
+        let answer = try answer(method, params, session: session)
+        // An ending is told only once it is stored, so that a client never finds one it read undone by a SIGKILL. Its
+        // row is written with others' a moment after it ends (DaemonStore.saveSoon); an answer that can show it, or
+        // count it, writes them before it goes (nothing to write: two locks taken).
+        if Self.showingEndings.contains(method) { configuration.store?.flush() }
+        return answer
+    }
+
+    /// The methods whose answers can show or count how a download ended.
+    static let showingEndings: Set<String> = [
+        "aria2.tellStatus", "aria2.tellStopped", "aria2.getFiles", "aria2.getGlobalStat", "haul.tellHistory",
+        "haul.tellDetail",
+    ]
+
+    /// ``call(_:_:session:)``'s answer.
+    private func answer(_ method: String, _ params: [JSON], session: RPCSession?) throws(RPCError) -> JSON {
         let arguments = Arguments(method: method, params: params)
         switch method {
         case "haul.subscribe": return try subscribe(arguments, session: session)

@@ -361,7 +361,9 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    /// Writes the endings of downloads gathered to be written together, now (the daemon does at close).
+    /// Writes the endings of downloads gathered to be written together, now (the daemon does at close, and before
+    /// an answer that can show an ending); returns once every ending given before the call is written or its write
+    /// failed.
     public func flush() { writePending() }
 
     /// Where what waits for endings to be written runs, in the order it asked, never under a lock of the store's or

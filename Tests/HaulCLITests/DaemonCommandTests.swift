@@ -234,6 +234,56 @@ struct DaemonCommandTests {
         }
     }
 
+    /// An ending is stored a moment after the download ends, with others; until then no answer shows it, so a
+    /// SIGKILL right after a client read it takes nothing back. Asked the way clients ask: tellStatus of the download,
+    /// the counts of getGlobalStat, and tellStopped.
+    @Test("an ending read over RPC is kept: SIGKILL at once, restarted, it is still complete and not fetched again")
+    func endingReadIsKept() async throws {
+        try await TestServer.withRunning { server in
+            for round in 0..<6 {
+                let dir = try TemporaryDirectory()
+                let daemon = try await Self.start(dir)
+                let path = "/bytes/e\(round).bin"
+                let url = server.url(path: path, query: ["size": "100"])
+                let gid = try #require(try await daemon.result("aria2.addUri", [[url.absoluteString]]) as? String)
+                // Asked again at once, as a client polling fast would: told within a millisecond or two of it.
+                let deadline = ContinuousClock.now + .seconds(30)
+                while true {
+                    let told: Bool
+                    switch round % 3 {
+                    case 0:
+                        let status = try await daemon.result("aria2.tellStatus", [gid, ["status"]]) as? [String: Any]
+                        told = status?["status"] as? String == "complete"
+                    case 1:
+                        let stat = try await daemon.result("aria2.getGlobalStat") as? [String: Any]
+                        told = stat?["numStopped"] as? String == "1"
+                    default:
+                        let stopped =
+                            try await daemon.result("aria2.tellStopped", [-1, 10, ["gid"]]) as? [[String: Any]]
+                        told = stopped?.first?["gid"] as? String == gid
+                    }
+                    if told { break }
+                    try #require(ContinuousClock.now < deadline, "never told it ended, round \(round)")
+                }
+                daemon.process.send(SIGKILL)
+                _ = await daemon.process.finish()
+                // Moved away: a run of it again would write it anew.
+                try FileManager.default.moveItem(at: dir.file("e\(round).bin"), to: dir.file("kept"))
+                let restarted = try await Self.start(dir)
+                let status =
+                    try await restarted.result("aria2.tellStatus", [gid, ["status", "files"]]) as? [String: Any]
+                #expect(status?["status"] as? String == "complete", "round \(round): \(status ?? [:])")
+                let stat = try await restarted.result("aria2.getGlobalStat") as? [String: Any]
+                #expect(
+                    stat?["numStopped"] as? String == "1" && stat?["numWaiting"] as? String == "0", "\(stat ?? [:])")
+                restarted.process.send(SIGTERM)
+                _ = await restarted.process.finish()
+                #expect(!FileManager.default.fileExists(atPath: dir.file("e\(round).bin").path), "round \(round)")
+                #expect(server.stats.requests.filter { $0.path == path }.count == 1, "round \(round)")
+            }
+        }
+    }
+
     @Test("SIGTERM: the running download stops with its partial kept, comes back waiting and resumes with Range")
     func termAndResume() async throws {
         try await TestServer.withRunning { server in

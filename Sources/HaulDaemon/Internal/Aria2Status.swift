@@ -60,7 +60,8 @@ enum Aria2Status {
         case .running?: "active"
         case .paused?: status?.position == nil ? "active" : "paused"
         case .waiting?, nil: "waiting"
-        case .finished?: "complete"  // ended a moment ago: its outcome is on its way to the daemon
+        // Ended a moment ago: its outcome is on its way to the daemon, which shows it once it is stored.
+        case .finished?: "active"
         }
     }
 
