@@ -75,8 +75,8 @@ struct DownloaderTests {
             let downloader = Downloader(
                 transport: kind.makeTransport(), configuration: kind.configuration(clock: clock))
             // Short waits: the retry's own wait is the recording clock's, but the host is held for real (politeness
-            // waits on the continuous clock). A date has whole seconds, so its wait is under 3 s, and over the 1 s an
-            // unparsed header would leave (the backoff's first wait is 500 ms).
+            // waits on the continuous clock). A date has whole seconds, so its wait is over 1 s and at most 3 s; an
+            // unparsed header would leave the backoff's first wait, 500 ms.
             let seconds = server.url(path: "/bytes/ra1", query: ["size": "10", "fail": "1", "retryAfter": "2"])
             _ = try await downloader.download(DownloadRequest(url: seconds, destination: .directory(dir.url)))
             #expect(clock.recorded == [.seconds(2)])
