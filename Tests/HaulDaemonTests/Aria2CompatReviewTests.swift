@@ -194,7 +194,7 @@ struct Aria2CompatReviewTests {
     func webSocketAnswerBeforeNotifications() async throws {
         try await withBoth { aria2, haul, server in
             for (port, tag) in [(aria2, "a"), (haul.port, "h")] {
-                let session = try WebSocketClient(port: port, headers: [("Host", "127.0.0.1:\(port)")])
+                let session = try await WebSocketClient.open(port: port, headers: [("Host", "127.0.0.1:\(port)")])
                 #expect(session.upgraded)
                 for index in 0..<20 {
                     let url = server.url(path: "/bytes/\(tag)-ws\(index)", query: ["size": "100"]).absoluteString

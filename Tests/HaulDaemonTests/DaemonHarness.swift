@@ -5,6 +5,7 @@ import HaulMetrics
 import HaulNIO
 import HaulTestServer
 import HaulTestSupport
+import NIOCore
 import Testing
 
 extension HTTPAnswer {
@@ -23,10 +24,13 @@ final class DaemonHarness: Sendable {
     private let current: Locked<RPCServer>
     private let access: RPCAccess
     private let secret: String?
+    /// The event loops its RPC server runs on (`nil`: NIO's shared ones, which the other tests' servers use too).
+    private let group: (any EventLoopGroup)?
 
     init(
         maxConcurrent: Int = 4, access: RPCAccess = RPCAccess(unauthorizedDelay: .milliseconds(300)),
-        secret: String? = DaemonHarness.secret, journal: (any Journal)? = nil, monitoring: MonitoringEndpoint? = nil
+        secret: String? = DaemonHarness.secret, journal: (any Journal)? = nil, monitoring: MonitoringEndpoint? = nil,
+        group: (any EventLoopGroup)? = nil
     ) async throws {
         root = try TemporaryDirectory()
         var configuration = testConfiguration(clock: clock)
@@ -38,9 +42,10 @@ final class DaemonHarness: Sendable {
         daemon = try Daemon(queue: queue, configuration: Daemon.Configuration(root: root.url))
         self.access = access
         self.secret = secret
+        self.group = group
         let server = try await RPCServer.start(
             endpoint: daemon.endpoint(secret: secret.flatMap(RPCSecret.init)), host: "127.0.0.1", port: 0,
-            access: access, monitoring: monitoring)
+            access: access, monitoring: monitoring, group: group)
         current = Locked(server)
         daemon.onNotification { method, gid in server.notify(method, gid: gid) }
     }
@@ -59,7 +64,7 @@ final class DaemonHarness: Sendable {
         try await whileDown()
         let again = try await RPCServer.start(
             endpoint: daemon.endpoint(secret: secret.flatMap(RPCSecret.init)), host: "127.0.0.1", port: old.port,
-            access: access)
+            access: access, group: group)
         current.withLock { $0 = again }
         daemon.onNotification { method, gid in again.notify(method, gid: gid) }
     }

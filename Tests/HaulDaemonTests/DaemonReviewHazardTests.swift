@@ -5,6 +5,8 @@ import HaulMetrics
 import HaulNIO
 import HaulTestServer
 import HaulTestSupport
+import NIOCore
+import NIOPosix
 import Prometheus
 import Testing
 
@@ -188,8 +190,10 @@ struct DaemonReviewHazardTests {
             access: RPCAccess(
                 unauthorizedDelay: .milliseconds(50), requestTimeout: .milliseconds(300), maxConnections: 2))
         defer { Task { await harness.stop() } }
-        let sockets = try (0..<2).map { _ in try WebSocketClient(port: harness.port, headers: [("Host", harness.host)])
-        }
+        let sockets = [
+            try await WebSocketClient.open(port: harness.port, headers: [("Host", harness.host)]),
+            try await WebSocketClient.open(port: harness.port, headers: [("Host", harness.host)]),
+        ]
         #expect(sockets.allSatisfy { $0.upgraded })
         // Far past the request timeout: an idle HTTP connection would be closed by now.
         try await Task.sleep(for: .seconds(2))
@@ -298,8 +302,16 @@ struct DaemonReviewHazardTests {
 
     @Test("notifications to a WebSocket that does not read (no secret sent) are not all kept in the daemon's memory")
     func notificationsToNonReader() async throws {
-        let harness = try await DaemonHarness()
-        defer { Task { await harness.stop() } }
+        // Its own event loop: writing hundreds of thousands of notifications keeps a loop busy for seconds in a debug
+        // build, and NIO's shared loops serve every other test's daemon.
+        let loop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let harness = try await DaemonHarness(group: loop)
+        defer {
+            Task {
+                await harness.stop()
+                try? await loop.shutdownGracefully()
+            }
+        }
         let (host, port) = (harness.host, harness.port)
         let fd = try await onOwnThread { () throws -> Int32 in
             let fd = try connectedLoopbackSocket(port: port)
@@ -309,8 +321,12 @@ struct DaemonReviewHazardTests {
         defer { close(fd) }
         try await Task.sleep(for: .milliseconds(200))
         // A busy daemon's notifications (a batch of 100,000 small files is 300,000), while the client reads nothing.
-        for index in 0..<300_000 {
-            harness.server.notify("aria2.onDownloadComplete", gid: String(format: "%016x", index))
+        // Sent from a thread of their own: seconds of work on the cooperative pool would starve the other tests.
+        let server = harness.server
+        _ = try await onOwnThread {
+            for index in 0..<300_000 {
+                server.notify("aria2.onDownloadComplete", gid: String(format: "%016x", index))
+            }
         }
         try await Task.sleep(for: .seconds(2))
         // Now it reads: everything the daemon kept for it comes, beyond what the sockets' buffers hold.

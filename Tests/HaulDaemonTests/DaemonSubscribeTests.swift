@@ -36,7 +36,7 @@ struct DaemonSubscribeTests {
     func changesPushed() async throws {
         try await TestServer.withRunning { server in
             let harness = try await DaemonHarness(maxConcurrent: 1)
-            let session = try WebSocketClient(port: harness.port, headers: [("Host", harness.host)])
+            let session = try await WebSocketClient.open(port: harness.port, headers: [("Host", harness.host)])
             session.send(
                 call("haul.subscribe", [["interval": "100", "keys": ["gid", "status", "completedLength"]]], id: "s"))
             try await eventually("subscribed") { session.messages.contains { $0.object?["id"] == "s" } }
@@ -96,7 +96,7 @@ struct DaemonSubscribeTests {
             ]
         }
         _ = try await harness.call("system.multicall", [.array(calls)], token: nil)
-        let session = try WebSocketClient(port: harness.port, headers: [("Host", harness.host)])
+        let session = try await WebSocketClient.open(port: harness.port, headers: [("Host", harness.host)])
         session.send(call("haul.subscribe", [["interval": 100]], id: "s"))
         try await eventually("subscribed") { session.messages.contains { $0.object?["id"] == "s" } }
         // All 1,001 change in one step.

@@ -8,8 +8,8 @@ import Testing
 /// The RPC over WebSocket on the same port and path, and aria2's notifications.
 @Suite("Daemon WebSocket", .timeLimit(.minutes(2)))
 struct DaemonWebSocketTests {
-    private func open(_ harness: DaemonHarness, origin: String? = nil) throws -> WebSocketClient {
-        try WebSocketClient(
+    private func open(_ harness: DaemonHarness, origin: String? = nil) async throws -> WebSocketClient {
+        try await WebSocketClient.open(
             port: harness.port, headers: [("Host", harness.host)] + (origin.map { [("Origin", $0)] } ?? []))
     }
 
@@ -24,7 +24,7 @@ struct DaemonWebSocketTests {
     func callsAndNotifications() async throws {
         try await TestServer.withRunning { server in
             let harness = try await DaemonHarness(maxConcurrent: 1)
-            let session = try open(harness)
+            let session = try await open(harness)
             #expect(session.upgraded, "\(session.statusLine)")
             session.send(call("aria2.getGlobalStat", [], id: "stat"), fragments: 3)
             session.ping([1, 2, 3])
@@ -195,11 +195,12 @@ struct DaemonWebSocketTests {
     @Test("an upgrade from another origin or to another host is refused; a wrong secret over WebSocket is refused late")
     func refusals() async throws {
         let harness = try await DaemonHarness()
-        let foreign = try open(harness, origin: "http://evil.example")
+        let foreign = try await open(harness, origin: "http://evil.example")
         #expect(!foreign.upgraded && foreign.statusLine.contains("403"), "[\(foreign.statusLine)]")
-        let rebound = try WebSocketClient(port: harness.port, headers: [("Host", "evil.example:\(harness.port)")])
+        let rebound = try await WebSocketClient.open(
+            port: harness.port, headers: [("Host", "evil.example:\(harness.port)")])
         #expect(!rebound.upgraded && rebound.statusLine.contains("403"), "\(rebound.statusLine)")
-        let session = try open(harness)
+        let session = try await open(harness)
         let started = ContinuousClock.now
         session.send(
             JSON.object(["jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion", "params": ["token:bad"]]).encoded())
@@ -209,7 +210,7 @@ struct DaemonWebSocketTests {
         // A message over the size limit closes the session.
         let small = try await DaemonHarness(
             access: RPCAccess(maxRequestSize: 1024, unauthorizedDelay: .milliseconds(300)))
-        let flooded = try open(small)
+        let flooded = try await open(small)
         flooded.send([UInt8](repeating: 32, count: 600), fragments: 1)
         flooded.send([UInt8](repeating: 32, count: 2000), fragments: 4)
         try await eventually("closed") { flooded.isClosed }

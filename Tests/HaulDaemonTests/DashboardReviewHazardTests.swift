@@ -31,7 +31,7 @@ struct DashboardReviewHazardTests {
         let harness = try await DaemonHarness()
         defer { Task { await harness.stop() } }
         let (cookie, csrf) = try await signIn(harness)
-        let socket = try WebSocketClient(
+        let socket = try await WebSocketClient.open(
             port: harness.port, path: "/jsonrpc?csrf=\(csrf)",
             headers: [("Host", harness.host), ("Origin", "http://\(harness.host)"), ("Cookie", cookie)])
         #expect(socket.upgraded)

@@ -165,7 +165,7 @@ struct DashboardSessionTests {
         let token = try #require(csrf)
         let call = JSON.object(["jsonrpc": "2.0", "id": "s", "method": "aria2.getGlobalStat", "params": []]).encoded()
 
-        let signedIn = try WebSocketClient(
+        let signedIn = try await WebSocketClient.open(
             port: harness.port, path: "/jsonrpc?csrf=\(token)",
             headers: [("Host", harness.host), ("Origin", "http://\(harness.host)"), ("Cookie", session)])
         #expect(signedIn.upgraded)
@@ -177,7 +177,7 @@ struct DashboardSessionTests {
             ("/jsonrpc", [("Cookie", session)]), ("/jsonrpc?csrf=\(token)", []),
             ("/jsonrpc?csrf=\(token)x", [("Cookie", session)]),
         ] {
-            let client = try WebSocketClient(
+            let client = try await WebSocketClient.open(
                 port: harness.port, path: path, headers: [("Host", harness.host)] + headers)
             #expect(client.upgraded)
             client.send(call)
@@ -193,7 +193,7 @@ struct DashboardSessionTests {
         try await eventually("answered again") { signedIn.messages.count == 2 }
         #expect(signedIn.messages.last?.object?["error"]?.object?["message"] == "Unauthorized")
         // Another origin's page, cookie and token and all, is not upgraded.
-        let foreign = try WebSocketClient(
+        let foreign = try await WebSocketClient.open(
             port: harness.port, path: "/jsonrpc?csrf=\(token)",
             headers: [("Host", harness.host), ("Origin", "http://127.0.0.1:1"), ("Cookie", session)])
         #expect(!foreign.upgraded)

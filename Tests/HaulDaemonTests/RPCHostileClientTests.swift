@@ -48,7 +48,7 @@ struct RPCHostileClientTests {
     func webSocketGuesses() async throws {
         let harness = try await DaemonHarness(access: RPCAccess(unauthorizedDelay: Self.delay))
         defer { Task { await harness.stop() } }
-        let socket = try WebSocketClient(port: harness.port, headers: [("Host", harness.host)])
+        let socket = try await WebSocketClient.open(port: harness.port, headers: [("Host", harness.host)])
         #expect(socket.upgraded)
         let count = 30
         let started = ContinuousClock.now

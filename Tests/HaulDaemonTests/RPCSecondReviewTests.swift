@@ -116,7 +116,7 @@ struct RPCSecondReviewTests {
     func interleavedMessages() async throws {
         let (server, calls, group) = try await Self.countingServer(answerSize: 16)
         defer { Self.stop(server, group) }
-        let session = try WebSocketClient(port: server.port, headers: [("Host", "127.0.0.1:\(server.port)")])
+        let session = try await WebSocketClient.open(port: server.port, headers: [("Host", "127.0.0.1:\(server.port)")])
         try #require(session.upgraded, "\(session.statusLine)")
         let call = Self.openCall.encoded()
         // The first half of one message, then a whole one: two messages' frames interleaved (RFC 6455 5.4).

@@ -18,8 +18,15 @@ final class WebSocketClient: Sendable {
     let statusLine: String
 
     /// Opens a session on `port` with `headers` (Host, Origin...) sent as given; `statusLine` says whether the server
-    /// upgraded (101) or refused.
-    init(port: Int, path: String = "/jsonrpc", headers: [(String, String)]) throws {
+    /// upgraded (101) or refused. The upgrade's blocking connect and read run on a thread of their own: on the
+    /// cooperative pool (one thread a core) they could hold the thread the server needs to answer them.
+    static func open(port: Int, path: String = "/jsonrpc", headers: [(String, String)]) async throws
+        -> WebSocketClient
+    {
+        try await onOwnThread { try WebSocketClient(port: port, path: path, headers: headers) }
+    }
+
+    private init(port: Int, path: String, headers: [(String, String)]) throws {
         let fd = try connectedLoopbackSocket(port: port)
         self.fd = fd
         let answer = sendUpgrade(on: fd, path: path, headers: headers)
