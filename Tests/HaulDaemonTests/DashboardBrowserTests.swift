@@ -118,6 +118,77 @@ struct DashboardBrowserTests {
         }
     }
 
+    /// Has the page's `fetch` fail as it does for a daemon stopped, for every address with `part` in it (none when
+    /// `part` is empty): the same failure, at the moment the test chooses.
+    private func refuse(_ browser: Browser, _ part: String) async throws {
+        try await browser.run(
+            """
+            window.reachingFetch = window.reachingFetch || window.fetch;
+            const part = arguments[0];
+            window.fetch = (input, init) => part !== '' && String(input).includes(part)
+              ? Promise.reject(new TypeError('refused by the test')) : window.reachingFetch(input, init);
+            """, [part])
+    }
+
+    @Test(
+        "a call that cannot reach the daemon, from a button, signing in or out, is said in the page; no console error",
+        arguments: Browser.Kind.allCases)
+    func unreachable(_ browser: Browser.Kind) async throws {
+        try await withDashboard(browser) { harness, server, browser in
+            let url = server.url(path: "/bytes/held.bin", query: ["size": "1000", "hold": "held"])
+            let gid = try #require(try await harness.call("aria2.addUri", [[.string(url.absoluteString)]]).string)
+            try await eventually("the download held") { server.heldCount(at: "held") == 1 }
+            let row = "tr[data-gid='\(gid)']"
+            try await browser.waitUntil("the download shown", "return !!document.querySelector(arguments[0])", [row])
+            let unreachable =
+                "return document.getElementById('connection').textContent === 'the daemon cannot be reached'"
+            func refused(_ what: String, _ press: () async throws -> Void) async throws {
+                try await browser.run("document.getElementById('connection').textContent = ''")
+                try await press()
+                try await browser.waitUntil("\(what) said unreachable", unreachable)
+            }
+            try await refuse(browser, "/jsonrpc")
+            try await refused("pause") { try await browser.click("\(row) button[data-action=pause]") }
+            try await refused("the detail") { try await browser.click("\(row) button.detail") }
+            try await refused("a pause of the selected") {
+                try await browser.click("\(row) input.select")
+                try await browser.click("#bulk button[data-bulk=pause]")
+            }
+            try await refuse(browser, "")
+            try await browser.click("nav button[data-view=hosts]")
+            try await browser.waitUntil(
+                "the host listed", "return document.querySelectorAll('#hosts tbody tr').length === 1")
+            try await refuse(browser, "/jsonrpc")
+            try await refused("a host's pause") { try await browser.click("#hosts .pause-host") }
+            // Signing out needs the daemon to end the session: the page stays signed in and says why.
+            try await refuse(browser, "/session")
+            try await refused("signing out") { try await browser.click("#signout") }
+            #expect(try await browser.run("return document.getElementById('app').hidden") as? Bool == false)
+            try await refuse(browser, "")
+            try await browser.click("#signout")
+            try await browser.waitUntil("signed out", "return !document.getElementById('signin').hidden")
+            try await refuse(browser, "/session")
+            try await browser.type(DaemonHarness.secret, into: "#secret")
+            try await browser.click("#signin-form button[type=submit]")
+            try await browser.waitUntil(
+                "signing in said unreachable",
+                "return document.getElementById('signin-error').textContent === 'The daemon cannot be reached.'")
+            // Signed in with every call refused: the version, the limits and the page each fail.
+            try await refuse(browser, "/jsonrpc")
+            try await browser.signIn()
+            try await browser.waitUntil("the signed-in page said unreachable", unreachable)
+            #expect(try await browser.consoleErrors() == [])
+            // Nothing was done: what the presses asked for never reached the daemon; reached again, the page is live.
+            try await refuse(browser, "")
+            #expect(try await harness.call("aria2.tellStatus", [.string(gid)]).object?["status"] == "active")
+            try await browser.click("nav button[data-view=downloads]")
+            server.openGate("held")
+            try await browser.waitUntil(
+                "the download shown done",
+                "const r = document.querySelector(arguments[0]); return !!r && r.className === 'complete'", [row])
+        }
+    }
+
     @Test(
         "two URLs added through the dialog: both bars move and reach done, the files on disk",
         arguments: Browser.Kind.allCases)

@@ -79,12 +79,17 @@ export function valueOf(result) {
   return result.value;
 }
 
-// A call the daemon refused, from any button's handler: said in the status line, not left to the console.
-window.addEventListener("unhandledrejection", (event) => {
-  if (!(event.reason instanceof RPCError)) return;
-  event.preventDefault();
-  $("connection").textContent = event.reason.message;
-});
+// Waits for `work`, calls a button, a push or a timer started: one the daemon refused or could not take is said in
+// the status line, and `work` comes to undefined. Every call's failure is taken here or by its caller's own catch:
+// one left unhandled reaches the console, and Firefox logs it even when an unhandledrejection listener prevents it.
+export async function said(work) {
+  try {
+    return await work;
+  } catch (error) {
+    if (!(error instanceof RPCError)) throw error;
+    $("connection").textContent = error.message;
+  }
+}
 
 // MARK: - Signing in
 
@@ -114,13 +119,19 @@ $("signin-form").addEventListener("submit", async (event) => {
   button.disabled = true;
   $("signin-error").hidden = true;
   try {
-    const response = await fetch("/session", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ secret: $("secret").value }),
-      credentials: "same-origin",
-    });
-    const answer = await response.json();
+    let answer;
+    try {
+      const response = await fetch("/session", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ secret: $("secret").value }),
+        credentials: "same-origin",
+      });
+      answer = await response.json();
+    } catch {
+      showSignIn("The daemon cannot be reached.");
+      return;
+    }
     if (!answer.signedIn) {
       showSignIn(answer.error === "wrong secret" ? "That is not the daemon's secret." : answer.error);
       return;
@@ -134,7 +145,13 @@ $("signin-form").addEventListener("submit", async (event) => {
 });
 
 $("signout").addEventListener("click", async () => {
-  await fetch("/session", { method: "DELETE", headers: { "X-Haul-CSRF": csrf }, credentials: "same-origin" });
+  try {
+    await fetch("/session", { method: "DELETE", headers: { "X-Haul-CSRF": csrf }, credentials: "same-origin" });
+  } catch {
+    // The session lives on in the daemon until it is told: the page stays signed in and says why.
+    $("connection").textContent = "the daemon cannot be reached";
+    return;
+  }
   keepToken("");
   showSignIn();
 });
@@ -155,7 +172,7 @@ async function showApp() {
     return;
   }
   openLive();
-  loadLimits();
+  said(loadLimits());
   refresh();
 }
 
@@ -281,24 +298,21 @@ export function refresh() {
     refreshAgain = true;
     return refreshing;
   }
-  refreshing = (async () => {
-    try {
-      if (fleet) await fleet.read();
-      else if (view.name === "hosts") await showHosts();
-      else await showPage(await readPage());
-      showStat(await call("aria2.getGlobalStat"));
-    } catch (error) {
-      if (!(error instanceof RPCError)) throw error;
-      $("connection").textContent = error.message;
-    } finally {
-      refreshing = null;
-      if (refreshAgain) {
-        refreshAgain = false;
-        refresh();
-      }
+  refreshing = said(readShown()).finally(() => {
+    refreshing = null;
+    if (refreshAgain) {
+      refreshAgain = false;
+      refresh();
     }
-  })();
+  });
   return refreshing;
+}
+
+async function readShown() {
+  if (fleet) await fleet.read();
+  else if (view.name === "hosts") await showHosts();
+  else await showPage(await readPage());
+  showStat(await call("aria2.getGlobalStat"));
 }
 
 // Where a page of `size` rows starting at `offset` should start when `total` rows are left: at the last page that has
@@ -441,8 +455,8 @@ $("downloads").addEventListener("click", (event) => {
   const row = event.target.closest("tr[data-gid]");
   if (!row) return;
   const download = view.rows.get(row.dataset.gid).download;
-  if (event.target.matches("button[data-action]")) perform(event.target.dataset.action, [download]);
-  else if (event.target.matches("button.detail")) showDetail(download.gid);
+  if (event.target.matches("button[data-action]")) said(perform(event.target.dataset.action, [download]));
+  else if (event.target.matches("button.detail")) said(showDetail(download.gid));
   else if (event.target.matches("input.select")) {
     if (event.target.checked) view.selected.add(download.gid);
     else view.selected.delete(download.gid);
@@ -471,7 +485,7 @@ $("bulk").addEventListener("click", async (event) => {
   if (!action) return;
   const downloads = [...view.selected].map((gid) => view.rows.get(gid)).filter(Boolean).map((row) => row.download);
   view.selected.clear();
-  await perform(action, downloads);
+  await said(perform(action, downloads));
 });
 
 // A tablist as a keyboard expects it: one stop for Tab, the arrows (and Home, End) moving between the tabs, each tab
@@ -595,7 +609,7 @@ $("hosts").addEventListener("submit", async (event) => {
 $("hosts").addEventListener("click", async (event) => {
   if (!event.target.matches(".pause-host")) return;
   const host = event.target.closest("tr").dataset.host;
-  await call(event.target.dataset.paused === "true" ? "haul.unpauseHost" : "haul.pauseHost", host);
+  await said(call(event.target.dataset.paused === "true" ? "haul.unpauseHost" : "haul.pauseHost", host));
   refresh();
 });
 

@@ -4,7 +4,7 @@
 // daemon (haul.fleet, haul.fleetDownloads), read every two seconds while the page is shown: a summary and one page
 // of fifty, whatever the queue holds.
 
-import { $, bytes, call, calls, duration, pageStart, refresh, RPCError, tabList } from "/app.js";
+import { $, bytes, call, calls, duration, pageStart, refresh, RPCError, said, tabList } from "/app.js";
 
 const PAGE_SIZE = 50;
 const view = { state: "active", offset: 0, total: 0, rows: new Map(), selected: new Set() };
@@ -207,8 +207,8 @@ $("fleet-bulk").addEventListener("click", async (event) => {
 });
 
 $("fleet-retry-failed").addEventListener("click", async () => {
-  const retried = await calls([["haul.fleetRetry"]]);
-  $("connection").textContent = retried[0].error ? `Retry: ${retried[0].error}` : "";
+  const retried = await said(calls([["haul.fleetRetry"]]));
+  if (retried) $("connection").textContent = retried[0].error ? `Retry: ${retried[0].error}` : "";
   await refresh();
 });
 
