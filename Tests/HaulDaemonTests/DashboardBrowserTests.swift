@@ -173,6 +173,17 @@ struct DashboardBrowserTests {
             try await browser.waitUntil(
                 "signing in said unreachable",
                 "return document.getElementById('signin-error').textContent === 'The daemon cannot be reached.'")
+            // A refusal the daemon makes in plain text, before it looks at the session (a request too large, a wrong
+            // Host), is said as its answer.
+            try await browser.run(
+                """
+                window.fetch = (input, init) => String(input).includes('/session')
+                  ? Promise.resolve(new Response('refused\\n', { status: 413 })) : window.reachingFetch(input, init);
+                """)
+            try await browser.click("#signin-form button[type=submit]")
+            try await browser.waitUntil(
+                "the plain refusal said",
+                "return document.getElementById('signin-error').textContent === 'The daemon answered 413.'")
             // Signed in with every call refused: the version, the limits and the page each fail.
             try await refuse(browser, "/jsonrpc")
             try await browser.signIn()

@@ -119,19 +119,20 @@ $("signin-form").addEventListener("submit", async (event) => {
   button.disabled = true;
   $("signin-error").hidden = true;
   try {
-    let answer;
+    let response;
     try {
-      const response = await fetch("/session", {
+      response = await fetch("/session", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ secret: $("secret").value }),
         credentials: "same-origin",
       });
-      answer = await response.json();
     } catch {
       showSignIn("The daemon cannot be reached.");
       return;
     }
+    // A refusal before the session is looked at (a request too large, a wrong Host) is said in plain text.
+    const answer = await response.json().catch(() => ({ error: `The daemon answered ${response.status}.` }));
     if (!answer.signedIn) {
       showSignIn(answer.error === "wrong secret" ? "That is not the daemon's secret." : answer.error);
       return;
