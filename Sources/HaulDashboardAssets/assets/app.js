@@ -40,19 +40,22 @@ export const $ = (id) => document.getElementById(id);
 
 export class RPCError extends Error {}
 
-export async function call(method, ...params) {
-  let response;
+// `fetch` of one of the daemon's own addresses; one it cannot reach (stopped or restarting) is an RPCError that says
+// so: the page says it and goes on, and the WebSocket's reconnection brings it back.
+async function reach(path, request) {
   try {
-    response = await fetch("/jsonrpc", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", "X-Haul-CSRF": csrf },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
-      credentials: "same-origin",
-    });
+    return await fetch(path, { ...request, credentials: "same-origin" });
   } catch {
-    // Stopped or restarting: the page says so and goes on; the WebSocket's reconnection brings it back.
     throw new RPCError("the daemon cannot be reached");
   }
+}
+
+export async function call(method, ...params) {
+  const response = await reach("/jsonrpc", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Haul-CSRF": csrf },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
+  });
   if (!response.ok) throw new RPCError(`${method}: the daemon answered ${response.status}`);
   const answer = await response.json();
   if (answer.error) {
@@ -146,13 +149,8 @@ $("signin-form").addEventListener("submit", async (event) => {
 });
 
 $("signout").addEventListener("click", async () => {
-  try {
-    await fetch("/session", { method: "DELETE", headers: { "X-Haul-CSRF": csrf }, credentials: "same-origin" });
-  } catch {
-    // The session lives on in the daemon until it is told: the page stays signed in and says why.
-    $("connection").textContent = "the daemon cannot be reached";
-    return;
-  }
+  // The session lives on in the daemon until it is told: unreached, the page stays signed in and says why.
+  if (!(await said(reach("/session", { method: "DELETE", headers: { "X-Haul-CSRF": csrf } })))) return;
   keepToken("");
   showSignIn();
 });
