@@ -332,11 +332,22 @@ public final class DaemonStore: Sendable {
             withheldSecrets: try row.decode(forColumn: "withheld_secrets"))
     }
 
-    /// The rows of downloads that ended, gathered for a while and written together (``saveSoon(_:onError:)``), what
-    /// to tell of a failure to write them, and what waits for them to be written (``whenWritten(_:)``).
-    private let pending = Locked<
-        (rows: [Row], scheduled: Bool, onError: (@Sendable (String) -> Void)?, waiting: [@Sendable () -> Void])
-    >(([], false, nil, []))
+    /// The rows of downloads that ended, gathered for a while and written together (``saveSoon(_:onError:)``).
+    private struct Pending {
+        var rows: [Row] = []
+        /// Whether a write of them is on its way, ``gathering`` after the first.
+        var scheduled = false
+        /// Whether a write is on its way after one failed (``retryDelay(after:)``).
+        var retryScheduled = false
+        /// How many writes of them failed in a row.
+        var failures = 0
+        /// What to tell of a failure to write them.
+        var onError: (@Sendable (String) -> Void)?
+        /// What waits for them to be written (``whenWritten(_:)``).
+        var waiting: [@Sendable () -> Void] = []
+    }
+
+    private let pending = Locked(Pending())
     /// Held while pending rows are written: whatever is done to the store after them waits until they are in it.
     /// Its value counts the transactions that wrote them (a lock on a value of no size would share the mutex's
     /// address, which ThreadSanitizer takes for a race).
@@ -345,16 +356,25 @@ public final class DaemonStore: Sendable {
     /// files end each second, and a transaction for each cost the daemon more than the downloads did.
     static let gathering: DispatchTimeInterval = .milliseconds(20)
 
+    /// How long after the `failures`-th write in a row that failed the rows are tried again: a second, doubling up
+    /// to a minute (a full disk is not freed at once).
+    static func retryDelay(after failures: Int) -> DispatchTimeInterval {
+        .seconds(min(1 << min(max(failures, 1) - 1, 6), 60))
+    }
+
     /// Writes `row`, a download that ended, within ``gathering`` together with the others ending meanwhile. Every
     /// other use of the store writes it first (a removal of the download follows its row, never precedes it);
     /// ``flush()`` writes it at once. No call waits on it; a notification of it does (``whenWritten(_:)``), so a
-    /// SIGKILL never takes back an ending a client was notified of.
+    /// SIGKILL never takes back an ending a client was notified of. A write that fails keeps its rows, to be tried
+    /// again (``retryDelay(after:)``) and before every other use of the store; their notifications wait for them.
     func saveSoon(_ row: Row, onError: @escaping @Sendable (String) -> Void) {
         let schedule = pending.withLock { pending in
             pending.rows.append(row)
             pending.onError = onError
-            defer { pending.scheduled = true }
-            return !pending.scheduled
+            // After a failed write, the retry takes it.
+            guard !pending.scheduled, pending.failures == 0 else { return false }
+            pending.scheduled = true
+            return true
         }
         if schedule {
             DispatchQueue.global().asyncAfter(deadline: .now() + Self.gathering) { [self] in writePending() }
@@ -368,10 +388,10 @@ public final class DaemonStore: Sendable {
 
     /// Where what waits for endings to be written runs, in the order it asked, never under a lock of the store's or
     /// of whoever made the write (any read or write of the store writes the endings first).
-    private let afterWrites = DispatchQueue(label: "haul.daemon-store.after-writes")
+    let afterWrites = DispatchQueue(label: "haul.daemon-store.after-writes")
 
-    /// Runs `body` on ``afterWrites`` once every ending gathered so far is written (or its write failed, which is
-    /// told): at once if none is waiting, else after the write that takes them.
+    /// Runs `body` on ``afterWrites`` once every ending gathered so far is written: at once if none is waiting, else
+    /// after the write that takes them.
     func whenWritten(_ body: @escaping @Sendable () -> Void) {
         // Under the writer's lock a write under way has finished: rows still gathered are written by the next.
         writingPending.withLock { _ in
@@ -381,35 +401,86 @@ public final class DaemonStore: Sendable {
         }
     }
 
-    private func writePending() {
+    /// How many writes of the gathered endings failed in a row (0 once one succeeds): for tests.
+    var failedWrites: Int { pending.withLock { $0.failures } }
+
+    /// Writes the gathered endings; `retrying` says the call is the one a failed write scheduled.
+    private func writePending(retrying: Bool = false) {
         let failure = writingPending.withLock { written -> (message: String, tell: @Sendable (String) -> Void)? in
-            let (rows, onError, waiting) = pending.withLock { pending in
-                defer {
-                    pending.rows = []
-                    pending.scheduled = false
-                    pending.waiting = []
-                }
-                return (pending.rows, pending.onError, pending.waiting)
+            // What waits now waits for these rows: another waits only once its row is gathered, and not during a
+            // write (this lock).
+            let (rows, waiting, onError) = pending.withLock { pending in
+                pending.scheduled = false
+                if retrying { pending.retryScheduled = false }
+                // Nothing left of a failure (its rows forgotten since): rows to come are gathered as usual.
+                if pending.rows.isEmpty { pending.failures = 0 }
+                defer { pending.waiting = [] }
+                return (pending.rows, pending.waiting, pending.onError)
             }
             // Queued under the lock, so in the order of the writes; run after them.
-            defer { if !waiting.isEmpty { afterWrites.async { for body in waiting { body() } } } }
-            guard !rows.isEmpty else { return nil }
+            let release = { if !waiting.isEmpty { self.afterWrites.async { for body in waiting { body() } } } }
+            guard !rows.isEmpty else {
+                release()
+                return nil
+            }
             do {
                 try database.write { db in try Self.putEndings(rows, in: db) }
                 written += 1
-                return nil
             } catch {
-                let message = "cannot record how \(rows.count) download\(rows.count == 1 ? "" : "s") ended: \(error)"
-                return onError.map { (message, $0) }
+                // Kept (rows gathered meanwhile after them) with what waits for them, and tried again later.
+                let (failures, schedule) = pending.withLock { pending in
+                    pending.failures += 1
+                    pending.waiting.insert(contentsOf: waiting, at: 0)
+                    defer { pending.retryScheduled = true }
+                    return (pending.failures, !pending.retryScheduled)
+                }
+                if schedule {
+                    DispatchQueue.global().asyncAfter(deadline: .now() + Self.retryDelay(after: failures)) { [self] in
+                        writePending(retrying: true)
+                    }
+                }
+                // Told as it starts, and as each retry of its own fails (not at every answer that tries first).
+                guard failures == 1 || retrying else { return nil }
+                let count = "\(rows.count) download\(rows.count == 1 ? "" : "s")"
+                return onError.map { ("cannot record how \(count) ended: \(error); trying again", $0) }
             }
+            // Released before the failures are forgotten: whoever sees none pending finds them on their way.
+            release()
+            pending.withLock { pending in
+                pending.rows.removeFirst(rows.count)
+                pending.failures = 0
+                // Rows gathered while a write failed get a write of their own.
+                if !pending.rows.isEmpty, !pending.scheduled {
+                    pending.scheduled = true
+                    DispatchQueue.global().asyncAfter(deadline: .now() + Self.gathering) { [self] in writePending() }
+                }
+            }
+            return nil
         }
         // Told after the lock: the caller's code never runs under it.
         if let failure { failure.tell(failure.message) }
     }
 
+    /// Forgets the gathered endings `superseded` takes, whose rows were just written or removed otherwise: an ending
+    /// kept after a failed write must not bring back a row removed since. What waited for them goes when none is left.
+    private func forgetPending(where superseded: (Row) -> Bool) {
+        writingPending.withLock { _ in
+            let waiting = pending.withLock { pending -> [@Sendable () -> Void] in
+                guard pending.failures > 0 else { return [] }
+                pending.rows.removeAll(where: superseded)
+                guard pending.rows.isEmpty else { return [] }
+                pending.failures = 0
+                defer { pending.waiting = [] }
+                return pending.waiting
+            }
+            if !waiting.isEmpty { afterWrites.async { for body in waiting { body() } } }
+        }
+    }
+
     /// Writes `rows` (a new download, or one that changed) and removes `removed`, in one transaction.
     func save(_ rows: [Row], removing removed: [GID] = []) throws {
         try writing { db in try Self.put(rows, removing: removed, in: db) }
+        forgetPending { row in removed.contains(row.gid) || rows.contains { $0.gid == row.gid } }
     }
 
     /// Every read of the store: what was gathered to be written is written first.
@@ -526,6 +597,7 @@ public final class DaemonStore: Sendable {
             try db.execute(
                 sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL AND stopped_order <= ?", arguments: [last])
         }
+        forgetPending { ($0.stoppedOrder ?? .max) <= last }
     }
 
     // URIs and options are kept as JSON text, written and read with the daemon's own JSON (a store written with

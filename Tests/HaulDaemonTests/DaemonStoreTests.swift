@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import HaulOperations
 import HaulTestSupport
 import Testing
 
@@ -148,5 +149,58 @@ struct DaemonStoreTests {
         store.flush()
         #expect(try store.stopped(offset: 0, limit: 10) == [failed, unknown])
         #expect(try store.loadUnfinished() == [])
+    }
+
+    @Test("endings the store refuses are kept, told of once, written by a later try; none undoes a removal since")
+    func refusedEndingsKept() async throws {
+        let root = try TemporaryDirectory()
+        let path = root.file("daemon.sqlite").path
+        let store = try DaemonStore(path: path)
+        let gids = try [1, 2, 3].map { try #require(GID(UInt64($0))) }
+        let added = gids.enumerated().map { rank, gid in
+            DaemonStore.Row(
+                gid: gid, uris: ["http://127.0.0.1:9/\(rank)"], options: [:], state: "waiting", rank: rank)
+        }
+        try store.save(added)
+        // Another connection makes the store refuse every ending (an UPDATE), as a full disk would.
+        let other = try DatabaseQueue(path: path)
+        try await other.write { db in
+            try db.execute(
+                sql: "CREATE TRIGGER refuse BEFORE UPDATE ON downloads BEGIN SELECT RAISE(ABORT, 'no room'); END")
+        }
+        let endings = added.prefix(2).enumerated().map { index, row in
+            var ended = row
+            ended.state = "complete"
+            ended.path = "/d/\(index)"
+            ended.stoppedOrder = index + 1
+            return ended
+        }
+        let errors = Locked<[String]>([])
+        for ending in endings { store.saveSoon(ending) { message in errors.withLock { $0.append(message) } } }
+        let told = Locked<[String]>([])
+        store.whenWritten { told.withLock { $0.append("ended") } }
+        store.flush()
+        #expect(store.failedWrites == 1)
+        let first = errors.withLock { $0.first } ?? ""
+        #expect(first.hasPrefix("cannot record how 2 downloads ended") && first.contains("no room"), "\(first)")
+        #expect(first.hasSuffix("trying again"))
+        // Nothing was told of endings not written (what was released has run once the queue is drained).
+        store.afterWrites.sync {}
+        #expect(told.withLock { $0 }.isEmpty)
+        // Another use of the store tries them first; a removal of one of them then is not undone by its ending.
+        try store.save([], removing: [gids[1]])
+        #expect(store.failedWrites >= 2)
+        store.afterWrites.sync {}
+        #expect(told.withLock { $0 }.isEmpty)
+        // The write gathered with the first ending fails too; once the store takes them again, the retry the first
+        // failure scheduled writes what is left, unasked.
+        try await eventually("the gathered write tried and refused") { store.failedWrites >= 3 }
+        try await other.write { db in try db.execute(sql: "DROP TRIGGER refuse") }
+        try await eventually("the endings written by a retry", within: .seconds(30)) { store.failedWrites == 0 }
+        store.afterWrites.sync {}
+        #expect(told.withLock { $0 } == ["ended"])
+        #expect(try store.stopped(offset: 0, limit: 10) == [endings[0]])
+        #expect(try store.loadUnfinished() == [added[2]])
+        #expect(errors.withLock { $0 }.allSatisfy { $0.contains("no room") })
     }
 }
