@@ -56,12 +56,15 @@ struct DaemonOptionTests {
                 ).string)
             try await harness.waitFor(gid, status: "complete")
             #expect(server.stats.maxInFlight == 1, "\(server.stats.requests.map(\.path))")
-            // The same with two per server: the file comes over two at once.
+            // The same with two per server: the file comes over two at once. Slower, so that a second connection is
+            // still worth it (the rest taking over a second) when a loaded machine weighs the first's speed late.
+            let slower = server.url(
+                path: "/bytes/one-server.bin", query: ["size": String(3 << 20), "rate": "1000000"])
             let two = try #require(
                 try await harness.call(
                     "aria2.addUri",
                     [
-                        [.string(url.absoluteString)],
+                        [.string(slower.absoluteString)],
                         ["split": "3", "max-connection-per-server": "2", "min-split-size": "1M", "out": "two.bin"],
                     ]
                 ).string)
