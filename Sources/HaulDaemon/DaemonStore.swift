@@ -404,83 +404,74 @@ public final class DaemonStore: Sendable {
     /// How many writes of the gathered endings failed in a row (0 once one succeeds): for tests.
     var failedWrites: Int { pending.withLock { $0.failures } }
 
+    /// A failure to write the gathered endings, to be told once the locks are let go.
+    private typealias Failure = (message: String, tell: @Sendable (String) -> Void)
+
     /// Writes the gathered endings; `retrying` says the call is the one a failed write scheduled.
     private func writePending(retrying: Bool = false) {
-        let failure = writingPending.withLock { written -> (message: String, tell: @Sendable (String) -> Void)? in
-            // What waits now waits for these rows: another waits only once its row is gathered, and not during a
-            // write (this lock).
-            let (rows, waiting, onError) = pending.withLock { pending in
-                pending.scheduled = false
-                if retrying { pending.retryScheduled = false }
-                // Nothing left of a failure (its rows forgotten since): rows to come are gathered as usual.
-                if pending.rows.isEmpty { pending.failures = 0 }
-                defer { pending.waiting = [] }
-                return (pending.rows, pending.waiting, pending.onError)
-            }
-            // Queued under the lock, so in the order of the writes; run after them.
-            let release = { if !waiting.isEmpty { self.afterWrites.async { for body in waiting { body() } } } }
-            guard !rows.isEmpty else {
-                release()
-                return nil
-            }
-            do {
-                try database.write { db in try Self.putEndings(rows, in: db) }
-                written += 1
-            } catch {
-                // Kept (rows gathered meanwhile after them) with what waits for them, and tried again later.
-                let (failures, schedule) = pending.withLock { pending in
-                    pending.failures += 1
-                    pending.waiting.insert(contentsOf: waiting, at: 0)
-                    defer { pending.retryScheduled = true }
-                    return (pending.failures, !pending.retryScheduled)
-                }
-                if schedule {
-                    DispatchQueue.global().asyncAfter(deadline: .now() + Self.retryDelay(after: failures)) { [self] in
-                        writePending(retrying: true)
-                    }
-                }
-                // Told as it starts, and as each retry of its own fails (not at every answer that tries first).
-                guard failures == 1 || retrying else { return nil }
-                let count = "\(rows.count) download\(rows.count == 1 ? "" : "s")"
-                return onError.map { ("cannot record how \(count) ended: \(error); trying again", $0) }
-            }
-            // Released before the failures are forgotten: whoever sees none pending finds them on their way.
-            release()
-            pending.withLock { pending in
-                pending.rows.removeFirst(rows.count)
-                pending.failures = 0
-                // Rows gathered while a write failed get a write of their own.
-                if !pending.rows.isEmpty, !pending.scheduled {
-                    pending.scheduled = true
-                    DispatchQueue.global().asyncAfter(deadline: .now() + Self.gathering) { [self] in writePending() }
-                }
-            }
-            return nil
-        }
+        let failure = writingPending.withLock { written in writeGathered(retrying: retrying, written: &written) }
         // Told after the lock: the caller's code never runs under it.
         if let failure { failure.tell(failure.message) }
     }
 
-    /// Forgets the gathered endings `superseded` takes, whose rows were just written or removed otherwise: an ending
-    /// kept after a failed write must not bring back a row removed since. What waited for them goes when none is left.
-    private func forgetPending(where superseded: (Row) -> Bool) {
-        writingPending.withLock { _ in
-            let waiting = pending.withLock { pending -> [@Sendable () -> Void] in
-                guard pending.failures > 0 else { return [] }
-                pending.rows.removeAll(where: superseded)
-                guard pending.rows.isEmpty else { return [] }
-                pending.failures = 0
-                defer { pending.waiting = [] }
-                return pending.waiting
-            }
-            if !waiting.isEmpty { afterWrites.async { for body in waiting { body() } } }
+    /// ``writePending(retrying:)`` under ``writingPending`` (`written` its count); returns a failure to tell.
+    private func writeGathered(retrying: Bool, written: inout Int) -> Failure? {
+        // What waits now waits for these rows: another waits only once its row is gathered, and not during a write
+        // (the lock held).
+        let (rows, waiting, onError) = pending.withLock { pending in
+            pending.scheduled = false
+            if retrying { pending.retryScheduled = false }
+            // Nothing left of a failure (its rows superseded since): rows to come are gathered as usual.
+            if pending.rows.isEmpty { pending.failures = 0 }
+            defer { pending.waiting = [] }
+            return (pending.rows, pending.waiting, pending.onError)
         }
+        // Queued under the lock, so in the order of the writes; run after them.
+        let release = { if !waiting.isEmpty { self.afterWrites.async { for body in waiting { body() } } } }
+        guard !rows.isEmpty else {
+            release()
+            return nil
+        }
+        do {
+            try database.write { db in try Self.putEndings(rows, in: db) }
+            written += 1
+        } catch {
+            // Kept (rows gathered meanwhile after them) with what waits for them, and tried again later.
+            let (failures, schedule) = pending.withLock { pending in
+                pending.failures += 1
+                pending.waiting.insert(contentsOf: waiting, at: 0)
+                defer { pending.retryScheduled = true }
+                return (pending.failures, !pending.retryScheduled)
+            }
+            if schedule {
+                DispatchQueue.global().asyncAfter(deadline: .now() + Self.retryDelay(after: failures)) { [self] in
+                    writePending(retrying: true)
+                }
+            }
+            // Told as it starts, and as each retry of its own fails (not at every answer that tries first).
+            guard failures == 1 || retrying else { return nil }
+            let count = "\(rows.count) download\(rows.count == 1 ? "" : "s")"
+            return onError.map { ("cannot record how \(count) ended: \(error); trying again", $0) }
+        }
+        // Released before the failures are forgotten: whoever sees none pending finds them on their way.
+        release()
+        pending.withLock { pending in
+            pending.rows.removeFirst(rows.count)
+            pending.failures = 0
+            // Rows gathered while a write failed get a write of their own.
+            if !pending.rows.isEmpty, !pending.scheduled {
+                pending.scheduled = true
+                DispatchQueue.global().asyncAfter(deadline: .now() + Self.gathering) { [self] in writePending() }
+            }
+        }
+        return nil
     }
 
     /// Writes `rows` (a new download, or one that changed) and removes `removed`, in one transaction.
     func save(_ rows: [Row], removing removed: [GID] = []) throws {
-        try writing { db in try Self.put(rows, removing: removed, in: db) }
-        forgetPending { row in removed.contains(row.gid) || rows.contains { $0.gid == row.gid } }
+        // An add's rows are new: no ending gathered is of them.
+        let superseded: ((Row) -> Bool)? = removed.isEmpty ? nil : { removed.contains($0.gid) }
+        try writing(superseding: superseded) { db in try Self.put(rows, removing: removed, in: db) }
     }
 
     /// Every read of the store: what was gathered to be written is written first.
@@ -490,10 +481,39 @@ public final class DaemonStore: Sendable {
     }
 
     /// Every write of the store but the gathered rows' own: those are written first, so that nothing done after
-    /// them (a removal of a download that just ended) lands before them.
-    private func writing<T>(_ body: (Database) throws -> T) throws -> T {
-        writePending()
-        return try database.write(body)
+    /// them (a removal of a download that just ended) lands before them. The gathered endings `superseded` takes
+    /// (of rows the write removes) are dropped with it, one kept after a failed write would bring a removed row back:
+    /// then both under ``writingPending``, so that no write of the gathered rows comes between (and the downloads'
+    /// ends, which wait for that lock to be told, wait for this write).
+    private func writing<T>(superseding superseded: ((Row) -> Bool)? = nil, _ body: (Database) throws -> T) throws
+        -> T
+    {
+        guard let superseded else {
+            writePending()
+            return try database.write(body)
+        }
+        let (result, failure) = writingPending.withLock { written -> (Result<T, any Error>, Failure?) in
+            let failure = writeGathered(retrying: false, written: &written)
+            let result = Result { try database.write(body) }
+            if case .success = result { forget(superseded) }
+            return (result, failure)
+        }
+        if let failure { failure.tell(failure.message) }
+        return try result.get()
+    }
+
+    /// Drops the gathered endings `superseded` takes (under ``writingPending``); what waited for them goes once none
+    /// is left.
+    private func forget(_ superseded: (Row) -> Bool) {
+        let waiting = pending.withLock { pending -> [@Sendable () -> Void] in
+            guard !pending.rows.isEmpty else { return [] }
+            pending.rows.removeAll(where: superseded)
+            guard pending.rows.isEmpty else { return [] }
+            pending.failures = 0
+            defer { pending.waiting = [] }
+            return pending.waiting
+        }
+        if !waiting.isEmpty { afterWrites.async { for body in waiting { body() } } }
     }
 
     private static func put(_ rows: [Row], removing removed: [GID], in db: Database) throws {
@@ -593,11 +613,10 @@ public final class DaemonStore: Sendable {
     /// Removes the stopped downloads up to the `last` to stop: one that stopped after it (while the purge was on its
     /// way here) is kept, as the history in memory keeps it.
     func purgeStopped(upTo last: Int) throws {
-        try writing { db in
+        try writing(superseding: { ($0.stoppedOrder ?? .max) <= last }) { db in
             try db.execute(
                 sql: "DELETE FROM downloads WHERE stopped_order IS NOT NULL AND stopped_order <= ?", arguments: [last])
         }
-        forgetPending { ($0.stoppedOrder ?? .max) <= last }
     }
 
     // URIs and options are kept as JSON text, written and read with the daemon's own JSON (a store written with

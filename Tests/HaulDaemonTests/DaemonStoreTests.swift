@@ -203,4 +203,113 @@ struct DaemonStoreTests {
         #expect(try store.loadUnfinished() == [added[2]])
         #expect(errors.withLock { $0 }.allSatisfy { $0.contains("no room") })
     }
+
+    @Test("endings from many threads, writes refused now and then, removals meanwhile: each told once, once stored")
+    func endingsUnderRefusals() async throws {
+        let root = try TemporaryDirectory()
+        let path = root.file("daemon.sqlite").path
+        let store = try DaemonStore(path: path)
+        let count = 400
+        let rows = try (0..<count).map { rank in
+            DaemonStore.Row(
+                gid: try #require(GID(UInt64(rank + 1))), uris: ["http://127.0.0.1:9/\(rank)"], options: [:],
+                state: "waiting", rank: rank)
+        }
+        try store.save(rows)
+        // Another connection refuses every ending, then turns that off and on (it waits for the store's writes).
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        let other = try DatabaseQueue(path: path, configuration: configuration)
+        try await other.write { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE refusing (refuse INTEGER NOT NULL);
+                    INSERT INTO refusing VALUES (1);
+                    CREATE TRIGGER refuse BEFORE UPDATE ON downloads WHEN (SELECT refuse FROM refusing) = 1
+                    BEGIN SELECT RAISE(ABORT, 'no room'); END
+                    """)
+        }
+        let told = Locked<[GID: Int]>([:])
+        let ended = Locked<[GID]>([])
+        let refusals = Locked(0)
+        let removed = Locked<Set<GID>>([])
+        let toldBeforeStored = Locked<[GID]>([])
+        let ending: @Sendable (DaemonStore.Row) -> DaemonStore.Row = { row in
+            var ended = row
+            ended.state = "complete"
+            ended.path = "/d/\(row.rank)"
+            ended.stoppedOrder = row.rank + 1
+            return ended
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for part in 0..<4 {
+                group.addTask {
+                    for row in rows where row.rank % 4 == part {
+                        store.saveSoon(ending(row)) { _ in refusals.withLock { $0 += 1 } }
+                        let gid = row.gid
+                        if row.rank % 5 == 0 { ended.withLock { $0.append(gid) } }
+                        store.whenWritten {
+                            told.withLock { $0[gid, default: 0] += 1 }
+                            // Read on another connection: an ending told is in the store, unless removed since.
+                            let stored =
+                                (try? other.read { db in
+                                    try String.fetchOne(
+                                        db, sql: "SELECT state FROM downloads WHERE gid = ?",
+                                        arguments: [gid.description])
+                                }) ?? nil
+                            if stored != "complete", !removed.withLock({ $0.contains(gid) }) {
+                                toldBeforeStored.withLock { $0.append(gid) }
+                            }
+                        }
+                        if row.rank % 10 == 0 { store.flush() }
+                        await Task.yield()
+                    }
+                }
+            }
+            group.addTask {
+                // Every fifth download's result removed once it ended (as removeDownloadResult does, after the end is
+                // gathered under the daemon's lock).
+                var done = 0
+                while done < count / 5 {
+                    let next = ended.withLock { ended -> [GID] in
+                        defer { ended = [] }
+                        return ended
+                    }
+                    for gid in next {
+                        removed.withLock { _ = $0.insert(gid) }
+                        // Refused while the other connection writes (the store does not wait): asked again.
+                        while (try? store.save([], removing: [gid])) == nil { await Task.yield() }
+                    }
+                    done += next.count
+                    await Task.yield()
+                }
+            }
+            group.addTask {
+                for turn in 0..<40 {
+                    try? await other.write { db in
+                        try db.execute(sql: "UPDATE refusing SET refuse = ?", arguments: [(turn + 1) % 2])
+                    }
+                    try? await Task.sleep(for: .milliseconds(5))
+                }
+                try? await other.write { db in try db.execute(sql: "UPDATE refusing SET refuse = 0") }
+            }
+        }
+        store.flush()
+        try await eventually("every ending written or superseded", within: .seconds(90)) { store.failedWrites == 0 }
+        store.flush()
+        store.afterWrites.sync {}
+        // The first writes were refused, and that was said.
+        #expect(refusals.withLock { $0 } >= 1)
+        #expect(told.withLock { $0.count } == count)
+        #expect(told.withLock { $0.values.allSatisfy { $0 == 1 } })
+        #expect(toldBeforeStored.withLock { $0 }.isEmpty)
+        let gone = removed.withLock { $0 }
+        #expect(gone.count == count / 5)
+        let stopped = try store.stopped(offset: 0, limit: count)
+        let expected = rows.filter { !gone.contains($0.gid) }.map(ending)
+        #expect(stopped.count == expected.count)
+        let difference = zip(stopped, expected).first { $0 != $1 }.map { "\($0)" } ?? "-"
+        #expect(stopped == expected, "first difference: \(difference)")
+        #expect(try store.loadUnfinished() == [])
+    }
 }
