@@ -444,8 +444,9 @@ public final class DaemonStore: Sendable {
                 return (pending.failures, !pending.retryScheduled)
             }
             if schedule {
-                DispatchQueue.global().asyncAfter(deadline: .now() + Self.retryDelay(after: failures)) { [self] in
-                    writePending(retrying: true)
+                // Not kept alive by its retries: a store let go of gives up what it could not write.
+                DispatchQueue.global().asyncAfter(deadline: .now() + Self.retryDelay(after: failures)) {
+                    [weak self] in self?.writePending(retrying: true)
                 }
             }
             // Told as it starts, and as each retry of its own fails (not at every answer that tries first).
