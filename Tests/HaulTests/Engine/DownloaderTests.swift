@@ -160,9 +160,9 @@ struct DownloaderTests {
             }
             #expect(error.code == .truncated)
             let requests = server.stats.requests
-            #expect(requests.count == 3)
+            #expect(requests.count == 3, "\(requests.map { $0.range ?? "whole" })")
             // Resumed from what reached the disk (a transport may lose bytes still in flight when it closes).
-            let range = try #require(requests[1].range)
+            let range = try #require(requests.dropFirst().first?.range)
             let offset = try #require(Int(range.dropFirst("bytes=".count).dropLast()))
             #expect(offset > 0 && offset <= 49000)
             #expect(dir.contents().isEmpty)
