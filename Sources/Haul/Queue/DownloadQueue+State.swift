@@ -350,6 +350,13 @@ extension DownloadQueue {
     /// goes through here (or ``mutate(_:)``), so that debug builds can check the lock-order rule
     /// (``assertLockNotHeld(_:)``).
     func locked<Result>(_ body: (inout State) -> Result) -> Result {
+        let (result, admitted) = lockedHoldingAdmissions(body)
+        if !admitted.isEmpty { carryOut(admitted) }
+        return result
+    }
+
+    /// ``locked(_:)``, returning what it admitted for the caller to carry out (``carryOut(_:)``) when it chooses.
+    private func lockedHoldingAdmissions<Result>(_ body: (inout State) -> Result) -> (Result, [Admission]) {
         var admitted: [Admission] = []
         let result = state.withLock { state in
             #if DEBUG
@@ -360,8 +367,7 @@ extension DownloadQueue {
             if !state.admitted.isEmpty { swap(&admitted, &state.admitted) }
             return result
         }
-        if !admitted.isEmpty { carryOut(admitted) }
-        return result
+        return (result, admitted)
     }
 
     /// Debug builds: stops the program if this thread holds a queue's lock, where `what` (yielding events, resuming
@@ -560,10 +566,12 @@ extension DownloadQueue {
     }
 
     private func complete(_ id: UInt64, with outcome: Outcome) {
-        let effects = mutate { state -> SideEffects in
+        // What its end lets start is started once its events are sent and its waiters woken: with one slot, a result
+        // is handed over before the next download can end, so results come in the order the downloads ran.
+        let ((effects, deliveries), admitted) = lockedHoldingAdmissions { state -> (SideEffects, [Delivery]?) in
             var effects = SideEffects()
-            if requeue(id, after: outcome, in: &state) { return effects }
-            guard let entry = state.entries.removeValue(forKey: id) else { return effects }
+            if requeue(id, after: outcome, in: &state) { return (effects, state.takeDeliveries()) }
+            guard let entry = state.entries.removeValue(forKey: id) else { return (effects, state.takeDeliveries()) }
             if entry.replaced { entry.control.end(with: entry.request) }
             if case .failure(let error) = outcome, error.isCancellation {
                 discardPausedPartial(of: entry, in: &effects)
@@ -594,9 +602,11 @@ extension DownloadQueue {
             }
             admit(in: &state)
             effects.idleWaiters = takeIdleWaiters(in: &state)
-            return effects
+            return (effects, state.takeDeliveries())
         }
+        if let deliveries { deliver(deliveries) }
         effects.run()
+        if !admitted.isEmpty { carryOut(admitted) }
     }
 
     /// Puts a download whose run stopped to pause it back at the front of the waiting order (paused, unless it was

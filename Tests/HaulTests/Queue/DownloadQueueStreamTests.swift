@@ -132,6 +132,32 @@ struct DownloadQueueStreamTests {
         }
     }
 
+    @Test("one at a time: a result is handed over before the next download starts, however long its handler takes")
+    func resultBeforeNextStarts() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            let serial = makeQueue(.init(maxConcurrentDownloads: 1))
+            let names = ["first", "second", "third"]
+            let requests = CountedRequests(
+                requests: names.map {
+                    DownloadRequest(
+                        url: server.url(path: "/bytes/\($0)", query: ["size": "100"]), destination: .directory(dir.url))
+                })
+            // The first handler takes long enough for the next (small) download to have ended meanwhile, had it started.
+            let handled = Locked<[String]>([])
+            let requestsWhenHandled = Locked<[Int]>([])
+            try await serial.download(requests, window: 3) { finished in
+                let name = finished.request.url.lastPathComponent
+                requestsWhenHandled.withLock { $0.append(server.stats.requestCount) }
+                if name == "first" { Thread.sleep(forTimeInterval: 0.3) }
+                handled.withLock { $0.append(name) }
+            }
+            #expect(handled.withLock { $0 } == names)
+            // Each handler ran before the next download's request was sent.
+            #expect(requestsWhenHandled.withLock { $0 } == [1, 2, 3])
+        }
+    }
+
     @Test("leaving the loop cancels the downloads held and reads no further; they can be added again")
     func leaveAndReAdd() async throws {
         try await TestServer.withRunning { server in
