@@ -50,8 +50,8 @@ public struct DownloadResult: Sendable, Equatable {
     /// too).
     public var notModified = false
     /// `true` when the file was skipped because one was already at the destination and the conflict policy is
-    /// ``DownloadRequest/ConflictPolicy/skip``: the result describes whatever file was there, which nothing shows
-    /// this download wrote (``skipped`` is `true` too). `false` for a file the journal shows complete.
+    /// ``ConflictPolicy/skip``: the result describes whatever file was there, which nothing shows this download
+    /// wrote (``skipped`` is `true` too). `false` for a file the journal shows complete.
     public var keptExisting = false
 
     /// Creates a result.
