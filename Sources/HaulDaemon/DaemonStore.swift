@@ -482,10 +482,10 @@ public final class DaemonStore: Sendable {
     }
 
     /// Every write of the store but the gathered rows' own: those are written first, so that nothing done after
-    /// them (a removal of a download that just ended) lands before them. The gathered endings `superseded` takes
-    /// (of rows the write removes) are dropped with it, one kept after a failed write would bring a removed row back:
-    /// then both under ``writingPending``, so that no write of the gathered rows comes between (and the downloads'
-    /// ends, which wait for that lock to be told, wait for this write).
+    /// them (a removal of a download that just ended) lands before them. A write that removes rows drops the
+    /// gathered endings `superseded` takes, which a later retry would otherwise write back: the gathered rows' write,
+    /// this one and the drop then all under ``writingPending``, so that no retry comes between (the downloads' ends,
+    /// which take that lock to be told, wait for it).
     private func writing<T>(superseding superseded: ((Row) -> Bool)? = nil, _ body: (Database) throws -> T) throws
         -> T
     {
