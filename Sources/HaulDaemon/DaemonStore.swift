@@ -426,10 +426,8 @@ public final class DaemonStore: Sendable {
             defer { pending.waiting = [] }
             return (pending.rows, pending.waiting, pending.onError)
         }
-        // Queued under the lock, so in the order of the writes; run after them.
-        let release = { if !waiting.isEmpty { self.afterWrites.async { for body in waiting { body() } } } }
         guard !rows.isEmpty else {
-            release()
+            release(waiting)
             return nil
         }
         do {
@@ -455,7 +453,7 @@ public final class DaemonStore: Sendable {
             return onError.map { ("cannot record how \(count) ended: \(error); trying again", $0) }
         }
         // Released before the failures are forgotten: whoever sees none pending finds them on their way.
-        release()
+        release(waiting)
         pending.withLock { pending in
             pending.rows.removeFirst(rows.count)
             pending.failures = 0
@@ -514,6 +512,12 @@ public final class DaemonStore: Sendable {
             defer { pending.waiting = [] }
             return pending.waiting
         }
+        release(waiting)
+    }
+
+    /// Sends `waiting` on its way to ``afterWrites`` (called under ``writingPending``: queued in the order of the
+    /// writes, run after them).
+    private func release(_ waiting: [@Sendable () -> Void]) {
         if !waiting.isEmpty { afterWrites.async { for body in waiting { body() } } }
     }
 

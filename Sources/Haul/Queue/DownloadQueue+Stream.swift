@@ -37,10 +37,11 @@ extension DownloadQueue {
     /// download read has ended and its result was handed over.
     ///
     /// `onResult` runs on the thread that ended the download, possibly on several at once: keep it short and
-    /// thread-safe (the download its end lets start begins once it returns, so that with one slot results come in the
-    /// order the downloads ran). Every download read gets its result, a cancelled one too. For a program that only counts or
-    /// logs results, this costs no task switch per download, where a loop over ``downloads(_:window:)`` waits for
-    /// each result (bench/compare, list rows: the `haul get` command runs this way).
+    /// thread-safe (the download its end lets start begins once it returns, so that with one slot results come in
+    /// the order the downloads ran). Every download read gets its result, a cancelled one too. For a program that
+    /// only counts or logs results, this costs no task switch per download, where a loop over
+    /// ``downloads(_:window:)`` waits for each result (bench/compare, list rows: the `haul get` command runs this
+    /// way).
     /// - Throws: the error `requests` threw (after every download read before it has ended), or
     ///   `CancellationError` when the calling task was cancelled (once the downloads it held have ended).
     public func download<Requests: AsyncSequence & Sendable>(

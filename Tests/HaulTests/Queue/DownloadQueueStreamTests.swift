@@ -143,7 +143,8 @@ struct DownloadQueueStreamTests {
                     DownloadRequest(
                         url: server.url(path: "/bytes/\($0)", query: ["size": "100"]), destination: .directory(dir.url))
                 })
-            // The first handler takes long enough for the next (small) download to have ended meanwhile, had it started.
+            // The first handler takes long enough for the next (small) download to have ended meanwhile, had it
+            // started.
             let handled = Locked<[String]>([])
             let requestsWhenHandled = Locked<[Int]>([])
             try await serial.download(requests, window: 3) { finished in
