@@ -154,8 +154,8 @@ elif mode == "throughput":
         if len(gids) != len(urls):
             raise RuntimeError(f"only {len(gids)} of {len(urls)} added: {answers[:3]}")
         # Polled every 20 ms: the end is seen at most 20 ms late (about 1% of s3). Each getGlobalStat also writes
-        # the endings gathered so far (an answer that counts them comes after them): polled every 2 ms, the poll
-        # took a sixth of s3's time on a machine of 2 cores.
+        # the endings gathered so far (an answer that counts them comes after them): a poll every 2 ms costs a sixth
+        # of s3's time on 2 cores.
         while True:
             stat = client.call("aria2.getGlobalStat", [token])
             if int(stat["numActive"]) + int(stat["numWaiting"]) == 0:
