@@ -59,7 +59,7 @@ extension Daemon {
     /// How many `addUri` calls of a run are recorded together.
     static let addGroup = 256
 
-    /// The plan of the last `addUri` of a run, and what it was made from (see ``DownloadPlan/reused(for:)``).
+    /// The plan of the last `addUri` of a run, and what it was made from (see ``DownloadPlan/reused(for:options:defaults:)``).
     struct LastPlan {
         var options: [String: [String]]
         var defaults: [String: String]
@@ -88,13 +88,16 @@ extension Daemon {
         return try plan(uris: uris, options: options, after: &none)
     }
 
-    /// ``plan(uris:options:)``, reusing `last` (the plan made before it in a run) when its options and defaults are
-    /// the same (``DownloadPlan/reused(for:)``); the plan made becomes `last`.
+    /// ``plan(uris:options:)``, reusing `last` (the plan made before it in a run) when its defaults are the same and
+    /// its options too but for each call's own (``DownloadPlan/reused(for:options:defaults:)``); the plan made becomes
+    /// `last`.
     private func plan(
         uris: [String], options: [String: [String]], after last: inout LastPlan?
     ) throws(RPCError) -> DownloadPlan {
         let defaults = state.withLock { $0.globalOptions }
-        if let last, last.options == options, last.defaults == defaults, let plan = try last.plan.reused(for: uris) {
+        if let last, last.defaults == defaults, DownloadPlan.sameSettings(last.options, options),
+            let plan = try last.plan.reused(for: uris, options: options, defaults: defaults)
+        {
             return plan
         }
         let plan = try DownloadPlan(
@@ -118,7 +121,7 @@ extension Daemon {
         for (plan, _) in additions {
             do throws(RPCError) {
                 // The destination's directories are made now, inside the root (the plan checked every name).
-                let directory = Self.directory(of: plan.request.destination)
+                let directory = plan.directory
                 if !made.contains(directory) {
                     try makeDirectories(directory)
                     made.insert(directory)

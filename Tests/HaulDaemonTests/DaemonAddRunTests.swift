@@ -88,4 +88,70 @@ struct DaemonAddRunTests {
             #expect(planned[4]?.destination == .file(root.appendingPathComponent("two/e.bin")))
         }
     }
+
+    /// Clients add a batch with one set of options and a name for each file (`out`), some with their own GID or
+    /// paused: the shared options are planned once, and each call still gets exactly what it would alone.
+    @Test("calls differing only in out, gid and pause are each planned as alone, and a bad one of those is refused")
+    func ownNamesInARun() throws {
+        let calls: [[JSON]] = [
+            [["http://127.0.0.1:1/a"], ["dir": "sub", "split": "2", "out": "a.bin"]],
+            [["http://127.0.0.1:1/b"], ["dir": "sub", "split": "2", "out": "b.bin", "pause": "true"]],
+            [["http://127.0.0.1:1/c"], ["dir": "sub", "split": "2", "out": ".hidden"]],
+            [["http://127.0.0.1:1/d"], ["dir": "sub", "split": "2", "gid": "00000000000000d1"]],
+            [["http://127.0.0.1:1/e"], ["dir": "sub", "split": "2", "pause": "maybe", "out": "e.bin"]],
+            [["http://127.0.0.1:1/f"], ["dir": "sub", "split": "2", "gid": "xyz", "out": "f.bin"]],
+            [["http://127.0.0.1:1/g"], ["dir": "sub", "split": "2", "out": "g.bin", "gid": "00000000000000d2"]],
+            [["http://127.0.0.1:1/h"], ["dir": "sub", "split": "2", "out": "../h"]],
+            [["http://127.0.0.1:1/i"], ["dir": "sub", "split": "2", "out": "a.bin"]],
+        ]
+        /// Each call's error, or its request (its destination relative to the root), stored options and whether it
+        /// waits paused.
+        func planned(_ answers: [Result<JSON, RPCError>], of daemon: Daemon) -> [Planned] {
+            answers.map { answer in
+                switch answer {
+                case .failure(let error): return .refused(error.message)
+                case .success(let gid):
+                    guard let gid = gid.string.flatMap(GID.init(hex:)) else { return .refused("no GID") }
+                    return daemon.state.withLock { state in
+                        guard let item = state.items[gid], var request = item.handle?.request else {
+                            return .refused("\(gid) not kept")
+                        }
+                        let relative = { (url: URL) in
+                            URL(fileURLWithPath: "/ROOT" + url.path.dropFirst(daemon.rootPath.count))
+                        }
+                        switch request.destination {
+                        case .file(let file): request.destination = .file(relative(file))
+                        case .directory(let directory, let disposition):
+                            request.destination = .directory(relative(directory), useContentDisposition: disposition)
+                        }
+                        return .added(request, item.options, item.handle?.status.state == .paused)
+                    }
+                }
+            }
+        }
+        var alone: [Planned] = []
+        try withDaemon { daemon, _ in
+            for call in calls { alone += planned(daemon.addUris([call]), of: daemon) }
+        }
+        try withDaemon { daemon, _ in
+            let inARun = planned(daemon.addUris(calls), of: daemon)
+            for (index, (run, single)) in zip(inARun, alone).enumerated() {
+                #expect(run == single, "call \(index)")
+            }
+            let refused = inARun.map { planned -> String in
+                guard case .refused(let message) = planned else { return "" }
+                return message
+            }
+            #expect(refused[2].contains("starts with a dot") && refused[7].contains("must be a file name"))
+            #expect(refused[4].contains("pause must be true or false"))
+            #expect(refused[5].contains("gid must be 16 hex digits"))
+            #expect(refused.enumerated().allSatisfy { [2, 4, 5, 7].contains($0.offset) != $0.element.isEmpty })
+        }
+    }
+
+    /// A call of ``ownNamesInARun()``, as planned.
+    private enum Planned: Equatable {
+        case added(DownloadRequest, [String: String], Bool)
+        case refused(String)
+    }
 }

@@ -18,7 +18,7 @@ struct DaemonOptionsInForceTests {
 
     /// max-connection-per-server caps split by the number of servers of the download's own URIs, also in a run of
     /// addUri calls (a batch, system.multicall) with the same options, where the plan of the first call is reused for
-    /// the next (DownloadPlan.reused(for:)).
+    /// the next (DownloadPlan.reused(for:options:defaults:)).
     @Test("in a run of addUri calls, each download's connections are capped by its own servers")
     func connectionCapInARun() throws {
         try withIdleDaemon { daemon in

@@ -220,8 +220,11 @@ enum Aria2Status {
     /// come).
     static func destination(of request: DownloadRequest) -> (directory: String, path: String) {
         switch request.destination {
-        case .file(let url): (url.deletingLastPathComponent().path, url.path)
-        case .directory(let url, _): (url.path, request.plannedPath ?? "")
+        case .file(let url):
+            // The path once, its directory cut from it: a URL's path is decoded again on each call.
+            let path = url.path
+            return (directory(of: path), path)
+        case .directory(let url, _): return (url.path, request.plannedPath ?? "")
         }
     }
 

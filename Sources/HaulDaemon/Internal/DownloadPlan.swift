@@ -7,11 +7,15 @@ import HTTPTypes
 struct DownloadPlan {
     var uris: [URL]
     /// The options as given (a cumulative one's values joined by newlines), for `getOption`.
-    let options: [String: String]
+    private(set) var options: [String: String]
 
     /// The options as stored: without passwords, without header fields that carry secrets, and with a
     /// proxy's password hidden.
-    let storedOptions: [String: String]
+    private(set) var storedOptions: [String: String]
+
+    /// The directory the file goes into, inside the root (``directory(_:root:)``).
+    let directory: String
+    private let directoryURL: URL
 
     /// `options` (a cumulative one's values joined by newlines) without passwords, without header fields that carry
     /// secrets, and with a proxy's password hidden: what may be stored or shown.
@@ -61,7 +65,7 @@ struct DownloadPlan {
     var paused = false
     var gid: GID?
     /// `split`, and `max-connection-per-server` if given: what ``connections(split:perServer:uris:)`` counts the
-    /// request's connections from, for these URIs or another call's (``reused(for:)``).
+    /// request's connections from, for these URIs or another call's (``reused(for:options:defaults:)``).
     private var split = 1
     private var perServer: Int?
 
@@ -119,15 +123,10 @@ struct DownloadPlan {
         func last(_ name: String) -> String? { options[name]?.last }
 
         self.uris = try Self.urls(uris)
-        let directory = try Self.directory(last("dir"), root: root)
-        let destination: Destination
-        if let out = last("out"), !out.isEmpty {
-            try Self.checkName(out, option: "out")
-            destination = .file(URL(fileURLWithPath: directory).appendingPathComponent(out))
-        } else {
-            destination = .directory(URL(fileURLWithPath: directory, isDirectory: true))
-        }
-        var request = DownloadRequest(url: self.uris[0], destination: destination)
+        directory = try Self.directory(last("dir"), root: root)
+        directoryURL = URL(fileURLWithPath: directory, isDirectory: true)
+        var request = DownloadRequest(
+            url: self.uris[0], destination: try Self.destination(out: last("out"), in: directoryURL))
         request.mirrors = Array(self.uris.dropFirst())
         request.conflictPolicy =
             try Self.flag(last("allow-overwrite"), "allow-overwrite") == true
@@ -188,11 +187,38 @@ struct DownloadPlan {
         try Self.applySettings(last, base: base, to: &request)
         request.url = self.uris[0]
         paused = try Self.flag(last("pause"), "pause") ?? false
-        if let text = last("gid") {
-            guard let gid = GID(hex: text) else { throw RPCError("gid must be 16 hex digits, not '\(text)'") }
-            self.gid = gid
-        }
+        gid = try Self.gid(last("gid"))
         self.request = request
+    }
+
+    /// The options a call of a run gives its own value of, which change none of the settings that the other options
+    /// plan: the file's name, the GID, whether it starts paused. Front ends add a batch with one set of options and a
+    /// name for each file, and ``reused(for:options:defaults:)`` plans the shared ones once.
+    static let ownOptions: Set<String> = ["out", "gid", "pause"]
+
+    /// Whether options `a` and `b` are the same but for ``ownOptions``.
+    static func sameSettings(_ a: [String: [String]], _ b: [String: [String]]) -> Bool {
+        var shared = 0
+        for (name, values) in a where !ownOptions.contains(name) {
+            guard b[name] == values else { return false }
+            shared += 1
+        }
+        return shared == b.keys.count { !ownOptions.contains($0) }
+    }
+
+    /// Where the file goes in `directory`: named `out` when given, else named as the server or the URL says. `out`
+    /// names a file, whatever is at its path now (the conflict policy decides on that as the file is published).
+    private static func destination(out: String?, in directory: URL) throws(RPCError) -> Destination {
+        guard let out, !out.isEmpty else { return .directory(directory) }
+        try checkName(out, option: "out")
+        return .file(directory.appendingPathComponent(out, isDirectory: false))
+    }
+
+    /// The `gid` option's GID, or `nil` when absent.
+    private static func gid(_ text: String?) throws(RPCError) -> GID? {
+        guard let text else { return nil }
+        guard let gid = GID(hex: text) else { throw RPCError("gid must be 16 hex digits, not '\(text)'") }
+        return gid
     }
 
     /// aria2's options in force for a download of `request` started from `base`, given or not, in the forms aria2
@@ -237,10 +263,14 @@ struct DownloadPlan {
         }
     }
 
-    /// This plan for `uris` instead: what another `addUri` with the same options over the same defaults plans (front
-    /// ends add a batch of URIs with one set of options, which are checked and applied once). `nil` when a URI of
-    /// either carries a user or password: those become the request's credentials, which go with their own URI only.
-    func reused(for uris: [String]) throws(RPCError) -> DownloadPlan? {
+    /// This plan for `uris` and `given` options over `defaults` instead: what another `addUri` plans whose options,
+    /// over the same defaults, differ from this plan's in ``ownOptions`` at most (``sameSettings(_:_:)``; front ends
+    /// add a batch of URIs with one set of options, which are checked and applied once). Its own options are checked
+    /// and applied as the plan of the call alone would. `nil` when a URI of either carries a user or password: those
+    /// become the request's credentials, which go with their own URI only.
+    func reused(
+        for uris: [String], options given: [String: [String]], defaults: [String: String]
+    ) throws(RPCError) -> DownloadPlan? {
         let urls = try Self.urls(uris)
         guard !(self.uris + urls).contains(where: { $0.user != nil || $0.password != nil }) else { return nil }
         var plan = self
@@ -248,6 +278,18 @@ struct DownloadPlan {
         plan.request.url = urls[0]
         plan.request.mirrors = Array(urls.dropFirst())
         plan.request.maxConnections = Self.connections(split: split, perServer: perServer, uris: urls)
+        // As the plan's init takes them: the call's own values over the defaults, a cumulative one's last.
+        for name in Self.ownOptions {
+            let value = given[name]?.joined(separator: "\n") ?? defaults[name]
+            plan.options[name] = value
+            plan.storedOptions[name] = value
+        }
+        func last(_ name: String) -> String? {
+            given[name]?.last ?? defaults[name]?.components(separatedBy: "\n").last
+        }
+        plan.request.destination = try Self.destination(out: last("out"), in: directoryURL)
+        plan.paused = try Self.flag(last("pause"), "pause") ?? false
+        plan.gid = try Self.gid(last("gid"))
         return plan
     }
 
