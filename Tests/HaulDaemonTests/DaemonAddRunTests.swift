@@ -104,8 +104,8 @@ struct DaemonAddRunTests {
             [["http://127.0.0.1:1/h"], ["dir": "sub", "split": "2", "out": "../h"]],
             [["http://127.0.0.1:1/i"], ["dir": "sub", "split": "2", "out": "a.bin"]],
         ]
-        /// Each call's error, or its request (its destination relative to the root), stored options and whether it
-        /// waits paused.
+        /// Each call's error, or its request (its destination relative to the root), stored options, whether it
+        /// waits paused, and its GID when the call gave one.
         func planned(_ answers: [Result<JSON, RPCError>], of daemon: Daemon) -> [Planned] {
             answers.map { answer in
                 switch answer {
@@ -124,7 +124,8 @@ struct DaemonAddRunTests {
                         case .directory(let directory, let disposition):
                             request.destination = .directory(relative(directory), useContentDisposition: disposition)
                         }
-                        return .added(request, item.options, item.handle?.status.state == .paused)
+                        let given = item.options["gid"] == nil ? nil : gid
+                        return .added(request, item.options, item.handle?.status.state == .paused, given)
                     }
                 }
             }
@@ -151,7 +152,7 @@ struct DaemonAddRunTests {
 
     /// A call of ``ownNamesInARun()``, as planned.
     private enum Planned: Equatable {
-        case added(DownloadRequest, [String: String], Bool)
+        case added(DownloadRequest, [String: String], Bool, GID?)
         case refused(String)
     }
 }
