@@ -157,7 +157,7 @@ final class PartialFile {
     #if os(Linux)
     /// Whether an unnamed file can be given a name: by descriptor (`AT_EMPTY_PATH`) where the kernel allows it, else
     /// through `/proc/self/fd`.
-    private static let canLinkUnnamed = access("/proc/self/fd", X_OK) == 0
+    static let canLinkUnnamed = access("/proc/self/fd", X_OK) == 0
 
     /// Whether `linkat(fd, "", ..., AT_EMPTY_PATH)` was refused once (older kernels allow it only with
     /// `CAP_DAC_READ_SEARCH`): then every link goes through `/proc/self/fd`.

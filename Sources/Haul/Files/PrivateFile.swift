@@ -31,12 +31,18 @@ package enum PrivateFile {
 
     /// Replaces the file at `path` with `bytes` through a temporary file beside it: mode 0600 whatever the umask,
     /// written through to the disk before it is renamed over `path`, so a reader (or a crash) sees the old file or
-    /// the new one, never a part. No temporary file is left behind when a step fails.
+    /// the new one, never a part. No temporary file is left behind when a step fails. On Linux the bytes are written
+    /// into a file without a name (`O_TMPFILE`), named only once they are on the disk and renamed right after: a
+    /// process killed while it writes leaves nothing behind (a cookie jar's copy least of all).
     package static func replace(_ path: String, with bytes: [UInt8]) throws(Failure) {
         // Beside it: `.NAME.RANDOM.tmp` in the same directory, so the rename stays on one file system.
         let nameStart = path.lastIndex(of: "/").map { path.index(after: $0) } ?? path.startIndex
         let suffix = String(UInt64.random(in: .min ... .max), radix: 16)
         let temporary = "\(path[..<nameStart]).\(path[nameStart...]).\(suffix).tmp"
+        #if os(Linux)
+        let directory = nameStart == path.startIndex ? "." : String(path[..<nameStart])
+        if try replaceUnnamed(path, in: directory, through: temporary, with: bytes) { return }
+        #endif
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw Failure(step: .create, code: errno) }
         do throws(Failure) {
@@ -57,6 +63,28 @@ package enum PrivateFile {
             throw Failure(step: .replace, code: code)
         }
     }
+
+    #if os(Linux)
+    /// ``replace(_:with:)`` through a file without a name in `directory`, linked at `temporary` once written and
+    /// renamed over `path`. `false` when the file system or the system cannot make or name one (the caller writes a
+    /// named temporary file instead).
+    private static func replaceUnnamed(
+        _ path: String, in directory: String, through temporary: String, with bytes: [UInt8]
+    ) throws(Failure) -> Bool {
+        guard PartialFile.canLinkUnnamed else { return false }
+        let descriptor = open(directory, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        try fill(descriptor, with: bytes)
+        guard PartialFile.linkDescriptor(descriptor, to: temporary) == 0 else { return false }
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw Failure(step: .replace, code: code)
+        }
+        return true
+    }
+    #endif
 
     private static func fill(_ descriptor: Int32, with bytes: [UInt8]) throws(Failure) {
         // open(2)'s mode is reduced by the umask; set it whole so the result is 0600 whatever the umask.
