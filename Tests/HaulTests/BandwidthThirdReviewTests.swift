@@ -80,4 +80,20 @@ struct BandwidthThirdReviewTests {
             #expect(server.stats.requestCount == 0)
         }
     }
+
+    /// The shared limit's setter stops a program given less than 1; the configuration a downloader starts with did
+    /// not, and ran every download at 1 byte a second.
+    @Test("a downloader configured with a shared limit of 0 stops the program, as setMaxBytesPerSecond(0) does")
+    func nonPositiveSharedLimitStops() async {
+        await #expect(processExitsWith: .failure) {
+            var configuration = Downloader.Configuration()
+            configuration.maxBytesPerSecond = 0
+            _ = Downloader(transport: UnreachableTransport(), configuration: configuration)
+        }
+        await #expect(processExitsWith: .success) {
+            var configuration = Downloader.Configuration()
+            configuration.maxBytesPerSecond = 1
+            _ = Downloader(transport: UnreachableTransport(), configuration: configuration)
+        }
+    }
 }

@@ -74,8 +74,9 @@ public final class Downloader: Sendable {
         /// `--remote-time`). On by default; without `Last-Modified` the file keeps the time it was written.
         public var usesRemoteModificationTime = true
         /// The most body bytes per second all downloads of this downloader receive together (one token bucket
-        /// they share); `nil` (the default) for no limit. A request's own ``DownloadRequest/maxBytesPerSecond``
-        /// applies as well. The downloader starts with it; ``Downloader/setMaxBytesPerSecond(_:)`` changes it later.
+        /// they share), at least 1; `nil` (the default) for no limit. A request's own
+        /// ``DownloadRequest/maxBytesPerSecond`` applies as well. The downloader starts with it;
+        /// ``Downloader/setMaxBytesPerSecond(_:)`` changes it later.
         public var maxBytesPerSecond: Int64?
         /// How requests are spaced: a request rate for all downloads and per host, a wait between requests to one
         /// host. Nothing is spaced by default; a `Retry-After` on a `429` or `503` always holds that host's next
@@ -142,7 +143,12 @@ public final class Downloader: Sendable {
 
     /// Creates a downloader on `transport` (on Linux use `AsyncHTTPClientTransport` from
     /// `HaulAsyncHTTPClient`; see README for why).
+    ///
+    /// - Precondition: the configuration's ``Configuration/maxBytesPerSecond`` is `nil` or at least 1, as for
+    ///   ``setMaxBytesPerSecond(_:)`` (0 is not "no limit": that is `nil`).
     public init(transport: any HTTPTransport, configuration: Configuration = Configuration()) {
+        let limit = configuration.maxBytesPerSecond
+        precondition((limit ?? 1) >= 1, "a speed limit must be at least 1 byte per second, not \(limit ?? 0)")
         self.transport = transport
         self.configuration = configuration
         stallWatch = StallWatch(timeout: configuration.stallTimeout)
