@@ -314,6 +314,8 @@ let package = Package(
             dependencies: [
                 "Haul", "HaulOperations", "HaulSQLite", "HaulPostgres", "HaulTestServer", "HaulTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
+                // To make another program's database, which `--journal` must leave alone.
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .testTarget(

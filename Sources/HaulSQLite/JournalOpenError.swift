@@ -17,6 +17,9 @@ public struct JournalOpenError: Error, CustomStringConvertible {
         case notWritable
         /// The database is not readable as a journal (damaged, or not a journal at all).
         case unreadable
+        /// The file is another program's SQLite database (``JournalOpenError/detail`` names some of its tables): it
+        /// is left exactly as it is, neither switched to WAL nor given the journal's tables.
+        case notAJournal
         /// Beside the database lies a log of changes that an older version of Haul wrote and this one does not read
         /// (``JournalOpenError/detail`` names it): that version folds it into the database when it opens the journal.
         case olderLog
@@ -39,6 +42,9 @@ public struct JournalOpenError: Error, CustomStringConvertible {
             "cannot write '\(path)': \(detail) (check the directory's permissions and free space)"
         case .unreadable:
             "cannot read '\(path)': \(detail) (if it is damaged, delete it to start over: only resuming is lost)"
+        case .notAJournal:
+            "'\(path)' is another program's SQLite database (tables \(detail)), not a Haul journal: left as it is; "
+                + "give the journal a path of its own"
         case .olderLog:
             "'\(path)' has changes that an older version of Haul left in '\(detail)', which this version does not "
                 + "read: run that version once on the same directory to fold them in, or delete the log to go on "

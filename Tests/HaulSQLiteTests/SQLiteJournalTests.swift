@@ -379,6 +379,36 @@ struct SQLiteJournalTests {
         #expect(throws: (any Error).self) { try SQLiteJournal(path: path) }
     }
 
+    /// `--journal` pointed at an application's database by mistake: opening it as a journal switched it to WAL and
+    /// added the journal's tables to it.
+    @Test("another program's SQLite database is refused, named with its tables, and left byte for byte as it was")
+    func foreignDatabaseLeftAlone() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("photos.db").path
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(
+                sql: "CREATE TABLE photo (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO photo VALUES (1, 'a')")
+            try db.execute(sql: "CREATE TABLE album (id INTEGER PRIMARY KEY)")
+        }
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        do {
+            _ = try SQLiteJournal(path: path)
+            Issue.record("opened another program's database as a journal")
+        } catch let error as JournalOpenError {
+            #expect(error.reason == .notAJournal)
+            #expect(
+                error.description.contains("'\(path)'") && error.description.contains("'album', 'photo'"), "\(error)")
+            #expect(!error.description.contains("delete"), "never advise deleting someone's database: \(error)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["photos.db"])
+        // An empty database, and one with the journal's tables (made by the journal itself), open as before.
+        let empty = dir.file("empty.db").path
+        try DatabaseQueue(path: empty).write { db in try db.execute(sql: "PRAGMA user_version = 0") }
+        #expect(try SQLiteJournal(path: empty).allRecords().isEmpty)
+        #expect(try SQLiteJournal(path: empty).allRecords().isEmpty)
+    }
+
     @Test("the engine resumes a cancelled download from another journal instance on the same file")
     func engineResumesAcrossInstances() async throws {
         try await TestServer.withRunning { server in
