@@ -59,6 +59,14 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Address to listen on. Loopback by default; anything else exposes the server to the network.")
     var host: String?
 
+    @Option(
+        name: .customLong("idle-timeout"),
+        help: ArgumentHelp(
+            "Seconds a connection may stay open without a request (after it opens, or between requests) before it "
+                + "is closed; a response being sent is never cut. 0 keeps idle connections open.",
+            valueName: "SECONDS"))
+    var idleTimeout: Double = 60
+
     @Flag(help: "Serve HTTPS with a certificate from a CA made for this run (see --ca-file).")
     var tls = false
 
@@ -81,6 +89,9 @@ struct ServeCommand: AsyncParsableCommand {
         if !tls, caFile != nil || certificate != .valid {
             throw ValidationError("--ca-file and --tls-certificate need --tls")
         }
+        guard idleTimeout.isFinite, (0...86_400).contains(idleTimeout) else {
+            throw ValidationError("--idle-timeout must be a number of seconds from 0 to 86400, not \(idleTimeout)")
+        }
     }
 
     mutating func run() async throws {
@@ -102,7 +113,9 @@ struct ServeCommand: AsyncParsableCommand {
             countsRequestsByPath: false,
             // Any web page the user opens can make requests here; one whose name was made to resolve to this
             // address must not read what is served.
-            requiresAddressHost: true
+            requiresAddressHost: true,
+            // A client that connects and sends nothing would hold its connection, and a file descriptor, for ever.
+            idleTimeout: idleTimeout > 0 ? .milliseconds(Int64((idleTimeout * 1000).rounded())) : nil
         )
         let server = TestServer(configuration: configuration)
         try await server.start()

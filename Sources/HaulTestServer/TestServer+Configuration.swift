@@ -41,6 +41,11 @@ extension TestServer {
         /// whose own name was made to resolve to the loopback address would read what the server serves (`haul
         /// serve` turns it on).
         public var requiresAddressHost: Bool
+        /// How long a connection may stay open without a request coming, after it was accepted or after its last
+        /// response ended: past it, the server closes it, as nginx does (its `client_header_timeout` and
+        /// `keepalive_timeout`). A request being answered is never cut, however long its delays, holds, stalls and
+        /// throttling last. `nil` (the default) keeps idle connections open; `haul serve` closes them after 60 s.
+        public var idleTimeout: Duration?
 
         /// Creates a configuration; every parameter has a loopback-test default.
         public init(
@@ -56,7 +61,8 @@ extension TestServer {
             sendBufferSize: Int? = nil,
             recordsBodyTimeline: Bool = false,
             countsRequestsByPath: Bool = true,
-            requiresAddressHost: Bool = false
+            requiresAddressHost: Bool = false,
+            idleTimeout: Duration? = nil
         ) {
             self.host = host
             self.port = port
@@ -71,6 +77,7 @@ extension TestServer {
             self.recordsBodyTimeline = recordsBodyTimeline
             self.countsRequestsByPath = countsRequestsByPath
             self.requiresAddressHost = requiresAddressHost
+            self.idleTimeout = idleTimeout
         }
     }
 

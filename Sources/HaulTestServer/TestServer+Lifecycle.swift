@@ -29,7 +29,8 @@ extension TestServer {
             chunkSize: configuration.chunkSize,
             scheme: configuration.tls == nil ? "http" : "https",
             recordsBodyTimeline: configuration.recordsBodyTimeline,
-            requiresAddressHost: configuration.requiresAddressHost
+            requiresAddressHost: configuration.requiresAddressHost,
+            idleTimeout: configuration.idleTimeout
         )
         let tlsContext: NIOSSLContext?
         do {

@@ -21,10 +21,10 @@ struct ServeReviewTests {
         let process: Process
         let port: Int
 
-        init(directory: URL? = nil) async throws {
+        init(directory: URL? = nil, options: [String] = []) async throws {
             let process = Process()
             process.executableURL = ServeCommandTests.binary
-            process.arguments = ["serve"] + (directory.map { [$0.path] } ?? []) + ["--port", "0"]
+            process.arguments = ["serve"] + (directory.map { [$0.path] } ?? []) + ["--port", "0"] + options
             let output = Pipe()
             process.standardOutput = output
             process.standardError = FileHandle.nullDevice
@@ -142,5 +142,34 @@ struct ServeReviewTests {
             port: served.port)
         #expect(!answer.headers.contains { $0.name.lowercased() == "content-type" && $0.value == "text/html" })
         #expect(!String(decoding: answer.body, as: UTF8.self).contains("<script>"))
+    }
+
+    /// A client that connects and sends nothing held its connection, and a descriptor of the server's, for ever:
+    /// `--idle-timeout` (60 s by default) closes it.
+    @Test(.enabled(if: binaryExists, "haul binary not built at .build/debug/haul; run `swift build` first"))
+    func anIdleConnectionIsClosed() async throws {
+        let served = try await Served(options: ["--idle-timeout", "0.3"])
+        defer { served.stop() }
+        let closed = try #require(try await IdleTimeoutTests.readUntilClosed(port: served.port, sending: nil))
+        #expect(closed.bytes.isEmpty)
+        #expect(closed.quietBeforeClose >= .milliseconds(300) - IdleTimeoutTests.delivery)
+        #expect(try await RawHTTPClient.get("/bytes/a?size=10", port: served.port).status == 200)
+    }
+
+    @Test(
+        .enabled(if: binaryExists, "haul binary not built at .build/debug/haul; run `swift build` first"),
+        arguments: ["-1", "nan", "100000"])
+    func aBadIdleTimeoutIsRefused(value: String) async throws {
+        let process = Process()
+        process.executableURL = ServeCommandTests.binary
+        process.arguments = ["serve", "--port", "0", "--idle-timeout", value]
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 2, "\(text)")
+        #expect(text.contains("--idle-timeout"), "\(text)")
     }
 }

@@ -31,6 +31,8 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
     var isPumping = false
     var pumpAgain = false
     var isActive = true
+    /// Closes the connection when no request has come for the server's idle timeout; armed only between exchanges.
+    private var idleTimer: Scheduled<Void>?
     /// Whether the connection is TLS: a file then goes out in read slices, as TLS cannot encrypt a `sendfile` region.
     let usesTLS: Bool
 
@@ -39,9 +41,15 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
         self.usesTLS = usesTLS
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        armIdleTimer(context: context)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
+            idleTimer?.cancel()
+            idleTimer = nil
             requestHead = head
         case .body:
             break
@@ -54,6 +62,8 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         isActive = false
+        idleTimer?.cancel()
+        idleTimer = nil
         finishExchange()
         context.fireChannelInactive()
     }
@@ -142,7 +152,19 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
         context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
             guard self.generation == current else { return }
             self.finishExchange()
-            if !keepAlive { context.close(promise: nil) }
+            if keepAlive { self.armIdleTimer(context: context) } else { context.close(promise: nil) }
+        }
+    }
+
+    /// Starts the wait for the next request, if the server has an idle timeout and no request is on its way (the
+    /// next one of a pipelined run can have come already).
+    private func armIdleTimer(context: ChannelHandlerContext) {
+        guard let timeout = server.idleTimeout, isActive, exchange == nil, requestHead == nil else { return }
+        idleTimer?.cancel()
+        idleTimer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) {
+            self.idleTimer = nil
+            guard self.exchange == nil, self.requestHead == nil else { return }
+            context.close(promise: nil)
         }
     }
 

@@ -1,3 +1,5 @@
+import NIOCore
+
 /// The immutable settings and shared state every connection handler of one server sees.
 final class ServerContext: Sendable {
     let state: ServerState
@@ -11,11 +13,14 @@ final class ServerContext: Sendable {
     let recordsBodyTimeline: Bool
     /// Whether a request whose `Host` header does not name the server by an address is refused.
     let requiresAddressHost: Bool
+    /// How long a connection may wait for a request (``TestServer/Configuration/idleTimeout``).
+    let idleTimeout: TimeAmount?
 
     init(
         state: ServerState, resolver: FileResolver?, filesMount: String, chunkSize: Int, scheme: String,
-        recordsBodyTimeline: Bool = false, requiresAddressHost: Bool = false
+        recordsBodyTimeline: Bool = false, requiresAddressHost: Bool = false, idleTimeout: Duration? = nil
     ) {
+        self.idleTimeout = idleTimeout.map { .nanoseconds(Int64($0 / .nanoseconds(1))) }
         self.recordsBodyTimeline = recordsBodyTimeline
         self.requiresAddressHost = requiresAddressHost
         self.state = state
