@@ -81,19 +81,24 @@ struct BandwidthThirdReviewTests {
         }
     }
 
-    /// The shared limit's setter stops a program given less than 1; the configuration a downloader starts with did
-    /// not, and ran every download at 1 byte a second.
-    @Test("a downloader configured with a shared limit of 0 stops the program, as setMaxBytesPerSecond(0) does")
-    func nonPositiveSharedLimitStops() async {
-        await #expect(processExitsWith: .failure) {
-            var configuration = Downloader.Configuration()
+    /// A downloader made with a shared limit below 1 ran every download at 1 byte a second, without a word.
+    @Test("a downloader configured with a shared limit of 0 refuses each download, naming it, until a limit is set")
+    func nonPositiveSharedLimitRefused() async throws {
+        try await TestServer.withRunning { server in
+            let dir = try TemporaryDirectory()
+            var configuration = TransportKind.nio.configuration(retries: 0)
             configuration.maxBytesPerSecond = 0
-            _ = Downloader(transport: UnreachableTransport(), configuration: configuration)
-        }
-        await #expect(processExitsWith: .success) {
-            var configuration = Downloader.Configuration()
-            configuration.maxBytesPerSecond = 1
-            _ = Downloader(transport: UnreachableTransport(), configuration: configuration)
+            let downloader = Downloader(transport: TransportKind.nio.makeTransport(), configuration: configuration)
+            var request = DownloadRequest(
+                url: server.url(path: "/bytes/shared", query: ["size": "100000"]), destination: .directory(dir.url))
+            request.timeLimit = .seconds(5)  // at 1 byte a second it would take over a day
+            let error = await #expect(throws: DownloadError.self) { try await downloader.download(request) }
+            #expect(error?.code == .invalidRequest)
+            #expect(error?.message.contains("maxBytesPerSecond") == true && error?.message.contains("not 0") == true)
+            #expect(server.stats.requestCount == 0)
+            downloader.setMaxBytesPerSecond(nil)
+            let result = try await downloader.download(request)
+            #expect(result.size == 100_000)
         }
     }
 }

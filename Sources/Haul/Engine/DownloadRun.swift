@@ -303,6 +303,13 @@ final class DownloadRun: @unchecked Sendable {
                 message: "maxBytesPerSecond must be at least 1 byte per second (nil for none), not \(limit)",
                 url: request.url)
         }
+        if let limit = sharedLimit.refusedRate {
+            throw DownloadError(
+                .invalidRequest,
+                message:
+                    "the downloader's maxBytesPerSecond must be at least 1 byte per second (nil for none), not \(limit)",
+                url: request.url)
+        }
     }
 
     /// Refuses `path` when a directory between ``Downloader/Configuration/containingDirectory`` and it is a symbolic

@@ -76,7 +76,8 @@ public final class Downloader: Sendable {
         /// The most body bytes per second all downloads of this downloader receive together (one token bucket
         /// they share), at least 1; `nil` (the default) for no limit. A request's own
         /// ``DownloadRequest/maxBytesPerSecond`` applies as well. The downloader starts with it;
-        /// ``Downloader/setMaxBytesPerSecond(_:)`` changes it later.
+        /// ``Downloader/setMaxBytesPerSecond(_:)`` changes it later. With less (0 is not "no limit"), every download
+        /// fails as an invalid request naming it, until ``Downloader/setMaxBytesPerSecond(_:)`` sets a limit.
         public var maxBytesPerSecond: Int64?
         /// How requests are spaced: a request rate for all downloads and per host, a wait between requests to one
         /// host. Nothing is spaced by default; a `Retry-After` on a `429` or `503` always holds that host's next
@@ -143,12 +144,7 @@ public final class Downloader: Sendable {
 
     /// Creates a downloader on `transport` (on Linux use `AsyncHTTPClientTransport` from
     /// `HaulAsyncHTTPClient`; see README for why).
-    ///
-    /// - Precondition: the configuration's ``Configuration/maxBytesPerSecond`` is `nil` or at least 1, as for
-    ///   ``setMaxBytesPerSecond(_:)`` (0 is not "no limit": that is `nil`).
     public init(transport: any HTTPTransport, configuration: Configuration = Configuration()) {
-        let limit = configuration.maxBytesPerSecond
-        precondition((limit ?? 1) >= 1, "a speed limit must be at least 1 byte per second, not \(limit ?? 0)")
         self.transport = transport
         self.configuration = configuration
         stallWatch = StallWatch(timeout: configuration.stallTimeout)

@@ -84,10 +84,20 @@ final class TokenBucket: Sendable {
 /// a downloader's. Its bucket is made when it first has a rate, so a limit never set costs one atomic load per chunk.
 final class BandwidthLimit: Sendable {
     private let bucket = AtomicLazyReference<TokenBucket>()
+    /// The rate below 1 it was made with, or 1 when it was not (or has been set since): see ``refusedRate``.
+    private let refused: Atomic<Int64>
 
     /// A limit of `bytesPerSecond`, or none yet (`nil`).
     init(bytesPerSecond: Int64?) {
+        refused = Atomic(min(1, bytesPerSecond ?? 1))
         if let bytesPerSecond { _ = bucket.storeIfNil(TokenBucket(bytesPerSecond: bytesPerSecond)) }
+    }
+
+    /// The rate below 1 byte per second it was made with, until a rate is set: a configuration's mistake (0 is not
+    /// "no limit") that would run every download at 1 byte a second, so downloads under it are refused instead.
+    var refusedRate: Int64? {
+        let rate = refused.load(ordering: .relaxed)
+        return rate < 1 ? rate : nil
     }
 
     /// The bucket, once the limit has had a rate (it may have none now).
@@ -95,6 +105,7 @@ final class BandwidthLimit: Sendable {
 
     /// Sets the rate in bytes per second, or lifts it (`nil`).
     func set(_ bytesPerSecond: Int64?) {
+        refused.store(1, ordering: .relaxed)
         if bytesPerSecond == nil, bucket.load() == nil { return }
         bucket.storeIfNil(TokenBucket(bytesPerSecond: nil)).setRate(bytesPerSecond)
     }
