@@ -285,7 +285,8 @@ struct DownloadPlan {
             plan.storedOptions[name] = value
         }
         func last(_ name: String) -> String? {
-            given[name]?.last ?? defaults[name]?.components(separatedBy: "\n").last
+            if let values = given[name] { return values.last }
+            return defaults[name]?.components(separatedBy: "\n").last
         }
         plan.request.destination = try Self.destination(out: last("out"), in: directoryURL)
         plan.paused = try Self.flag(last("pause"), "pause") ?? false
