@@ -20,6 +20,9 @@ public struct JournalOpenError: Error, CustomStringConvertible {
         /// The file is another program's SQLite database (``JournalOpenError/detail`` names some of its tables): it
         /// is left exactly as it is, neither switched to WAL nor given the journal's tables.
         case notAJournal
+        /// The journal was migrated by a newer version of Haul (``JournalOpenError/detail`` names the migrations this
+        /// version does not know): it is left as it is, for that version.
+        case newerVersion
         /// Beside the database lies a log of changes that an older version of Haul wrote and this one does not read
         /// (``JournalOpenError/detail`` names it): that version folds it into the database when it opens the journal.
         case olderLog
@@ -45,6 +48,9 @@ public struct JournalOpenError: Error, CustomStringConvertible {
         case .notAJournal:
             "'\(path)' is another program's SQLite database (tables \(detail)), not a Haul journal: left as it is; "
                 + "give the journal a path of its own"
+        case .newerVersion:
+            "'\(path)' was written by a newer version of Haul (its changes \(detail) are unknown to this one): left "
+                + "as it is; use that version, or give this one a journal of its own"
         case .olderLog:
             "'\(path)' has changes that an older version of Haul left in '\(detail)', which this version does not "
                 + "read: run that version once on the same directory to fold them in, or delete the log to go on "

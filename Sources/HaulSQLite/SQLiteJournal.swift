@@ -276,7 +276,7 @@ public final class SQLiteJournal: Journal {
             Thread.sleep(forTimeInterval: 0.005)
         }
         // Under the lock: what another process is making here is a journal.
-        try JournalSchema.refuseForeign(at: path)
+        try JournalSchema.refuseUnusable(at: path)
         while true {
             do {
                 let pool = try DatabasePool(path: path, configuration: configuration)

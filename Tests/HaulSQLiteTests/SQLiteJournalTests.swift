@@ -409,6 +409,28 @@ struct SQLiteJournalTests {
         #expect(try SQLiteJournal(path: empty).allRecords().isEmpty)
     }
 
+    /// A journal a newer Haul migrated further is its: written by this version's rules it could lose what that one
+    /// relies on.
+    @Test("a journal a newer version of Haul migrated is refused, naming what it does not know, and left as it was")
+    func newerJournalLeftAlone() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.file("journal.sqlite").path
+        let key = JournalKey(url: "http://h/a", destination: "/d/")
+        try SQLiteJournal(path: path).store(JournalRecord(key: key, path: "/d/a", state: .requested))
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('v99: from a later Haul')")
+        }
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        do {
+            _ = try SQLiteJournal(path: path)
+            Issue.record("opened a newer version's journal")
+        } catch let error as JournalOpenError {
+            #expect(error.reason == .newerVersion)
+            #expect(error.description.contains("'v99: from a later Haul'"), "\(error)")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+    }
+
     @Test("the engine resumes a cancelled download from another journal instance on the same file")
     func engineResumesAcrossInstances() async throws {
         try await TestServer.withRunning { server in

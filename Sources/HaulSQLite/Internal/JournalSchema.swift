@@ -29,30 +29,33 @@ enum JournalSchema {
         try migrator.migrate(writer)
     }
 
-    /// Refuses the database at `path` when it is another program's: one with tables, none of them the journal's
-    /// records under migrations Haul ran. Opening it as a journal would switch it to WAL and add the journal's tables
-    /// to it, changes its program did not ask for. Read with a connection of its own, which changes nothing.
-    static func refuseForeign(at path: String) throws {
+    /// Refuses the database at `path` when it is another program's (one with tables, none of them the journal's
+    /// records under migrations Haul ran), or a journal a newer version of Haul has migrated past what this one knows.
+    /// Opening the first as a journal would switch it to WAL and add the journal's tables to it, changes its program
+    /// did not ask for; writing the second by this version's rules could undo what the newer one relies on. Read with
+    /// a connection of its own, which changes nothing.
+    static func refuseUnusable(at path: String) throws {
         var info = stat()
         guard stat(path, &info) == 0, info.st_size > 0 else { return }
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
-        let tables = try DatabaseQueue(path: path, configuration: configuration).read { db -> [String]? in
+        let refusal = try DatabaseQueue(path: path, configuration: configuration).read {
+            db -> (JournalOpenError.Reason, [String])? in
             let tables = try String.fetchAll(
                 db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
             guard !tables.isEmpty else { return nil }
             // Haul's first migration made `download`, which v2 made `record`; GRDB notes each migration run.
-            if tables.contains("grdb_migrations"), tables.contains("record") || tables.contains("download"),
-                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = 'v1')")
-                    == true
-            {
-                return nil
+            guard tables.contains("grdb_migrations"), tables.contains("record") || tables.contains("download") else {
+                return (.notAJournal, tables.sorted())
             }
-            return tables.sorted()
+            let applied = try String.fetchSet(db, sql: "SELECT identifier FROM grdb_migrations")
+            guard applied.contains("v1") else { return (.notAJournal, tables.sorted()) }
+            let unknown = applied.subtracting(migrator.migrations)
+            return unknown.isEmpty ? nil : (.newerVersion, unknown.sorted())
         }
-        guard let tables else { return }
-        let shown = tables.prefix(5).map { "'\($0)'" }.joined(separator: ", ") + (tables.count > 5 ? ", ..." : "")
-        throw JournalOpenError(reason: .notAJournal, path: path, detail: shown)
+        guard let (reason, names) = refusal else { return }
+        let shown = names.prefix(5).map { "'\($0)'" }.joined(separator: ", ") + (names.count > 5 ? ", ..." : "")
+        throw JournalOpenError(reason: reason, path: path, detail: shown)
     }
 
     /// The tables, as the migrations below leave them (columns in the order they have there).
