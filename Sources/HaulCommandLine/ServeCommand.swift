@@ -115,7 +115,7 @@ struct ServeCommand: AsyncParsableCommand {
             // address must not read what is served.
             requiresAddressHost: true,
             // A client that connects and sends nothing would hold its connection, and a file descriptor, for ever.
-            idleTimeout: idleTimeout > 0 ? .milliseconds(Int64((idleTimeout * 1000).rounded())) : nil
+            idleTimeout: idleTimeout > 0 ? PolitenessOptions.duration(seconds: idleTimeout) : nil
         )
         let server = TestServer(configuration: configuration)
         try await server.start()

@@ -59,7 +59,8 @@ extension Daemon {
     /// How many `addUri` calls of a run are recorded together.
     static let addGroup = 256
 
-    /// The plan of the last `addUri` of a run, and what it was made from (see ``DownloadPlan/reused(for:options:defaults:)``).
+    /// The plan of the last `addUri` of a run, and what it was made from (see
+    /// ``DownloadPlan/reused(for:options:defaults:)``).
     struct LastPlan {
         var options: [String: [String]]
         var defaults: [String: String]
@@ -249,7 +250,7 @@ extension Daemon {
     static func directory(of destination: Destination) -> String {
         switch destination {
         case .directory(let directory, _): directory.path
-        case .file(let file): file.deletingLastPathComponent().path
+        case .file(let file): Aria2Status.directory(of: file.path)
         }
     }
 

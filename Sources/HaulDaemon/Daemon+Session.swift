@@ -37,7 +37,7 @@ extension Daemon {
         // that a file whose entry would fail there adds nothing either.
         var made: Set<String> = []
         for (plan, line) in zip(plans, lines) {
-            let directory = Self.directory(of: plan.request.destination)
+            let directory = plan.directory
             guard !made.contains(directory) else { continue }
             do throws(RPCError) {
                 try makeDirectories(directory)

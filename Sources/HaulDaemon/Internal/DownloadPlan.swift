@@ -278,16 +278,15 @@ struct DownloadPlan {
         plan.request.url = urls[0]
         plan.request.mirrors = Array(urls.dropFirst())
         plan.request.maxConnections = Self.connections(split: split, perServer: perServer, uris: urls)
-        // As the plan's init takes them: the call's own values over the defaults, a cumulative one's last.
+        // As the plan's init merges them: the call's own values over the defaults (a cumulative one's joined by
+        // newlines), the last of them in force.
+        var own: [String: [String]] = [:]
         for name in Self.ownOptions {
-            let value = given[name]?.joined(separator: "\n") ?? defaults[name]
-            plan.options[name] = value
-            plan.storedOptions[name] = value
+            own[name] = given[name] ?? defaults[name]?.components(separatedBy: "\n")
+            plan.options[name] = own[name]?.joined(separator: "\n")
+            plan.storedOptions[name] = plan.options[name]
         }
-        func last(_ name: String) -> String? {
-            if let values = given[name] { return values.last }
-            return defaults[name]?.components(separatedBy: "\n").last
-        }
+        func last(_ name: String) -> String? { own[name]?.last }
         plan.request.destination = try Self.destination(out: last("out"), in: directoryURL)
         plan.paused = try Self.flag(last("pause"), "pause") ?? false
         plan.gid = try Self.gid(last("gid"))

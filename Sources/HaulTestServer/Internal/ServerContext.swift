@@ -20,7 +20,7 @@ final class ServerContext: Sendable {
         state: ServerState, resolver: FileResolver?, filesMount: String, chunkSize: Int, scheme: String,
         recordsBodyTimeline: Bool = false, requiresAddressHost: Bool = false, idleTimeout: Duration? = nil
     ) {
-        self.idleTimeout = idleTimeout.map { .nanoseconds(Int64($0 / .nanoseconds(1))) }
+        self.idleTimeout = idleTimeout.map(TimeAmount.init)
         self.recordsBodyTimeline = recordsBodyTimeline
         self.requiresAddressHost = requiresAddressHost
         self.state = state
